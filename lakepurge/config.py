@@ -1,0 +1,212 @@
+"""Typed configuration, read from TOML and validated once at start.
+
+Errors name the offending key (``datasets[1].format``) so a user can fix the file without reading code.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from lakepurge.s3uri import S3Uri
+
+
+class ConfigError(ValueError):
+    """The configuration file is missing, unreadable or invalid; the message names the key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class IndexConfig(_Strict):
+    backend: Literal["postgres", "dynamodb"]
+    dsn: str | None = None
+    table: str | None = None
+
+    @model_validator(mode="after")
+    def _backend_needs_its_setting(self) -> IndexConfig:
+        if self.backend == "postgres" and not self.dsn:
+            raise ValueError("backend 'postgres' needs 'dsn'")
+        if self.backend == "dynamodb" and not self.table:
+            raise ValueError("backend 'dynamodb' needs 'table'")
+        return self
+
+
+class ReportsConfig(_Strict):
+    location: str
+
+    @field_validator("location")
+    @classmethod
+    def _is_s3_prefix(cls, value: str) -> str:
+        S3Uri.parse(value)
+        return value
+
+
+class SidecarConfig(_Strict):
+    """One user per object, named in a small JSON object stored beside it (``<key><suffix>``)."""
+
+    suffix: str = ".meta.json"
+    field: str = "user_id"
+
+
+Format = Literal["jsonl", "csv", "parquet"]
+EraseMode = Literal["blank", "drop", "delete-object"]
+
+
+class DatasetConfig(_Strict):
+    name: Annotated[str, Field(min_length=1)]
+    location: str
+    format: Format = "jsonl"
+    id_fields: tuple[str, ...] | None = None
+    id_from_key: str | None = None
+    id_sidecar: SidecarConfig | None = None
+    id_tag: str | None = None
+    erase: EraseMode = "blank"
+
+    @field_validator("location")
+    @classmethod
+    def _location_is_prefix(cls, value: str) -> str:
+        uri = S3Uri.parse(value)
+        if uri.key and not uri.key.endswith("/"):
+            raise ValueError("must be a prefix ending in '/' (s3://bucket/prefix/)")
+        return value
+
+    @field_validator("id_fields")
+    @classmethod
+    def _fields_not_empty(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if value is not None and (not value or any(not f or f.strip() != f for f in value)):
+            raise ValueError("needs at least one non-empty field name without surrounding spaces")
+        return value
+
+    @field_validator("id_from_key")
+    @classmethod
+    def _regex_has_id_group(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        try:
+            pattern = re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"is not a valid regular expression: {exc}") from exc
+        if "id" not in pattern.groupindex:
+            raise ValueError("needs a named group (?P<id>...)")
+        return value
+
+    @model_validator(mode="after")
+    def _exactly_one_id_source(self) -> DatasetConfig:
+        sources = [
+            name
+            for name, value in (
+                ("id_fields", self.id_fields),
+                ("id_from_key", self.id_from_key),
+                ("id_sidecar", self.id_sidecar),
+                ("id_tag", self.id_tag),
+            )
+            if value is not None
+        ]
+        if len(sources) != 1:
+            raise ValueError(
+                "needs exactly one id source of id_fields, id_from_key, id_sidecar, id_tag"
+                f" (found {', '.join(sources) or 'none'})"
+            )
+        if self.per_object and self.erase != "delete-object":
+            raise ValueError(f"'{sources[0]}' means one user per object, so erase must be 'delete-object'")
+        if self.erase == "delete-object" and not self.per_object:
+            raise ValueError("erase 'delete-object' needs a one-user-per-object id source, not id_fields")
+        return self
+
+    @property
+    def per_object(self) -> bool:
+        """True when each object belongs to exactly one user (the id comes from outside the records)."""
+        return self.id_fields is None
+
+    @property
+    def uri(self) -> S3Uri:
+        return S3Uri.parse(self.location)
+
+    def contains(self, bucket: str, key: str) -> bool:
+        """Whether an object (data or sidecar) lies under this dataset's location."""
+        uri = self.uri
+        return bucket == uri.bucket and key.startswith(uri.key) and not key.endswith("/")
+
+    def is_sidecar(self, key: str) -> bool:
+        return self.id_sidecar is not None and key.endswith(self.id_sidecar.suffix)
+
+    def data_key(self, key: str) -> str:
+        """The data object a key stands for: a sidecar's event re-indexes the object it describes."""
+        if self.id_sidecar is not None and key.endswith(self.id_sidecar.suffix):
+            return key[: -len(self.id_sidecar.suffix)]
+        return key
+
+
+class IndexingConfig(_Strict):
+    # A line longer than this is reported as unindexable instead of being held in memory.
+    max_record_bytes: Annotated[int, Field(gt=0)] = 16 * 1024 * 1024
+
+
+class Settings(_Strict):
+    index: IndexConfig
+    reports: ReportsConfig
+    datasets: tuple[DatasetConfig, ...] = ()
+    indexing: IndexingConfig = IndexingConfig()
+
+    @model_validator(mode="after")
+    def _unique_names_and_prefixes(self) -> Settings:
+        names = [d.name for d in self.datasets]
+        duplicated = sorted({n for n in names if names.count(n) > 1})
+        if duplicated:
+            raise ValueError(f"dataset names must be unique: {', '.join(duplicated)}")
+        for i, a in enumerate(self.datasets):
+            for b in self.datasets[i + 1 :]:
+                ua, ub = a.uri, b.uri
+                if ua.bucket == ub.bucket and (ua.key.startswith(ub.key) or ub.key.startswith(ua.key)):
+                    raise ValueError(f"datasets '{a.name}' and '{b.name}' overlap ({a.location}, {b.location})")
+        return self
+
+    def dataset_for(self, bucket: str, key: str) -> DatasetConfig | None:
+        """The dataset an object belongs to, or None for objects outside every dataset."""
+        for dataset in self.datasets:
+            if dataset.contains(bucket, key):
+                return dataset
+        return None
+
+    def dataset_named(self, name: str) -> DatasetConfig:
+        for dataset in self.datasets:
+            if dataset.name == name:
+                return dataset
+        raise ConfigError(f"no dataset named '{name}'")
+
+
+def _key_path(loc: tuple[int | str, ...]) -> str:
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part in ("function-after", "function-before") or "[" in part:
+            continue
+        else:
+            path += f".{part}" if path else part
+    return path or "(top level)"
+
+
+def parse_settings(data: dict[str, object], source: str = "config") -> Settings:
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{_key_path(tuple(err['loc']))}: {err['msg']}" for err in exc.errors())
+        raise ConfigError(f"{source}: {problems}") from None
+
+
+def load_settings(path: str | Path) -> Settings:
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such configuration file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    return parse_settings(data, str(path))

@@ -1,0 +1,103 @@
+"""The index: which lines of which objects hold each user's records.
+
+Both adapters keep the same per-object contract: an object's rows are replaced as one unit, keyed by the object's
+ETag and last-modified time, so re-delivered, duplicated or out-of-order events leave the index right.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+# The line number stored for a user who owns a whole object (id from the key, a sidecar or a tag).
+WHOLE_OBJECT = -1
+
+
+@dataclass(frozen=True, slots=True)
+class UnindexableLine:
+    line: int
+    reason: str
+
+
+@dataclass(slots=True)
+class ObjectIndex:
+    """Everything the index holds about one version of one object."""
+
+    s3path: str
+    dataset: str
+    etag: str
+    version_id: str | None
+    last_modified: datetime
+    lines_by_user: dict[str, list[int]] = field(default_factory=dict)
+    records: int = 0
+    unindexable: list[UnindexableLine] = field(default_factory=list)
+
+    def rows(self) -> Iterable[tuple[str, int]]:
+        for user, lines in self.lines_by_user.items():
+            for line in lines:
+                yield user, line
+
+    @property
+    def row_count(self) -> int:
+        return sum(len(lines) for lines in self.lines_by_user.values())
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """Where one user's records are in one object, at the version the index saw."""
+
+    s3path: str
+    etag: str
+    lines: tuple[int, ...]
+
+    @property
+    def whole_object(self) -> bool:
+        return self.lines == (WHOLE_OBJECT,)
+
+
+@dataclass(frozen=True, slots=True)
+class IndexStatus:
+    objects: int
+    records: int
+    users: int
+    rows: int
+    unindexable_lines: int
+    objects_with_unindexable: int
+
+
+class IndexStore(Protocol):
+    """What the rest of lakepurge needs from an index backend."""
+
+    def ensure_schema(self) -> None:
+        """Create tables/indexes if they do not exist (safe to call at every start)."""
+
+    def replace_objects(self, objects: Sequence[ObjectIndex], force: bool = False) -> int:
+        """Replace each object's rows with the given ones, atomically per object.
+
+        An object is skipped when the index already holds a newer version (later last-modified) or this same
+        ETag (idempotent re-delivery) unless force is set. Returns how many objects were written.
+        """
+
+    def remove_object(self, s3path: str) -> bool:
+        """Drop every row of an object that no longer exists. Returns whether it was indexed."""
+
+    def lookup(self, user_ids: Sequence[str]) -> dict[str, list[Location]]:
+        """Every location of every given user; users with no rows are absent from the result."""
+
+    def object_rows(self, s3path: str) -> dict[str, list[int]]:
+        """The index rows of one object (user id -> sorted lines)."""
+
+    def indexed_objects(self) -> dict[str, str]:
+        """s3path -> indexed ETag for every object the index knows."""
+
+    def unindexable(self, limit: int = 100) -> list[tuple[str, UnindexableLine]]:
+        """Reported unindexable lines, object by object (up to limit)."""
+
+    def status(self) -> IndexStatus: ...
+
+    def dump(self) -> set[tuple[str, str, int]]:
+        """Every (user, s3path, line) row: for tests and verification on small indexes."""
+
+    def close(self) -> None: ...

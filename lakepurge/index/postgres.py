@@ -1,0 +1,195 @@
+"""PostgreSQL index: ``user_objects(userid, s3path, recordline)`` as in the design this follows, plus the
+indexed ETag per row and an ``indexed_objects`` table that makes per-object replacement atomic and ordered."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+import psycopg
+
+from lakepurge.index.base import IndexStatus, Location, ObjectIndex, UnindexableLine
+from lakepurge.logs import get_logger
+
+log = get_logger(__name__)
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS user_objects (
+    userid     TEXT    NOT NULL,
+    s3path     TEXT    NOT NULL,
+    recordline INTEGER NOT NULL,   -- 0-based line (row for Parquet); -1: the whole object is the user's
+    etag       TEXT    NOT NULL    -- the object version these line numbers belong to
+);
+CREATE INDEX IF NOT EXISTS user_objects_userid ON user_objects (userid);
+CREATE INDEX IF NOT EXISTS user_objects_s3path ON user_objects (s3path);
+CREATE TABLE IF NOT EXISTS indexed_objects (
+    s3path        TEXT PRIMARY KEY,
+    dataset       TEXT        NOT NULL,
+    etag          TEXT        NOT NULL,
+    version_id    TEXT,
+    last_modified TIMESTAMPTZ NOT NULL,
+    records       INTEGER     NOT NULL,
+    unindexable   INTEGER     NOT NULL,
+    indexed_at    TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS unindexable_lines (
+    s3path     TEXT    NOT NULL,
+    recordline INTEGER NOT NULL,
+    reason     TEXT    NOT NULL
+);
+CREATE INDEX IF NOT EXISTS unindexable_lines_s3path ON unindexable_lines (s3path);
+"""
+
+# Claims the object row for this version; returns nothing when a newer or identical version is already indexed.
+_CLAIM = """
+INSERT INTO indexed_objects (s3path, dataset, etag, version_id, last_modified, records, unindexable, indexed_at)
+VALUES (%s, %s, %s, %s, %s, %s, %s, now())
+ON CONFLICT (s3path) DO UPDATE SET
+    dataset = EXCLUDED.dataset, etag = EXCLUDED.etag, version_id = EXCLUDED.version_id,
+    last_modified = EXCLUDED.last_modified, records = EXCLUDED.records,
+    unindexable = EXCLUDED.unindexable, indexed_at = now()
+WHERE indexed_objects.last_modified <= EXCLUDED.last_modified
+  AND (%s OR indexed_objects.etag <> EXCLUDED.etag)
+RETURNING s3path
+"""
+
+_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+def _copy_text(value: str) -> str:
+    """Escape a value for COPY's text format (only when needed: ids and paths rarely hold these)."""
+    if "\\" in value or "\t" in value or "\n" in value or "\r" in value:
+        return value.translate(_COPY_ESCAPES)
+    return value
+
+
+class PostgresIndexStore:
+    def __init__(self, dsn: str) -> None:
+        self._dsn = dsn
+        self._conn = psycopg.connect(dsn, autocommit=True)
+
+    def ensure_schema(self) -> None:
+        with self._conn.transaction(), self._conn.cursor() as cur:
+            # Concurrent first starts (several Lambdas, several executors) must not race on CREATE.
+            cur.execute("SELECT pg_advisory_xact_lock(7411)")
+            cur.execute(SCHEMA)
+
+    def replace_objects(self, objects: Sequence[ObjectIndex], force: bool = False) -> int:
+        if not objects:
+            return 0
+        with self._conn.transaction(), self._conn.cursor() as cur:
+            claimed: list[ObjectIndex] = []
+            # Lock order by path so two batches touching the same objects cannot deadlock.
+            for obj in sorted(objects, key=lambda o: o.s3path):
+                cur.execute(
+                    _CLAIM,
+                    (
+                        obj.s3path,
+                        obj.dataset,
+                        obj.etag,
+                        obj.version_id,
+                        obj.last_modified,
+                        obj.records,
+                        len(obj.unindexable),
+                        force,
+                    ),
+                )
+                if cur.fetchone() is not None:
+                    claimed.append(obj)
+            if not claimed:
+                return 0
+            paths = [o.s3path for o in claimed]
+            cur.execute("DELETE FROM user_objects WHERE s3path = ANY(%s)", (paths,))
+            cur.execute("DELETE FROM unindexable_lines WHERE s3path = ANY(%s)", (paths,))
+            with cur.copy("COPY user_objects (userid, s3path, recordline, etag) FROM STDIN") as copy:
+                buffer: list[str] = []
+                for obj in claimed:
+                    suffix = f"\t{_copy_text(obj.s3path)}\t"
+                    etag = _copy_text(obj.etag)
+                    for user, lines in obj.lines_by_user.items():
+                        prefix = _copy_text(user) + suffix
+                        buffer.extend(f"{prefix}{line}\t{etag}\n" for line in lines)
+                    if len(buffer) > 50_000:
+                        copy.write("".join(buffer))
+                        buffer.clear()
+                if buffer:
+                    copy.write("".join(buffer))
+            bad = [(o.s3path, u.line, u.reason) for o in claimed for u in o.unindexable]
+            if bad:
+                cur.executemany(
+                    "INSERT INTO unindexable_lines (s3path, recordline, reason) VALUES (%s, %s, %s)", bad
+                )
+        return len(claimed)
+
+    def remove_object(self, s3path: str) -> bool:
+        with self._conn.transaction(), self._conn.cursor() as cur:
+            cur.execute("DELETE FROM indexed_objects WHERE s3path = %s RETURNING s3path", (s3path,))
+            existed = cur.fetchone() is not None
+            cur.execute("DELETE FROM user_objects WHERE s3path = %s", (s3path,))
+            cur.execute("DELETE FROM unindexable_lines WHERE s3path = %s", (s3path,))
+        return existed
+
+    def lookup(self, user_ids: Sequence[str]) -> dict[str, list[Location]]:
+        if not user_ids:
+            return {}
+        with self._conn.cursor() as cur:
+            cur.execute(
+                "SELECT userid, s3path, etag, array_agg(recordline ORDER BY recordline) FROM user_objects"
+                " WHERE userid = ANY(%s) GROUP BY userid, s3path, etag ORDER BY userid, s3path",
+                (list(user_ids),),
+            )
+            rows = cur.fetchall()
+        found: dict[str, list[Location]] = defaultdict(list)
+        for user, s3path, etag, lines in rows:
+            found[user].append(Location(s3path, etag, tuple(lines)))
+        return dict(found)
+
+    def object_rows(self, s3path: str) -> dict[str, list[int]]:
+        with self._conn.cursor() as cur:
+            cur.execute(
+                "SELECT userid, array_agg(recordline ORDER BY recordline) FROM user_objects"
+                " WHERE s3path = %s GROUP BY userid",
+                (s3path,),
+            )
+            rows = cur.fetchall()
+        return {user: list(lines) for user, lines in rows}
+
+    def indexed_objects(self) -> dict[str, str]:
+        with self._conn.cursor() as cur:
+            cur.execute("SELECT s3path, etag FROM indexed_objects")
+            rows = cur.fetchall()
+        return dict(rows)
+
+    def unindexable(self, limit: int = 100) -> list[tuple[str, UnindexableLine]]:
+        with self._conn.cursor() as cur:
+            cur.execute(
+                "SELECT s3path, recordline, reason FROM unindexable_lines ORDER BY s3path, recordline LIMIT %s",
+                (limit,),
+            )
+            rows = cur.fetchall()
+        return [(path, UnindexableLine(line, reason)) for path, line, reason in rows]
+
+    def status(self) -> IndexStatus:
+        with self._conn.cursor() as cur:
+            cur.execute(
+                "SELECT count(*), coalesce(sum(records), 0), coalesce(sum(unindexable), 0),"
+                " count(*) FILTER (WHERE unindexable > 0) FROM indexed_objects"
+            )
+            objects, records, unindexable, with_unindexable = cur.fetchone() or (0, 0, 0, 0)
+            cur.execute("SELECT count(DISTINCT userid), count(*) FROM user_objects")
+            users, rows = cur.fetchone() or (0, 0)
+        return IndexStatus(objects, int(records), users, rows, int(unindexable), with_unindexable)
+
+    def dump(self) -> set[tuple[str, str, int]]:
+        with self._conn.cursor() as cur:
+            cur.execute("SELECT userid, s3path, recordline FROM user_objects")
+            rows = cur.fetchall()
+        return {(u, p, line) for u, p, line in rows}
+
+    def truncate(self) -> None:
+        """Empty the index (tests and benchmarks start from nothing)."""
+        with self._conn.transaction(), self._conn.cursor() as cur:
+            cur.execute("TRUNCATE user_objects, indexed_objects, unindexable_lines")
+
+    def close(self) -> None:
+        self._conn.close()

@@ -1,0 +1,44 @@
+"""An in-process moto server on 127.0.0.1: the AWS stand-in for the demo, the tests and the benchmarks."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import requests
+
+from lakepurge.local.postgres import free_port
+
+DUMMY_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",  # noqa: S105 - moto accepts any credentials
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_REGION": "us-east-1",
+}
+
+
+@dataclass
+class LocalMoto:
+    endpoint: str
+    _server: object
+
+    def reset(self) -> None:
+        requests.post(f"{self.endpoint}/moto-api/reset", timeout=30).raise_for_status()
+
+    def stop(self) -> None:
+        self._server.stop()  # type: ignore[attr-defined]
+
+
+def start_moto(port: int | None = None) -> LocalMoto:
+    """Start the server and point this process's boto3 at it (through the standard AWS_* variables)."""
+    from moto.server import ThreadedMotoServer
+
+    port = port or free_port()
+    os.environ.update(DUMMY_CREDENTIALS)
+    os.environ["MOTO_PORT"] = str(port)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    os.environ["AWS_ENDPOINT_URL"] = endpoint
+    return LocalMoto(endpoint, server)
