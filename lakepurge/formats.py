@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import codecs
 import csv
-import gzip
+import io
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -112,7 +112,7 @@ def iter_lines(stream: IO[bytes], max_bytes: int) -> Iterator[tuple[int, bytes |
     while True:
         try:
             chunk = stream.read(CHUNK_BYTES)
-        except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        except (EOFError, zlib.error) as exc:
             kind = "truncated gzip stream" if isinstance(exc, EOFError) else f"corrupt gzip stream ({exc})"
             raise TruncatedObject(number, kind) from None
         if not chunk:
@@ -255,9 +255,61 @@ def read_parquet(
             row += 1
 
 
+class GzipReader(io.RawIOBase):
+    """Streaming gzip decompression that hands out every byte decoded before a truncation or corruption.
+
+    (gzip.GzipFile discards the data of the read call that hits the break.) Concatenated members are read as
+    one stream, as gunzip does.
+    """
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self._raw = raw
+        self._inflate = zlib.decompressobj(wbits=31)
+        self._pending = b""
+        self._broken: str | None = None
+        self._done = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._pending and not self._done:
+            self._fill()
+        if not self._pending:
+            if self._broken is not None:
+                raise EOFError(self._broken)
+            return 0
+        size = min(len(buffer), len(self._pending))
+        buffer[:size] = self._pending[:size]
+        self._pending = self._pending[size:]
+        return size
+
+    def _fill(self) -> None:
+        compressed = self._inflate.unused_data if self._inflate.eof else b""
+        if self._inflate.eof:
+            if not compressed:
+                compressed = self._raw.read(CHUNK_BYTES)
+                if not compressed:
+                    self._done = True
+                    return
+            self._inflate = zlib.decompressobj(wbits=31)
+        else:
+            compressed = self._raw.read(CHUNK_BYTES)
+            if not compressed:
+                self._done = True
+                self._broken = "compressed stream ended before its end marker"
+                return
+        try:
+            self._pending = self._inflate.decompress(compressed)
+        except zlib.error as exc:
+            self._done = True
+            self._broken = str(exc)
+            raise zlib.error(self._broken) from None
+
+
 def open_decompressed(raw: IO[bytes], key: str) -> IO[bytes]:
     if key.endswith(".gz"):
-        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+        return GzipReader(raw)  # type: ignore[return-value]  # a raw reader: short reads keep data before a break
     return raw
 
 

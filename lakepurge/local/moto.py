@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 
@@ -11,7 +12,7 @@ from lakepurge.local.postgres import free_port
 
 DUMMY_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",  # noqa: S105 - moto accepts any credentials
+    "AWS_SECRET_ACCESS_KEY": "testing",
     "AWS_SESSION_TOKEN": "testing",
     "AWS_DEFAULT_REGION": "us-east-1",
     "AWS_REGION": "us-east-1",
@@ -34,6 +35,8 @@ def start_moto(port: int | None = None) -> LocalMoto:
     """Start the server and point this process's boto3 at it (through the standard AWS_* variables)."""
     from moto.server import ThreadedMotoServer
 
+    # werkzeug logs every request line: noise that would also bury real output.
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
     port = port or free_port()
     os.environ.update(DUMMY_CREDENTIALS)
     os.environ["MOTO_PORT"] = str(port)

@@ -1,0 +1,125 @@
+"""Backfill: index every object of the configured datasets on Spark executors and bulk-load the index.
+
+The driver lists keys; each task reads whole objects with boto3 (so line numbers stay exact) and writes its
+objects' rows to the index in batches (COPY for PostgreSQL, BatchWriteItem for DynamoDB), with the same
+per-object replacement rules as the real-time indexer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from lakepurge import aws
+from lakepurge.config import DatasetConfig, Settings
+from lakepurge.index import open_store
+from lakepurge.index.base import ObjectIndex
+from lakepurge.indexer import scan_object
+from lakepurge.logs import get_logger
+from lakepurge.s3io import ObjectChanged, head_object
+from lakepurge.sparkutil import apply_aws_environment, aws_environment
+
+log = get_logger(__name__)
+
+# Flush a task's rows to the index once this many are buffered (bounds executor memory).
+FLUSH_ROWS = 200_000
+
+
+@dataclass(frozen=True)
+class BackfillResult:
+    objects: int
+    written: int
+    records: int
+    rows: int
+    unindexable: int
+    failed: tuple[tuple[str, str], ...]  # (s3path, error class) for objects that could not be read
+    bytes_read: int
+
+
+def list_objects(s3: Any, dataset: DatasetConfig) -> Iterator[tuple[str, str, int]]:
+    """(bucket, key, size) of every data object of a dataset (sidecars excluded)."""
+    uri = dataset.uri
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=uri.bucket, Prefix=uri.key):
+        for item in page.get("Contents", []):
+            key = item["Key"]
+            if not key.endswith("/") and not dataset.is_sidecar(key):
+                yield uri.bucket, key, item["Size"]
+
+
+def index_partition(
+    settings: Settings, env: dict[str, str], force: bool, items: Iterable[tuple[str, str, str]]
+) -> Iterator[tuple[str, str, int, int, int, int, str]]:
+    """Index a partition's objects; yields (s3path, outcome, records, rows, unindexable, bytes, error)."""
+    apply_aws_environment(env)
+    s3 = aws.client("s3")
+    store = open_store(settings.index, create=False)
+    pending: list[ObjectIndex] = []
+    pending_rows = 0
+    try:
+        for dataset_name, bucket, key in items:
+            dataset = settings.dataset_named(dataset_name)
+            s3path = f"s3://{bucket}/{key}"
+            head = head_object(s3, bucket, key)
+            if head is None:
+                store.remove_object(s3path)
+                yield s3path, "absent", 0, 0, 0, 0, ""
+                continue
+            try:
+                scanned = scan_object(s3, settings, dataset, head)
+            except ObjectChanged:
+                # Overwritten while listed: its ObjectCreated event re-indexes the new version.
+                yield s3path, "changed", 0, 0, 0, 0, ""
+                continue
+            except Exception as exc:  # one unreadable object must not lose the others; it is reported
+                yield s3path, "failed", 0, 0, 0, 0, type(exc).__name__
+                continue
+            pending.append(scanned)
+            pending_rows += scanned.row_count
+            yield s3path, "scanned", scanned.records, scanned.row_count, len(scanned.unindexable), head.size, ""
+            if pending_rows >= FLUSH_ROWS:
+                store.replace_objects(pending, force=force)
+                pending, pending_rows = [], 0
+        store.replace_objects(pending, force=force)
+    finally:
+        store.close()
+
+
+def run_backfill(spark: Any, settings: Settings, force: bool = False, datasets: Iterable[str] = ()) -> BackfillResult:
+    s3 = aws.client("s3")
+    wanted = set(datasets)
+    keys = [
+        (dataset.name, bucket, key, size)
+        for dataset in settings.datasets
+        if not wanted or dataset.name in wanted
+        for bucket, key, size in list_objects(s3, dataset)
+    ]
+    open_store(settings.index).close()  # create the schema once, on the driver
+    if not keys:
+        return BackfillResult(0, 0, 0, 0, 0, (), 0)
+    # Largest objects first, spread round-robin, so no task ends up with all the big ones.
+    keys.sort(key=lambda item: -item[3])
+    slices = min(len(keys), spark.sparkContext.defaultParallelism * 4)
+    ordered = [(name, bucket, key) for name, bucket, key, _ in keys]
+    env = aws_environment()
+    results = (
+        spark.sparkContext.parallelize(ordered, slices)
+        .mapPartitions(lambda items: index_partition(settings, env, force, items))
+        .collect()
+    )
+    failed = tuple((path, error) for path, outcome, *_, error in results if outcome == "failed")
+    scanned = [r for r in results if r[1] == "scanned"]
+    result = BackfillResult(
+        objects=len(results),
+        written=len(scanned),
+        records=sum(r[2] for r in scanned),
+        rows=sum(r[3] for r in scanned),
+        unindexable=sum(r[4] for r in scanned),
+        failed=failed,
+        bytes_read=sum(r[5] for r in scanned),
+    )
+    log.info(
+        "backfill done",
+        extra={"objects": result.objects, "records": result.records, "failed": len(failed)},
+    )
+    return result

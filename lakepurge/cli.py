@@ -1,0 +1,198 @@
+"""The ``lakepurge`` command line.
+
+Human output goes to stderr; ``--json`` prints exactly one JSON document on stdout for scripts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from typing import Any
+
+import orjson
+
+from lakepurge.config import ConfigError, Settings, load_settings
+from lakepurge.s3uri import S3Uri
+
+DEFAULT_CONFIG = "lakepurge.toml"
+
+
+class Output:
+    def __init__(self, as_json: bool) -> None:
+        self.as_json = as_json
+
+    def say(self, text: str) -> None:
+        print(text, file=sys.stderr)
+
+    def result(self, document: Any) -> None:
+        if self.as_json:
+            sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    return load_settings(args.config)
+
+
+def cmd_index_backfill(args: argparse.Namespace, out: Output) -> int:
+    from lakepurge.backfill import run_backfill
+    from lakepurge.sparkutil import local_session
+
+    settings = _settings(args)
+    out.say(f"backfilling {len(settings.datasets)} dataset(s) on local Spark ...")
+    spark = local_session("lakepurge-backfill")
+    try:
+        result = run_backfill(spark, settings, force=args.force, datasets=args.dataset)
+    finally:
+        spark.stop()
+    out.say(
+        f"objects {result.objects}  indexed {result.written}  records {result.records}  rows {result.rows}"
+        f"  unindexable lines {result.unindexable}  failed objects {len(result.failed)}"
+    )
+    for path, error in result.failed:
+        out.say(f"  FAILED {path}: {error}")
+    out.result(asdict(result))
+    return 1 if result.failed else 0
+
+
+def cmd_index_object(args: argparse.Namespace, out: Output) -> int:
+    from lakepurge import aws
+    from lakepurge.index import open_store
+    from lakepurge.indexer import index_object
+
+    settings = _settings(args)
+    uri = S3Uri.parse(args.uri)
+    store = open_store(settings.index)
+    try:
+        outcome = index_object(aws.client("s3"), store, settings, uri.bucket, uri.key, force=args.force)
+    finally:
+        store.close()
+    out.say(f"{outcome.action}: {outcome.s3path}  records {outcome.records}  unindexable {outcome.unindexable}")
+    out.result(asdict(outcome))
+    return 2 if outcome.action == "ignored" else 0
+
+
+def _read_users(args: argparse.Namespace) -> list[str]:
+    users = list(args.users)
+    if getattr(args, "users_file", None):
+        with open(args.users_file, encoding="utf-8") as handle:
+            users.extend(line.strip() for line in handle if line.strip())
+    if not users:
+        raise ConfigError("name at least one user id (or --users-file)")
+    return list(dict.fromkeys(users))
+
+
+def cmd_lookup(args: argparse.Namespace, out: Output) -> int:
+    from lakepurge.index import open_store
+
+    settings = _settings(args)
+    users = _read_users(args)
+    store = open_store(settings.index)
+    try:
+        found = store.lookup(users)
+    finally:
+        store.close()
+    document: dict[str, Any] = {}
+    for user in users:
+        locations = found.get(user, [])
+        document[user] = [
+            {"s3path": loc.s3path, "etag": loc.etag, "lines": "whole-object" if loc.whole_object else list(loc.lines)}
+            for loc in locations
+        ]
+        records = sum(0 if loc.whole_object else len(loc.lines) for loc in locations)
+        out.say(f"{user}: {len(locations)} object(s), {records} record(s)")
+        for loc in locations:
+            where = "whole object" if loc.whole_object else "lines " + ",".join(map(str, loc.lines))
+            out.say(f"  {loc.s3path}  {where}")
+    out.result({"users": document})
+    return 0
+
+
+def cmd_status(args: argparse.Namespace, out: Output) -> int:
+    from lakepurge.index import open_store
+
+    settings = _settings(args)
+    store = open_store(settings.index)
+    try:
+        status = store.status()
+        problems = store.unindexable(limit=args.limit)
+    finally:
+        store.close()
+    out.say(
+        f"objects {status.objects}  records {status.records}  users {status.users}  index rows {status.rows}\n"
+        f"unindexable lines {status.unindexable_lines} in {status.objects_with_unindexable} object(s)"
+    )
+    if status.unindexable_lines:
+        out.say("  these lines may hold personal data that lakepurge cannot locate; fix or remove them:")
+        for path, problem in problems:
+            where = "whole object" if problem.line < 0 else f"line {problem.line}"
+            out.say(f"  {path} {where}: {problem.reason}")
+    out.result(
+        {
+            "index": asdict(status),
+            "unindexable": [{"s3path": p, "line": u.line, "reason": u.reason} for p, u in problems],
+        }
+    )
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace, out: Output) -> int:
+    from lakepurge.demo import run_demo
+
+    document = run_demo(objects=args.objects, users=args.users, say=out.say)
+    out.result(document)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", default=DEFAULT_CONFIG, help="TOML configuration (default: %(default)s)")
+    common.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+
+    parser = argparse.ArgumentParser(prog="lakepurge", description="Right to erasure for S3 data lakes.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    demo = commands.add_parser("demo", parents=[common], help="the whole pipeline on an embedded local stack")
+    demo.add_argument("--objects", type=int, default=200)
+    demo.add_argument("--users", type=int, default=60)
+    demo.set_defaults(run=cmd_demo)
+
+    index = commands.add_parser("index", help="build or refresh the index")
+    index_commands = index.add_subparsers(dest="index_command", required=True)
+    backfill = index_commands.add_parser("backfill", parents=[common], help="index every object (Spark)")
+    backfill.add_argument("--force", action="store_true", help="re-index objects already indexed at this ETag")
+    backfill.add_argument("--dataset", action="append", default=[], help="only this dataset (repeatable)")
+    backfill.set_defaults(run=cmd_index_backfill)
+    one = index_commands.add_parser("object", parents=[common], help="index one object now")
+    one.add_argument("uri", metavar="S3URI")
+    one.add_argument("--force", action="store_true")
+    one.set_defaults(run=cmd_index_object)
+
+    lookup = commands.add_parser("lookup", parents=[common], help="where each user's records are")
+    lookup.add_argument("users", nargs="*", metavar="USER")
+    lookup.add_argument("--users-file")
+    lookup.set_defaults(run=cmd_lookup)
+
+    status = commands.add_parser("status", parents=[common], help="index counts and unindexable lines")
+    status.add_argument("--limit", type=int, default=50, help="unindexable lines to list")
+    status.set_defaults(run=cmd_status)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    out = Output(args.json)
+    run: Callable[[argparse.Namespace, Output], int] = args.run
+    from lakepurge.logs import root_logger
+
+    root_logger(level="WARNING")
+    try:
+        return run(args, out)
+    except ConfigError as exc:
+        out.say(f"lakepurge: configuration error: {exc}")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

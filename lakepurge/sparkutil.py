@@ -1,0 +1,61 @@
+"""Spark plumbing shared by the jobs: a local session, and the AWS settings executors need.
+
+PySpark's wheel has no s3a support, so jobs read and write S3 with boto3 inside partitions; executors get the
+driver's endpoint/region through the task closure rather than relying on their environment.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+AWS_VARIABLES = (
+    "AWS_ENDPOINT_URL",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+)
+
+
+def aws_environment() -> dict[str, str]:
+    """The driver's AWS settings, to apply on executors (on EMR these are usually just the region)."""
+    return {name: os.environ[name] for name in AWS_VARIABLES if name in os.environ}
+
+
+def apply_aws_environment(env: dict[str, str]) -> None:
+    for name, value in env.items():
+        os.environ.setdefault(name, value)
+
+
+def local_session(app_name: str, cores: int = 2) -> Any:
+    """A Spark session in local mode whose Python workers run this interpreter."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    return (
+        SparkSession.builder.master(f"local[{cores}]")
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", str(cores * 2))
+        .config("spark.driver.memory", "2g")
+        .config("spark.python.worker.reuse", "true")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .getOrCreate()
+    )
+
+
+def get_session(app_name: str) -> Any:
+    """The session spark-submit created, or a local one when run directly."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    if "SPARK_ENV_LOADED" in os.environ or os.environ.get("SPARK_MASTER"):
+        return SparkSession.builder.appName(app_name).getOrCreate()
+    return local_session(app_name)

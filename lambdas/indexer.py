@@ -1,0 +1,58 @@
+"""Indexer Lambda: S3 ObjectCreated/ObjectRemoved notifications, through SQS (partial-batch failures) or direct.
+
+Each notification only names a key: the library reads what S3 holds now and replaces that object's index rows,
+so duplicates and out-of-order deliveries are harmless.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import unquote_plus
+
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.data_classes import S3Event
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from lakepurge import aws, runtime
+from lakepurge.indexer import IndexOutcome, index_object
+
+logger = Logger(service="lakepurge")
+processor = BatchProcessor(event_type=EventType.SQS)
+
+
+def _index_s3_event(event: S3Event) -> list[IndexOutcome]:
+    outcomes = []
+    for record in event.records:
+        bucket = record.s3.bucket.name
+        key = unquote_plus(record.s3.get_object.key)  # S3 URL-encodes keys in notifications
+        outcomes.append(index_object(aws.client("s3"), runtime.index_store(), runtime.settings(), bucket, key))
+    return outcomes
+
+
+def record_handler(record: SQSRecord) -> dict[str, int]:
+    body = record.json_body
+    if not isinstance(body, dict) or body.get("Event") == "s3:TestEvent":
+        return {"objects": 0}  # the test message S3 sends when a notification is configured
+    if "Records" not in body:
+        raise ValueError("SQS message is not an S3 event notification")
+    outcomes = _index_s3_event(S3Event(body))
+    return {"objects": len(outcomes), "unindexable": sum(o.unindexable for o in outcomes)}
+
+
+@logger.inject_lambda_context(clear_state=True)
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    logger.set_correlation_id(context.aws_request_id)
+    records = event.get("Records") or []
+    if records and records[0].get("eventSource") == "aws:sqs":
+        return dict(
+            process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)
+        )
+    outcomes = _index_s3_event(S3Event(event))
+    return {
+        "objects": len(outcomes),
+        "indexed": sum(o.action == "indexed" for o in outcomes),
+        "removed": sum(o.action == "removed" for o in outcomes),
+        "unindexable": sum(o.unindexable for o in outcomes),
+    }

@@ -1,0 +1,63 @@
+"""Shared fixtures: one moto server, one PostgreSQL cluster and one Spark session per test session."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from lakepurge.local.moto import DUMMY_CREDENTIALS
+
+# No test may ever reach a real AWS account, whatever the developer's environment holds.
+os.environ.update(DUMMY_CREDENTIALS)
+for leaked in ("AWS_PROFILE", "AWS_ENDPOINT_URL"):
+    os.environ.pop(leaked, None)
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[object]:
+    from lakepurge.local.moto import start_moto
+
+    server = start_moto()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def aws(moto_server: object) -> Iterator[object]:
+    """A moto server with empty state for each test."""
+    yield moto_server
+    moto_server.reset()  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[object]:
+    from lakepurge.local.postgres import start_postgres
+
+    server = start_postgres()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def pg_dsn(postgres_server: object) -> Iterator[str]:
+    """The shared cluster, with the index tables emptied before each test."""
+    import psycopg
+
+    dsn: str = postgres_server.dsn  # type: ignore[attr-defined]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "DO $$ BEGIN IF to_regclass('user_objects') IS NOT NULL THEN"
+            " TRUNCATE user_objects, indexed_objects, unindexable_lines; END IF; END $$"
+        )
+    yield dsn
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    from lakepurge.sparkutil import local_session
+
+    session = local_session("lakepurge-tests")
+    yield session
+    session.stop()

@@ -1,0 +1,37 @@
+"""Helpers shared by integration tests: a configured sample lake on the moto server."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+
+from lakepurge import aws
+from lakepurge.config import Settings, parse_settings
+from lakepurge.samples import SampleLake, generate_lake, settings_toml
+
+REPORTS = "s3://lake-reports/"
+
+
+def index_toml(backend: str, pg_dsn: str | None = None, table: str = "lakepurge-index-test") -> str:
+    if backend == "postgres":
+        return f'backend = "postgres"\ndsn = "{pg_dsn}"'
+    return f'backend = "dynamodb"\ntable = "{table}"'
+
+
+@dataclass
+class LakeCase:
+    lake: SampleLake
+    settings: Settings
+    toml: str
+
+
+def make_lake(index: str, bucket: str = "lake", versioned: bool = False, **sizes: int) -> LakeCase:
+    s3 = aws.client("s3")
+    s3.create_bucket(Bucket=bucket)
+    s3.create_bucket(Bucket="lake-reports")
+    if versioned:
+        s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    lake = generate_lake(bucket=bucket, **sizes)
+    lake.upload(s3)
+    toml = settings_toml(bucket, index, REPORTS)
+    return LakeCase(lake, parse_settings(tomllib.loads(toml)), toml)

@@ -1,0 +1,161 @@
+"""Record readers: positions, ids, blanks and every kind of bad line, without any service."""
+
+from __future__ import annotations
+
+import gzip
+import io
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from lakepurge.formats import Record, Unindexable, read_records
+
+pytestmark = pytest.mark.unit
+
+MAX = 1024
+
+
+def read(data: bytes, key: str = "x.jsonl", fmt: str = "jsonl", fields: tuple[str, ...] = ("user_id",), **kw):
+    return list(read_records(io.BytesIO(data), key, fmt, fields, kw.get("max_bytes", MAX)))
+
+
+def records(items):
+    return [(i.line, i.user_ids) for i in items if isinstance(i, Record)]
+
+
+def problems(items):
+    return [(i.line, i.reason) for i in items if isinstance(i, Unindexable)]
+
+
+def test_given_jsonl_when_reading_then_each_record_has_its_zero_based_line_and_id():
+    data = b'{"user_id":"a"}\n{"user_id":"b","x":1}\n{"user_id":42}\n'
+    assert records(read(data)) == [(0, ("a",)), (1, ("b",)), (2, ("42",))]
+
+
+def test_given_blank_and_empty_lines_when_reading_then_they_are_skipped_but_still_counted_as_lines():
+    data = b'{}\n\n{"user_id":"a"}\n  \n{ }\n{"user_id":"b"}\n'
+    assert records(read(data)) == [(2, ("a",)), (5, ("b",))]
+    assert problems(read(data)) == []
+
+
+def test_given_crlf_and_no_trailing_newline_when_reading_then_positions_are_exact():
+    data = b'{"user_id":"a"}\r\n{}\r\n{"user_id":"b"}'
+    assert records(read(data)) == [(0, ("a",)), (2, ("b",))]
+
+
+def test_given_nested_fields_and_arrays_when_reading_then_every_id_is_found_once():
+    line = {"buyer": {"id": "a"}, "gift": {"recipients": ["b", "a", "c"]}, "items": [{"seller": "s1"}, {"seller": "s2"}]}
+    data = orjson.dumps(line) + b"\n"
+    found = records(read(data, fields=("buyer.id", "gift.recipients", "items.seller")))
+    assert found == [(0, ("a", "b", "c", "s1", "s2"))]
+
+
+def test_given_one_of_several_id_fields_present_when_reading_then_record_is_indexed():
+    data = b'{"buyer":{"id":"a"}}\n'
+    assert records(read(data, fields=("buyer.id", "gift.recipients"))) == [(0, ("a",))]
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        (b'{"user_id": "a", broken', "invalid JSON"),
+        (b'{"user_id": "caf\xe9"}', "invalid UTF-8"),
+        (b'{"name": "no id here"}', "id field 'user_id' missing"),
+        (b'{"user_id": null}', "id field 'user_id' missing"),
+        (b'{"user_id": ""}', "id field 'user_id' is empty"),
+        (b'{"user_id": {"nested": 1}}', "holds a dict"),
+        (b'[1, 2, 3]', "not a JSON object"),
+    ],
+)
+def test_given_a_bad_line_when_reading_then_it_is_reported_with_its_line_and_the_others_are_indexed(line, reason):
+    data = b'{"user_id":"a"}\n' + line + b'\n{"user_id":"b"}\n'
+    items = read(data)
+    assert records(items) == [(0, ("a",)), (2, ("b",))]
+    [(number, message)] = problems(items)
+    assert number == 1
+    assert reason in message
+
+
+def test_given_a_bad_line_when_reporting_then_the_reason_never_quotes_the_record():
+    items = read(b'{"user_id": "alice@example.com", oops}\n')
+    assert "alice" not in problems(items)[0][1]
+
+
+def test_given_a_line_longer_than_the_limit_when_reading_then_it_is_reported_and_the_next_lines_are_indexed():
+    huge = b'{"user_id":"big","pad":"' + b"x" * (5 * MAX) + b'"}'
+    data = b'{"user_id":"a"}\n' + huge + b'\n{"user_id":"b"}\n'
+    items = read(data)
+    assert records(items) == [(0, ("a",)), (2, ("b",))]
+    assert problems(items) == [(1, f"line longer than max_record_bytes ({MAX} bytes)")]
+
+
+def test_given_a_50_mb_line_with_the_default_limit_when_reading_then_memory_stays_bounded_and_it_is_reported():
+    huge = b'{"user_id":"big","pad":"' + b"x" * (50 * 1024 * 1024) + b'"}'
+    items = read(b'{"user_id":"a"}\n' + huge + b'\n{"user_id":"b"}', max_bytes=16 * 1024 * 1024)
+    assert records(items) == [(0, ("a",)), (2, ("b",))]
+    assert problems(items)[0][0] == 1
+
+
+def test_given_an_empty_object_when_reading_then_nothing_is_yielded():
+    assert read(b"") == []
+    assert read(b"", key="x.csv", fmt="csv") == []
+
+
+def test_given_gzip_when_reading_then_lines_are_those_of_the_decompressed_object():
+    data = gzip.compress(b'{"user_id":"a"}\n{}\n{"user_id":"b"}\n')
+    assert records(read(data, key="x.jsonl.gz")) == [(0, ("a",)), (2, ("b",))]
+
+
+def test_given_truncated_gzip_when_reading_then_lines_before_are_indexed_and_the_break_is_reported():
+    body = b"".join(b'{"user_id":"u%d","pad":"%s"}\n' % (n, b"y" * 50) for n in range(2000))
+    data = gzip.compress(body)[:-4000]
+    items = read(data, key="x.jsonl.gz")
+    indexed = records(items)
+    assert indexed[0] == (0, ("u0",))
+    assert [line for line, _ in indexed] == list(range(len(indexed)))
+    [(number, message)] = problems(items)
+    assert number >= len(indexed)
+    assert "truncated gzip" in message
+
+
+def test_given_csv_when_reading_then_header_is_line_zero_and_quoted_newlines_keep_start_lines():
+    data = b'customer_id,note\nA,"two\nlines"\n,empty id\nB,plain\n,,\n'
+    items = read(data, key="x.csv", fmt="csv", fields=("customer_id",))
+    assert records(items) == [(1, ("A",)), (4, ("B",))]
+    assert problems(items) == [(3, "id field 'customer_id' missing")]
+
+
+def test_given_csv_without_the_id_column_when_reading_then_every_row_is_reported():
+    data = b"name\nx\ny\n"
+    assert problems(read(data, key="x.csv", fmt="csv", fields=("customer_id",))) == [
+        (1, "id column 'customer_id' not in header"),
+        (2, "id column 'customer_id' not in header"),
+    ]
+
+
+def test_given_csv_with_invalid_utf8_in_the_id_when_reading_then_it_is_reported():
+    data = b"customer_id,note\nA,caf\xe9 ok\n\xff\xfe,x\r\n"
+    items = read(data, key="x.csv", fmt="csv", fields=("customer_id",))
+    assert records(items) == [(1, ("A",))]
+    assert problems(items) == [(2, "invalid UTF-8 in id field 'customer_id'")]
+
+
+def test_given_parquet_when_reading_then_rows_are_numbered_across_row_groups():
+    table = pa.table({"user_id": ["a", None, "c", "d", "e"], "v": [1, 2, 3, 4, 5]})
+    out = io.BytesIO()
+    pq.write_table(table, out, row_group_size=2)
+    items = read(out.getvalue(), key="x.parquet", fmt="parquet")
+    assert records(items) == [(0, ("a",)), (2, ("c",)), (3, ("d",)), (4, ("e",))]
+    assert problems(items) == [(1, "id field 'user_id' missing")]
+
+
+def test_given_parquet_with_nested_struct_ids_when_reading_then_they_are_found():
+    table = pa.table({"order": [{"buyer": "a"}, {"buyer": "b"}]})
+    out = io.BytesIO()
+    pq.write_table(table, out)
+    assert records(read(out.getvalue(), key="x.parquet", fmt="parquet", fields=("order.buyer",))) == [
+        (0, ("a",)),
+        (1, ("b",)),
+    ]
