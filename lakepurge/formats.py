@@ -149,9 +149,7 @@ def _json_reason(exc: orjson.JSONDecodeError) -> str:
     return "invalid UTF-8" if "utf-8" in str(exc).lower() else f"invalid JSON ({exc})"
 
 
-def read_jsonl(
-    stream: IO[bytes], paths: tuple[tuple[str, ...], ...], max_bytes: int
-) -> Iterator[Record | Unindexable]:
+def read_jsonl(stream: IO[bytes], paths: tuple[tuple[str, ...], ...], max_bytes: int) -> Iterator[Record | Unindexable]:
     loads = orjson.loads
     for number, line in iter_lines(stream, max_bytes):
         if line is None:

@@ -51,9 +51,7 @@ def scan_object(s3: Any, settings: Settings, dataset: DatasetConfig, head: Objec
     unindexable = result.unindexable
     raw = open_seekable(s3, head) if dataset.format == "parquet" else open_body(s3, head)
     try:
-        for item in read_records(
-            raw, head.key, dataset.format, dataset.id_fields, settings.indexing.max_record_bytes
-        ):
+        for item in read_records(raw, head.key, dataset.format, dataset.id_fields, settings.indexing.max_record_bytes):
             if isinstance(item, Record):
                 records += 1
                 for user in item.user_ids:
@@ -141,7 +139,5 @@ def index_object(
                     "first_lines": [u.line for u in scanned.unindexable[:10]],
                 },
             )
-        return IndexOutcome(
-            s3path, "indexed" if written else "unchanged", scanned.records, len(scanned.unindexable)
-        )
+        return IndexOutcome(s3path, "indexed" if written else "unchanged", scanned.records, len(scanned.unindexable))
     raise ObjectChanged(f"{ref} kept changing while being indexed ({attempts} attempts)")

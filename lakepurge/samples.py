@@ -74,7 +74,7 @@ erase = "delete-object"
 
 def settings_toml(bucket: str, index: str, reports: str) -> str:
     """A complete configuration for a sample lake; index is the [index] table's body."""
-    return f"[index]\n{index}\n\n[reports]\nlocation = \"{reports}\"\n" + DATASETS_TOML.format(bucket=bucket)
+    return f'[index]\n{index}\n\n[reports]\nlocation = "{reports}"\n' + DATASETS_TOML.format(bucket=bucket)
 
 
 @dataclass

@@ -116,9 +116,7 @@ class PostgresIndexStore:
                     copy.write("".join(buffer))
             bad = [(o.s3path, u.line, u.reason) for o in claimed for u in o.unindexable]
             if bad:
-                cur.executemany(
-                    "INSERT INTO unindexable_lines (s3path, recordline, reason) VALUES (%s, %s, %s)", bad
-                )
+                cur.executemany("INSERT INTO unindexable_lines (s3path, recordline, reason) VALUES (%s, %s, %s)", bad)
         return len(claimed)
 
     def remove_object(self, s3path: str) -> bool:

@@ -46,7 +46,11 @@ def test_given_crlf_and_no_trailing_newline_when_reading_then_positions_are_exac
 
 
 def test_given_nested_fields_and_arrays_when_reading_then_every_id_is_found_once():
-    line = {"buyer": {"id": "a"}, "gift": {"recipients": ["b", "a", "c"]}, "items": [{"seller": "s1"}, {"seller": "s2"}]}
+    line = {
+        "buyer": {"id": "a"},
+        "gift": {"recipients": ["b", "a", "c"]},
+        "items": [{"seller": "s1"}, {"seller": "s2"}],
+    }
     data = orjson.dumps(line) + b"\n"
     found = records(read(data, fields=("buyer.id", "gift.recipients", "items.seller")))
     assert found == [(0, ("a", "b", "c", "s1", "s2"))]
@@ -66,7 +70,7 @@ def test_given_one_of_several_id_fields_present_when_reading_then_record_is_inde
         (b'{"user_id": null}', "id field 'user_id' missing"),
         (b'{"user_id": ""}', "id field 'user_id' is empty"),
         (b'{"user_id": {"nested": 1}}', "holds a dict"),
-        (b'[1, 2, 3]', "not a JSON object"),
+        (b"[1, 2, 3]", "not a JSON object"),
     ],
 )
 def test_given_a_bad_line_when_reading_then_it_is_reported_with_its_line_and_the_others_are_indexed(line, reason):

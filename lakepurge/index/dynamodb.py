@@ -1,0 +1,689 @@
+"""DynamoDB index: one table holding every user's index rows and one meta item per indexed object.
+
+Items
+-----
+Row item: one per user, object version and chunk of that user's lines in the object.
+
+* ``userid`` (partition key, S): the user id.
+* ``location`` (sort key, S): ``"<s3path>\\x1f<etag>\\x1f<chunk>"``. The ETag is part of the key, so the rows of a new
+  version never overwrite the rows of the version the index currently serves.
+* ``s3path``, ``etag``: ``s3path`` is the partition key of the ``by_object`` GSI, which finds an object's rows.
+* ``lines``: the user's line numbers in this chunk (L of N, sorted; -1 = the user owns the whole object). A user's
+  list is split into chunks of at most 20,000 lines to stay well under DynamoDB's 400 KB item limit.
+* ``chunk``, ``chunks``: this chunk's number and how many chunks the user has in this object version (readers use
+  it to tell a complete row set from one still being written).
+* ``n`` (number of lines) and ``written_at`` (epoch seconds).
+
+Object meta item: one per indexed object, the item that says which version of the object the index serves.
+
+* ``userid`` = ``"#object#" + s3path``, ``location`` = ``"#meta"``, ``kind`` = ``"object"``.
+* ``s3path``, ``dataset``, ``etag``, ``version_id`` (absent when None), ``last_modified`` (ISO-8601 UTC with
+  microseconds: compares as a string), ``records``, ``row_items``, ``rows``, ``unindexable`` (count),
+  ``unindexable_lines`` (the first 100 as maps ``{line, reason}``), ``indexed_at``.
+
+Reserved namespace: partition keys starting with ``"#object#"`` hold meta items. A user id that happens to start
+with it still works (a row's sort key always holds ``\\x1f``, a meta item's is ``"#meta"``, so they never collide
+and every reader skips ``"#meta"``), but such ids should not be fed to the index.
+
+Replacing an object (atomic per object without transactions)
+------------------------------------------------------------
+1. A consistent read of the meta item skips objects whose indexed version is newer, or is this same ETag
+   (unless forced).
+2. The new version's row items are written (BatchWriteItem). Their keys hold the new ETag, so nothing the index
+   serves changes yet.
+3. The meta item is flipped with a conditional PutItem: ``attribute_not_exists(userid) OR (last_modified <= :lm
+   AND etag <> :etag)`` (without the ETag test when forced), the PostgreSQL adapter's claim. If the condition
+   fails, the rows just written are deleted, unless the current ETag is the one just written (then they are the
+   current rows).
+4. Superseded rows of the object are deleted (found through the GSI): those of the version the flip replaced,
+   those of the current ETag that this write did not produce, and those of any other ETag older than an hour
+   (left by a writer that died between steps 2 and 3). Younger rows of other ETags may belong to a concurrent
+   writer still in step 2 and are left to it.
+
+Readers return only rows whose ETag is the one in the object's meta item, so they never see a half-replaced
+object. ``lookup`` also re-reads users whose rows disagree with the meta items read after them (an object replaced
+while the user was being read), until each user's rows are consistent with one state of the meta items.
+
+Differences from the PostgreSQL adapter: only the first 100 unindexable lines of each object are kept (the count
+is exact); a naive ``last_modified`` is taken as UTC; ``remove_object`` running concurrently with a writer of the
+same object is not ordered against it. Nothing here logs user ids or object paths (a key may name a user).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from botocore.exceptions import ClientError
+
+from lakepurge import aws
+from lakepurge.index.base import IndexStatus, Location, ObjectIndex, UnindexableLine
+from lakepurge.logs import get_logger
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+log = get_logger(__name__)
+
+META_PREFIX = "#object#"
+META_SORT_KEY = "#meta"
+SEPARATOR = "\x1f"
+GSI_NAME = "by_object"
+CHUNK_LINES = 20_000
+UNINDEXABLE_KEPT = 100
+BATCH_WRITE_ITEMS = 25
+BATCH_GET_KEYS = 100
+THREADS = 16
+# A row of an ETag that is neither current nor the one just replaced is deleted only when it is older than this:
+# younger ones may belong to a concurrent writer that has not flipped the meta item yet.
+ORPHAN_GRACE_SECONDS = 3600
+# Unprocessed batch items are retried with exponential backoff and jitter, this many times at most.
+BATCH_ATTEMPTS = 12
+BACKOFF_BASE_SECONDS = 0.05
+BACKOFF_CAP_SECONDS = 5.0
+# How many times lookup re-reads users whose rows changed under it, and object_rows waits for the GSI.
+READ_ROUNDS = 5
+
+Item = dict[str, Any]
+T = TypeVar("T")
+R = TypeVar("R")
+
+# Every attribute is referred to through a placeholder: LOCATION, LINES and others are DynamoDB reserved words.
+_NAMES = {
+    "#u": "userid",
+    "#l": "location",
+    "#p": "s3path",
+    "#e": "etag",
+    "#k": "kind",
+}
+
+
+class DynamoBatchError(RuntimeError):
+    """DynamoDB kept returning unprocessed items or keys after every retry."""
+
+
+class IndexSchemaError(RuntimeError):
+    """The table exists but does not have the layout this adapter needs."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Meta:
+    s3path: str
+    etag: str
+    last_modified: str
+    row_items: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    userid: str
+    s3path: str
+    etag: str
+    chunk: int
+    chunks: int
+    lines: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class _RowKey:
+    userid: str
+    location: str
+    etag: str
+    written_at: int
+
+
+def _timestamp(value: datetime) -> str:
+    """ISO-8601 in UTC with a fixed width, so string order is time order."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def _meta_key(s3path: str) -> Item:
+    return {"userid": {"S": META_PREFIX + s3path}, "location": {"S": META_SORT_KEY}}
+
+
+def _key(userid: str, location: str) -> Item:
+    return {"userid": {"S": userid}, "location": {"S": location}}
+
+
+def _parse_meta(item: Item) -> _Meta:
+    return _Meta(
+        s3path=item["s3path"]["S"],
+        etag=item["etag"]["S"],
+        last_modified=item["last_modified"]["S"],
+        row_items=int(item.get("row_items", {"N": "0"})["N"]),
+    )
+
+
+def _parse_row(item: Item) -> _Row:
+    return _Row(
+        userid=item["userid"]["S"],
+        s3path=item["s3path"]["S"],
+        etag=item["etag"]["S"],
+        chunk=int(item["chunk"]["N"]),
+        chunks=int(item["chunks"]["N"]),
+        lines=[int(value["N"]) for value in item["lines"]["L"]],
+    )
+
+
+def _row_items(obj: ObjectIndex, written_at: int) -> list[Item]:
+    items: list[Item] = []
+    path = {"S": obj.s3path}
+    etag = {"S": obj.etag}
+    stamp = {"N": str(written_at)}
+    for user, lines in obj.lines_by_user.items():
+        if not lines:
+            continue
+        ordered = sorted(lines)
+        chunks = (len(ordered) + CHUNK_LINES - 1) // CHUNK_LINES
+        for chunk in range(chunks):
+            part = ordered[chunk * CHUNK_LINES : (chunk + 1) * CHUNK_LINES]
+            items.append(
+                {
+                    "userid": {"S": user},
+                    "location": {"S": f"{obj.s3path}{SEPARATOR}{obj.etag}{SEPARATOR}{chunk}"},
+                    "s3path": path,
+                    "etag": etag,
+                    "chunk": {"N": str(chunk)},
+                    "chunks": {"N": str(chunks)},
+                    "lines": {"L": [{"N": str(line)} for line in part]},
+                    "n": {"N": str(len(part))},
+                    "written_at": stamp,
+                }
+            )
+    return items
+
+
+def _meta_item(obj: ObjectIndex, row_items: int) -> Item:
+    item: Item = {
+        **_meta_key(obj.s3path),
+        "kind": {"S": "object"},
+        "s3path": {"S": obj.s3path},
+        "dataset": {"S": obj.dataset},
+        "etag": {"S": obj.etag},
+        "last_modified": {"S": _timestamp(obj.last_modified)},
+        "records": {"N": str(obj.records)},
+        "row_items": {"N": str(row_items)},
+        "rows": {"N": str(obj.row_count)},
+        "unindexable": {"N": str(len(obj.unindexable))},
+        "unindexable_lines": {
+            "L": [
+                {"M": {"line": {"N": str(u.line)}, "reason": {"S": u.reason}}}
+                for u in obj.unindexable[:UNINDEXABLE_KEPT]
+            ]
+        },
+        "indexed_at": {"S": _timestamp(datetime.now(UTC))},
+    }
+    if obj.version_id is not None:
+        item["version_id"] = {"S": obj.version_id}
+    return item
+
+
+def _settled(rows: list[_Row], meta: _Meta | None) -> bool:
+    """Whether one user's rows of one object are exactly the rows of the version the meta item names."""
+    if meta is None:
+        return True  # not indexed (removed, or never flipped): there is nothing to return
+    if any(row.etag != meta.etag for row in rows):
+        return False
+    return len({row.chunk for row in rows}) == rows[0].chunks
+
+
+def _by_path(rows: list[_Row]) -> dict[str, list[_Row]]:
+    grouped: dict[str, list[_Row]] = defaultdict(list)
+    for row in rows:
+        grouped[row.s3path].append(row)
+    return grouped
+
+
+def _backoff(attempt: int) -> None:
+    delay = min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2**attempt)
+    time.sleep(delay * random.uniform(0.5, 1.0))  # noqa: S311 - jitter, not cryptography
+
+
+def _parallel(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+    """fn over items on up to THREADS threads (inline for a single item); results in order."""
+    if len(items) <= 1:
+        return [fn(item) for item in items]
+    with ThreadPoolExecutor(max_workers=min(THREADS, len(items)), thread_name_prefix="lakepurge-dynamodb") as pool:
+        return list(pool.map(fn, items))
+
+
+def _chunks(items: Sequence[T], size: int) -> list[Sequence[T]]:
+    return [items[start : start + size] for start in range(0, len(items), size)]
+
+
+class DynamoIndexStore:
+    def __init__(self, table_name: str, client: DynamoDBClient | None = None) -> None:
+        self._table = table_name
+        self._client: DynamoDBClient = client if client is not None else aws.client("dynamodb")
+
+    # -- schema ---------------------------------------------------------------------------------------------------
+
+    def ensure_schema(self) -> None:
+        try:
+            self._client.describe_table(TableName=self._table)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ResourceNotFoundException":
+                raise
+            self._create_table()
+        self._client.get_waiter("table_exists").wait(
+            TableName=self._table, WaiterConfig={"Delay": 2, "MaxAttempts": 150}
+        )
+        self._check_schema()
+
+    def _create_table(self) -> None:
+        try:
+            self._client.create_table(
+                TableName=self._table,
+                BillingMode="PAY_PER_REQUEST",
+                AttributeDefinitions=[
+                    {"AttributeName": "userid", "AttributeType": "S"},
+                    {"AttributeName": "location", "AttributeType": "S"},
+                    {"AttributeName": "s3path", "AttributeType": "S"},
+                ],
+                KeySchema=[
+                    {"AttributeName": "userid", "KeyType": "HASH"},
+                    {"AttributeName": "location", "KeyType": "RANGE"},
+                ],
+                GlobalSecondaryIndexes=[
+                    {
+                        "IndexName": GSI_NAME,
+                        "KeySchema": [{"AttributeName": "s3path", "KeyType": "HASH"}],
+                        "Projection": {"ProjectionType": "INCLUDE", "NonKeyAttributes": ["etag", "written_at"]},
+                    }
+                ],
+            )
+            log.info("index table created", extra={"table": self._table})
+        except ClientError as exc:
+            # Several processes starting at once: one creates, the others wait for it.
+            if exc.response.get("Error", {}).get("Code") != "ResourceInUseException":
+                raise
+
+    def _check_schema(self) -> None:
+        for _ in range(150):
+            table = self._client.describe_table(TableName=self._table)["Table"]
+            keys = {(k["AttributeName"], k["KeyType"]) for k in table.get("KeySchema", [])}
+            if keys != {("userid", "HASH"), ("location", "RANGE")}:
+                raise IndexSchemaError(f"table {self._table}: key schema must be userid (HASH), location (RANGE)")
+            indexes = {gsi["IndexName"]: gsi for gsi in table.get("GlobalSecondaryIndexes", [])}
+            gsi = indexes.get(GSI_NAME)
+            if gsi is None:
+                raise IndexSchemaError(f"table {self._table}: global secondary index {GSI_NAME} is missing")
+            if gsi.get("IndexStatus", "ACTIVE") == "ACTIVE":
+                return
+            time.sleep(2)
+        raise IndexSchemaError(f"table {self._table}: index {GSI_NAME} did not become ACTIVE")
+
+    # -- writes ---------------------------------------------------------------------------------------------------
+
+    def replace_objects(self, objects: Sequence[ObjectIndex], force: bool = False) -> int:
+        if not objects:
+            return 0
+        # The same object twice in one batch: each occurrence in its own round, in the order given.
+        rounds: list[list[ObjectIndex]] = []
+        seen: dict[str, int] = defaultdict(int)
+        for obj in objects:
+            occurrence = seen[obj.s3path]
+            seen[obj.s3path] += 1
+            if occurrence == len(rounds):
+                rounds.append([])
+            rounds[occurrence].append(obj)
+        return sum(self._replace_round(batch, force) for batch in rounds)
+
+    def _replace_round(self, objects: list[ObjectIndex], force: bool) -> int:
+        current = self._get_metas([obj.s3path for obj in objects])
+        todo = [obj for obj in objects if not self._superseded(current.get(obj.s3path), obj, force)]
+        if not todo:
+            log.debug("objects already indexed", extra={"objects": len(objects)})
+            return 0
+        written_at = int(time.time())
+        rows = {obj.s3path: _row_items(obj, written_at) for obj in todo}
+        self._batch_write([{"PutRequest": {"Item": item}} for obj in todo for item in rows[obj.s3path]])
+
+        def settle(obj: ObjectIndex) -> tuple[bool, list[Item]]:
+            """Flip the meta item; returns whether it was claimed and the row keys to delete."""
+            mine = rows[obj.s3path]
+            claimed, meta = self._flip(obj, len(mine), force)
+            written = {(item["userid"]["S"], item["location"]["S"]) for item in mine}
+            if not claimed:
+                if meta is not None and meta.etag == obj.etag:
+                    return False, []  # the rows just written are the current ones (written concurrently)
+                return False, [_key(user, location) for user, location in written]
+            previous = meta.etag if meta is not None else None
+            horizon = written_at - ORPHAN_GRACE_SECONDS
+            stale: list[Item] = []
+            for key in self._object_keys(obj.s3path):
+                if key.etag == obj.etag:
+                    superseded = (key.userid, key.location) not in written
+                else:
+                    superseded = key.etag == previous or key.written_at < horizon
+                if superseded:
+                    stale.append(_key(key.userid, key.location))
+            return True, stale
+
+        outcomes = _parallel(settle, todo)
+        self._batch_write([{"DeleteRequest": {"Key": key}} for _, keys in outcomes for key in keys])
+        claimed = sum(1 for was_claimed, _ in outcomes if was_claimed)
+        log.debug(
+            "objects replaced",
+            extra={
+                "objects": len(objects),
+                "written": claimed,
+                "row_items": sum(len(items) for items in rows.values()),
+                "deleted_row_items": sum(len(keys) for _, keys in outcomes),
+            },
+        )
+        return claimed
+
+    @staticmethod
+    def _superseded(meta: _Meta | None, obj: ObjectIndex, force: bool) -> bool:
+        if meta is None:
+            return False
+        return meta.last_modified > _timestamp(obj.last_modified) or (meta.etag == obj.etag and not force)
+
+    def _flip(self, obj: ObjectIndex, row_items: int, force: bool) -> tuple[bool, _Meta | None]:
+        """Make obj the indexed version if the index holds no newer one; returns (claimed, the meta item before)."""
+        values: Item = {":lm": {"S": _timestamp(obj.last_modified)}}
+        if force:
+            condition = "attribute_not_exists(#u) OR #m <= :lm"
+        else:
+            condition = "attribute_not_exists(#u) OR (#m <= :lm AND #e <> :etag)"
+            values[":etag"] = {"S": obj.etag}
+        names = {"#u": "userid", "#m": "last_modified"} | ({} if force else {"#e": "etag"})
+        try:
+            response = self._client.put_item(
+                TableName=self._table,
+                Item=_meta_item(obj, row_items),
+                ConditionExpression=condition,
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+                ReturnValues="ALL_OLD",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                raise
+            item: Item | None = exc.response.get("Item")  # type: ignore[assignment]
+            return False, _parse_meta(item) if item else self._get_meta(obj.s3path)
+        old = response.get("Attributes")
+        return True, _parse_meta(old) if old else None
+
+    def remove_object(self, s3path: str) -> bool:
+        response = self._client.delete_item(TableName=self._table, Key=_meta_key(s3path), ReturnValues="ALL_OLD")
+        existed = bool(response.get("Attributes"))
+        keys = self._object_keys(s3path)
+        self._batch_write([{"DeleteRequest": {"Key": _key(k.userid, k.location)}} for k in keys])
+        log.debug("object removed", extra={"indexed": existed, "row_items": len(keys)})
+        return existed
+
+    def truncate(self) -> None:
+        """Empty the index (tests and benchmarks start from nothing)."""
+        keys = [
+            {"userid": item["userid"], "location": item["location"]}
+            for item in self._scan(
+                ProjectionExpression="#u, #l", ExpressionAttributeNames={"#u": "userid", "#l": "location"}
+            )
+        ]
+        self._batch_write([{"DeleteRequest": {"Key": key}} for key in keys])
+
+    # -- reads ----------------------------------------------------------------------------------------------------
+
+    def lookup(self, user_ids: Sequence[str]) -> dict[str, list[Location]]:
+        users = list(dict.fromkeys(user_ids))
+        if not users:
+            return {}
+        rows = dict(zip(users, _parallel(self._user_rows, users), strict=True))
+        metas = self._get_metas(sorted({row.s3path for user_rows in rows.values() for row in user_rows}))
+        # The meta items each user's rows are read against (users re-read later get a later view).
+        view: dict[str, dict[str, _Meta]] = dict.fromkeys(users, metas)
+        unsettled = [
+            user
+            for user in users
+            if not all(_settled(group, metas.get(path)) for path, group in _by_path(rows[user]).items())
+        ]
+        for _ in range(READ_ROUNDS):
+            if not unsettled:
+                break
+            # An object was replaced while these users were read: read them again, then the meta items again.
+            before = metas
+            fresh = dict(zip(unsettled, _parallel(self._user_rows, unsettled), strict=True))
+            paths = {row.s3path for user in unsettled for row in (*rows[user], *fresh[user])}
+            after = self._get_metas(sorted(paths))
+            metas = {path: meta for path, meta in metas.items() if path not in paths} | after
+            still: list[str] = []
+            for user in unsettled:
+                rows[user] = fresh[user]
+                view[user] = after
+                for path, group in _by_path(fresh[user]).items():
+                    meta = after.get(path)
+                    earlier = before.get(path)
+                    # Consistent rows, or a version that stayed current all through the re-read.
+                    if _settled(group, meta) or (
+                        meta is not None and earlier is not None and earlier.etag == meta.etag
+                    ):
+                        continue
+                    still.append(user)
+                    break
+            unsettled = still
+        if unsettled:
+            log.warning("index rows kept changing during lookup", extra={"users": len(unsettled)})
+        found: dict[str, list[Location]] = {}
+        for user in sorted(users):
+            locations: list[Location] = []
+            for path, group in _by_path(rows[user]).items():
+                meta = view[user].get(path)
+                if meta is None:
+                    continue
+                lines = sorted(line for row in group if row.etag == meta.etag for line in row.lines)
+                if lines:
+                    locations.append(Location(path, meta.etag, tuple(lines)))
+            if locations:
+                found[user] = sorted(locations, key=lambda location: location.s3path)
+        return found
+
+    def object_rows(self, s3path: str) -> dict[str, list[int]]:
+        meta = self._get_meta(s3path)
+        if meta is None:
+            return {}
+        keys: list[_RowKey] = []
+        for attempt in range(READ_ROUNDS):
+            keys = [key for key in self._object_keys(s3path) if key.etag == meta.etag]
+            if len(keys) >= meta.row_items:
+                break
+            _backoff(attempt)  # the GSI is eventually consistent: the newest rows may not be in it yet
+        else:
+            log.warning("index rows of an object missing from the GSI", extra={"missing": meta.row_items - len(keys)})
+        items = self._batch_get([_key(key.userid, key.location) for key in keys])
+        lines: dict[str, list[int]] = defaultdict(list)
+        for row in map(_parse_row, items):
+            if row.etag == meta.etag:
+                lines[row.userid].extend(row.lines)
+        return {user: sorted(values) for user, values in lines.items()}
+
+    def indexed_objects(self) -> dict[str, str]:
+        return {meta.s3path: meta.etag for meta in self._metas()}
+
+    def unindexable(self, limit: int = 100) -> list[tuple[str, UnindexableLine]]:
+        found: list[tuple[str, UnindexableLine]] = []
+        items = self._scan(
+            FilterExpression="#k = :object AND #c > :zero",
+            ProjectionExpression="#p, #x",
+            ExpressionAttributeNames={"#k": "kind", "#c": "unindexable", "#p": "s3path", "#x": "unindexable_lines"},
+            ExpressionAttributeValues={":object": {"S": "object"}, ":zero": {"N": "0"}},
+        )
+        for item in sorted(items, key=lambda item: item["s3path"]["S"]):
+            entries = [
+                UnindexableLine(int(entry["M"]["line"]["N"]), entry["M"]["reason"]["S"])
+                for entry in item.get("unindexable_lines", {"L": []})["L"]
+            ]
+            found.extend((item["s3path"]["S"], entry) for entry in sorted(entries, key=lambda entry: entry.line))
+            if len(found) >= limit:
+                break
+        return found[: max(limit, 0)]
+
+    def status(self) -> IndexStatus:
+        items = list(
+            self._scan(
+                ProjectionExpression="#u, #l, #p, #e, #k, #n, #r, #c",
+                ExpressionAttributeNames={
+                    **_NAMES,
+                    "#n": "n",
+                    "#r": "records",
+                    "#c": "unindexable",
+                },
+            )
+        )
+        metas = {item["s3path"]["S"]: item for item in items if item.get("kind", {}).get("S") == "object"}
+        users: set[str] = set()
+        rows = 0
+        for item in items:
+            if item["location"]["S"] == META_SORT_KEY or "etag" not in item:
+                continue
+            meta = metas.get(item["s3path"]["S"])
+            if meta is not None and meta["etag"]["S"] == item["etag"]["S"]:
+                users.add(item["userid"]["S"])
+                rows += int(item["n"]["N"])
+        unindexable = [int(meta["unindexable"]["N"]) for meta in metas.values()]
+        return IndexStatus(
+            objects=len(metas),
+            records=sum(int(meta["records"]["N"]) for meta in metas.values()),
+            users=len(users),
+            rows=rows,
+            unindexable_lines=sum(unindexable),
+            objects_with_unindexable=sum(1 for count in unindexable if count > 0),
+        )
+
+    def dump(self) -> set[tuple[str, str, int]]:
+        items = list(self._scan())
+        current = {
+            item["s3path"]["S"]: item["etag"]["S"] for item in items if item.get("kind", {}).get("S") == "object"
+        }
+        found: set[tuple[str, str, int]] = set()
+        for item in items:
+            if item["location"]["S"] == META_SORT_KEY or "lines" not in item:
+                continue
+            row = _parse_row(item)
+            if current.get(row.s3path) == row.etag:
+                found.update((row.userid, row.s3path, line) for line in row.lines)
+        return found
+
+    def close(self) -> None:
+        """Nothing to release: the boto3 client is shared by the process."""
+
+    # -- helpers --------------------------------------------------------------------------------------------------
+
+    def _user_rows(self, user: str) -> list[_Row]:
+        rows: list[_Row] = []
+        start: Item | None = None
+        while True:
+            extra: dict[str, Any] = {"ExclusiveStartKey": start} if start else {}
+            page = self._client.query(
+                TableName=self._table,
+                KeyConditionExpression="#u = :u",
+                ExpressionAttributeNames={"#u": "userid"},
+                ExpressionAttributeValues={":u": {"S": user}},
+                ConsistentRead=True,
+                **extra,
+            )
+            rows.extend(_parse_row(item) for item in page.get("Items", []) if item["location"]["S"] != META_SORT_KEY)
+            start = page.get("LastEvaluatedKey")
+            if not start:
+                return rows
+
+    def _object_keys(self, s3path: str) -> list[_RowKey]:
+        """Every row item of an object, any ETag (through the GSI: eventually consistent)."""
+        keys: list[_RowKey] = []
+        start: Item | None = None
+        while True:
+            extra: dict[str, Any] = {"ExclusiveStartKey": start} if start else {}
+            page = self._client.query(
+                TableName=self._table,
+                IndexName=GSI_NAME,
+                KeyConditionExpression="#p = :p",
+                ExpressionAttributeNames={"#p": "s3path"},
+                ExpressionAttributeValues={":p": {"S": s3path}},
+                **extra,
+            )
+            for item in page.get("Items", []):
+                location = item["location"]["S"]
+                if location == META_SORT_KEY:
+                    continue
+                etag = item["etag"]["S"] if "etag" in item else location.rsplit(SEPARATOR, 2)[1]
+                written_at = int(item["written_at"]["N"]) if "written_at" in item else 0
+                keys.append(_RowKey(item["userid"]["S"], location, etag, written_at))
+            start = page.get("LastEvaluatedKey")
+            if not start:
+                return keys
+
+    def _get_meta(self, s3path: str) -> _Meta | None:
+        item = self._client.get_item(TableName=self._table, Key=_meta_key(s3path), ConsistentRead=True).get("Item")
+        return _parse_meta(item) if item else None
+
+    def _get_metas(self, paths: Sequence[str]) -> dict[str, _Meta]:
+        unique = list(dict.fromkeys(paths))
+        items = self._batch_get(
+            [_meta_key(path) for path in unique],
+            ProjectionExpression="#p, #e, #m, #r",
+            ExpressionAttributeNames={"#p": "s3path", "#e": "etag", "#m": "last_modified", "#r": "row_items"},
+        )
+        return {meta.s3path: meta for meta in map(_parse_meta, items)}
+
+    def _metas(self) -> list[_Meta]:
+        items = self._scan(
+            FilterExpression="#k = :object",
+            ProjectionExpression="#p, #e, #m",
+            ExpressionAttributeNames={"#k": "kind", "#p": "s3path", "#e": "etag", "#m": "last_modified"},
+            ExpressionAttributeValues={":object": {"S": "object"}},
+        )
+        return [_parse_meta(item) for item in items]
+
+    def _scan(self, **kwargs: Any) -> Iterator[Item]:
+        start: Item | None = None
+        while True:
+            extra: dict[str, Any] = {"ExclusiveStartKey": start} if start else {}
+            page = self._client.scan(TableName=self._table, ConsistentRead=True, **kwargs, **extra)
+            yield from page.get("Items", [])
+            start = page.get("LastEvaluatedKey")
+            if not start:
+                return
+
+    def _batch_write(self, requests: Sequence[Item]) -> None:
+        """BatchWriteItem in calls of 25, on several threads, retrying unprocessed items with backoff."""
+
+        def send(batch: Sequence[Item]) -> None:
+            pending: list[Any] = list(batch)
+            for attempt in range(BATCH_ATTEMPTS):
+                response = self._client.batch_write_item(RequestItems={self._table: pending})
+                pending = list(response.get("UnprocessedItems", {}).get(self._table, []))
+                if not pending:
+                    return
+                _backoff(attempt)
+            raise DynamoBatchError(
+                f"{len(pending)} items still unprocessed after {BATCH_ATTEMPTS} BatchWriteItem calls"
+            )
+
+        _parallel(send, _chunks(requests, BATCH_WRITE_ITEMS))
+
+    def _batch_get(self, keys: Sequence[Item], **options: Any) -> list[Item]:
+        """Consistent BatchGetItem in calls of 100 keys, retrying unprocessed keys with backoff."""
+
+        def fetch(batch: Sequence[Item]) -> list[Item]:
+            found: list[Item] = []
+            request: Any = {"Keys": list(batch), "ConsistentRead": True, **options}
+            for attempt in range(BATCH_ATTEMPTS):
+                response = self._client.batch_get_item(RequestItems={self._table: request})
+                found.extend(response.get("Responses", {}).get(self._table, []))
+                request = response.get("UnprocessedKeys", {}).get(self._table)
+                if not request or not request.get("Keys"):
+                    return found
+                _backoff(attempt)
+            raise DynamoBatchError(f"keys still unprocessed after {BATCH_ATTEMPTS} BatchGetItem calls")
+
+        return [item for batch in _parallel(fetch, _chunks(keys, BATCH_GET_KEYS)) for item in batch]
