@@ -29,7 +29,7 @@ FLUSH_ROWS = 200_000
 @dataclass(frozen=True)
 class BackfillResult:
     objects: int
-    written: int
+    scanned: int
     records: int
     rows: int
     unindexable: int
@@ -111,7 +111,7 @@ def run_backfill(spark: Any, settings: Settings, force: bool = False, datasets: 
     scanned = [r for r in results if r[1] == "scanned"]
     result = BackfillResult(
         objects=len(results),
-        written=len(scanned),
+        scanned=len(scanned),
         records=sum(r[2] for r in scanned),
         rows=sum(r[3] for r in scanned),
         unindexable=sum(r[4] for r in scanned),

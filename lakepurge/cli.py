@@ -37,17 +37,14 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 def cmd_index_backfill(args: argparse.Namespace, out: Output) -> int:
     from lakepurge.backfill import run_backfill
-    from lakepurge.sparkutil import local_session
+    from lakepurge.sparkutil import spark_session
 
     settings = _settings(args)
     out.say(f"backfilling {len(settings.datasets)} dataset(s) on local Spark ...")
-    spark = local_session("lakepurge-backfill")
-    try:
+    with spark_session("lakepurge-backfill") as spark:
         result = run_backfill(spark, settings, force=args.force, datasets=args.dataset)
-    finally:
-        spark.stop()
     out.say(
-        f"objects {result.objects}  indexed {result.written}  records {result.records}  rows {result.rows}"
+        f"objects {result.objects}  read {result.scanned}  records {result.records}  rows {result.rows}"
         f"  unindexable lines {result.unindexable}  failed objects {len(result.failed)}"
     )
     for path, error in result.failed:
@@ -138,11 +135,15 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_demo(args: argparse.Namespace, out: Output) -> int:
-    from lakepurge.demo import run_demo
+    from lakepurge.demo import DemoError, run_demo
 
-    document = run_demo(objects=args.objects, users=args.users, say=out.say)
+    try:
+        document = run_demo(objects=args.objects, users=args.users, say=out.say)
+    except DemoError as exc:
+        out.say(f"lakepurge demo: {exc}")
+        return 1
     out.result(document)
-    return 0
+    return 0 if document["status"] == "SUCCEEDED" else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -186,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     run: Callable[[argparse.Namespace, Output], int] = args.run
     from lakepurge.logs import root_logger
 
-    root_logger(level="WARNING")
+    root_logger(level="WARNING", stream=sys.stderr)
     try:
         return run(args, out)
     except ConfigError as exc:

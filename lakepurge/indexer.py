@@ -117,7 +117,7 @@ def index_object(
         return IndexOutcome(f"s3://{bucket}/{key}", "ignored")
     key = dataset.data_key(key)
     s3path = f"s3://{bucket}/{key}"
-    ref = object_ref(s3path, dataset.id_from_key)
+    ref = object_ref(s3path, dataset)
     for attempt in range(1, attempts + 1):
         head = head_object(s3, bucket, key)
         if head is None:

@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import re
+from typing import IO, TYPE_CHECKING
 
 from aws_lambda_powertools import Logger
+
+if TYPE_CHECKING:
+    from lakepurge.config import DatasetConfig
 
 SERVICE = "lakepurge"
 
@@ -19,8 +23,9 @@ def get_logger(module: str) -> Logger:
     return Logger(service=SERVICE, child=True)
 
 
-def root_logger(level: str = "INFO") -> Logger:
-    return Logger(service=SERVICE, level=level)
+def root_logger(level: str = "INFO", stream: IO[str] | None = None) -> Logger:
+    """The parent logger of a process; the CLI passes stderr so stdout carries only its JSON result."""
+    return Logger(service=SERVICE, level=level, stream=stream)
 
 
 def user_ref(user_id: str) -> str:
@@ -28,12 +33,14 @@ def user_ref(user_id: str) -> str:
     return "u:" + hashlib.sha256(user_id.encode()).hexdigest()[:12]
 
 
-def object_ref(s3path: str, id_from_key: str | None = None) -> str:
-    """The object's path, with the user id masked when the key itself names the user."""
-    if id_from_key is None:
+def object_ref(s3path: str, dataset: DatasetConfig) -> str:
+    """The object's path for logs. In one-user-per-object datasets the key may name its user: the id group of
+    id_from_key is masked, and a key that cannot be masked that way is replaced by a hash under the prefix."""
+    if not dataset.per_object:
         return s3path
-    match = re.search(id_from_key, s3path)
-    if match is None:
-        return s3path
-    start, end = match.span("id")
-    return s3path[:start] + "***" + s3path[end:]
+    if dataset.id_from_key is not None:
+        match = re.search(dataset.id_from_key, s3path)
+        if match is not None:
+            start, end = match.span("id")
+            return s3path[:start] + "***" + s3path[end:]
+    return f"{dataset.location}#{hashlib.sha256(s3path.encode()).hexdigest()[:12]}"

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 AWS_VARIABLES = (
@@ -45,8 +47,26 @@ def local_session(app_name: str, cores: int = 2) -> Any:
         .config("spark.python.worker.reuse", "true")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
+        .config("spark.ui.showConsoleProgress", "false")
         .getOrCreate()
     )
+
+
+@contextmanager
+def spark_session(app_name: str) -> Iterator[Any]:
+    """The process's active session if there is one (left running), else a new local one (stopped after)."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        yield active
+        return
+    session = local_session(app_name)
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        session.stop()
 
 
 def get_session(app_name: str) -> Any:

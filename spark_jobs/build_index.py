@@ -19,7 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="re-index objects whose ETag is already indexed")
     parser.add_argument("--dataset", action="append", default=[], help="only this dataset (repeatable)")
     args = parser.parse_args(argv)
-    root_logger()
+    root_logger(stream=sys.stderr)
     settings = load_settings(args.config)
     result = run_backfill(get_session("lakepurge-build-index"), settings, args.force, args.dataset)
     sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")

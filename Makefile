@@ -1,0 +1,43 @@
+# lakepurge: `make demo` runs the whole pipeline on the embedded local stack; `make test` runs lint and tests.
+# Both create .venv and install what they need on first use.
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-dev
+
+.DEFAULT_GOAL := help
+.PHONY: help install demo test lint format bench clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "lakepurge needs Python 3.11 or newer")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $@
+
+install: $(STAMP) ## create .venv with lakepurge and its development tools
+
+demo: $(STAMP) ## generate a sample lake on a local moto server, index it with Spark, look a user up
+	$(BIN)/lakepurge demo
+
+lint: $(STAMP) ## ruff, ruff format --check, mypy
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: lint ## lint, then unit, integration and e2e tests (starts its own PostgreSQL, moto server, Spark)
+	$(BIN)/pytest -q
+
+format: $(STAMP) ## apply ruff's fixes and formatting
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+bench: $(STAMP) ## index benchmarks (prints figures; see bench/README.md)
+	$(BIN)/python bench/index_bench.py
+
+clean: ## remove the virtualenv and caches
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info
