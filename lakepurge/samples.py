@@ -19,8 +19,8 @@ import orjson
 from lakepurge.index.base import WHOLE_OBJECT
 
 WORDS = (
-    "great product arrived late quality excellent would buy again colour size fit café naïve déjà vu 東京 "
-    "ümlaut smile 👍 refund broken box gift delivery"
+    "great product arrived late quality excellent would buy again colour size fit small large the a and it "
+    "was very good bad ok fine nice café naïve 東京 smile 👍 refund broken box gift delivery"
 ).split()
 
 DATASETS_TOML = """

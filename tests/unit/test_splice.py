@@ -1,0 +1,58 @@
+"""splice_lines against a naive line-by-line rewrite, over random data and random chunkings."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lakepurge.purge.splice import splice_lines
+
+pytestmark = pytest.mark.unit
+
+
+def naive(data: bytes, targets: set[int]) -> bytes:
+    lines = data.split(b"\n")
+    out = []
+    for number, line in enumerate(lines):
+        if number in targets and not (number == len(lines) - 1 and line == b""):
+            carriage = line.endswith(b"\r")
+            line = b"{}" + (b"\r" if carriage else b"")
+        out.append(line)
+    return b"\n".join(out)
+
+
+def chunked(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
+    return [data[a:b] for a, b in zip(points, points[1:], strict=False)]
+
+
+line_strategy = st.binary(max_size=30).map(lambda b: b.replace(b"\n", b"x"))
+
+
+@given(
+    lines=st.lists(st.tuples(line_strategy, st.sampled_from([b"\n", b"\r\n"])), max_size=40),
+    final=st.booleans(),
+    targets=st.sets(st.integers(min_value=0, max_value=45)),
+    cuts=st.lists(st.integers(min_value=0, max_value=2000), max_size=12),
+)
+@settings(max_examples=400, deadline=None)
+def test_given_any_bytes_and_chunking_when_splicing_then_only_target_lines_change(lines, final, targets, cuts):
+    data = b"".join(content + end for content, end in lines)
+    if final:
+        data += b"last line without newline"
+    out = b"".join(splice_lines(chunked(data, cuts), targets, lambda n, line: b"{}"))
+    assert out == naive(data, targets)
+
+
+def test_given_a_decider_that_keeps_a_line_when_splicing_then_it_is_byte_identical():
+    data = b'{"u":"a"}\r\n{"u":"b"}\n{"u":"a"}'
+    seen = []
+
+    def decide(number, line):
+        seen.append((number, line))
+        return b"{}" if b'"a"' in line else None
+
+    out = b"".join(splice_lines([data[:5], data[5:14], data[14:]], [0, 1, 2, 7], decide))
+    assert out == b'{}\r\n{"u":"b"}\n{}'
+    assert seen == [(0, b'{"u":"a"}'), (1, b'{"u":"b"}'), (2, b'{"u":"a"}')]
