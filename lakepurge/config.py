@@ -148,11 +148,42 @@ class IndexingConfig(_Strict):
     max_record_bytes: Annotated[int, Field(gt=0)] = 16 * 1024 * 1024
 
 
+Fraction = Annotated[float, Field(gt=0, le=1)]
+
+
+class PurgeConfig(_Strict):
+    # A request that would erase more than these fractions of an object's or a dataset's records is refused
+    # unless forced: a wrong id (an empty string, a test account shared by everyone) must not wipe a dataset.
+    max_object_fraction: Fraction = 1.0
+    max_dataset_fraction: Fraction = 0.05
+    # Noncurrent S3 versions still hold erased data. Leaving them to a lifecycle rule keeps the data readable
+    # until the rule runs: a compliance risk, so this is on unless deliberately turned off.
+    delete_noncurrent_versions: bool = True
+
+
+class PrivacyConfig(_Strict):
+    # Environment variable holding the secret key of the keyed hashes (HMAC-SHA256) that stand in for user ids
+    # in reports, certificates and the suppression list. Keep it stable: changing it forgets past erasures.
+    hash_key_env: str = "LAKEPURGE_HASH_KEY"
+
+
+class RelationalConfig(_Strict):
+    """A PostgreSQL table holding user data: erasing deletes the rows whose column equals the user id."""
+
+    name: Annotated[str, Field(min_length=1)]
+    dsn: str
+    table: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")]
+    column: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+
 class Settings(_Strict):
     index: IndexConfig
     reports: ReportsConfig
     datasets: tuple[DatasetConfig, ...] = ()
+    relational: tuple[RelationalConfig, ...] = ()
     indexing: IndexingConfig = IndexingConfig()
+    purge: PurgeConfig = PurgeConfig()
+    privacy: PrivacyConfig = PrivacyConfig()
 
     @model_validator(mode="after")
     def _unique_names_and_prefixes(self) -> Settings:

@@ -14,11 +14,15 @@ import io
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 import orjson
 
 CHUNK_BYTES = 1 << 20
+
+
+class ByteSource(Protocol):
+    def read(self, size: int = -1, /) -> bytes: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +104,7 @@ def extract_ids(record: dict[str, Any], paths: tuple[tuple[str, ...], ...]) -> t
     return tuple(dict.fromkeys(found)) if len(found) > 1 else (found[0],)
 
 
-def iter_lines(stream: IO[bytes], max_bytes: int) -> Iterator[tuple[int, bytes | None]]:
+def iter_lines(stream: ByteSource, max_bytes: int) -> Iterator[tuple[int, bytes | None]]:
     """Yield (line number, line without its '\\n') in bounded memory; None for a line longer than max_bytes.
 
     A final line without a trailing newline is still a line; a trailing '\\r' is kept (JSON treats it as

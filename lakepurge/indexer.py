@@ -93,7 +93,7 @@ def _scan_owner(s3: Any, dataset: DatasetConfig, head: ObjectHead, result: Objec
             problem = f"sidecar {sidecar_key}: {exc}"
     else:
         assert dataset.id_tag is not None
-        tags = s3.get_object_tagging(Bucket=head.bucket, Key=head.key, **_version_arg(head))["TagSet"]
+        tags = s3.get_object_tagging(Bucket=head.bucket, Key=head.key, **head.pinned_version())["TagSet"]
         owners = tuple(t["Value"] for t in tags if t["Key"] == dataset.id_tag and t["Value"])
         if not owners:
             problem = f"object tag '{dataset.id_tag}' missing"
@@ -102,10 +102,6 @@ def _scan_owner(s3: Any, dataset: DatasetConfig, head: ObjectHead, result: Objec
         return
     result.records = 1
     result.lines_by_user = {owner: [WHOLE_OBJECT] for owner in owners}
-
-
-def _version_arg(head: ObjectHead) -> dict[str, str]:
-    return {"VersionId": head.version_id} if head.version_id else {}
 
 
 def index_object(

@@ -33,8 +33,12 @@ class ObjectHead:
             return {"VersionId": self.version_id}
         return {"IfMatch": self.etag}
 
+    def pinned_version(self) -> dict[str, str]:
+        """The VersionId argument on versioned buckets (for calls that take no If-Match, such as tagging)."""
+        return {"VersionId": self.version_id} if self.version_id else {}
 
-def _error_code(exc: ClientError) -> str:
+
+def error_code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
 
@@ -43,7 +47,7 @@ def head_object(s3: Any, bucket: str, key: str) -> ObjectHead | None:
     try:
         head = s3.head_object(Bucket=bucket, Key=key)
     except ClientError as exc:
-        if _error_code(exc) in ("404", "NoSuchKey", "NotFound", "405", "MethodNotAllowed"):
+        if error_code(exc) in ("404", "NoSuchKey", "NotFound", "405", "MethodNotAllowed"):
             return None
         raise
     version = head.get("VersionId")
@@ -62,7 +66,7 @@ def open_body(s3: Any, head: ObjectHead) -> IO[bytes]:
     try:
         response = s3.get_object(Bucket=head.bucket, Key=head.key, **head.pinned())
     except ClientError as exc:
-        if _error_code(exc) in ("PreconditionFailed", "412", "NoSuchKey", "NoSuchVersion"):
+        if error_code(exc) in ("PreconditionFailed", "412", "NoSuchKey", "NoSuchVersion"):
             raise ObjectChanged(head.s3path) from None
         raise
     body: IO[bytes] = response["Body"]
@@ -103,7 +107,7 @@ class RangeReader(io.RawIOBase):
                 **self._head.pinned(),
             )
         except ClientError as exc:
-            if _error_code(exc) in ("PreconditionFailed", "412", "NoSuchKey", "NoSuchVersion"):
+            if error_code(exc) in ("PreconditionFailed", "412", "NoSuchKey", "NoSuchVersion"):
                 raise ObjectChanged(self._head.s3path) from None
             raise
         data = response["Body"].read()

@@ -89,6 +89,12 @@ class IndexStore(Protocol):
     def object_rows(self, s3path: str) -> dict[str, list[int]]:
         """The index rows of one object (user id -> sorted lines)."""
 
+    def get_object(self, s3path: str) -> ObjectIndex | None:
+        """Everything indexed for one object (rows, version, counts, unindexable lines), or None."""
+
+    def dataset_records(self) -> dict[str, int]:
+        """Records indexed per dataset (the denominators of the purge's safety limits)."""
+
     def indexed_objects(self) -> dict[str, str]:
         """s3path -> indexed ETag for every object the index knows."""
 

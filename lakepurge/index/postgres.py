@@ -152,6 +152,36 @@ class PostgresIndexStore:
             rows = cur.fetchall()
         return {user: list(lines) for user, lines in rows}
 
+    def get_object(self, s3path: str) -> ObjectIndex | None:
+        with self._conn.cursor() as cur:
+            cur.execute(
+                "SELECT dataset, etag, version_id, last_modified, records FROM indexed_objects WHERE s3path = %s",
+                (s3path,),
+            )
+            meta = cur.fetchone()
+            if meta is None:
+                return None
+            cur.execute(
+                "SELECT recordline, reason FROM unindexable_lines WHERE s3path = %s ORDER BY recordline", (s3path,)
+            )
+            unindexable = [UnindexableLine(line, reason) for line, reason in cur.fetchall()]
+        dataset, etag, version_id, last_modified, records = meta
+        return ObjectIndex(
+            s3path=s3path,
+            dataset=dataset,
+            etag=etag,
+            version_id=version_id,
+            last_modified=last_modified,
+            lines_by_user=self.object_rows(s3path),
+            records=records,
+            unindexable=unindexable,
+        )
+
+    def dataset_records(self) -> dict[str, int]:
+        with self._conn.cursor() as cur:
+            cur.execute("SELECT dataset, sum(records) FROM indexed_objects GROUP BY dataset")
+            return {dataset: int(total) for dataset, total in cur.fetchall()}
+
     def indexed_objects(self) -> dict[str, str]:
         with self._conn.cursor() as cur:
             cur.execute("SELECT s3path, etag FROM indexed_objects")

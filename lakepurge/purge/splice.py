@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 
-# Decides what becomes of a target line: the replacement bytes (without the line's terminator), or None to
-# leave it as it is. The line is given without its '\n'; a '\r' before it is kept by the caller.
+# Decides what becomes of a target line: the replacement bytes (without the line's terminator), DROP to remove
+# the line with its terminator, or None to leave it as it is. The line is given without its '\n' and '\r'.
 Decide = Callable[[int, bytes], bytes | None]
+
+DROP = b"\x00drop"  # a sentinel no JSON or CSV line can be (NUL is not valid in either)
 
 
 def splice_lines(chunks: Iterable[bytes], targets: Iterable[int], decide: Decide) -> Iterator[bytes]:
@@ -36,7 +38,7 @@ def splice_lines(chunks: Iterable[bytes], targets: Iterable[int], decide: Decide
                     partial.append(chunk[position:])
                     break
                 partial.append(chunk[position:end])
-                yield _decided(b"".join(partial), line, decide) + b"\n"
+                yield _decided(b"".join(partial), line, decide, b"\n")
                 partial.clear()
                 remaining -= 1
             elif target is None:
@@ -58,20 +60,22 @@ def splice_lines(chunks: Iterable[bytes], targets: Iterable[int], decide: Decide
                 if end < 0:
                     partial.append(chunk[position:])
                     break
-                yield _decided(chunk[position:end], line, decide) + b"\n"
+                yield _decided(chunk[position:end], line, decide, b"\n")
                 remaining -= 1
             position = end + 1
             line += 1
             target = next(pending, None)
     last = b"".join(partial)
     if last:  # the last line had no terminator (an empty remainder is no line at all)
-        yield _decided(last, line, decide)
+        yield _decided(last, line, decide, b"")
 
 
-def _decided(content: bytes, line: int, decide: Decide) -> bytes:
+def _decided(content: bytes, line: int, decide: Decide, terminator: bytes) -> bytes:
     carriage = content.endswith(b"\r")
     body = content[:-1] if carriage else content
     replacement = decide(line, body)
     if replacement is None:
-        return content
-    return replacement + b"\r" if carriage else replacement
+        return content + terminator
+    if replacement is DROP:
+        return b""
+    return replacement + (b"\r" if carriage else b"") + terminator

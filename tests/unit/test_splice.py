@@ -56,3 +56,11 @@ def test_given_a_decider_that_keeps_a_line_when_splicing_then_it_is_byte_identic
     out = b"".join(splice_lines([data[:5], data[5:14], data[14:]], [0, 1, 2, 7], decide))
     assert out == b'{}\r\n{"u":"b"}\n{}'
     assert seen == [(0, b'{"u":"a"}'), (1, b'{"u":"b"}'), (2, b'{"u":"a"}')]
+
+
+def test_given_drop_when_splicing_then_the_line_and_its_terminator_go():
+    from lakepurge.purge.splice import DROP
+
+    data = b"a\r\nb\nc\nd"
+    out = b"".join(splice_lines([data], [1, 3], lambda n, line: DROP))
+    assert out == b"a\r\nc\n"

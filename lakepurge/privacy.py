@@ -1,0 +1,34 @@
+"""Keyed hashes that stand in for user ids wherever an id must be recognisable but not readable: reports,
+certificates, the suppression list of erased users."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+from collections.abc import Iterable
+
+from lakepurge.config import ConfigError, PrivacyConfig
+
+
+class Pseudonymizer:
+    def __init__(self, key: bytes) -> None:
+        if len(key) < 16:
+            raise ConfigError("the hash key must be at least 16 bytes")
+        self._key = key
+
+    @classmethod
+    def from_config(cls, config: PrivacyConfig) -> Pseudonymizer:
+        value = os.environ.get(config.hash_key_env)
+        if not value:
+            raise ConfigError(
+                f"privacy.hash_key_env: set {config.hash_key_env} to a secret of at least 16 characters"
+                " (keyed hashes of user ids; keep it stable across runs)"
+            )
+        return cls(value.encode())
+
+    def __call__(self, user_id: str) -> str:
+        return hmac.new(self._key, user_id.encode(), hashlib.sha256).hexdigest()
+
+    def many(self, user_ids: Iterable[str]) -> list[str]:
+        return sorted({self(u) for u in user_ids})

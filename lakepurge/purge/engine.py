@@ -1,0 +1,479 @@
+"""The purge engine: erase the requested users' records from one object, exactly and completely.
+
+For each object named by the report:
+
+1. Read the current head. If the object is still the version the index saw, the indexed line numbers are used;
+   otherwise (overwritten since indexing, lines may have shifted) the user's lines are found again in the
+   current version. Either way every line is checked to hold one of the users before it is erased: a stale
+   index never erases another person's record.
+2. Rewrite (`blank`: the lines become `{}`, every other byte identical; `drop`: the records are removed;
+   `delete-object`: the object goes), conditional on the version read; on a conflict, start again from 1.
+3. Update the index for the new version, and delete the noncurrent versions that still hold the users' data.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import IO, Any, Literal
+
+import orjson
+
+from lakepurge.config import DatasetConfig, Settings
+from lakepurge.formats import CHUNK_BYTES, ByteSource, GzipReader, extract_ids, iter_lines, parse_paths
+from lakepurge.index.base import WHOLE_OBJECT, IndexStore, ObjectIndex
+from lakepurge.indexer import index_object, scan_object
+from lakepurge.logs import get_logger, object_ref
+from lakepurge.purge.s3write import WriteConflict, Written, delete_in_place, preserved_attributes, write_in_place
+from lakepurge.purge.splice import DROP, splice_lines
+from lakepurge.s3io import ObjectChanged, ObjectHead, head_object, open_body, open_seekable
+from lakepurge.s3uri import S3Uri
+
+log = get_logger(__name__)
+
+Status = Literal["erased", "deleted", "nothing-to-erase", "gone", "failed"]
+BLANK = b"{}"
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeTarget:
+    """One object of a report: what the index said, at which version."""
+
+    s3path: str
+    dataset: str
+    etag: str
+    lines: tuple[int, ...]
+
+
+@dataclass(slots=True)
+class ObjectOutcome:
+    s3path: str
+    status: Status
+    before_etag: str | None = None
+    before_version: str | None = None
+    after_etag: str | None = None
+    after_version: str | None = None
+    lines_erased: int = 0
+    stale_index: bool = False
+    index_lines_not_matching: int = 0  # lines the index named that did not hold any of the users
+    noncurrent_versions_deleted: int = 0
+    error: str = ""
+    erased_lines: list[int] = field(default_factory=list)
+
+
+class _Ownership:
+    """Decides whether a record belongs to one of the users, and remembers what it decided."""
+
+    def __init__(self, dataset: DatasetConfig, users: frozenset[str]) -> None:
+        assert dataset.id_fields is not None
+        self._paths = parse_paths(dataset.id_fields)
+        self._columns: list[int | None] | None = None
+        self._fields = dataset.id_fields
+        self.users = users
+        self.erased: list[int] = []
+        self.not_matching = 0
+
+    def json_line(self, line: int, content: bytes) -> bool:
+        try:
+            record = orjson.loads(content)
+            owned = isinstance(record, dict) and bool(self.users.intersection(extract_ids(record, self._paths)))
+        except (orjson.JSONDecodeError, ValueError):
+            owned = False
+        return self._note(line, owned)
+
+    def csv_header(self, header: list[str]) -> None:
+        self._columns = [header.index(c) if c in header else None for c in self._fields]
+
+    def csv_record(self, line: int, row: list[str]) -> bool:
+        assert self._columns is not None
+        ids = {row[i] for i in self._columns if i is not None and i < len(row)}
+        return self._note(line, bool(self.users & ids))
+
+    def _note(self, line: int, owned: bool) -> bool:
+        if owned:
+            self.erased.append(line)
+        else:
+            self.not_matching += 1
+        return owned
+
+
+def _chunks(stream: IO[bytes]) -> Iterator[bytes]:
+    while chunk := stream.read(CHUNK_BYTES):
+        yield chunk
+
+
+def _gzip(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    import zlib
+
+    deflate = zlib.compressobj(6, zlib.DEFLATED, 31)
+    for chunk in chunks:
+        if out := deflate.compress(chunk):
+            yield out
+    yield deflate.flush()
+
+
+def _rewrite_jsonl(raw: IO[bytes], gz: bool, lines: Iterable[int], owner: _Ownership, drop: bool) -> Iterator[bytes]:
+    def decide(line: int, content: bytes) -> bytes | None:
+        if owner.json_line(line, content):
+            return DROP if drop else BLANK
+        return None
+
+    source: IO[bytes] = GzipReader(raw) if gz else raw  # type: ignore[assignment]
+    spliced = splice_lines(_chunks(source), lines, decide)
+    return _gzip(spliced) if gz else spliced
+
+
+class _LastByte(io.RawIOBase):
+    """Passes a stream through and remembers its last byte (was the final line terminated?)."""
+
+    def __init__(self, inner: ByteSource) -> None:
+        self._inner = inner
+        self.last = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._inner.read(size)
+        if data:
+            self.last = data[-1:]
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+
+def _rewrite_csv(
+    raw: IO[bytes], gz: bool, lines: Iterable[int], owner: _Ownership, drop: bool, max_bytes: int
+) -> Iterator[bytes]:
+    """CSV, record by record (a quoted field may span lines). A blanked record keeps its line count: its first
+    line becomes empty fields (`,,,`) and its continuation lines become empty lines, so every later record's line
+    number still holds. The header (line 0) is never touched; every other record passes through byte for byte."""
+    targets = set(lines)
+    source = _LastByte(GzipReader(raw) if gz else raw)
+
+    def output_lines() -> Iterator[bytes]:
+        record: list[bytes] = []
+        quotes = 0
+        for number, line in iter_lines(source, max_bytes):
+            if line is None:
+                raise ValueError(f"line {number} is longer than max_record_bytes; cannot rewrite it safely")
+            record.append(line)
+            quotes += line.count(b'"')
+            if quotes % 2:
+                continue  # inside a quoted field: the record goes on
+            start = number - len(record) + 1
+            if start == 0:
+                owner.csv_header(_csv_row(record))
+                yield from record
+            elif start in targets and owner.csv_record(start, _csv_row(record)):
+                if not drop:
+                    carriage = b"\r" if record[0].endswith(b"\r") else b""
+                    yield b"," * max(len(_csv_row(record)) - 1, 0) + carriage
+                    yield from (b"" for _ in record[1:])
+            else:
+                yield from record
+            record, quotes = [], 0
+        yield from record  # an unterminated quoted field at the end: kept as it was
+
+    def terminated() -> Iterator[bytes]:
+        batch: list[bytes] = []
+        previous: bytes | None = None
+        for line in output_lines():
+            if previous is not None:
+                batch.append(previous + b"\n")
+                if len(batch) >= 4096:
+                    yield b"".join(batch)
+                    batch.clear()
+            previous = line
+        if previous is not None:
+            batch.append(previous + (b"\n" if source.last == b"\n" else b""))
+        yield b"".join(batch)
+
+    return _gzip(terminated()) if gz else terminated()
+
+
+def _csv_row(physical_lines: list[bytes]) -> list[str]:
+    text = b"\n".join(physical_lines).decode("utf-8", "surrogateescape")
+    return next(csv.reader([text]), [])
+
+
+def _rewrite_parquet(s3: Any, head: ObjectHead, users: frozenset[str], dataset: DatasetConfig) -> tuple[IO[bytes], int]:
+    """Drop the users' rows, keeping the schema, physical types, compression and row-group layout."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    assert dataset.id_fields is not None
+    paths = parse_paths(dataset.id_fields)
+    source = pq.ParquetFile(open_seekable(s3, head))
+    metadata = source.metadata
+    physical = source.schema
+    int96 = any(physical.column(i).physical_type == "INT96" for i in range(len(physical)))
+    compression: dict[str, str] = {}
+    if metadata.num_row_groups:
+        group = metadata.row_group(0)
+        for i in range(group.num_columns):
+            compression[group.column(i).path_in_schema] = group.column(i).compression.lower()
+    out = tempfile.SpooledTemporaryFile(max_size=64 * 1024 * 1024)  # noqa: SIM115 - returned to the caller
+    writer = pq.ParquetWriter(
+        out,
+        source.schema_arrow,
+        compression=compression or "snappy",
+        use_deprecated_int96_timestamps=int96,
+        version=metadata.format_version if metadata.format_version in ("1.0", "2.4", "2.6") else "2.6",
+    )
+    erased = 0
+    top = sorted({p[0] for p in paths})
+    for index in range(metadata.num_row_groups):
+        table = source.read_row_group(index)
+        keep = []
+        for record in table.select(top).to_pylist():
+            try:
+                ids: tuple[str, ...] = extract_ids(record, paths)
+            except ValueError:
+                ids = ()
+            keep.append(not users.intersection(ids))
+        erased += keep.count(False)
+        if not all(keep):
+            table = table.filter(pa.array(keep, type=pa.bool_()))
+        if table.num_rows:
+            writer.write_table(table, row_group_size=table.num_rows)  # one output group per input group
+    writer.close()
+    out.seek(0)
+    return out, erased
+
+
+def _file_chunks(handle: IO[bytes]) -> Iterator[bytes]:
+    try:
+        while chunk := handle.read(PART_READ):
+            yield chunk
+    finally:
+        handle.close()
+
+
+PART_READ = 8 * 1024 * 1024
+
+
+def find_user_lines(
+    s3: Any, settings: Settings, dataset: DatasetConfig, head: ObjectHead, users: frozenset[str]
+) -> tuple[ObjectIndex, list[int]]:
+    """Scan one object version: its full index, and the lines holding any of the users."""
+    scanned = scan_object(s3, settings, dataset, head)
+    lines = sorted({line for user in users.intersection(scanned.lines_by_user) for line in scanned.lines_by_user[user]})
+    return scanned, lines
+
+
+def purge_object(
+    s3: Any,
+    store: IndexStore,
+    settings: Settings,
+    target: PurgeTarget,
+    users: frozenset[str],
+    attempts: int = 5,
+) -> ObjectOutcome:
+    """Erase the users' records from one object (see the module docstring); never raises for a bad object:
+    a failure is returned as a failed outcome naming the error class."""
+    dataset = settings.dataset_named(target.dataset)
+    uri = S3Uri.parse(target.s3path)
+    ref = object_ref(target.s3path, dataset)
+    try:
+        for _ in range(attempts):
+            try:
+                return _purge_once(s3, store, settings, dataset, uri, target, users)
+            except (WriteConflict, ObjectChanged):
+                log.info("object changed during purge; reading it again", extra={"object": ref})
+        return ObjectOutcome(target.s3path, "failed", error="kept changing under concurrent writes")
+    except Exception as exc:  # reported per object; the job fails the request if any object failed
+        log.exception("purge of an object failed", extra={"object": ref, "error": type(exc).__name__})
+        return ObjectOutcome(target.s3path, "failed", error=type(exc).__name__)
+
+
+def _purge_once(
+    s3: Any,
+    store: IndexStore,
+    settings: Settings,
+    dataset: DatasetConfig,
+    uri: S3Uri,
+    target: PurgeTarget,
+    users: frozenset[str],
+) -> ObjectOutcome:
+    head = head_object(s3, uri.bucket, uri.key)
+    if head is None:
+        outcome = ObjectOutcome(target.s3path, "gone")
+        store.remove_object(target.s3path)
+        outcome.noncurrent_versions_deleted = _delete_noncurrent(s3, settings, dataset, uri, None, users)
+        return outcome
+    outcome = ObjectOutcome(target.s3path, "nothing-to-erase", head.etag, head.version_id)
+    stale = head.etag != target.etag
+    outcome.stale_index = stale
+    if dataset.erase == "delete-object":
+        _, lines = find_user_lines(s3, settings, dataset, head, users)  # the owner, checked now
+        if lines:
+            delete_in_place(s3, head)
+            store.remove_object(target.s3path)
+            outcome.status = "deleted"
+            outcome.lines_erased = 1
+            outcome.erased_lines = [WHOLE_OBJECT]
+            outcome.noncurrent_versions_deleted = _delete_noncurrent(s3, settings, dataset, uri, None, users)
+        else:
+            index_object(s3, store, settings, uri.bucket, uri.key)
+        return outcome
+
+    if stale:
+        _, lines = find_user_lines(s3, settings, dataset, head, users)
+    else:
+        lines = sorted(set(target.lines))
+    written: Written | None = None
+    if lines:
+        attributes = preserved_attributes(s3, head)
+        gz = head.key.endswith(".gz")
+        drop = dataset.erase == "drop"
+        if dataset.format == "parquet":
+            rewritten, erased = _rewrite_parquet(s3, head, users, dataset)
+            outcome.lines_erased = erased
+            if erased:
+                written = write_in_place(s3, head, _file_chunks(rewritten), attributes)
+            else:
+                rewritten.close()
+        else:
+            owner = _Ownership(dataset, users)
+            body = open_body(s3, head)
+            try:
+                if dataset.format == "jsonl":
+                    chunks = _rewrite_jsonl(body, gz, lines, owner, drop)
+                else:
+                    chunks = _rewrite_csv(body, gz, lines, owner, drop, settings.indexing.max_record_bytes)
+                staged = _stage(chunks)
+            finally:
+                body.close()
+            outcome.index_lines_not_matching = owner.not_matching
+            outcome.lines_erased = len(owner.erased)
+            outcome.erased_lines = owner.erased
+            if owner.erased:
+                written = write_in_place(s3, head, _file_chunks(staged), attributes)
+            else:
+                staged.close()
+    if written is None:
+        # Nothing of the users' is in the current version (already erased, or a stale index): re-index it so the
+        # index stops naming them here.
+        index_object(s3, store, settings, uri.bucket, uri.key)
+    else:
+        outcome.status = "erased"
+        outcome.after_etag, outcome.after_version = written.etag, written.version_id
+        _reindex_written(s3, store, settings, dataset, uri, head, written, outcome, stale)
+    outcome.noncurrent_versions_deleted = _delete_noncurrent(s3, settings, dataset, uri, written, users)
+    return outcome
+
+
+def _stage(chunks: Iterable[bytes]) -> IO[bytes]:
+    """Hold the rewritten object (in memory up to 64 MiB, then on disk) until we know a write is needed."""
+    staged = tempfile.SpooledTemporaryFile(max_size=64 * 1024 * 1024)  # noqa: SIM115 - closed by the caller
+    for chunk in chunks:
+        staged.write(chunk)
+    staged.seek(0)
+    return staged
+
+
+def _reindex_written(
+    s3: Any,
+    store: IndexStore,
+    settings: Settings,
+    dataset: DatasetConfig,
+    uri: S3Uri,
+    before: ObjectHead,
+    written: Written,
+    outcome: ObjectOutcome,
+    stale: bool,
+) -> None:
+    """Index the version just written, in the step that confirms the write.
+
+    A blanked object keeps every line number, so its new rows are the old rows minus the erased lines: no
+    re-read. Dropped rows shift line numbers, and a stale index has nothing to subtract from: those re-scan.
+    """
+    base = None if stale or dataset.erase == "drop" else store.get_object(outcome.s3path)
+    after = head_object(s3, uri.bucket, uri.key)
+    if base is None or base.etag != before.etag or after is None or after.etag != written.etag:
+        index_object(s3, store, settings, uri.bucket, uri.key, force=True)
+        return
+    erased = set(outcome.erased_lines)
+    rows = {user: kept for user, lines in base.lines_by_user.items() if (kept := [n for n in lines if n not in erased])}
+    store.replace_objects(
+        [
+            ObjectIndex(
+                s3path=outcome.s3path,
+                dataset=dataset.name,
+                etag=written.etag,
+                version_id=written.version_id,
+                last_modified=after.last_modified,
+                lines_by_user=rows,
+                records=max(base.records - len(erased), 0),
+                unindexable=base.unindexable,
+            )
+        ],
+        force=True,
+    )
+
+
+def _versions(s3: Any, uri: S3Uri) -> Iterator[ObjectHead]:
+    """Every noncurrent version of exactly this key (delete markers hold no data)."""
+    for page in s3.get_paginator("list_object_versions").paginate(Bucket=uri.bucket, Prefix=uri.key):
+        for version in page.get("Versions", []):
+            if version["Key"] == uri.key and not version["IsLatest"]:
+                yield ObjectHead(
+                    bucket=uri.bucket,
+                    key=uri.key,
+                    etag=version["ETag"],
+                    version_id=version["VersionId"],
+                    last_modified=version["LastModified"],
+                    size=version["Size"],
+                )
+
+
+def _delete_noncurrent(
+    s3: Any, settings: Settings, dataset: DatasetConfig, uri: S3Uri, written: Written | None, users: frozenset[str]
+) -> int:
+    """Delete the noncurrent versions that still hold any of the users' records; other versions stay."""
+    if not settings.purge.delete_noncurrent_versions:
+        return 0
+    deleted = 0
+    for version in list(_versions(s3, uri)):
+        if written is not None and version.version_id == written.version_id:
+            continue
+        _, lines = find_user_lines(s3, settings, dataset, version, users)
+        if lines:
+            s3.delete_object(Bucket=uri.bucket, Key=uri.key, VersionId=version.version_id)
+            deleted += 1
+    return deleted
+
+
+@dataclass(frozen=True, slots=True)
+class Remaining:
+    """A version of an object that still holds some of the users' records after a purge."""
+
+    s3path: str
+    version_id: str | None
+    lines: int
+
+
+def verify_object(
+    s3: Any, settings: Settings, dataset: DatasetConfig, s3path: str, users: frozenset[str]
+) -> list[Remaining]:
+    """Re-read the current version and every noncurrent version still present; report any that hold a user."""
+    uri = S3Uri.parse(s3path)
+    heads = [h for h in [head_object(s3, uri.bucket, uri.key)] if h is not None]
+    if settings.purge.delete_noncurrent_versions:
+        heads.extend(_versions(s3, uri))
+    remaining = []
+    for head in heads:
+        try:
+            _, lines = find_user_lines(s3, settings, dataset, head, users)
+        except ObjectChanged:
+            continue  # replaced or deleted between listing and reading: the new state is read on its own
+        if lines:
+            remaining.append(Remaining(s3path, head.version_id, len(lines)))
+    return remaining
