@@ -32,3 +32,28 @@ class Pseudonymizer:
 
     def many(self, user_ids: Iterable[str]) -> list[str]:
         return sorted({self(u) for u in user_ids})
+
+
+class HashedUsers:
+    """A set of users known only by their keyed hashes: `id in users` hashes the id and looks it up.
+
+    Executors of the purge job get this instead of raw ids, so raw ids never travel in job arguments.
+    """
+
+    def __init__(self, hashes: Iterable[str], pseudonymizer: Pseudonymizer) -> None:
+        self._hashes = frozenset(hashes)
+        self._pseudonymizer = pseudonymizer
+        self._seen: dict[str, bool] = {}
+
+    def __contains__(self, user_id: object) -> bool:
+        if not isinstance(user_id, str):
+            return False
+        known = self._seen.get(user_id)
+        if known is None:
+            if len(self._seen) > 100_000:
+                self._seen.clear()
+            known = self._seen[user_id] = self._pseudonymizer(user_id) in self._hashes
+        return known
+
+    def __len__(self) -> int:
+        return len(self._hashes)

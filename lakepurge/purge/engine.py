@@ -16,7 +16,7 @@ from __future__ import annotations
 import csv
 import io
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Container, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal
 
@@ -67,7 +67,7 @@ class ObjectOutcome:
 class _Ownership:
     """Decides whether a record belongs to one of the users, and remembers what it decided."""
 
-    def __init__(self, dataset: DatasetConfig, users: frozenset[str]) -> None:
+    def __init__(self, dataset: DatasetConfig, users: Container[str]) -> None:
         assert dataset.id_fields is not None
         self._paths = parse_paths(dataset.id_fields)
         self._columns: list[int | None] | None = None
@@ -79,7 +79,7 @@ class _Ownership:
     def json_line(self, line: int, content: bytes) -> bool:
         try:
             record = orjson.loads(content)
-            owned = isinstance(record, dict) and bool(self.users.intersection(extract_ids(record, self._paths)))
+            owned = isinstance(record, dict) and any(u in self.users for u in extract_ids(record, self._paths))
         except (orjson.JSONDecodeError, ValueError):
             owned = False
         return self._note(line, owned)
@@ -90,7 +90,7 @@ class _Ownership:
     def csv_record(self, line: int, row: list[str]) -> bool:
         assert self._columns is not None
         ids = {row[i] for i in self._columns if i is not None and i < len(row)}
-        return self._note(line, bool(self.users & ids))
+        return self._note(line, any(u in self.users for u in ids))
 
     def _note(self, line: int, owned: bool) -> bool:
         if owned:
@@ -203,7 +203,7 @@ def _csv_row(physical_lines: list[bytes]) -> list[str]:
     return next(csv.reader([text]), [])
 
 
-def _rewrite_parquet(s3: Any, head: ObjectHead, users: frozenset[str], dataset: DatasetConfig) -> tuple[IO[bytes], int]:
+def _rewrite_parquet(s3: Any, head: ObjectHead, users: Container[str], dataset: DatasetConfig) -> tuple[IO[bytes], int]:
     """Drop the users' rows, keeping the schema, physical types, compression and row-group layout."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -237,7 +237,7 @@ def _rewrite_parquet(s3: Any, head: ObjectHead, users: frozenset[str], dataset: 
                 ids: tuple[str, ...] = extract_ids(record, paths)
             except ValueError:
                 ids = ()
-            keep.append(not users.intersection(ids))
+            keep.append(not any(u in users for u in ids))
         erased += keep.count(False)
         if not all(keep):
             table = table.filter(pa.array(keep, type=pa.bool_()))
@@ -260,11 +260,11 @@ PART_READ = 8 * 1024 * 1024
 
 
 def find_user_lines(
-    s3: Any, settings: Settings, dataset: DatasetConfig, head: ObjectHead, users: frozenset[str]
+    s3: Any, settings: Settings, dataset: DatasetConfig, head: ObjectHead, users: Container[str]
 ) -> tuple[ObjectIndex, list[int]]:
     """Scan one object version: its full index, and the lines holding any of the users."""
     scanned = scan_object(s3, settings, dataset, head)
-    lines = sorted({line for user in users.intersection(scanned.lines_by_user) for line in scanned.lines_by_user[user]})
+    lines = sorted({line for user, found in scanned.lines_by_user.items() if user in users for line in found})
     return scanned, lines
 
 
@@ -273,7 +273,7 @@ def purge_object(
     store: IndexStore,
     settings: Settings,
     target: PurgeTarget,
-    users: frozenset[str],
+    users: Container[str],
     attempts: int = 5,
 ) -> ObjectOutcome:
     """Erase the users' records from one object (see the module docstring); never raises for a bad object:
@@ -300,7 +300,7 @@ def _purge_once(
     dataset: DatasetConfig,
     uri: S3Uri,
     target: PurgeTarget,
-    users: frozenset[str],
+    users: Container[str],
 ) -> ObjectOutcome:
     head = head_object(s3, uri.bucket, uri.key)
     if head is None:
@@ -435,7 +435,7 @@ def _versions(s3: Any, uri: S3Uri) -> Iterator[ObjectHead]:
 
 
 def _delete_noncurrent(
-    s3: Any, settings: Settings, dataset: DatasetConfig, uri: S3Uri, written: Written | None, users: frozenset[str]
+    s3: Any, settings: Settings, dataset: DatasetConfig, uri: S3Uri, written: Written | None, users: Container[str]
 ) -> int:
     """Delete the noncurrent versions that still hold any of the users' records; other versions stay."""
     if not settings.purge.delete_noncurrent_versions:
@@ -461,7 +461,7 @@ class Remaining:
 
 
 def verify_object(
-    s3: Any, settings: Settings, dataset: DatasetConfig, s3path: str, users: frozenset[str]
+    s3: Any, settings: Settings, dataset: DatasetConfig, s3path: str, users: Container[str]
 ) -> list[Remaining]:
     """Re-read the current version and every noncurrent version still present; report any that hold a user."""
     uri = S3Uri.parse(s3path)

@@ -1,0 +1,232 @@
+"""The purge as a Spark job: the report's objects on executors, verification, and the erasure certificate.
+
+Executors get the users as keyed hashes only (the report's), never raw ids. Each finished object's outcome is
+recorded under the request's results prefix before the next one starts, so a job killed half-way and run again
+skips what was done and ends in the same state, with the same certificate, as one clean run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from lakepurge import aws
+from lakepurge.config import Settings
+from lakepurge.index import open_store
+from lakepurge.logs import get_logger, object_ref
+from lakepurge.privacy import HashedUsers, Pseudonymizer
+from lakepurge.purge.engine import ObjectOutcome, PurgeTarget, purge_object, verify_object
+from lakepurge.report import Report, ReportTable
+from lakepurge.s3uri import S3Uri
+from lakepurge.sparkutil import apply_aws_environment, aws_environment
+
+log = get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class PurgeResult:
+    request_id: str
+    outcomes: tuple[ObjectOutcome, ...]
+    remaining: tuple[dict[str, Any], ...]
+    certificate: str
+    relational: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def failed(self) -> tuple[ObjectOutcome, ...]:
+        return tuple(o for o in self.outcomes if o.status == "failed")
+
+    @property
+    def verified(self) -> bool:
+        return not self.remaining and not self.failed
+
+    @property
+    def lines_erased(self) -> int:
+        return sum(o.lines_erased for o in self.outcomes)
+
+    @property
+    def objects_rewritten(self) -> int:
+        return sum(o.status in ("erased", "deleted") for o in self.outcomes)
+
+
+def _results_prefix(settings: Settings, request_id: str) -> S3Uri:
+    base = S3Uri.parse(settings.reports.location)
+    return S3Uri(base.bucket, f"{base.key}results/{request_id}/")
+
+
+def _outcome_key(prefix: S3Uri, s3path: str) -> str:
+    return prefix.key + hashlib.sha256(s3path.encode()).hexdigest() + ".json"
+
+
+def _recorded_outcomes(s3: Any, prefix: S3Uri) -> dict[str, ObjectOutcome]:
+    done: dict[str, ObjectOutcome] = {}
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=prefix.bucket, Prefix=prefix.key):
+        for item in page.get("Contents", []):
+            document = orjson.loads(s3.get_object(Bucket=prefix.bucket, Key=item["Key"])["Body"].read())
+            outcome = ObjectOutcome(**document)
+            done[outcome.s3path] = outcome
+    return done
+
+
+def _purge_partition(
+    settings: Settings,
+    env: dict[str, str],
+    key: bytes,
+    user_hashes: tuple[str, ...],
+    prefix: S3Uri,
+    targets: Iterable[PurgeTarget],
+) -> Iterator[dict[str, Any]]:
+    apply_aws_environment(env)
+    s3 = aws.client("s3")
+    users = HashedUsers(user_hashes, Pseudonymizer(key))
+    store = open_store(settings.index, create=False)
+    try:
+        for target in targets:
+            outcome = purge_object(s3, store, settings, target, users)
+            document = asdict(outcome)
+            if outcome.status != "failed":
+                s3.put_object(
+                    Bucket=prefix.bucket, Key=_outcome_key(prefix, target.s3path), Body=orjson.dumps(document)
+                )
+            yield document
+    finally:
+        store.close()
+
+
+def _verify_partition(
+    settings: Settings, env: dict[str, str], key: bytes, user_hashes: tuple[str, ...], items: Iterable[tuple[str, str]]
+) -> Iterator[dict[str, Any]]:
+    apply_aws_environment(env)
+    s3 = aws.client("s3")
+    users = HashedUsers(user_hashes, Pseudonymizer(key))
+    for s3path, dataset_name in items:
+        dataset = settings.dataset_named(dataset_name)
+        for remaining in verify_object(s3, settings, dataset, s3path, users):
+            yield {
+                "object": object_ref(remaining.s3path, dataset),
+                "version_id": remaining.version_id,
+                "lines": remaining.lines,
+            }
+
+
+def run_purge(
+    spark: Any,
+    settings: Settings,
+    report: Report,
+    pseudonymizer_key: bytes,
+    relational: Iterable[dict[str, Any]] = (),
+    approved_by: str | None = None,
+    report_sha256: str = "",
+) -> PurgeResult:
+    """Erase every object of the report, verify every touched object, and write the certificate."""
+    started = datetime.now(UTC)
+    s3 = aws.client("s3")
+    prefix = _results_prefix(settings, report.request_id)
+    done = _recorded_outcomes(s3, prefix)
+    pending = [PurgeTarget(o.s3path, o.dataset, o.etag, o.lines) for o in report.objects if o.s3path not in done]
+    env = aws_environment()
+    hashes = report.user_hashes
+    fresh: list[dict[str, Any]] = []
+    if pending:
+        slices = min(len(pending), spark.sparkContext.defaultParallelism * 4)
+        fresh = (
+            spark.sparkContext.parallelize(pending, slices)
+            .mapPartitions(lambda items: _purge_partition(settings, env, pseudonymizer_key, hashes, prefix, items))
+            .collect()
+        )
+    outcomes = {**done, **{d["s3path"]: ObjectOutcome(**d) for d in fresh}}
+    ordered = tuple(outcomes[o.s3path] for o in report.objects)
+    checks = [(o.s3path, o.dataset) for o in report.objects]
+    remaining: list[dict[str, Any]] = []
+    if checks:
+        slices = min(len(checks), spark.sparkContext.defaultParallelism * 4)
+        remaining = (
+            spark.sparkContext.parallelize(checks, slices)
+            .mapPartitions(lambda items: _verify_partition(settings, env, pseudonymizer_key, hashes, items))
+            .collect()
+        )
+    result = PurgeResult(report.request_id, ordered, tuple(remaining), "", tuple(relational))
+    certificate = write_certificate(s3, settings, report, result, started, approved_by, report_sha256)
+    return PurgeResult(report.request_id, ordered, tuple(remaining), certificate, tuple(relational))
+
+
+def write_certificate(
+    s3: Any,
+    settings: Settings,
+    report: Report,
+    result: PurgeResult,
+    started: datetime,
+    approved_by: str | None,
+    report_sha256: str,
+) -> str:
+    """The erasure certificate: what was erased, where, when, verified how; hashed ids only."""
+    datasets = {d.name: d for d in settings.datasets}
+    document = {
+        "certificate_version": 1,
+        "request_id": report.request_id,
+        "user_hashes": list(report.user_hashes),
+        "report_sha256": report_sha256,
+        "approved_by": approved_by,
+        "started_at": started.isoformat(timespec="seconds"),
+        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "objects": [
+            {
+                "object": object_ref(o.s3path, datasets[r.dataset]),
+                "dataset": r.dataset,
+                "erase": r.erase,
+                "status": o.status,
+                "before": {"etag": o.before_etag, "version_id": o.before_version},
+                "after": {"etag": o.after_etag, "version_id": o.after_version},
+                "lines_erased": o.lines_erased,
+                "stale_index": o.stale_index,
+                "noncurrent_versions_deleted": o.noncurrent_versions_deleted,
+                "error": o.error,
+            }
+            for o, r in zip(result.outcomes, report.objects, strict=True)
+        ],
+        "relational": list(result.relational),
+        "totals": {
+            "objects_rewritten": result.objects_rewritten,
+            "lines_erased": result.lines_erased,
+            "objects_failed": len(result.failed),
+            "relational_rows_deleted": sum(int(t.get("rows_deleted", 0)) for t in result.relational),
+        },
+        "verification": {
+            "passed": result.verified,
+            "objects_checked": len(report.objects),
+            "remaining": list(result.remaining),
+        },
+    }
+    base = S3Uri.parse(settings.reports.location)
+    uri = S3Uri(base.bucket, f"{base.key}certificates/{report.request_id}.json")
+    s3.put_object(
+        Bucket=uri.bucket,
+        Key=uri.key,
+        Body=orjson.dumps(document, option=orjson.OPT_INDENT_2),
+        ContentType="application/json",
+    )
+    return str(uri)
+
+
+def purge_relational(settings: Settings, users: list[str], tables: Iterable[ReportTable]) -> list[dict[str, Any]]:
+    """DELETE the users' rows, one transaction per table; the counts go into the certificate."""
+    import psycopg
+    from psycopg import sql
+
+    configured = {t.name: t for t in settings.relational}
+    results = []
+    for planned in tables:
+        table = configured[planned.name]
+        statement = sql.SQL("DELETE FROM {} WHERE {} = ANY(%s)").format(
+            sql.Identifier(*table.table.split(".")), sql.Identifier(table.column)
+        )
+        with psycopg.connect(table.dsn) as conn, conn.transaction():
+            deleted = conn.execute(statement, (users,)).rowcount
+        results.append(
+            {"name": table.name, "table": table.table, "rows_planned": planned.rows, "rows_deleted": deleted}
+        )
+    return results
