@@ -6,7 +6,8 @@ Row item: one per user, object version and chunk of that user's lines in the obj
 
 * ``userid`` (partition key, S): the user id.
 * ``location`` (sort key, S): ``"<s3path>\\x1f<etag>\\x1f<chunk>"``. The ETag is part of the key, so the rows of a new
-  version never overwrite the rows of the version the index currently serves.
+  version never overwrite the rows of the version the index currently serves. When that would exceed DynamoDB's
+  1,024-byte sort key limit (S3 keys may be 1,024 bytes long), ``"#sha256:<hex of s3path>"`` stands for the path.
 * ``s3path``, ``etag``: ``s3path`` is the partition key of the ``by_object`` GSI, which finds an object's rows.
 * ``lines``: the user's line numbers in this chunk (L of N, sorted; -1 = the user owns the whole object). A user's
   list is split into chunks of at most 20,000 lines to stay well under DynamoDB's 400 KB item limit.
@@ -44,13 +45,16 @@ Readers return only rows whose ETag is the one in the object's meta item, so the
 object. ``lookup`` also re-reads users whose rows disagree with the meta items read after them (an object replaced
 while the user was being read), until each user's rows are consistent with one state of the meta items.
 
-Differences from the PostgreSQL adapter: only the first 100 unindexable lines of each object are kept (the count
-is exact); a naive ``last_modified`` is taken as UTC; ``remove_object`` running concurrently with a writer of the
-same object is not ordered against it. Nothing here logs user ids or object paths (a key may name a user).
+Differences from the PostgreSQL adapter: only the first 100 unindexable lines of each object are kept, so
+``unindexable()`` and ``get_object()`` list at most 100 per object (the counts in ``status()`` stay exact); a naive
+``last_modified`` is taken as UTC; a forced re-index of the same ETag rewrites its rows in place, so a reader may
+briefly see a mix of the old and new rows of that ETag; ``remove_object`` running concurrently with a writer of
+the same object is not ordered against it. Nothing here logs user ids or object paths (a key may name a user).
 """
 
 from __future__ import annotations
 
+import hashlib
 import random
 import time
 from collections import defaultdict
@@ -74,6 +78,7 @@ log = get_logger(__name__)
 META_PREFIX = "#object#"
 META_SORT_KEY = "#meta"
 SEPARATOR = "\x1f"
+MAX_SORT_KEY_BYTES = 1024
 GSI_NAME = "by_object"
 CHUNK_LINES = 20_000
 UNINDEXABLE_KEPT = 100
@@ -173,8 +178,17 @@ def _parse_row(item: Item) -> _Row:
     )
 
 
+def _location_prefix(s3path: str, etag: str) -> str:
+    """The sort key up to the chunk number: the path itself, or its hash when the key would be too long."""
+    prefix = f"{s3path}{SEPARATOR}{etag}{SEPARATOR}"
+    if len(prefix.encode()) + 10 > MAX_SORT_KEY_BYTES:
+        prefix = f"#sha256:{hashlib.sha256(s3path.encode()).hexdigest()}{SEPARATOR}{etag}{SEPARATOR}"
+    return prefix
+
+
 def _row_items(obj: ObjectIndex, written_at: int) -> list[Item]:
     items: list[Item] = []
+    prefix = _location_prefix(obj.s3path, obj.etag)
     path = {"S": obj.s3path}
     etag = {"S": obj.etag}
     stamp = {"N": str(written_at)}
@@ -188,7 +202,7 @@ def _row_items(obj: ObjectIndex, written_at: int) -> list[Item]:
             items.append(
                 {
                     "userid": {"S": user},
-                    "location": {"S": f"{obj.s3path}{SEPARATOR}{obj.etag}{SEPARATOR}{chunk}"},
+                    "location": {"S": f"{prefix}{chunk}"},
                     "s3path": path,
                     "etag": etag,
                     "chunk": {"N": str(chunk)},
@@ -490,11 +504,44 @@ class DynamoIndexStore:
 
     def object_rows(self, s3path: str) -> dict[str, list[int]]:
         meta = self._get_meta(s3path)
-        if meta is None:
-            return {}
+        return {} if meta is None else self._current_rows(meta)
+
+    def get_object(self, s3path: str) -> ObjectIndex | None:
+        item = self._client.get_item(TableName=self._table, Key=_meta_key(s3path), ConsistentRead=True).get("Item")
+        if not item:
+            return None
+        meta = _parse_meta(item)
+        unindexable = [
+            UnindexableLine(int(entry["M"]["line"]["N"]), entry["M"]["reason"]["S"])
+            for entry in item.get("unindexable_lines", {"L": []})["L"]
+        ]
+        return ObjectIndex(
+            s3path=s3path,
+            dataset=item["dataset"]["S"],
+            etag=meta.etag,
+            version_id=item["version_id"]["S"] if "version_id" in item else None,
+            last_modified=datetime.fromisoformat(meta.last_modified),
+            lines_by_user=self._current_rows(meta),
+            records=int(item["records"]["N"]),
+            unindexable=sorted(unindexable, key=lambda entry: entry.line),
+        )
+
+    def dataset_records(self) -> dict[str, int]:
+        totals: dict[str, int] = defaultdict(int)
+        for item in self._scan(
+            FilterExpression="#k = :object",
+            ProjectionExpression="#d, #r",
+            ExpressionAttributeNames={"#k": "kind", "#d": "dataset", "#r": "records"},
+            ExpressionAttributeValues={":object": {"S": "object"}},
+        ):
+            totals[item["dataset"]["S"]] += int(item["records"]["N"])
+        return dict(totals)
+
+    def _current_rows(self, meta: _Meta) -> dict[str, list[int]]:
+        """The rows of the version a meta item names (user id -> sorted lines)."""
         keys: list[_RowKey] = []
         for attempt in range(READ_ROUNDS):
-            keys = [key for key in self._object_keys(s3path) if key.etag == meta.etag]
+            keys = [key for key in self._object_keys(meta.s3path) if key.etag == meta.etag]
             if len(keys) >= meta.row_items:
                 break
             _backoff(attempt)  # the GSI is eventually consistent: the newest rows may not be in it yet

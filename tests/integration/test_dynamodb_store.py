@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from lakepurge import aws
+from lakepurge.aws import client as aws_client
 from lakepurge.index import dynamodb
 from lakepurge.index.base import WHOLE_OBJECT, IndexStatus, Location, ObjectIndex, UnindexableLine
 from lakepurge.index.dynamodb import DynamoBatchError, DynamoIndexStore
@@ -41,7 +41,7 @@ def version(
 
 def raw_items() -> list[dict]:
     """Every item of the table as stored (read with the real client, not through the store)."""
-    client = aws.client("dynamodb")
+    client = aws_client("dynamodb")
     items: list[dict] = []
     kwargs: dict = {"TableName": TABLE, "ConsistentRead": True}
     while True:
@@ -136,7 +136,7 @@ def store(aws):
 
 
 def store_with(proxy_class, **kwargs):
-    proxy = proxy_class(aws.client("dynamodb"), **kwargs)
+    proxy = proxy_class(aws_client("dynamodb"), **kwargs)
     return DynamoIndexStore(TABLE, client=proxy), proxy
 
 
@@ -147,9 +147,9 @@ def test_given_no_table_when_ensuring_schema_then_table_with_keys_and_by_object_
     index = DynamoIndexStore(TABLE)
     index.ensure_schema()
     index.ensure_schema()  # a second start finds it and changes nothing
-    table = aws_table = aws_client_describe()
+    table = aws_client("dynamodb").describe_table(TableName=TABLE)["Table"]
     assert table["TableStatus"] == "ACTIVE"
-    assert {(k["AttributeName"], k["KeyType"]) for k in aws_table["KeySchema"]} == {
+    assert {(k["AttributeName"], k["KeyType"]) for k in table["KeySchema"]} == {
         ("userid", "HASH"),
         ("location", "RANGE"),
     }
@@ -159,12 +159,8 @@ def test_given_no_table_when_ensuring_schema_then_table_with_keys_and_by_object_
     assert table["BillingModeSummary"]["BillingMode"] == "PAY_PER_REQUEST"
 
 
-def aws_client_describe() -> dict:
-    return aws.client("dynamodb").describe_table(TableName=TABLE)["Table"]
-
-
 def test_given_table_without_by_object_index_when_ensuring_schema_then_it_refuses(aws):
-    aws.client("dynamodb").create_table(
+    aws_client("dynamodb").create_table(
         TableName=TABLE,
         BillingMode="PAY_PER_REQUEST",
         AttributeDefinitions=[
@@ -201,7 +197,11 @@ def test_given_replaced_objects_when_looking_up_then_each_user_gets_sorted_lines
     assert found["carol"][0].whole_object
     assert store.object_rows("s3://lake/b.jsonl") == {"alice": [0, 2, 4], "bob": [1]}
     assert store.object_rows("s3://lake/missing.jsonl") == {}
-    assert store.indexed_objects() == {"s3://lake/a.jsonl": '"e2"', "s3://lake/b.jsonl": '"e1"', "s3://lake/owner.bin": '"e3"'}
+    assert store.indexed_objects() == {
+        "s3://lake/a.jsonl": '"e2"',
+        "s3://lake/b.jsonl": '"e1"',
+        "s3://lake/owner.bin": '"e3"',
+    }
     assert store.lookup([]) == {}
 
 
@@ -337,8 +337,14 @@ def test_given_unindexable_lines_when_reading_status_then_counts_and_first_lines
     many = [UnindexableLine(line, "not valid JSON") for line in range(150)]
     store.replace_objects(
         [
-            version("s3://lake/b.jsonl", '"b"', 0, {"alice": [0, 1], "bob": [2]}, records=3,
-                    unindexable=[UnindexableLine(7, "record too large"), UnindexableLine(3, "no user id")]),
+            version(
+                "s3://lake/b.jsonl",
+                '"b"',
+                0,
+                {"alice": [0, 1], "bob": [2]},
+                records=3,
+                unindexable=[UnindexableLine(7, "record too large"), UnindexableLine(3, "no user id")],
+            ),
             version("s3://lake/a.jsonl", '"a"', 0, {"alice": [0]}, records=4, unindexable=many),
             version("s3://lake/c.jsonl", '"c"', 0, {}, records=0),
         ]
@@ -380,16 +386,18 @@ def test_given_rows_when_truncating_then_table_is_empty(store):
 
 def test_given_dynamodb_returns_half_unprocessed_when_writing_and_reading_then_retries_complete_the_work(store):
     index, proxy = store_with(HalfUnprocessedOnce)
-    users = {f"user-{n:03d}": [n] for n in range(60)}
-    objects = [version(f"s3://lake/p{n:03d}.jsonl", f'"e{n}"', 0, users) for n in range(120)]
-    assert index.replace_objects(objects) == 120
+    users = {f"user-{n:03d}": [n] for n in range(12)}
+    objects = [version(f"s3://lake/p{n:03d}.jsonl", f'"e{n}"', 0, users) for n in range(110)]
+    assert index.replace_objects(objects) == 110
     assert proxy.withheld_writes > 0
-    found = index.lookup(list(users))
-    assert proxy.withheld_keys == 50  # half of the first 100-key BatchGetItem came back unprocessed
-    assert len(found) == 60
-    assert all(len(locations) == 120 for locations in found.values())
+    assert proxy.withheld_keys > 0  # the meta items read before writing
+    reader, proxy = store_with(HalfUnprocessedOnce)
+    found = reader.lookup(list(users))
+    assert proxy.withheld_keys > 0
+    assert len(found) == 12
+    assert all(len(locations) == 110 for locations in found.values())
     assert store.dump() == {(user, obj.s3path, lines[0]) for obj in objects for user, lines in users.items()}
-    assert len(row_items()) == 60 * 120
+    assert len(row_items()) == 12 * 110
 
 
 def test_given_dynamodb_never_processes_a_batch_when_writing_then_it_gives_up_with_an_error(store, monkeypatch):
@@ -476,3 +484,28 @@ def test_given_object_replaced_while_looking_up_when_rows_disagree_with_meta_the
     # Without the re-read alice would vanish: her v1 rows are no longer current and v2 was not read.
     assert reader.lookup(["alice"]) == {"alice": [Location(path, '"v2"', (7,))]}
     assert proxy.queries == 2
+
+
+def test_given_s3_key_of_1024_bytes_when_replacing_then_rows_fit_the_sort_key_limit_and_round_trip(store):
+    path = "s3://lake/" + "k" * 1024
+    store.replace_objects([version(path, '"v1"', 0, {"alice": [0, 1]})])
+    store.replace_objects([version(path, '"v2"', 1, {"alice": [2]})])
+    assert store.lookup(["alice"]) == {"alice": [Location(path, '"v2"', (2,))]}
+    assert store.object_rows(path) == {"alice": [2]}
+    assert all(len(item["location"]["S"].encode()) <= 1024 for item in row_items())
+    assert len(row_items()) == 1
+    assert store.remove_object(path) is True
+    assert raw_items() == []
+
+
+def test_given_user_id_in_the_reserved_object_namespace_when_indexing_then_meta_items_are_never_taken_for_rows(store):
+    path = "s3://lake/x.jsonl"
+    odd = "#object#" + path  # the partition key of the object's meta item
+    store.replace_objects([version(path, '"e"', 0, {odd: [3], "alice": [1]})])
+    assert store.lookup([odd]) == {odd: [Location(path, '"e"', (3,))]}
+    assert store.object_rows(path) == {odd: [3], "alice": [1]}
+    assert store.status() == IndexStatus(
+        objects=1, records=2, users=2, rows=2, unindexable_lines=0, objects_with_unindexable=0
+    )
+    assert store.remove_object(path) is True
+    assert store.lookup([odd]) == {}

@@ -1,0 +1,310 @@
+"""The IndexStore contract: PostgreSQL and DynamoDB give the same answers to the same sequence of operations."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+
+from lakepurge.index.base import WHOLE_OBJECT, IndexStatus, IndexStore, Location, ObjectIndex, UnindexableLine
+
+pytestmark = pytest.mark.integration
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+A = "s3://lake/events/a.jsonl"
+B = "s3://lake/events/b.jsonl"
+C = "s3://lake/owners/carol.bin"
+
+
+def version(
+    path: str,
+    etag: str,
+    last_modified: datetime,
+    users: dict[str, list[int]],
+    unindexable: list[UnindexableLine] | None = None,
+    version_id: str | None = None,
+) -> ObjectIndex:
+    return ObjectIndex(
+        s3path=path,
+        dataset="events",
+        etag=etag,
+        version_id=version_id,
+        last_modified=last_modified,
+        lines_by_user=users,
+        records=sum(len(lines) for lines in users.values()) + len(unindexable or []),
+        unindexable=unindexable or [],
+    )
+
+
+@pytest.fixture(params=["postgres", "dynamodb"])
+def store(request: pytest.FixtureRequest):
+    index: IndexStore
+    if request.param == "postgres":
+        from lakepurge.index.postgres import PostgresIndexStore
+
+        index = PostgresIndexStore(request.getfixturevalue("pg_dsn"))
+    else:
+        from lakepurge.index.dynamodb import DynamoIndexStore
+
+        request.getfixturevalue("aws")
+        index = DynamoIndexStore("lakepurge-index-test")
+    index.ensure_schema()
+    index.ensure_schema()  # safe at every start
+    yield index
+    index.close()
+
+
+def test_given_a_fresh_index_when_replacing_objects_then_lookup_rows_status_and_dump_agree(store):
+    assert store.status() == IndexStatus(0, 0, 0, 0, 0, 0)
+    assert store.replace_objects([]) == 0
+    written = store.replace_objects(
+        [
+            version(A, '"a1"', T0, {"alice": [3, 0, 1], "bob": [2], "nobody": []}, [UnindexableLine(4, "no user id")]),
+            version(B, '"b1"', T0, {"alice": [0]}, version_id="v-1"),
+            version(C, '"c1"', T0, {"carol": [WHOLE_OBJECT]}),
+        ]
+    )
+    assert written == 3
+    assert store.lookup(["alice", "bob", "carol", "nobody", "stranger"]) == {
+        "alice": [Location(A, '"a1"', (0, 1, 3)), Location(B, '"b1"', (0,))],
+        "bob": [Location(A, '"a1"', (2,))],
+        "carol": [Location(C, '"c1"', (WHOLE_OBJECT,))],
+    }
+    assert store.lookup([]) == {}
+    assert store.object_rows(A) == {"alice": [0, 1, 3], "bob": [2]}
+    assert store.object_rows("s3://lake/unknown") == {}
+    assert store.indexed_objects() == {A: '"a1"', B: '"b1"', C: '"c1"'}
+    assert store.status() == IndexStatus(
+        objects=3, records=7, users=3, rows=6, unindexable_lines=1, objects_with_unindexable=1
+    )
+    assert store.unindexable() == [(A, UnindexableLine(4, "no user id"))]
+    assert store.dump() == {
+        ("alice", A, 0),
+        ("alice", A, 1),
+        ("alice", A, 3),
+        ("bob", A, 2),
+        ("alice", B, 0),
+        ("carol", C, WHOLE_OBJECT),
+    }
+
+
+def test_given_versions_in_any_order_when_replacing_then_only_the_newest_is_kept(store):
+    assert store.replace_objects([version(A, '"a1"', T0, {"alice": [0], "bob": [1]})]) == 1
+    # A newer version replaces every row, users that left included.
+    assert store.replace_objects([version(A, '"a2"', T0 + timedelta(seconds=1), {"alice": [5], "dave": [6]})]) == 1
+    # Stale (older) versions are refused, forced or not; the time zone of the timestamp does not matter.
+    paris = timezone(timedelta(hours=1))
+    stale = T0.astimezone(paris) + timedelta(microseconds=999_999)  # still before T0 + 1 s
+    assert store.replace_objects([version(A, '"a0"', stale, {"bob": [9]})]) == 0
+    assert store.replace_objects([version(A, '"a0"', T0, {"bob": [9]})], force=True) == 0
+    # The same ETag again is a no-op, unless forced.
+    assert store.replace_objects([version(A, '"a2"', T0 + timedelta(seconds=1), {"mallory": [1]})]) == 0
+    assert store.lookup(["alice", "bob", "dave", "mallory"]) == {
+        "alice": [Location(A, '"a2"', (5,))],
+        "dave": [Location(A, '"a2"', (6,))],
+    }
+    assert store.replace_objects([version(A, '"a2"', T0 + timedelta(seconds=1), {"alice": [5, 7]})], force=True) == 1
+    assert store.object_rows(A) == {"alice": [5, 7]}
+    # A different ETag with the same last-modified time wins (a copy in place within the same second).
+    assert store.replace_objects([version(A, '"a3"', T0 + timedelta(seconds=1), {"erin": [0]})]) == 1
+    # One batch: new objects and refused ones are counted apart.
+    batch = [
+        version(A, '"a4"', T0 - timedelta(days=1), {"bob": [1]}),
+        version(B, '"b1"', T0, {"bob": [2]}),
+    ]
+    assert store.replace_objects(batch) == 1
+    assert store.dump() == {("erin", A, 0), ("bob", B, 2)}
+    assert store.indexed_objects() == {A: '"a3"', B: '"b1"'}
+    assert store.status() == IndexStatus(
+        objects=2, records=2, users=2, rows=2, unindexable_lines=0, objects_with_unindexable=0
+    )
+
+
+def test_given_indexed_objects_when_removing_one_then_only_its_rows_go_and_removing_again_reports_absent(store):
+    store.replace_objects(
+        [
+            version(A, '"a1"', T0, {"alice": [0], "bob": [1]}, [UnindexableLine(2, "not valid JSON")]),
+            version(B, '"b1"', T0, {"alice": [4]}),
+        ]
+    )
+    assert store.remove_object(A) is True
+    assert store.remove_object(A) is False
+    assert store.remove_object("s3://lake/never-indexed") is False
+    assert store.lookup(["alice", "bob"]) == {"alice": [Location(B, '"b1"', (4,))]}
+    assert store.object_rows(A) == {}
+    assert store.unindexable() == []
+    assert store.status() == IndexStatus(
+        objects=1, records=1, users=1, rows=1, unindexable_lines=0, objects_with_unindexable=0
+    )
+    # A removed object can be indexed again, even with an older version (it is a new object now).
+    assert store.replace_objects([version(A, '"a0"', T0 - timedelta(days=1), {"bob": [3]})]) == 1
+    assert store.dump() == {("alice", B, 4), ("bob", A, 3)}
+
+
+def test_given_unindexable_lines_in_several_objects_when_listing_then_they_come_by_path_then_line_up_to_limit(store):
+    store.replace_objects(
+        [
+            version(B, '"b1"', T0, {}, [UnindexableLine(9, "record too large"), UnindexableLine(1, "no user id")]),
+            version(A, '"a1"', T0, {"alice": [0]}, [UnindexableLine(WHOLE_OBJECT, "sidecar missing")]),
+        ]
+    )
+    assert store.unindexable(limit=2) == [
+        (A, UnindexableLine(WHOLE_OBJECT, "sidecar missing")),
+        (B, UnindexableLine(1, "no user id")),
+    ]
+    assert store.unindexable() == [
+        (A, UnindexableLine(WHOLE_OBJECT, "sidecar missing")),
+        (B, UnindexableLine(1, "no user id")),
+        (B, UnindexableLine(9, "record too large")),
+    ]
+    assert store.status() == IndexStatus(
+        objects=2, records=4, users=1, rows=1, unindexable_lines=3, objects_with_unindexable=2
+    )
+
+
+def test_given_many_users_and_objects_when_looking_up_then_every_location_is_found(store):
+    objects = [
+        version(
+            f"s3://lake/events/part-{n:03d}.jsonl",
+            f'"e{n}"',
+            T0,
+            {f"user-{u:03d}": [u, n] for u in range(n % 7, 140, 7)},
+        )
+        for n in range(120)
+    ]
+    assert store.replace_objects(objects) == 120
+    found = store.lookup([f"user-{u:03d}" for u in range(150)])
+    assert set(found) == {f"user-{u:03d}" for u in range(140)}
+    assert found["user-010"][0] == Location("s3://lake/events/part-003.jsonl", '"e3"', (3, 10))
+    assert all(len(locations) in (17, 18) for locations in found.values())
+    assert store.status().rows == sum(o.row_count for o in objects)
+
+
+def test_given_indexed_objects_when_getting_one_then_its_version_rows_counts_and_unindexable_lines_come_back(store):
+    stamp = T0 + timedelta(seconds=1, microseconds=500)
+    clicks = ObjectIndex(
+        s3path=B,
+        dataset="clicks",
+        etag='"b1"',
+        version_id=None,
+        last_modified=T0,
+        lines_by_user={"alice": [0]},
+        records=10,
+    )
+    store.replace_objects(
+        [
+            version(
+                A,
+                '"a1"',
+                stamp,
+                {"alice": [3, 0], "bob": [1], "nobody": []},
+                [UnindexableLine(9, "record too large"), UnindexableLine(2, "no user id")],
+                version_id="v-7",
+            ),
+            clicks,
+        ]
+    )
+    assert store.get_object(A) == ObjectIndex(
+        s3path=A,
+        dataset="events",
+        etag='"a1"',
+        version_id="v-7",
+        last_modified=stamp,
+        lines_by_user={"alice": [0, 3], "bob": [1]},
+        records=5,
+        unindexable=[UnindexableLine(2, "no user id"), UnindexableLine(9, "record too large")],
+    )
+    assert store.get_object(B) == clicks
+    assert store.get_object("s3://lake/never-indexed") is None
+    assert store.dataset_records() == {"events": 5, "clicks": 10}
+    store.remove_object(B)
+    assert store.get_object(B) is None
+    assert store.dataset_records() == {"events": 5}
+
+
+class Model:
+    """The contract in a few lines of Python: what every backend must answer."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, ObjectIndex] = {}
+
+    def replace_objects(self, objects: list[ObjectIndex], force: bool) -> int:
+        written = 0
+        for obj in objects:
+            held = self.objects.get(obj.s3path)
+            if held is None or (held.last_modified <= obj.last_modified and (force or held.etag != obj.etag)):
+                self.objects[obj.s3path] = obj
+                written += 1
+        return written
+
+    def remove_object(self, s3path: str) -> bool:
+        return self.objects.pop(s3path, None) is not None
+
+    def dump(self) -> set[tuple[str, str, int]]:
+        return {(user, obj.s3path, line) for obj in self.objects.values() for user, line in obj.rows()}
+
+    def lookup(self, users: list[str]) -> dict[str, list[Location]]:
+        found: dict[str, list[Location]] = {}
+        for path in sorted(self.objects):
+            obj = self.objects[path]
+            for user in dict.fromkeys(users):
+                if obj.lines_by_user.get(user):
+                    found.setdefault(user, []).append(Location(path, obj.etag, tuple(sorted(obj.lines_by_user[user]))))
+        return found
+
+    def status(self) -> IndexStatus:
+        objs = list(self.objects.values())
+        return IndexStatus(
+            objects=len(objs),
+            records=sum(o.records for o in objs),
+            users=len({user for o in objs for user, lines in o.lines_by_user.items() if lines}),
+            rows=sum(o.row_count for o in objs),
+            unindexable_lines=sum(len(o.unindexable) for o in objs),
+            objects_with_unindexable=sum(1 for o in objs if o.unindexable),
+        )
+
+
+def test_given_a_random_sequence_of_operations_when_replayed_then_the_backend_answers_like_the_model(store):
+    rng = random.Random(20260301)
+    model = Model()
+    paths = [f"s3://lake/events/{name}.jsonl" for name in "abcd"]
+    users = [f"user-{n}" for n in range(6)]
+    for step in range(60):
+        if rng.random() < 0.15:
+            path = rng.choice(paths)
+            assert store.remove_object(path) == model.remove_object(path), step
+            continue
+        batch = [
+            version(
+                path,
+                f'"{rng.choice("xyz")}"',
+                T0 + timedelta(seconds=rng.randrange(4)),
+                {user: rng.sample(range(10), rng.randrange(4)) for user in rng.sample(users, rng.randrange(4))},
+                [UnindexableLine(line, "no user id") for line in rng.sample(range(10, 20), rng.randrange(2))],
+            )
+            for path in rng.sample(paths, rng.randrange(1, 4))
+        ]
+        force = rng.random() < 0.2
+        assert store.replace_objects(batch, force=force) == model.replace_objects(batch, force), step
+        assert store.dump() == model.dump(), step
+    assert store.lookup(users) == model.lookup(users)
+    assert store.indexed_objects() == {path: obj.etag for path, obj in model.objects.items()}
+    assert store.status() == model.status()
+    for path in paths:
+        held = model.objects.get(path)
+        expected = {u: sorted(lines) for u, lines in held.lines_by_user.items() if lines} if held else {}
+        assert store.object_rows(path) == expected
+        got = store.get_object(path)
+        if held is None:
+            assert got is None
+        else:
+            assert got is not None
+            assert (got.etag, got.last_modified, got.records, got.lines_by_user) == (
+                held.etag,
+                held.last_modified,
+                held.records,
+                expected,
+            )
+            assert got.unindexable == sorted(held.unindexable, key=lambda u: u.line)
+    assert store.dataset_records() == ({"events": model.status().records} if model.objects else {})
