@@ -77,10 +77,16 @@ class PostgresIndexStore:
     def replace_objects(self, objects: Sequence[ObjectIndex], force: bool = False) -> int:
         if not objects:
             return 0
+        # One version per object and batch: the latest (the last given, on equal times), as applying them in turn
+        # would leave it.
+        latest: dict[str, ObjectIndex] = {}
+        for obj in objects:
+            if obj.s3path not in latest or latest[obj.s3path].last_modified <= obj.last_modified:
+                latest[obj.s3path] = obj
         with self._conn.transaction(), self._conn.cursor() as cur:
             claimed: list[ObjectIndex] = []
             # Lock order by path so two batches touching the same objects cannot deadlock.
-            for obj in sorted(objects, key=lambda o: o.s3path):
+            for obj in sorted(latest.values(), key=lambda o: o.s3path):
                 cur.execute(
                     _CLAIM,
                     (
