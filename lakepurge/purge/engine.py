@@ -105,7 +105,7 @@ def _chunks(stream: IO[bytes]) -> Iterator[bytes]:
         yield chunk
 
 
-def _gzip(chunks: Iterable[bytes]) -> Iterator[bytes]:
+def gzip_chunks(chunks: Iterable[bytes]) -> Iterator[bytes]:
     import zlib
 
     deflate = zlib.compressobj(6, zlib.DEFLATED, 31)
@@ -123,10 +123,10 @@ def _rewrite_jsonl(raw: IO[bytes], gz: bool, lines: Iterable[int], owner: _Owner
 
     source: IO[bytes] = GzipReader(raw) if gz else raw  # type: ignore[assignment]
     spliced = splice_lines(_chunks(source), lines, decide)
-    return _gzip(spliced) if gz else spliced
+    return gzip_chunks(spliced) if gz else spliced
 
 
-class _LastByte(io.RawIOBase):
+class LastByte(io.RawIOBase):
     """Passes a stream through and remembers its last byte (was the final line terminated?)."""
 
     def __init__(self, inner: ByteSource) -> None:
@@ -155,7 +155,7 @@ def _rewrite_csv(
     line becomes empty fields (`,,,`) and its continuation lines become empty lines, so every later record's line
     number still holds. The header (line 0) is never touched; every other record passes through byte for byte."""
     targets = set(lines)
-    source = _LastByte(GzipReader(raw) if gz else raw)
+    source = LastByte(GzipReader(raw) if gz else raw)
 
     def output_lines() -> Iterator[bytes]:
         record: list[bytes] = []
@@ -195,7 +195,7 @@ def _rewrite_csv(
             batch.append(previous + (b"\n" if source.last == b"\n" else b""))
         yield b"".join(batch)
 
-    return _gzip(terminated()) if gz else terminated()
+    return gzip_chunks(terminated()) if gz else terminated()
 
 
 def _csv_row(physical_lines: list[bytes]) -> list[str]:
@@ -248,7 +248,7 @@ def _rewrite_parquet(s3: Any, head: ObjectHead, users: Container[str], dataset: 
     return out, erased
 
 
-def _file_chunks(handle: IO[bytes]) -> Iterator[bytes]:
+def file_chunks(handle: IO[bytes]) -> Iterator[bytes]:
     try:
         while chunk := handle.read(PART_READ):
             yield chunk
@@ -337,7 +337,7 @@ def _purge_once(
             rewritten, erased = _rewrite_parquet(s3, head, users, dataset)
             outcome.lines_erased = erased
             if erased:
-                written = write_in_place(s3, head, _file_chunks(rewritten), attributes)
+                written = write_in_place(s3, head, file_chunks(rewritten), attributes)
             else:
                 rewritten.close()
         else:
@@ -348,14 +348,14 @@ def _purge_once(
                     chunks = _rewrite_jsonl(body, gz, lines, owner, drop)
                 else:
                     chunks = _rewrite_csv(body, gz, lines, owner, drop, settings.indexing.max_record_bytes)
-                staged = _stage(chunks)
+                staged = stage(chunks)
             finally:
                 body.close()
             outcome.index_lines_not_matching = owner.not_matching
             outcome.lines_erased = len(owner.erased)
             outcome.erased_lines = owner.erased
             if owner.erased:
-                written = write_in_place(s3, head, _file_chunks(staged), attributes)
+                written = write_in_place(s3, head, file_chunks(staged), attributes)
             else:
                 staged.close()
     if written is None:
@@ -370,7 +370,7 @@ def _purge_once(
     return outcome
 
 
-def _stage(chunks: Iterable[bytes]) -> IO[bytes]:
+def stage(chunks: Iterable[bytes]) -> IO[bytes]:
     """Hold the rewritten object (in memory up to 64 MiB, then on disk) until we know a write is needed."""
     staged = tempfile.SpooledTemporaryFile(max_size=64 * 1024 * 1024)  # noqa: SIM115 - closed by the caller
     for chunk in chunks:
@@ -419,7 +419,7 @@ def _reindex_written(
     )
 
 
-def _versions(s3: Any, uri: S3Uri) -> Iterator[ObjectHead]:
+def noncurrent_versions(s3: Any, uri: S3Uri) -> Iterator[ObjectHead]:
     """Every noncurrent version of exactly this key (delete markers hold no data)."""
     for page in s3.get_paginator("list_object_versions").paginate(Bucket=uri.bucket, Prefix=uri.key):
         for version in page.get("Versions", []):
@@ -441,7 +441,7 @@ def _delete_noncurrent(
     if not settings.purge.delete_noncurrent_versions:
         return 0
     deleted = 0
-    for version in list(_versions(s3, uri)):
+    for version in list(noncurrent_versions(s3, uri)):
         if written is not None and version.version_id == written.version_id:
             continue
         _, lines = find_user_lines(s3, settings, dataset, version, users)
@@ -467,7 +467,7 @@ def verify_object(
     uri = S3Uri.parse(s3path)
     heads = [h for h in [head_object(s3, uri.bucket, uri.key)] if h is not None]
     if settings.purge.delete_noncurrent_versions:
-        heads.extend(_versions(s3, uri))
+        heads.extend(noncurrent_versions(s3, uri))
     remaining = []
     for head in heads:
         try:
