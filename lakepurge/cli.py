@@ -6,6 +6,7 @@ Human output goes to stderr; ``--json`` prints exactly one JSON document on stdo
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
@@ -182,12 +183,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Library loggers read their level when created; commands talk to people on stderr, so logs stay quiet
+    # unless asked for (POWERTOOLS_LOG_LEVEL=INFO).
+    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
     args = build_parser().parse_args(argv)
     out = Output(args.json)
     run: Callable[[argparse.Namespace, Output], int] = args.run
     from lakepurge.logs import root_logger
 
-    root_logger(level="WARNING", stream=sys.stderr)
+    root_logger(level=os.environ["POWERTOOLS_LOG_LEVEL"], stream=sys.stderr)
     try:
         return run(args, out)
     except ConfigError as exc:
