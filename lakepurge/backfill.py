@@ -12,13 +12,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from lakepurge import aws
-from lakepurge.config import DatasetConfig, Settings
+from lakepurge.config import ConfigError, DatasetConfig, Settings
 from lakepurge.index import open_store
 from lakepurge.index.base import ObjectIndex
-from lakepurge.indexer import scan_object
+from lakepurge.indexer import flag_erased_users, scan_object
 from lakepurge.logs import get_logger
+from lakepurge.privacy import Pseudonymizer
 from lakepurge.s3io import ObjectChanged, head_object
-from lakepurge.sparkutil import apply_aws_environment, aws_environment
+from lakepurge.sparkutil import apply_job_environment, job_environment
 
 log = get_logger(__name__)
 
@@ -51,9 +52,13 @@ def index_partition(
     settings: Settings, env: dict[str, str], force: bool, items: Iterable[tuple[str, str, str]]
 ) -> Iterator[tuple[str, str, int, int, int, int, str]]:
     """Index a partition's objects; yields (s3path, outcome, records, rows, unindexable, bytes, error)."""
-    apply_aws_environment(env)
+    apply_job_environment(env)
     s3 = aws.client("s3")
     store = open_store(settings.index, create=False)
+    try:
+        pseudonymizer: Pseudonymizer | None = Pseudonymizer.from_config(settings.privacy)
+    except ConfigError:
+        pseudonymizer = None
     pending: list[ObjectIndex] = []
     pending_rows = 0
     try:
@@ -74,6 +79,7 @@ def index_partition(
             except Exception as exc:  # one unreadable object must not lose the others; it is reported
                 yield s3path, "failed", 0, 0, 0, 0, type(exc).__name__
                 continue
+            flag_erased_users(store, scanned, pseudonymizer)
             pending.append(scanned)
             pending_rows += scanned.row_count
             yield s3path, "scanned", scanned.records, scanned.row_count, len(scanned.unindexable), head.size, ""
@@ -101,7 +107,7 @@ def run_backfill(spark: Any, settings: Settings, force: bool = False, datasets: 
     keys.sort(key=lambda item: -item[3])
     slices = min(len(keys), spark.sparkContext.defaultParallelism * 4)
     ordered = [(name, bucket, key) for name, bucket, key, _ in keys]
-    env = aws_environment()
+    env = job_environment(settings)
     results = (
         spark.sparkContext.parallelize(ordered, slices)
         .mapPartitions(lambda items: index_partition(settings, env, force, items))

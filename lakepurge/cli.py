@@ -135,6 +135,59 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
     return 0
 
 
+def cmd_purge(args: argparse.Namespace, out: Output) -> int:
+    from lakepurge.operator import purge_users
+    from lakepurge.report import SafetyLimitExceeded
+
+    settings = _settings(args)
+    users = _read_users(args)
+    try:
+        run = purge_users(settings, users, dry_run=not args.yes, force=args.force, say=out.say)
+    except SafetyLimitExceeded as exc:
+        out.say(f"lakepurge purge: refused by the safety limits ([purge] in the configuration): {exc}")
+        out.say("  check the user ids; to erase anyway, run again with --force")
+        out.result({"status": "REFUSED", "reason": str(exc)})
+        return 3
+    document = run.summary()
+    out.result(document)
+    if run.result is None:
+        return 0
+    return 0 if run.result.verified else 1
+
+
+def cmd_verify(args: argparse.Namespace, out: Output) -> int:
+    from lakepurge.operator import verify_users
+
+    settings = _settings(args)
+    document = verify_users(settings, _read_users(args))
+    out.say(
+        f"checked {document['objects_checked']} object(s) and their noncurrent versions:"
+        f" {len(document['remaining'])} still hold the users; index locations left: {document['index_locations']}"
+    )
+    for place in document["remaining"]:
+        out.say(f"  {place['object']} version {place['version_id']}: {place['lines']} line(s)")
+    out.result(document)
+    return 0 if document["verified"] else 1
+
+
+def cmd_vacuum(args: argparse.Namespace, out: Output) -> int:
+    from lakepurge.purge.vacuum import run_vacuum
+    from lakepurge.sparkutil import spark_session
+
+    settings = _settings(args)
+    with spark_session("lakepurge-vacuum") as spark:
+        outcomes = run_vacuum(spark, settings, args.dataset)
+    failed = [o for o in outcomes if o.error]
+    removed = sum(o.lines_removed for o in outcomes)
+    out.say(
+        f"vacuumed {sum(o.lines_removed > 0 for o in outcomes)} of {len(outcomes)} object(s): {removed} placeholder"
+        f" line(s) removed, {sum(o.versions_deleted for o in outcomes)} superseded version(s) deleted,"
+        f" {len(failed)} failed"
+    )
+    out.result({"objects": len(outcomes), "lines_removed": removed, "failed": [asdict(o) for o in failed]})
+    return 1 if failed else 0
+
+
 def cmd_demo(args: argparse.Namespace, out: Output) -> int:
     from lakepurge.demo import DemoError, run_demo
 
@@ -175,6 +228,24 @@ def build_parser() -> argparse.ArgumentParser:
     lookup.add_argument("users", nargs="*", metavar="USER")
     lookup.add_argument("--users-file")
     lookup.set_defaults(run=cmd_lookup)
+
+    purge = commands.add_parser("purge", parents=[common], help="report, erase, verify, certify (dry run unless --yes)")
+    purge.add_argument("users", nargs="*", metavar="USER")
+    purge.add_argument("--users-file")
+    mode = purge.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true", help="only write the report (the default)")
+    mode.add_argument("--yes", action="store_true", help="erase for real")
+    purge.add_argument("--force", action="store_true", help="go past the [purge] safety limits")
+    purge.set_defaults(run=cmd_purge)
+
+    verify = commands.add_parser("verify", parents=[common], help="is any of these users still anywhere?")
+    verify.add_argument("users", nargs="*", metavar="USER")
+    verify.add_argument("--users-file")
+    verify.set_defaults(run=cmd_verify)
+
+    vacuum = commands.add_parser("vacuum", parents=[common], help="drop erased placeholders, re-index")
+    vacuum.add_argument("--dataset", action="append", default=[], help="only this dataset (repeatable)")
+    vacuum.set_defaults(run=cmd_vacuum)
 
     status = commands.add_parser("status", parents=[common], help="index counts and unindexable lines")
     status.add_argument("--limit", type=int, default=50, help="unindexable lines to list")

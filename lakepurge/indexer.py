@@ -18,6 +18,7 @@ from lakepurge.config import DatasetConfig, Settings
 from lakepurge.formats import IdFieldError, Record, extract_ids, parse_paths, read_records
 from lakepurge.index.base import WHOLE_OBJECT, IndexStore, ObjectIndex, UnindexableLine
 from lakepurge.logs import get_logger, object_ref
+from lakepurge.privacy import Pseudonymizer
 from lakepurge.s3io import ObjectChanged, ObjectHead, head_object, open_body, open_seekable
 
 log = get_logger(__name__)
@@ -31,6 +32,7 @@ class IndexOutcome:
     action: Action
     records: int = 0
     unindexable: int = 0
+    reappeared: int = 0
 
 
 def scan_object(s3: Any, settings: Settings, dataset: DatasetConfig, head: ObjectHead) -> ObjectIndex:
@@ -104,8 +106,24 @@ def _scan_owner(s3: Any, dataset: DatasetConfig, head: ObjectHead, result: Objec
     result.lines_by_user = {owner: [WHOLE_OBJECT] for owner in owners}
 
 
+def flag_erased_users(store: IndexStore, scanned: ObjectIndex, pseudonymizer: Pseudonymizer | None) -> None:
+    """Count the object's users who are on the suppression list (erased before, back from a restored backup or a
+    replayed pipeline): the object is flagged in the index and in `lakepurge status`."""
+    if pseudonymizer is None or not scanned.lines_by_user:
+        return
+    hashes = [pseudonymizer(user) for user in scanned.lines_by_user]
+    scanned.reappeared = len(store.erased_among(hashes))
+
+
 def index_object(
-    s3: Any, store: IndexStore, settings: Settings, bucket: str, key: str, force: bool = False, attempts: int = 3
+    s3: Any,
+    store: IndexStore,
+    settings: Settings,
+    bucket: str,
+    key: str,
+    force: bool = False,
+    attempts: int = 3,
+    pseudonymizer: Pseudonymizer | None = None,
 ) -> IndexOutcome:
     """Bring the index in line with what S3 holds now at bucket/key (created, overwritten or removed)."""
     dataset = settings.dataset_for(bucket, key)
@@ -125,7 +143,10 @@ def index_object(
         except ObjectChanged:
             log.info("object replaced while reading; reading again", extra={"object": ref, "attempt": attempt})
             continue
+        flag_erased_users(store, scanned, pseudonymizer)
         written = store.replace_objects([scanned], force=force)
+        if scanned.reappeared:
+            log.warning("erased users found again", extra={"object": ref, "users": scanned.reappeared})
         if scanned.unindexable:
             log.warning(
                 "unindexable lines",
@@ -135,5 +156,6 @@ def index_object(
                     "first_lines": [u.line for u in scanned.unindexable[:10]],
                 },
             )
-        return IndexOutcome(s3path, "indexed" if written else "unchanged", scanned.records, len(scanned.unindexable))
+        action: Action = "indexed" if written else "unchanged"
+        return IndexOutcome(s3path, action, scanned.records, len(scanned.unindexable), scanned.reappeared)
     raise ObjectChanged(f"{ref} kept changing while being indexed ({attempts} attempts)")

@@ -13,6 +13,7 @@ from functools import cache
 from lakepurge.config import ConfigError, Settings, load_settings, parse_settings
 from lakepurge.index import open_store
 from lakepurge.index.base import IndexStore
+from lakepurge.privacy import Pseudonymizer
 
 
 @cache
@@ -31,6 +32,15 @@ def settings() -> Settings:
 
 
 @cache
+def pseudonymizer() -> Pseudonymizer | None:
+    """The keyed hash of user ids, or None when the key is not configured (suppression checks are then off)."""
+    try:
+        return Pseudonymizer.from_config(settings().privacy)
+    except ConfigError:
+        return None
+
+
+@cache
 def index_store() -> IndexStore:
     """One index connection per process, reused across warm invocations."""
     return open_store(settings().index)
@@ -42,3 +52,4 @@ def reset() -> None:
         index_store().close()
     index_store.cache_clear()
     settings.cache_clear()
+    pseudonymizer.cache_clear()

@@ -10,7 +10,10 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lakepurge.config import Settings
 
 AWS_VARIABLES = (
     "AWS_ENDPOINT_URL",
@@ -22,12 +25,13 @@ AWS_VARIABLES = (
 )
 
 
-def aws_environment() -> dict[str, str]:
-    """The driver's AWS settings, to apply on executors (on EMR these are usually just the region)."""
-    return {name: os.environ[name] for name in AWS_VARIABLES if name in os.environ}
+def job_environment(settings: Settings) -> dict[str, str]:
+    """The driver's AWS settings and hash key, to apply on executors (on EMR usually just the region and key)."""
+    names = (*AWS_VARIABLES, settings.privacy.hash_key_env)
+    return {name: os.environ[name] for name in names if name in os.environ}
 
 
-def apply_aws_environment(env: dict[str, str]) -> None:
+def apply_job_environment(env: dict[str, str]) -> None:
     for name, value in env.items():
         os.environ.setdefault(name, value)
 

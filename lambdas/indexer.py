@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import unquote_plus
 
-from aws_lambda_powertools import Logger
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.data_classes import S3Event
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
@@ -19,6 +20,7 @@ from lakepurge import aws, runtime
 from lakepurge.indexer import IndexOutcome, index_object
 
 logger = Logger(service="lakepurge")
+metrics = Metrics(namespace="lakepurge", service="lakepurge")
 processor = BatchProcessor(event_type=EventType.SQS)
 
 
@@ -27,7 +29,19 @@ def _index_s3_event(event: S3Event) -> list[IndexOutcome]:
     for record in event.records:
         bucket = record.s3.bucket.name
         key = unquote_plus(record.s3.get_object.key)  # S3 URL-encodes keys in notifications
-        outcomes.append(index_object(aws.client("s3"), runtime.index_store(), runtime.settings(), bucket, key))
+        outcome = index_object(
+            aws.client("s3"),
+            runtime.index_store(),
+            runtime.settings(),
+            bucket,
+            key,
+            pseudonymizer=runtime.pseudonymizer(),
+        )
+        outcomes.append(outcome)
+        if outcome.unindexable:
+            metrics.add_metric(name="UnindexableLines", unit=MetricUnit.Count, value=outcome.unindexable)
+        if outcome.reappeared:
+            metrics.add_metric(name="ErasedUsersReappeared", unit=MetricUnit.Count, value=outcome.reappeared)
     return outcomes
 
 
@@ -41,6 +55,7 @@ def record_handler(record: SQSRecord) -> dict[str, int]:
     return {"objects": len(outcomes), "unindexable": sum(o.unindexable for o in outcomes)}
 
 
+@metrics.log_metrics
 @logger.inject_lambda_context(clear_state=True)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     logger.set_correlation_id(context.aws_request_id)

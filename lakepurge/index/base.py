@@ -33,6 +33,9 @@ class ObjectIndex:
     lines_by_user: dict[str, list[int]] = field(default_factory=dict)
     records: int = 0
     unindexable: list[UnindexableLine] = field(default_factory=list)
+    # Users of this object who were erased before (on the suppression list): a restored backup or a replayed
+    # pipeline brought them back.
+    reappeared: int = 0
 
     def rows(self) -> Iterable[tuple[str, int]]:
         for user, lines in self.lines_by_user.items():
@@ -65,6 +68,7 @@ class IndexStatus:
     rows: int
     unindexable_lines: int
     objects_with_unindexable: int
+    objects_with_erased_users: int = 0
 
 
 class IndexStore(Protocol):
@@ -100,6 +104,12 @@ class IndexStore(Protocol):
 
     def unindexable(self, limit: int = 100) -> list[tuple[str, UnindexableLine]]:
         """Reported unindexable lines, object by object (up to limit)."""
+
+    def record_erased(self, user_hashes: Sequence[str], request_id: str) -> None:
+        """Add erased users (keyed hashes only) to the suppression list."""
+
+    def erased_among(self, user_hashes: Sequence[str]) -> set[str]:
+        """Which of these keyed hashes are on the suppression list."""
 
     def status(self) -> IndexStatus: ...
 

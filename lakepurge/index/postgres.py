@@ -30,6 +30,7 @@ CREATE TABLE IF NOT EXISTS indexed_objects (
     last_modified TIMESTAMPTZ NOT NULL,
     records       INTEGER     NOT NULL,
     unindexable   INTEGER     NOT NULL,
+    reappeared    INTEGER     NOT NULL DEFAULT 0,   -- erased users found again in this object
     indexed_at    TIMESTAMPTZ NOT NULL DEFAULT now()
 );
 CREATE TABLE IF NOT EXISTS unindexable_lines (
@@ -38,16 +39,22 @@ CREATE TABLE IF NOT EXISTS unindexable_lines (
     reason     TEXT    NOT NULL
 );
 CREATE INDEX IF NOT EXISTS unindexable_lines_s3path ON unindexable_lines (s3path);
+CREATE TABLE IF NOT EXISTS erased_users (   -- the suppression list: keyed hashes, never raw ids
+    user_hash  TEXT PRIMARY KEY,
+    request_id TEXT        NOT NULL,
+    erased_at  TIMESTAMPTZ NOT NULL DEFAULT now()
+);
 """
 
 # Claims the object row for this version; returns nothing when a newer or identical version is already indexed.
 _CLAIM = """
-INSERT INTO indexed_objects (s3path, dataset, etag, version_id, last_modified, records, unindexable, indexed_at)
-VALUES (%s, %s, %s, %s, %s, %s, %s, now())
+INSERT INTO indexed_objects
+    (s3path, dataset, etag, version_id, last_modified, records, unindexable, reappeared, indexed_at)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, now())
 ON CONFLICT (s3path) DO UPDATE SET
     dataset = EXCLUDED.dataset, etag = EXCLUDED.etag, version_id = EXCLUDED.version_id,
     last_modified = EXCLUDED.last_modified, records = EXCLUDED.records,
-    unindexable = EXCLUDED.unindexable, indexed_at = now()
+    unindexable = EXCLUDED.unindexable, reappeared = EXCLUDED.reappeared, indexed_at = now()
 WHERE indexed_objects.last_modified <= EXCLUDED.last_modified
   AND (%s OR indexed_objects.etag <> EXCLUDED.etag)
 RETURNING s3path
@@ -97,6 +104,7 @@ class PostgresIndexStore:
                         obj.last_modified,
                         obj.records,
                         len(obj.unindexable),
+                        obj.reappeared,
                         force,
                     ),
                 )
@@ -161,7 +169,8 @@ class PostgresIndexStore:
     def get_object(self, s3path: str) -> ObjectIndex | None:
         with self._conn.cursor() as cur:
             cur.execute(
-                "SELECT dataset, etag, version_id, last_modified, records FROM indexed_objects WHERE s3path = %s",
+                "SELECT dataset, etag, version_id, last_modified, records, reappeared FROM indexed_objects"
+                " WHERE s3path = %s",
                 (s3path,),
             )
             meta = cur.fetchone()
@@ -171,7 +180,7 @@ class PostgresIndexStore:
                 "SELECT recordline, reason FROM unindexable_lines WHERE s3path = %s ORDER BY recordline", (s3path,)
             )
             unindexable = [UnindexableLine(line, reason) for line, reason in cur.fetchall()]
-        dataset, etag, version_id, last_modified, records = meta
+        dataset, etag, version_id, last_modified, records, reappeared = meta
         return ObjectIndex(
             s3path=s3path,
             dataset=dataset,
@@ -181,6 +190,7 @@ class PostgresIndexStore:
             lines_by_user=self.object_rows(s3path),
             records=records,
             unindexable=unindexable,
+            reappeared=reappeared,
         )
 
     def dataset_records(self) -> dict[str, int]:
@@ -207,12 +217,27 @@ class PostgresIndexStore:
         with self._conn.cursor() as cur:
             cur.execute(
                 "SELECT count(*), coalesce(sum(records), 0), coalesce(sum(unindexable), 0),"
-                " count(*) FILTER (WHERE unindexable > 0) FROM indexed_objects"
+                " count(*) FILTER (WHERE unindexable > 0), count(*) FILTER (WHERE reappeared > 0)"
+                " FROM indexed_objects"
             )
-            objects, records, unindexable, with_unindexable = cur.fetchone() or (0, 0, 0, 0)
+            objects, records, unindexable, with_unindexable, with_erased = cur.fetchone() or (0, 0, 0, 0, 0)
             cur.execute("SELECT count(DISTINCT userid), count(*) FROM user_objects")
             users, rows = cur.fetchone() or (0, 0)
-        return IndexStatus(objects, int(records), users, rows, int(unindexable), with_unindexable)
+        return IndexStatus(objects, int(records), users, rows, int(unindexable), with_unindexable, with_erased)
+
+    def record_erased(self, user_hashes: Sequence[str], request_id: str) -> None:
+        with self._conn.transaction(), self._conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO erased_users (user_hash, request_id) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                [(h, request_id) for h in user_hashes],
+            )
+
+    def erased_among(self, user_hashes: Sequence[str]) -> set[str]:
+        if not user_hashes:
+            return set()
+        with self._conn.cursor() as cur:
+            cur.execute("SELECT user_hash FROM erased_users WHERE user_hash = ANY(%s)", (list(user_hashes),))
+            return {row[0] for row in cur.fetchall()}
 
     def dump(self) -> set[tuple[str, str, int]]:
         with self._conn.cursor() as cur:
@@ -223,7 +248,7 @@ class PostgresIndexStore:
     def truncate(self) -> None:
         """Empty the index (tests and benchmarks start from nothing)."""
         with self._conn.transaction(), self._conn.cursor() as cur:
-            cur.execute("TRUNCATE user_objects, indexed_objects, unindexable_lines")
+            cur.execute("TRUNCATE user_objects, indexed_objects, unindexable_lines, erased_users")
 
     def close(self) -> None:
         self._conn.close()

@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from lakepurge import aws
+from lakepurge.backfill import list_objects
 from lakepurge.config import Settings
 from lakepurge.index import open_store
 from lakepurge.logs import get_logger, object_ref
@@ -23,7 +24,7 @@ from lakepurge.privacy import HashedUsers, Pseudonymizer
 from lakepurge.purge.engine import ObjectOutcome, PurgeTarget, purge_object, verify_object
 from lakepurge.report import Report, ReportTable
 from lakepurge.s3uri import S3Uri
-from lakepurge.sparkutil import apply_aws_environment, aws_environment
+from lakepurge.sparkutil import apply_job_environment, job_environment
 
 log = get_logger(__name__)
 
@@ -80,7 +81,7 @@ def _purge_partition(
     prefix: S3Uri,
     targets: Iterable[PurgeTarget],
 ) -> Iterator[dict[str, Any]]:
-    apply_aws_environment(env)
+    apply_job_environment(env)
     s3 = aws.client("s3")
     users = HashedUsers(user_hashes, Pseudonymizer(key))
     store = open_store(settings.index, create=False)
@@ -100,7 +101,7 @@ def _purge_partition(
 def _verify_partition(
     settings: Settings, env: dict[str, str], key: bytes, user_hashes: tuple[str, ...], items: Iterable[tuple[str, str]]
 ) -> Iterator[dict[str, Any]]:
-    apply_aws_environment(env)
+    apply_job_environment(env)
     s3 = aws.client("s3")
     users = HashedUsers(user_hashes, Pseudonymizer(key))
     for s3path, dataset_name in items:
@@ -128,7 +129,7 @@ def run_purge(
     prefix = _results_prefix(settings, report.request_id)
     done = _recorded_outcomes(s3, prefix)
     pending = [PurgeTarget(o.s3path, o.dataset, o.etag, o.lines) for o in report.objects if o.s3path not in done]
-    env = aws_environment()
+    env = job_environment(settings)
     hashes = report.user_hashes
     fresh: list[dict[str, Any]] = []
     if pending:
@@ -230,3 +231,26 @@ def purge_relational(settings: Settings, users: list[str], tables: Iterable[Repo
             {"name": table.name, "table": table.table, "rows_planned": planned.rows, "rows_deleted": deleted}
         )
     return results
+
+
+def verify_everywhere(
+    spark: Any, settings: Settings, user_hashes: tuple[str, ...], key: bytes
+) -> tuple[int, list[dict[str, Any]]]:
+    """Read every object of every dataset (and its noncurrent versions) for the users. Returns (objects checked,
+    places where any of them remains)."""
+    s3 = aws.client("s3")
+    items = [
+        (f"s3://{bucket}/{k}", dataset.name)
+        for dataset in settings.datasets
+        for bucket, k, _ in list_objects(s3, dataset)
+    ]
+    if not items:
+        return 0, []
+    env = job_environment(settings)
+    slices = min(len(items), spark.sparkContext.defaultParallelism * 4)
+    remaining: list[dict[str, Any]] = (
+        spark.sparkContext.parallelize(items, slices)
+        .mapPartitions(lambda part: _verify_partition(settings, env, key, user_hashes, part))
+        .collect()
+    )
+    return len(items), remaining

@@ -22,7 +22,7 @@ from lakepurge.purge.engine import LastByte, file_chunks, gzip_chunks, noncurren
 from lakepurge.purge.s3write import WriteConflict, preserved_attributes, write_in_place
 from lakepurge.s3io import ObjectChanged, head_object, open_body
 from lakepurge.s3uri import S3Uri
-from lakepurge.sparkutil import apply_aws_environment, aws_environment
+from lakepurge.sparkutil import apply_job_environment, job_environment
 
 log = get_logger(__name__)
 
@@ -99,7 +99,7 @@ def vacuum_object(
 def _vacuum_partition(
     settings: Settings, env: dict[str, str], items: Iterable[tuple[str, str, str]]
 ) -> Iterator[VacuumOutcome]:
-    apply_aws_environment(env)
+    apply_job_environment(env)
     s3 = aws.client("s3")
     store = open_store(settings.index, create=False)
     try:
@@ -128,7 +128,7 @@ def run_vacuum(spark: Any, settings: Settings, datasets: Iterable[str] = ()) -> 
     ]
     if not items:
         return []
-    env = aws_environment()
+    env = job_environment(settings)
     slices = min(len(items), spark.sparkContext.defaultParallelism * 4)
     outcomes: list[VacuumOutcome] = (
         spark.sparkContext.parallelize(items, slices)

@@ -78,7 +78,7 @@ def test_given_a_mistake_when_loading_then_the_error_names_the_key(change, messa
 
 
 def test_given_postgres_without_dsn_when_loading_then_it_is_refused():
-    with pytest.raises(ConfigError, match="index: .*needs 'dsn'"):
+    with pytest.raises(ConfigError, match=r"index: .*needs 'dsn'"):
         settings_from(ISSUE_EXAMPLE.replace('dsn = "postgresql://postgres@127.0.0.1:5432/lakepurge"\n', ""))
 
 
@@ -87,5 +87,5 @@ def test_given_a_missing_or_broken_file_when_loading_then_the_error_names_the_fi
         load_settings(tmp_path / "absent.toml")
     broken = tmp_path / "broken.toml"
     broken.write_text("[index\n")
-    with pytest.raises(ConfigError, match="broken.toml: not valid TOML"):
+    with pytest.raises(ConfigError, match=r"broken\.toml: not valid TOML"):
         load_settings(broken)

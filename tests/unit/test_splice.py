@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,15 +18,15 @@ def naive(data: bytes, targets: set[int]) -> bytes:
     out = []
     for number, line in enumerate(lines):
         if number in targets and not (number == len(lines) - 1 and line == b""):
-            carriage = line.endswith(b"\r")
-            line = b"{}" + (b"\r" if carriage else b"")
-        out.append(line)
+            out.append(b"{}" + (b"\r" if line.endswith(b"\r") else b""))
+        else:
+            out.append(line)
     return b"\n".join(out)
 
 
 def chunked(data: bytes, cuts: list[int]) -> list[bytes]:
     points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
-    return [data[a:b] for a, b in zip(points, points[1:], strict=False)]
+    return [data[a:b] for a, b in itertools.pairwise(points)]
 
 
 line_strategy = st.binary(max_size=30).map(lambda b: b.replace(b"\n", b"x"))
