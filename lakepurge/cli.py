@@ -201,11 +201,15 @@ def cmd_demo(args: argparse.Namespace, out: Output) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # --config and --json are accepted before or after the command (`lakepurge --config F lookup U`); SUPPRESS
+    # keeps a subcommand's unset option from overwriting the value given before it.
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config", default=DEFAULT_CONFIG, help="TOML configuration (default: %(default)s)")
-    common.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    common.add_argument("--config", default=argparse.SUPPRESS, help=f"TOML configuration (default: {DEFAULT_CONFIG})")
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="one JSON document on stdout")
 
     parser = argparse.ArgumentParser(prog="lakepurge", description="Right to erasure for S3 data lakes.")
+    parser.add_argument("--config", default=DEFAULT_CONFIG, help="TOML configuration (default: %(default)s)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     commands = parser.add_subparsers(dest="command", required=True)
 
     demo = commands.add_parser("demo", parents=[common], help="the whole pipeline on an embedded local stack")

@@ -1,0 +1,68 @@
+"""The command line as a user runs it: lookup and status, options before or after the command."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from lakepurge import aws, runtime
+from lakepurge.cli import main
+from lakepurge.indexer import index_object
+from tests.support.lakes import index_toml
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def indexed_lake(lake_factory, pg_dsn, tmp_path):
+    case = lake_factory(index_toml("postgres", pg_dsn), objects=40, users=12)
+    for obj in case.lake.objects:
+        index_object(aws.client("s3"), runtime.index_store(), case.settings, "lake", obj.key)
+    config = tmp_path / "lakepurge.toml"
+    config.write_text(case.toml)
+    return case, str(config)
+
+
+@pytest.mark.parametrize("before", [True, False])
+def test_given_an_indexed_lake_when_looking_users_up_then_every_location_and_line_is_listed(
+    indexed_lake, capsys, before
+):
+    case, config = indexed_lake
+    users = [*case.lake.users[:2], "nobody"]
+    args = (
+        ["--config", config, "--json", "lookup", *users] if before else ["lookup", *users, "--config", config, "--json"]
+    )
+    assert main(args) == 0
+    document = orjson.loads(capsys.readouterr().out)["users"]
+    for user in users:
+        expected = {}
+        for owner, path, line in case.lake.truth:
+            if owner == user:
+                expected.setdefault(path, []).append(line)
+        got = {loc["s3path"]: ([-1] if loc["lines"] == "whole-object" else loc["lines"]) for loc in document[user]}
+        assert got == {path: sorted(lines) for path, lines in expected.items()}
+    assert document["nobody"] == []
+
+
+def test_given_an_indexed_lake_when_asking_status_then_counts_match_the_lake(indexed_lake, capsys):
+    case, config = indexed_lake
+    assert main(["status", "--config", config, "--json"]) == 0
+    index = orjson.loads(capsys.readouterr().out)["index"]
+    data_objects = [o for o in case.lake.objects if not o.key.endswith(".meta.json")]
+    assert index["objects"] == len(data_objects)
+    assert index["rows"] == len(case.lake.truth)
+    assert index["users"] == len({u for u, _, _ in case.lake.truth})
+    assert index["unindexable_lines"] == 0
+
+
+def test_given_an_object_uri_when_indexing_it_then_outside_objects_are_refused(indexed_lake, capsys):
+    _, config = indexed_lake
+    assert main(["index", "object", "s3://lake/reviews/dt=2026-01/part-00000.jsonl", "--config", config]) == 0
+    assert main(["index", "object", "s3://lake/elsewhere/x.jsonl", "--config", config]) == 2
+
+
+def test_given_a_bad_config_when_running_then_the_error_names_the_key(tmp_path, capsys):
+    config = tmp_path / "bad.toml"
+    config.write_text('[index]\nbackend = "oracle"\n[reports]\nlocation = "s3://r/"\n')
+    assert main(["status", "--config", str(config)]) == 2
+    assert "index.backend" in capsys.readouterr().err
