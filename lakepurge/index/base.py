@@ -116,4 +116,7 @@ class IndexStore(Protocol):
     def dump(self) -> set[tuple[str, str, int]]:
         """Every (user, s3path, line) row: for tests and verification on small indexes."""
 
+    def truncate(self) -> None:
+        """Empty the index and the suppression list (tests, benchmarks)."""
+
     def close(self) -> None: ...

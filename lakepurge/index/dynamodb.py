@@ -1,4 +1,5 @@
-"""DynamoDB index: one table holding every user's index rows and one meta item per indexed object.
+"""DynamoDB index: one table holding every user's index rows, one meta item per indexed object and the suppression
+list (one item per erased user).
 
 Items
 -----
@@ -20,11 +21,21 @@ Object meta item: one per indexed object, the item that says which version of th
 * ``userid`` = ``"#object#" + s3path``, ``location`` = ``"#meta"``, ``kind`` = ``"object"``.
 * ``s3path``, ``dataset``, ``etag``, ``version_id`` (absent when None), ``last_modified`` (ISO-8601 UTC with
   microseconds: compares as a string), ``records``, ``row_items``, ``rows``, ``unindexable`` (count),
-  ``unindexable_lines`` (the first 100 as maps ``{line, reason}``), ``indexed_at``.
+  ``unindexable_lines`` (the first 100 as maps ``{line, reason}``), ``reappeared`` (how many of the object's users
+  are on the suppression list; absent on items written before it existed, read as 0), ``indexed_at``.
 
-Reserved namespace: partition keys starting with ``"#object#"`` hold meta items. A user id that happens to start
-with it still works (a row's sort key always holds ``\\x1f``, a meta item's is ``"#meta"``, so they never collide
-and every reader skips ``"#meta"``), but such ids should not be fed to the index.
+Suppression item: one per erased user (``record_erased``), never a raw user id.
+
+* ``userid`` = ``"#erased#" + keyed hash`` (hex), ``location`` = ``"#erased"``, ``kind`` = ``"erased"``.
+* ``request_id`` (the erasure request that recorded it first) and ``erased_at`` (ISO-8601 UTC).
+
+It has no ``s3path``, so it is not in the ``by_object`` GSI; ``erased_among`` reads it by key (BatchGetItem).
+
+Reserved namespaces: partition keys starting with ``"#object#"`` hold meta items, those starting with
+``"#erased#"`` suppression items. A user id that happens to start with either still works (a row's sort key always
+holds ``\\x1f``, a meta item's is ``"#meta"`` and a suppression item's ``"#erased"``, so they never collide; every
+reader of rows skips those two sort keys, and the scans of meta items filter on ``kind = "object"``), but such ids
+should not be fed to the index.
 
 Replacing an object (atomic per object without transactions)
 ------------------------------------------------------------
@@ -77,6 +88,10 @@ log = get_logger(__name__)
 
 META_PREFIX = "#object#"
 META_SORT_KEY = "#meta"
+ERASED_PREFIX = "#erased#"
+ERASED_SORT_KEY = "#erased"
+# Sort keys of items that are not index rows (a row's sort key always holds SEPARATOR).
+RESERVED_SORT_KEYS = frozenset({META_SORT_KEY, ERASED_SORT_KEY})
 SEPARATOR = "\x1f"
 MAX_SORT_KEY_BYTES = 1024
 GSI_NAME = "by_object"
@@ -107,6 +122,10 @@ _NAMES = {
     "#e": "etag",
     "#k": "kind",
 }
+
+
+# Scan filter for the items status() and dump() read: rows (no kind) and object meta items, never suppression items.
+_ROWS_AND_METAS = "attribute_not_exists(#k) OR #k = :object"
 
 
 class DynamoBatchError(RuntimeError):
@@ -156,6 +175,15 @@ def _meta_key(s3path: str) -> Item:
 
 def _key(userid: str, location: str) -> Item:
     return {"userid": {"S": userid}, "location": {"S": location}}
+
+
+def _erased_key(user_hash: str) -> Item:
+    return _key(ERASED_PREFIX + user_hash, ERASED_SORT_KEY)
+
+
+def _is_row(item: Item) -> bool:
+    """Whether an item is an index row (not a meta or suppression item)."""
+    return item["location"]["S"] not in RESERVED_SORT_KEYS and "kind" not in item
 
 
 def _parse_meta(item: Item) -> _Meta:
@@ -227,6 +255,7 @@ def _meta_item(obj: ObjectIndex, row_items: int) -> Item:
         "row_items": {"N": str(row_items)},
         "rows": {"N": str(obj.row_count)},
         "unindexable": {"N": str(len(obj.unindexable))},
+        "reappeared": {"N": str(obj.reappeared)},
         "unindexable_lines": {
             "L": [
                 {"M": {"line": {"N": str(u.line)}, "reason": {"S": u.reason}}}
@@ -524,6 +553,7 @@ class DynamoIndexStore:
             lines_by_user=self._current_rows(meta),
             records=int(item["records"]["N"]),
             unindexable=sorted(unindexable, key=lambda entry: entry.line),
+            reappeared=int(item.get("reappeared", {"N": "0"})["N"]),
         )
 
     def dataset_records(self) -> dict[str, int]:
@@ -575,23 +605,66 @@ class DynamoIndexStore:
                 break
         return found[: max(limit, 0)]
 
+    # -- suppression list -----------------------------------------------------------------------------------------
+
+    def record_erased(self, user_hashes: Sequence[str], request_id: str) -> None:
+        """Put the hashes not yet on the list (BatchWriteItem); those already there keep their first request.
+
+        Two requests recording the same new hash at once may both write it: the last one's request_id stays.
+        """
+        unique = list(dict.fromkeys(user_hashes))
+        if not unique:
+            return
+        known = self.erased_among(unique)
+        erased_at = {"S": _timestamp(datetime.now(UTC))}
+        requests = [
+            {
+                "PutRequest": {
+                    "Item": {
+                        **_erased_key(user_hash),
+                        "kind": {"S": "erased"},
+                        "request_id": {"S": request_id},
+                        "erased_at": erased_at,
+                    }
+                }
+            }
+            for user_hash in unique
+            if user_hash not in known
+        ]
+        self._batch_write(requests)
+        log.debug("erased users recorded", extra={"users": len(unique), "new": len(requests)})
+
+    def erased_among(self, user_hashes: Sequence[str]) -> set[str]:
+        unique = list(dict.fromkeys(user_hashes))
+        if not unique:
+            return set()
+        items = self._batch_get(
+            [_erased_key(user_hash) for user_hash in unique],
+            ProjectionExpression="#u",
+            ExpressionAttributeNames={"#u": "userid"},
+        )
+        return {item["userid"]["S"].removeprefix(ERASED_PREFIX) for item in items}
+
     def status(self) -> IndexStatus:
         items = list(
             self._scan(
-                ProjectionExpression="#u, #l, #p, #e, #k, #n, #r, #c",
+                FilterExpression=_ROWS_AND_METAS,
+                ProjectionExpression="#u, #l, #p, #e, #k, #n, #r, #c, #a",
                 ExpressionAttributeNames={
                     **_NAMES,
                     "#n": "n",
                     "#r": "records",
                     "#c": "unindexable",
+                    "#a": "reappeared",
                 },
+                ExpressionAttributeValues={":object": {"S": "object"}},
             )
         )
         metas = {item["s3path"]["S"]: item for item in items if item.get("kind", {}).get("S") == "object"}
         users: set[str] = set()
         rows = 0
         for item in items:
-            if item["location"]["S"] == META_SORT_KEY or "etag" not in item:
+            if not _is_row(item) or "etag" not in item:
                 continue
             meta = metas.get(item["s3path"]["S"])
             if meta is not None and meta["etag"]["S"] == item["etag"]["S"]:
@@ -605,16 +678,25 @@ class DynamoIndexStore:
             rows=rows,
             unindexable_lines=sum(unindexable),
             objects_with_unindexable=sum(1 for count in unindexable if count > 0),
+            objects_with_erased_users=sum(
+                1 for meta in metas.values() if int(meta.get("reappeared", {"N": "0"})["N"]) > 0
+            ),
         )
 
     def dump(self) -> set[tuple[str, str, int]]:
-        items = list(self._scan())
+        items = list(
+            self._scan(
+                FilterExpression=_ROWS_AND_METAS,
+                ExpressionAttributeNames={"#k": "kind"},
+                ExpressionAttributeValues={":object": {"S": "object"}},
+            )
+        )
         current = {
             item["s3path"]["S"]: item["etag"]["S"] for item in items if item.get("kind", {}).get("S") == "object"
         }
         found: set[tuple[str, str, int]] = set()
         for item in items:
-            if item["location"]["S"] == META_SORT_KEY or "lines" not in item:
+            if not _is_row(item) or "lines" not in item:
                 continue
             row = _parse_row(item)
             if current.get(row.s3path) == row.etag:
@@ -639,7 +721,7 @@ class DynamoIndexStore:
                 ConsistentRead=True,
                 **extra,
             )
-            rows.extend(_parse_row(item) for item in page.get("Items", []) if item["location"]["S"] != META_SORT_KEY)
+            rows.extend(_parse_row(item) for item in page.get("Items", []) if _is_row(item))
             start = page.get("LastEvaluatedKey")
             if not start:
                 return rows
@@ -660,7 +742,7 @@ class DynamoIndexStore:
             )
             for item in page.get("Items", []):
                 location = item["location"]["S"]
-                if location == META_SORT_KEY:
+                if location in RESERVED_SORT_KEYS:
                     continue
                 etag = item["etag"]["S"] if "etag" in item else location.rsplit(SEPARATOR, 2)[1]
                 written_at = int(item["written_at"]["N"]) if "written_at" in item else 0

@@ -33,6 +33,7 @@ CREATE TABLE IF NOT EXISTS indexed_objects (
     reappeared    INTEGER     NOT NULL DEFAULT 0,   -- erased users found again in this object
     indexed_at    TIMESTAMPTZ NOT NULL DEFAULT now()
 );
+ALTER TABLE indexed_objects ADD COLUMN IF NOT EXISTS reappeared INTEGER NOT NULL DEFAULT 0;
 CREATE TABLE IF NOT EXISTS unindexable_lines (
     s3path     TEXT    NOT NULL,
     recordline INTEGER NOT NULL,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import threading
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -509,3 +511,93 @@ def test_given_user_id_in_the_reserved_object_namespace_when_indexing_then_meta_
     )
     assert store.remove_object(path) is True
     assert store.lookup([odd]) == {}
+
+
+# -- suppression list ---------------------------------------------------------------------------------------------
+
+
+def keyed(user: str) -> str:
+    return hashlib.sha256(b"test-key" + user.encode()).hexdigest()
+
+
+def test_given_erased_users_when_recording_then_one_suppression_item_each_holds_the_hash_and_first_request(store):
+    store.record_erased([keyed("alice"), keyed("bob"), keyed("alice")], "req-1")
+    store.record_erased([keyed("bob"), keyed("carol")], "req-2")
+    items = {item["userid"]["S"]: item for item in raw_items()}
+    assert set(items) == {"#erased#" + keyed(user) for user in ("alice", "bob", "carol")}
+    for item in items.values():
+        assert item["location"] == {"S": "#erased"}
+        assert item["kind"] == {"S": "erased"}
+        assert "s3path" not in item  # not in the by_object GSI
+        assert datetime.fromisoformat(item["erased_at"]["S"]).tzinfo is not None
+    # A hash already on the list keeps the request that recorded it first.
+    assert {user: items["#erased#" + keyed(user)]["request_id"]["S"] for user in ("alice", "bob", "carol")} == {
+        "alice": "req-1",
+        "bob": "req-1",
+        "carol": "req-2",
+    }
+    assert not any("alice" in str(item) or "bob" in str(item) for item in raw_items())  # never the raw ids
+
+
+def test_given_250_hashes_when_asking_which_are_erased_then_batch_gets_respect_100_keys(store):
+    hashes = [keyed(f"user-{n}") for n in range(250)]
+    store.record_erased(hashes[::2], "req-1")
+    reader, proxy = store_with(CountingBatchGets)
+    assert reader.erased_among(hashes) == set(hashes[::2])
+    assert sorted(proxy.key_counts) == [50, 100, 100]
+
+
+def test_given_dynamodb_returns_half_unprocessed_when_recording_and_asking_then_retries_complete_the_work(store):
+    hashes = [keyed(f"user-{n}") for n in range(60)]
+    writer, proxy = store_with(HalfUnprocessedOnce)
+    writer.record_erased(hashes, "req-1")
+    assert proxy.withheld_keys > 0  # the lookup of hashes already on the list
+    assert proxy.withheld_writes > 0
+    assert len(raw_items()) == 60
+    reader, proxy = store_with(HalfUnprocessedOnce)
+    assert reader.erased_among([*hashes, keyed("stranger")]) == set(hashes)
+    assert proxy.withheld_keys > 0
+
+
+def test_given_user_id_in_the_reserved_erased_namespace_when_indexing_then_suppression_items_are_never_rows(store):
+    path = "s3://lake/x.jsonl"
+    odd = "#erased#" + keyed("alice")  # the partition key of alice's suppression item
+    store.record_erased([keyed("alice")], "req-1")
+    store.replace_objects([version(path, '"e"', 0, {odd: [3], "alice": [1]})])
+    assert store.lookup([odd]) == {odd: [Location(path, '"e"', (3,))]}
+    assert store.object_rows(path) == {odd: [3], "alice": [1]}
+    assert store.dump() == {(odd, path, 3), ("alice", path, 1)}
+    assert store.status() == IndexStatus(
+        objects=1, records=2, users=2, rows=2, unindexable_lines=0, objects_with_unindexable=0
+    )
+    assert store.remove_object(path) is True
+    assert store.lookup([odd]) == {}
+    assert store.erased_among([keyed("alice")]) == {keyed("alice")}
+
+
+def test_given_reappeared_users_when_replacing_then_the_meta_item_holds_the_count(store):
+    path = "s3://lake/x.jsonl"
+    store.replace_objects([replace(version(path, '"e"', 0, {"alice": [0]}), reappeared=4)])
+    (meta,) = [item for item in raw_items() if item["location"]["S"] == "#meta"]
+    assert meta["reappeared"] == {"N": "4"}
+    assert store.status().objects_with_erased_users == 1
+
+
+def test_given_meta_item_written_before_reappeared_existed_when_reading_then_it_counts_as_zero(store):
+    path = "s3://lake/x.jsonl"
+    store.replace_objects([replace(version(path, '"e"', 0, {"alice": [0]}), reappeared=4)])
+    aws_client("dynamodb").update_item(
+        TableName=TABLE,
+        Key={"userid": {"S": "#object#" + path}, "location": {"S": "#meta"}},
+        UpdateExpression="REMOVE reappeared",
+    )
+    got = store.get_object(path)
+    assert got is not None and got.reappeared == 0
+    assert store.status().objects_with_erased_users == 0
+
+
+def test_given_a_suppression_list_when_truncating_then_it_is_emptied_too(store):
+    store.record_erased([keyed("alice")], "req-1")
+    store.truncate()
+    assert raw_items() == []
+    assert store.erased_among([keyed("alice")]) == set()

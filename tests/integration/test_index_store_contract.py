@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import random
 from datetime import UTC, datetime, timedelta, timezone
 
@@ -15,6 +17,12 @@ T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 A = "s3://lake/events/a.jsonl"
 B = "s3://lake/events/b.jsonl"
 C = "s3://lake/owners/carol.bin"
+KEY = b"contract-test-key"
+
+
+def keyed(user: str) -> str:
+    """A keyed hash of a user id, as the suppression list holds them (never the raw id)."""
+    return hmac.new(KEY, user.encode(), hashlib.sha256).hexdigest()
 
 
 def version(
@@ -24,6 +32,7 @@ def version(
     users: dict[str, list[int]],
     unindexable: list[UnindexableLine] | None = None,
     version_id: str | None = None,
+    reappeared: int = 0,
 ) -> ObjectIndex:
     return ObjectIndex(
         s3path=path,
@@ -34,6 +43,7 @@ def version(
         lines_by_user=users,
         records=sum(len(lines) for lines in users.values()) + len(unindexable or []),
         unindexable=unindexable or [],
+        reappeared=reappeared,
     )
 
 
@@ -223,6 +233,79 @@ def test_given_indexed_objects_when_getting_one_then_its_version_rows_counts_and
     assert store.dataset_records() == {"events": 5}
 
 
+def test_given_erased_users_recorded_when_asking_which_are_erased_then_exactly_the_recorded_ones_come_back(store):
+    assert store.erased_among([]) == set()
+    store.record_erased([], "req-0")  # nothing to record is fine
+    erased = [keyed(f"user-{n:03d}") for n in range(0, 300, 2)]  # 150: more than one BatchGetItem of 100 keys
+    others = [keyed(f"user-{n:03d}") for n in range(1, 300, 2)]
+    assert store.erased_among(erased + others) == set()
+    store.record_erased(erased[:120], "req-1")
+    store.record_erased(erased[100:] + erased[:3], "req-2")  # overlapping and repeated: idempotent
+    store.record_erased(erased[:120], "req-1")  # the same request again (a retry)
+    asked = others[:70] + erased + others[70:] + erased[:5]  # mixed, more than 100 distinct, with duplicates
+    assert store.erased_among(asked) == set(erased)
+    assert store.erased_among(others) == set()
+    assert store.erased_among([erased[7], others[7]]) == {erased[7]}
+
+
+def test_given_objects_with_reappeared_users_when_reading_then_counts_round_trip_and_status_counts_the_objects(store):
+    stamp = T0 + timedelta(seconds=1)
+    with_two = version(A, '"a1"', T0, {"alice": [0], "bob": [1]}, reappeared=2)
+    store.replace_objects([with_two, version(B, '"b1"', T0, {"alice": [0]}), version(C, '"c1"', T0, {"carol": [0]})])
+    assert store.get_object(A) == with_two
+    got = store.get_object(B)
+    assert got is not None and got.reappeared == 0
+    assert store.status().objects_with_erased_users == 1
+    # A newer version carries its own count: it replaces the old one, up or down.
+    store.replace_objects([version(A, '"a2"', stamp, {"alice": [0]}, reappeared=0)])
+    store.replace_objects([version(B, '"b2"', stamp, {"alice": [0]}, reappeared=1)])
+    store.replace_objects([version(C, '"c2"', stamp, {"carol": [0]}, reappeared=3)])
+    assert [store.get_object(path).reappeared for path in (A, B, C)] == [0, 1, 3]  # type: ignore[union-attr]
+    assert store.status() == IndexStatus(
+        objects=3,
+        records=3,
+        users=2,
+        rows=3,
+        unindexable_lines=0,
+        objects_with_unindexable=0,
+        objects_with_erased_users=2,
+    )
+    store.remove_object(C)
+    assert store.status().objects_with_erased_users == 1
+
+
+def test_given_a_suppression_list_when_reading_the_index_then_its_entries_never_show_up_as_rows_or_objects(store):
+    store.record_erased([keyed("alice"), keyed("zed")], "req-1")
+    assert store.status() == IndexStatus(0, 0, 0, 0, 0, 0, 0)
+    assert store.dump() == set()
+    assert store.indexed_objects() == {}
+    assert store.dataset_records() == {}
+    assert store.unindexable() == []
+    store.replace_objects([version(A, '"a1"', T0, {"alice": [0], "bob": [1]}, reappeared=1)])
+    store.record_erased([keyed("bob")], "req-2")
+    assert store.dump() == {("alice", A, 0), ("bob", A, 1)}
+    assert store.indexed_objects() == {A: '"a1"'}
+    assert store.dataset_records() == {"events": 2}
+    assert store.status() == IndexStatus(
+        objects=1,
+        records=2,
+        users=2,
+        rows=2,
+        unindexable_lines=0,
+        objects_with_unindexable=0,
+        objects_with_erased_users=1,
+    )
+    assert store.lookup(["alice", keyed("alice"), keyed("zed")]) == {"alice": [Location(A, '"a1"', (0,))]}
+    assert store.object_rows(A) == {"alice": [0], "bob": [1]}
+    # Removing the object leaves the suppression list alone.
+    assert store.remove_object(A) is True
+    assert store.erased_among([keyed("alice"), keyed("bob"), keyed("zed"), keyed("carol")]) == {
+        keyed("alice"),
+        keyed("bob"),
+        keyed("zed"),
+    }
+
+
 class Model:
     """The contract in a few lines of Python: what every backend must answer."""
 
@@ -262,6 +345,7 @@ class Model:
             rows=sum(o.row_count for o in objs),
             unindexable_lines=sum(len(o.unindexable) for o in objs),
             objects_with_unindexable=sum(1 for o in objs if o.unindexable),
+            objects_with_erased_users=sum(1 for o in objs if o.reappeared > 0),
         )
 
 
@@ -282,6 +366,7 @@ def test_given_a_random_sequence_of_operations_when_replayed_then_the_backend_an
                 T0 + timedelta(seconds=rng.randrange(4)),
                 {user: rng.sample(range(10), rng.randrange(4)) for user in rng.sample(users, rng.randrange(4))},
                 [UnindexableLine(line, "no user id") for line in rng.sample(range(10, 20), rng.randrange(2))],
+                reappeared=rng.choice((0, 0, 1, 2)),
             )
             for path in rng.sample(paths, rng.randrange(1, 4))
         ]
@@ -300,11 +385,12 @@ def test_given_a_random_sequence_of_operations_when_replayed_then_the_backend_an
             assert got is None
         else:
             assert got is not None
-            assert (got.etag, got.last_modified, got.records, got.lines_by_user) == (
+            assert (got.etag, got.last_modified, got.records, got.lines_by_user, got.reappeared) == (
                 held.etag,
                 held.last_modified,
                 held.records,
                 expected,
+                held.reappeared,
             )
             assert got.unindexable == sorted(held.unindexable, key=lambda u: u.line)
     assert store.dataset_records() == ({"events": model.status().records} if model.objects else {})
