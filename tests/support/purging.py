@@ -1,0 +1,36 @@
+"""Running a purge in tests without the Spark job: the same report and engine, object by object."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lakepurge import aws
+from lakepurge.config import Settings
+from lakepurge.index.base import IndexStore
+from lakepurge.indexer import index_object
+from lakepurge.privacy import Pseudonymizer
+from lakepurge.purge.engine import ObjectOutcome, PurgeTarget, purge_object
+from lakepurge.report import Report, build_report
+from lakepurge.samples import SampleLake
+
+HASH_KEY = "test-hash-key-0123456789"
+
+
+def index_lake(store: IndexStore, settings: Settings, lake: SampleLake) -> None:
+    s3 = aws.client("s3")
+    for obj in lake.objects:
+        index_object(s3, store, settings, lake.bucket, obj.key)
+
+
+def report_for(store: IndexStore, settings: Settings, users: list[str], request_id: str = "req-test") -> Report:
+    return build_report(store, settings, users, request_id, Pseudonymizer(HASH_KEY.encode()), force=True)
+
+
+def purge_report(
+    store: IndexStore, settings: Settings, report: Report, users: set[str], s3: Any = None
+) -> list[ObjectOutcome]:
+    s3 = s3 or aws.client("s3")
+    return [
+        purge_object(s3, store, settings, PurgeTarget(o.s3path, o.dataset, o.etag, o.lines), frozenset(users))
+        for o in report.objects
+    ]
