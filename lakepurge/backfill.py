@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lakepurge import aws
-from lakepurge.config import ConfigError, DatasetConfig, Settings
+from lakepurge.config import DatasetConfig, Settings
 from lakepurge.index import open_store
 from lakepurge.index.base import ObjectIndex
 from lakepurge.indexer import flag_erased_users, scan_object
@@ -55,10 +55,7 @@ def index_partition(
     apply_job_environment(env)
     s3 = aws.client("s3")
     store = open_store(settings.index, create=False)
-    try:
-        pseudonymizer: Pseudonymizer | None = Pseudonymizer.from_config(settings.privacy)
-    except ConfigError:
-        pseudonymizer = None
+    pseudonymizer = Pseudonymizer.optional(settings.privacy)
     pending: list[ObjectIndex] = []
     pending_rows = 0
     try:

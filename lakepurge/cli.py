@@ -58,15 +58,26 @@ def cmd_index_object(args: argparse.Namespace, out: Output) -> int:
     from lakepurge import aws
     from lakepurge.index import open_store
     from lakepurge.indexer import index_object
+    from lakepurge.privacy import Pseudonymizer
 
     settings = _settings(args)
     uri = S3Uri.parse(args.uri)
     store = open_store(settings.index)
     try:
-        outcome = index_object(aws.client("s3"), store, settings, uri.bucket, uri.key, force=args.force)
+        outcome = index_object(
+            aws.client("s3"),
+            store,
+            settings,
+            uri.bucket,
+            uri.key,
+            force=args.force,
+            pseudonymizer=Pseudonymizer.optional(settings.privacy),
+        )
     finally:
         store.close()
     out.say(f"{outcome.action}: {outcome.s3path}  records {outcome.records}  unindexable {outcome.unindexable}")
+    if outcome.reappeared:
+        out.say(f"  WARNING: {outcome.reappeared} user(s) erased before are in this object again")
     out.result(asdict(outcome))
     return 2 if outcome.action == "ignored" else 0
 
@@ -119,8 +130,11 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
         store.close()
     out.say(
         f"objects {status.objects}  records {status.records}  users {status.users}  index rows {status.rows}\n"
-        f"unindexable lines {status.unindexable_lines} in {status.objects_with_unindexable} object(s)"
+        f"unindexable lines {status.unindexable_lines} in {status.objects_with_unindexable} object(s)\n"
+        f"objects holding erased users again: {status.objects_with_erased_users}"
     )
+    if status.objects_with_erased_users:
+        out.say("  WARNING: erased users came back (restored backup? replayed pipeline?): purge them again")
     if status.unindexable_lines:
         out.say("  these lines may hold personal data that lakepurge cannot locate; fix or remove them:")
         for path, problem in problems:

@@ -27,6 +27,14 @@ class Pseudonymizer:
             )
         return cls(value.encode())
 
+    @classmethod
+    def optional(cls, config: PrivacyConfig) -> Pseudonymizer | None:
+        """The configured pseudonymizer, or None without a key (suppression checks are then off)."""
+        try:
+            return cls.from_config(config)
+        except ConfigError:
+            return None
+
     def __call__(self, user_id: str) -> str:
         return hmac.new(self._key, user_id.encode(), hashlib.sha256).hexdigest()
 

@@ -34,10 +34,7 @@ def settings() -> Settings:
 @cache
 def pseudonymizer() -> Pseudonymizer | None:
     """The keyed hash of user ids, or None when the key is not configured (suppression checks are then off)."""
-    try:
-        return Pseudonymizer.from_config(settings().privacy)
-    except ConfigError:
-        return None
+    return Pseudonymizer.optional(settings().privacy)
 
 
 @cache
