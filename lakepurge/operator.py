@@ -15,7 +15,7 @@ from typing import Any
 from lakepurge import aws
 from lakepurge.config import Settings
 from lakepurge.index import open_store
-from lakepurge.privacy import Pseudonymizer
+from lakepurge.privacy import Pseudonymizer, hash_key
 from lakepurge.purge.job import PurgeResult, purge_relational, run_purge, verify_everywhere
 from lakepurge.report import Report, build_report, write_report
 from lakepurge.sparkutil import spark_session
@@ -61,7 +61,7 @@ def purge_users(
 ) -> OperatorRun:
     started = time.monotonic()
     pseudonymizer = Pseudonymizer.from_config(settings.privacy)
-    key = _hash_key(settings)
+    key = hash_key(settings.privacy)
     request_id = f"op-{uuid.uuid4()}"
     s3 = aws.client("s3")
     store = open_store(settings.index)
@@ -101,7 +101,7 @@ def verify_users(settings: Settings, users: list[str]) -> dict[str, Any]:
     finally:
         store.close()
     with spark_session("lakepurge-verify") as spark:
-        checked, remaining = verify_everywhere(spark, settings, hashes, _hash_key(settings))
+        checked, remaining = verify_everywhere(spark, settings, hashes, hash_key(settings.privacy))
     return {
         "users": len(hashes),
         "index_locations": sum(len(v) for v in indexed.values()),
@@ -109,9 +109,3 @@ def verify_users(settings: Settings, users: list[str]) -> dict[str, Any]:
         "remaining": remaining,
         "verified": not remaining and not indexed,
     }
-
-
-def _hash_key(settings: Settings) -> bytes:
-    import os
-
-    return os.environ[settings.privacy.hash_key_env].encode()

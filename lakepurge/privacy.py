@@ -11,6 +11,17 @@ from collections.abc import Iterable
 from lakepurge.config import ConfigError, PrivacyConfig
 
 
+def hash_key(config: PrivacyConfig) -> bytes:
+    """The secret key of the keyed hashes, from the environment variable the configuration names."""
+    value = os.environ.get(config.hash_key_env)
+    if not value:
+        raise ConfigError(
+            f"privacy.hash_key_env: set {config.hash_key_env} to a secret of at least 16 characters"
+            " (keyed hashes of user ids; keep it stable across runs)"
+        )
+    return value.encode()
+
+
 class Pseudonymizer:
     def __init__(self, key: bytes) -> None:
         if len(key) < 16:
@@ -19,13 +30,7 @@ class Pseudonymizer:
 
     @classmethod
     def from_config(cls, config: PrivacyConfig) -> Pseudonymizer:
-        value = os.environ.get(config.hash_key_env)
-        if not value:
-            raise ConfigError(
-                f"privacy.hash_key_env: set {config.hash_key_env} to a secret of at least 16 characters"
-                " (keyed hashes of user ids; keep it stable across runs)"
-            )
-        return cls(value.encode())
+        return cls(hash_key(config))
 
     @classmethod
     def optional(cls, config: PrivacyConfig) -> Pseudonymizer | None:

@@ -1,0 +1,128 @@
+"""spark_jobs/purge.py killed half-way (SIGKILL to its process group) and run again ends where one clean run does."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import orjson
+import pyarrow.parquet as pq
+import pytest
+
+from lakepurge import aws
+from lakepurge.config import parse_settings
+from lakepurge.index import open_store
+from lakepurge.privacy import Pseudonymizer
+from lakepurge.report import build_report, write_report
+from lakepurge.samples import generate_lake, settings_toml
+from tests.support.lakes import index_toml
+from tests.support.purging import HASH_KEY, index_lake
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def prepare(bucket: str, pg_dsn: str, tmp_path: Path):
+    s3 = aws.client("s3")
+    s3.create_bucket(Bucket=bucket)
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    s3.create_bucket(Bucket=f"{bucket}-reports")
+    lake = generate_lake(bucket=bucket, objects=160, users=20, records_per_object=60, seed=3)
+    lake.upload(s3)
+    toml = settings_toml(bucket, index_toml("postgres", pg_dsn), f"s3://{bucket}-reports/")
+    toml = toml.replace("[[datasets]]", "[purge]\nmax_dataset_fraction = 1.0\n\n[[datasets]]", 1)
+    config = tmp_path / f"{bucket}.toml"
+    config.write_text(toml)
+    settings = parse_settings(tomllib.loads(toml))
+    store = open_store(settings.index)
+    index_lake(store, settings, lake)
+    report = build_report(store, settings, lake.users[:6], f"req-{bucket}", Pseudonymizer(HASH_KEY.encode()))
+    uri, digest = write_report(s3, settings, report)
+    return lake, settings, config, uri, digest, len(report.objects)
+
+
+def job(config: Path, uri: str, digest: str) -> subprocess.Popen:
+    env = {**os.environ, "LAKEPURGE_HASH_KEY": HASH_KEY, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "spark_jobs" / "purge.py"),
+            "--config",
+            str(config),
+            "--report",
+            uri,
+            "--sha256",
+            digest,
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # its own process group: the kill takes the JVM and Python workers with it
+    )
+
+
+def recorded(bucket: str) -> int:
+    page = aws.client("s3").list_objects_v2(Bucket=f"{bucket}-reports", Prefix="results/")
+    return page.get("KeyCount", 0)
+
+
+def content(bucket: str) -> dict[str, object]:
+    """Every current object, decoded (gzip streams and Parquet files compared by what they hold)."""
+    s3 = aws.client("s3")
+    state: dict[str, object] = {}
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+        for item in page.get("Contents", []):
+            body = s3.get_object(Bucket=bucket, Key=item["Key"])["Body"].read()
+            if item["Key"].endswith(".gz"):
+                body = gzip.decompress(body)
+            state[item["Key"]] = (
+                pq.read_table(io.BytesIO(body)).to_pylist() if item["Key"].endswith(".parquet") else body
+            )
+    return state
+
+
+@pytest.mark.usefixtures("aws")
+def test_given_a_purge_job_killed_half_way_when_run_again_then_the_end_state_equals_one_clean_run(pg_dsn, tmp_path):
+    clean = prepare("clean-lake", pg_dsn, tmp_path)
+    killed = prepare("killed-lake", pg_dsn, tmp_path)
+    total = killed[5]
+
+    clean_run = job(*clean[2:5])
+    assert clean_run.wait(timeout=600) == 0
+
+    interrupted = job(*killed[2:5])
+    deadline = time.monotonic() + 300
+    while recorded("killed-lake") < 5 and interrupted.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(interrupted.pid, signal.SIGKILL)
+    interrupted.wait()
+    done_before_kill = recorded("killed-lake")
+    assert 0 < done_before_kill < total, "the kill must land half-way"
+
+    rerun = job(*killed[2:5])
+    out, _ = rerun.communicate(timeout=600)
+    assert rerun.returncode == 0
+    summary = orjson.loads(out.splitlines()[-1])
+    assert summary["verified"] is True
+
+    assert content("killed-lake") == content("clean-lake")
+    store = open_store(killed[1].index)
+    rows = store.dump()
+    assert {(u, p.replace("s3://killed-lake/", ""), n) for u, p, n in rows if p.startswith("s3://killed-lake/")} == {
+        (u, p.replace("s3://clean-lake/", ""), n) for u, p, n in rows if p.startswith("s3://clean-lake/")
+    }
+    s3 = aws.client("s3")
+    certificates = [
+        orjson.loads(s3.get_object(Bucket=f"{b}-reports", Key=f"certificates/req-{b}.json")["Body"].read())
+        for b in ("clean-lake", "killed-lake")
+    ]
+    assert certificates[0]["totals"] == certificates[1]["totals"]
+    assert certificates[1]["verification"]["passed"] is True
