@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+from pathlib import Path
 
 import orjson
 import psycopg
@@ -136,3 +137,32 @@ def test_given_purged_objects_when_vacuumed_then_placeholders_and_superseded_ver
     )
     run_backfill(spark, fresh)
     assert open_store(case.settings.index).dump() == open_store(fresh.index).dump()
+
+
+def test_given_a_request_over_the_safety_limit_when_purging_then_it_is_refused_and_nothing_changes(
+    operator_lake, capsys, tmp_path
+):
+    case, config, _ = operator_lake
+    strict = tmp_path / "strict.toml"
+    strict.write_text(Path(config).read_text().replace("max_dataset_fraction = 1.0", "max_dataset_fraction = 0.001"))
+    s3 = aws.client("s3")
+    before = snapshot(s3, "lake")
+    code, document = run_cli(capsys, "purge", case.lake.users[0], "--yes", "--config", str(strict))
+    assert code == 3
+    assert document["status"] == "REFUSED" and "max_dataset_fraction" in document["reason"]
+    assert snapshot(s3, "lake") == before
+
+
+def test_given_a_report_changed_after_approval_when_the_purge_job_runs_then_it_refuses(operator_lake, capsys):
+    from spark_jobs.purge import main as purge_job
+
+    case, config, _ = operator_lake
+    code, summary = run_cli(capsys, "purge", case.lake.users[0], "--config", config)  # dry run: report only
+    assert code == 0
+    s3 = aws.client("s3")
+    bucket, _, key = summary["report"][5:].partition("/")
+    tampered = s3.get_object(Bucket=bucket, Key=key)["Body"].read().replace(b'"lines"', b'"lines" ', 1)
+    s3.put_object(Bucket=bucket, Key=key, Body=tampered)
+    before = snapshot(s3, "lake")
+    assert purge_job(["--config", config, "--report", summary["report"], "--sha256", summary["report_sha256"]]) == 3
+    assert snapshot(s3, "lake") == before
