@@ -1,11 +1,14 @@
 """``lakepurge demo``: the pipeline on the embedded local stack, needing nothing but Python and Java.
 
 A moto server on 127.0.0.1 stands in for S3 and DynamoDB; Spark runs in local mode. The demo generates a sample
-lake, backfills the index with the Spark job, shows the index status and looks one user up.
+lake, backfills the index with the Spark job, looks one user up, erases a few users through the operator path
+(report, Spark purge, verification) and shows the erasure certificate.
 """
 
 from __future__ import annotations
 
+import os
+import secrets
 import shutil
 import subprocess
 import tempfile
@@ -15,11 +18,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from lakepurge import aws
-from lakepurge.config import parse_settings
+from lakepurge.backfill import BackfillResult
+from lakepurge.config import Settings, parse_settings
 from lakepurge.index import open_store
-from lakepurge.logs import user_ref
-from lakepurge.samples import generate_lake, settings_toml
+from lakepurge.logs import object_ref, user_ref
+from lakepurge.s3uri import S3Uri
+from lakepurge.samples import SampleLake, generate_lake, settings_toml
+
+Say = Callable[[str], None]
 
 
 class DemoError(RuntimeError):
@@ -45,7 +54,8 @@ def run_demo(objects: int = 200, users: int = 60, say: Callable[[str], None] = p
 
     started = time.monotonic()
     check_java()
-    say("1/4 starting the local stack (moto server for S3 and DynamoDB on 127.0.0.1)")
+    os.environ.setdefault("LAKEPURGE_HASH_KEY", secrets.token_hex(16))  # a demo key: each run is its own world
+    say("1/5 starting the local stack (moto server for S3 and DynamoDB on 127.0.0.1)")
     stack = start_moto()
     workdir = Path(tempfile.mkdtemp(prefix="lakepurge-demo-"))
     try:
@@ -57,37 +67,75 @@ def run_demo(objects: int = 200, users: int = 60, say: Callable[[str], None] = p
         toml = settings_toml("lake", 'backend = "dynamodb"\ntable = "lakepurge-index"', "s3://lake-reports/")
         (workdir / "lakepurge.toml").write_text(toml)
         settings = parse_settings(tomllib.loads(toml), "demo configuration")
-        say(f"2/4 generated a sample lake: {len(lake.objects)} objects, {lake.total_bytes / 1e6:.1f} MB, {users} users")
+        say(f"2/5 generated a sample lake: {len(lake.objects)} objects, {lake.total_bytes / 1e6:.1f} MB, {users} users")
 
-        say("3/4 backfilling the index with the Spark job (local[2])")
+        say("3/5 backfilling the index with the Spark job (local[2])")
         with spark_session("lakepurge-demo") as spark:
             result = run_backfill(spark, settings)
-        store = open_store(settings.index)
-        try:
-            status = store.status()
-            user = lake.users[0]
-            found = store.lookup([user]).get(user, [])
-            exact = store.dump() == lake.truth
-        finally:
-            store.close()
-        say(
-            f"    indexed {result.scanned} objects, {result.records} records, {status.rows} index rows;"
-            f" unindexable lines: {status.unindexable_lines}; index equals ground truth: {exact}"
-        )
-        say(f"4/4 lookup of one user ({user_ref(user)}): {len(found)} object(s)")
-        for location in found[:10]:
-            where = "whole object" if location.whole_object else f"lines {list(location.lines)}"
-            say(f"    {location.s3path}  {where}")
-        return {
-            "status": "SUCCEEDED" if exact and not result.failed else "FAILED",
-            "objects": result.objects,
-            "records": result.records,
-            "index_rows": status.rows,
-            "unindexable_lines": status.unindexable_lines,
-            "index_matches_ground_truth": exact,
-            "lookup": {"user": user_ref(user), "objects": len(found)},
-            "seconds": round(time.monotonic() - started, 1),
-        }
+            document = _look_up_and_erase(settings, lake, result, say)
+        document["seconds"] = round(time.monotonic() - started, 1)
+        return document
     finally:
         stack.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _look_up_and_erase(settings: Settings, lake: SampleLake, result: BackfillResult, say: Say) -> dict[str, Any]:
+    from lakepurge.operator import purge_users
+
+    store = open_store(settings.index)
+    try:
+        status = store.status()
+        user = lake.users[0]
+        found = store.lookup([user]).get(user, [])
+        exact = store.dump() == lake.truth
+    finally:
+        store.close()
+    say(
+        f"    indexed {result.scanned} objects, {result.records} records, {status.rows} index rows;"
+        f" unindexable lines: {status.unindexable_lines}; index equals ground truth: {exact}"
+    )
+    say(f"4/5 lookup of one user ({user_ref(user)}): {len(found)} object(s)")
+    for location in found[:8]:
+        where = "whole object" if location.whole_object else f"lines {list(location.lines)}"
+        uri = S3Uri.parse(location.s3path)
+        dataset = settings.dataset_for(uri.bucket, uri.key)
+        say(f"    {object_ref(location.s3path, dataset) if dataset else location.s3path}  {where}")
+    erased = lake.users[:3]
+    say(f"5/5 erasing {len(erased)} users: report -> Spark purge -> verification -> certificate")
+    run = purge_users(settings, erased, dry_run=False, force=True, approved_by="demo", say=lambda t: say("    " + t))
+    if run.result is None:
+        raise DemoError("the purge ran as a dry run")
+    certificate = _read_certificate(run.result.certificate)
+    say(f"    certificate {run.result.certificate}:")
+    say(
+        f"      request {certificate['request_id']}, objects rewritten {certificate['totals']['objects_rewritten']},"
+        f" lines erased {certificate['totals']['lines_erased']},"
+        f" verification {'passed' if certificate['verification']['passed'] else 'FAILED'}"
+    )
+    for entry in certificate["objects"][:5]:
+        say(f"      {entry['object']}: {entry['status']}, {entry['lines_erased']} line(s)")
+    ok = exact and not result.failed and run.result.verified
+    return {
+        "status": "SUCCEEDED" if ok else "FAILED",
+        "objects": result.objects,
+        "records": result.records,
+        "index_rows": status.rows,
+        "unindexable_lines": status.unindexable_lines,
+        "index_matches_ground_truth": exact,
+        "lookup": {"user": user_ref(user), "objects": len(found)},
+        "request_id": run.request_id,
+        "users_erased": len(erased),
+        "objects_rewritten": run.result.objects_rewritten,
+        "lines_erased": run.result.lines_erased,
+        "verified": run.result.verified,
+        "certificate": run.result.certificate,
+    }
+
+
+def _read_certificate(uri: str) -> dict[str, Any]:
+    location = S3Uri.parse(uri)
+    document: dict[str, Any] = orjson.loads(
+        aws.client("s3").get_object(Bucket=location.bucket, Key=location.key)["Body"].read()
+    )
+    return document
