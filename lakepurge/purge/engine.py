@@ -16,8 +16,8 @@ from __future__ import annotations
 import csv
 import io
 import tempfile
-from collections.abc import Container, Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Container, Iterable, Iterator
+from dataclasses import dataclass, field, replace
 from typing import IO, Any, Literal
 
 import orjson
@@ -62,6 +62,12 @@ class ObjectOutcome:
     noncurrent_versions_deleted: int = 0
     error: str = ""
     erased_lines: list[int] = field(default_factory=list)
+    # False while the outcome is only an intent: recorded just before the write, so a run killed between the write
+    # and its record can tell, when started again, that the erasure it finds done was its own.
+    committed: bool = True
+
+
+BeforeWrite = Callable[[ObjectOutcome], None]
 
 
 class _Ownership:
@@ -275,16 +281,18 @@ def purge_object(
     target: PurgeTarget,
     users: Container[str],
     attempts: int = 5,
+    before_write: BeforeWrite | None = None,
 ) -> ObjectOutcome:
     """Erase the users' records from one object (see the module docstring); never raises for a bad object:
-    a failure is returned as a failed outcome naming the error class."""
+    a failure is returned as a failed outcome naming the error class. before_write is given the intended outcome
+    (committed=False) just before the object is rewritten or deleted."""
     dataset = settings.dataset_named(target.dataset)
     uri = S3Uri.parse(target.s3path)
     ref = object_ref(target.s3path, dataset)
     try:
         for _ in range(attempts):
             try:
-                return _purge_once(s3, store, settings, dataset, uri, target, users)
+                return _purge_once(s3, store, settings, dataset, uri, target, users, before_write or _nothing)
             except (WriteConflict, ObjectChanged):
                 log.info("object changed during purge; reading it again", extra={"object": ref})
         return ObjectOutcome(target.s3path, "failed", error="kept changing under concurrent writes")
@@ -301,6 +309,7 @@ def _purge_once(
     uri: S3Uri,
     target: PurgeTarget,
     users: Container[str],
+    before_write: BeforeWrite,
 ) -> ObjectOutcome:
     head = head_object(s3, uri.bucket, uri.key)
     if head is None:
@@ -314,11 +323,12 @@ def _purge_once(
     if dataset.erase == "delete-object":
         _, lines = find_user_lines(s3, settings, dataset, head, users)  # the owner, checked now
         if lines:
-            delete_in_place(s3, head)
-            store.remove_object(target.s3path)
             outcome.status = "deleted"
             outcome.lines_erased = 1
             outcome.erased_lines = [WHOLE_OBJECT]
+            before_write(replace(outcome, committed=False))
+            delete_in_place(s3, head)
+            store.remove_object(target.s3path)
             outcome.noncurrent_versions_deleted = _delete_noncurrent(s3, settings, dataset, uri, None, users)
         else:
             index_object(s3, store, settings, uri.bucket, uri.key)
@@ -337,6 +347,7 @@ def _purge_once(
             rewritten, erased = _rewrite_parquet(s3, head, users, dataset)
             outcome.lines_erased = erased
             if erased:
+                before_write(replace(outcome, status="erased", committed=False))
                 written = write_in_place(s3, head, file_chunks(rewritten), attributes)
             else:
                 rewritten.close()
@@ -355,6 +366,7 @@ def _purge_once(
             outcome.lines_erased = len(owner.erased)
             outcome.erased_lines = owner.erased
             if owner.erased:
+                before_write(replace(outcome, status="erased", committed=False))
                 written = write_in_place(s3, head, file_chunks(staged), attributes)
             else:
                 staged.close()
@@ -368,6 +380,10 @@ def _purge_once(
         _reindex_written(s3, store, settings, dataset, uri, head, written, outcome, stale)
     outcome.noncurrent_versions_deleted = _delete_noncurrent(s3, settings, dataset, uri, written, users)
     return outcome
+
+
+def _nothing(outcome: ObjectOutcome) -> None:
+    return None
 
 
 def stage(chunks: Iterable[bytes]) -> IO[bytes]:

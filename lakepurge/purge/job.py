@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -73,27 +73,47 @@ def _recorded_outcomes(s3: Any, prefix: S3Uri) -> dict[str, ObjectOutcome]:
     return done
 
 
+def _settle(outcome: ObjectOutcome, intent: ObjectOutcome | None) -> ObjectOutcome:
+    """A rerun finding nothing left to erase where an earlier run recorded the intent to write: the earlier run's
+    write happened (the object is no longer the version it read), so its erasure is the outcome."""
+    unchanged = intent is None or outcome.before_etag == intent.before_etag
+    if unchanged or outcome.status not in ("nothing-to-erase", "gone"):
+        return outcome
+    assert intent is not None
+    return replace(
+        intent,
+        committed=True,
+        after_etag=outcome.before_etag,
+        after_version=outcome.before_version,
+        noncurrent_versions_deleted=intent.noncurrent_versions_deleted + outcome.noncurrent_versions_deleted,
+    )
+
+
 def _purge_partition(
     settings: Settings,
     env: dict[str, str],
     key: bytes,
     user_hashes: tuple[str, ...],
     prefix: S3Uri,
+    intents: dict[str, ObjectOutcome],
     targets: Iterable[PurgeTarget],
 ) -> Iterator[dict[str, Any]]:
     apply_job_environment(env)
     s3 = aws.client("s3")
     users = HashedUsers(user_hashes, Pseudonymizer(key))
     store = open_store(settings.index, create=False)
+
+    def record(outcome: ObjectOutcome) -> None:
+        document = orjson.dumps(asdict(outcome))
+        s3.put_object(Bucket=prefix.bucket, Key=_outcome_key(prefix, outcome.s3path), Body=document)
+
     try:
         for target in targets:
-            outcome = purge_object(s3, store, settings, target, users)
-            document = asdict(outcome)
+            outcome = purge_object(s3, store, settings, target, users, before_write=record)
+            outcome = _settle(outcome, intents.get(target.s3path))
             if outcome.status != "failed":
-                s3.put_object(
-                    Bucket=prefix.bucket, Key=_outcome_key(prefix, target.s3path), Body=orjson.dumps(document)
-                )
-            yield document
+                record(outcome)
+            yield asdict(outcome)
     finally:
         store.close()
 
@@ -127,7 +147,9 @@ def run_purge(
     started = datetime.now(UTC)
     s3 = aws.client("s3")
     prefix = _results_prefix(settings, report.request_id)
-    done = _recorded_outcomes(s3, prefix)
+    recorded = _recorded_outcomes(s3, prefix)
+    done = {path: o for path, o in recorded.items() if o.committed}
+    intents = {path: o for path, o in recorded.items() if not o.committed}
     pending = [PurgeTarget(o.s3path, o.dataset, o.etag, o.lines) for o in report.objects if o.s3path not in done]
     env = job_environment(settings)
     hashes = report.user_hashes
@@ -136,7 +158,9 @@ def run_purge(
         slices = min(len(pending), spark.sparkContext.defaultParallelism * 4)
         fresh = (
             spark.sparkContext.parallelize(pending, slices)
-            .mapPartitions(lambda items: _purge_partition(settings, env, pseudonymizer_key, hashes, prefix, items))
+            .mapPartitions(
+                lambda items: _purge_partition(settings, env, pseudonymizer_key, hashes, prefix, intents, items)
+            )
             .collect()
         )
     outcomes = {**done, **{d["s3path"]: ObjectOutcome(**d) for d in fresh}}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import io
+from dataclasses import asdict
 import os
 import signal
 import subprocess
@@ -126,3 +127,43 @@ def test_given_a_purge_job_killed_half_way_when_run_again_then_the_end_state_equ
     ]
     assert certificates[0]["totals"] == certificates[1]["totals"]
     assert certificates[1]["verification"]["passed"] is True
+
+
+@pytest.mark.usefixtures("aws")
+def test_given_a_run_killed_between_a_write_and_its_record_when_run_again_then_the_erasure_is_still_counted(
+    pg_dsn, tmp_path, spark
+):
+    from lakepurge.purge.engine import ObjectOutcome, PurgeTarget, purge_object
+    from lakepurge.purge.job import _outcome_key, _results_prefix, run_purge
+    from lakepurge.report import read_report
+
+    lake, settings, _, uri, digest, _ = prepare("crashed-lake", pg_dsn, tmp_path)
+    s3 = aws.client("s3")
+    report = read_report(s3, uri, digest)
+    first = next(o for o in report.objects if o.erase == "blank")
+    intents: list[ObjectOutcome] = []
+    store = open_store(settings.index)
+    # The first run: the intent is recorded, the object rewritten, then the process dies before the final record.
+    done = purge_object(
+        s3,
+        store,
+        settings,
+        PurgeTarget(first.s3path, first.dataset, first.etag, first.lines),
+        frozenset(lake.users[:6]),
+        before_write=intents.append,
+    )
+    assert done.status == "erased" and done.lines_erased > 0
+    prefix = _results_prefix(settings, report.request_id)
+    s3.put_object(
+        Bucket=prefix.bucket,
+        Key=_outcome_key(prefix, first.s3path),
+        Body=orjson.dumps(asdict(intents[0])),
+    )
+
+    result = run_purge(spark, settings, report, HASH_KEY.encode(), report_sha256=digest)
+
+    [settled] = [o for o in result.outcomes if o.s3path == first.s3path]
+    assert settled.status == "erased" and settled.committed
+    assert settled.lines_erased == done.lines_erased
+    assert settled.after_etag == done.after_etag
+    assert result.verified
