@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import gzip
 import io
-from dataclasses import asdict
 import os
 import signal
 import subprocess
 import sys
 import time
 import tomllib
+from dataclasses import asdict
 from pathlib import Path
 
 import orjson
