@@ -19,7 +19,7 @@ from lakepurge.indexer import flag_erased_users, scan_object
 from lakepurge.logs import get_logger
 from lakepurge.privacy import Pseudonymizer
 from lakepurge.s3io import ObjectChanged, head_object
-from lakepurge.sparkutil import apply_job_environment, job_environment
+from lakepurge.sparkutil import apply_job_environment, job_environment, on_executors
 
 log = get_logger(__name__)
 
@@ -100,16 +100,11 @@ def run_backfill(spark: Any, settings: Settings, force: bool = False, datasets: 
     open_store(settings.index).close()  # create the schema once, on the driver
     if not keys:
         return BackfillResult(0, 0, 0, 0, 0, (), 0)
-    # Largest objects first, spread round-robin, so no task ends up with all the big ones.
+    # Largest objects first: dealt round-robin, no task ends up with all the big ones.
     keys.sort(key=lambda item: -item[3])
-    slices = min(len(keys), spark.sparkContext.defaultParallelism * 4)
     ordered = [(name, bucket, key) for name, bucket, key, _ in keys]
     env = job_environment(settings)
-    results = (
-        spark.sparkContext.parallelize(ordered, slices)
-        .mapPartitions(lambda items: index_partition(settings, env, force, items))
-        .collect()
-    )
+    results = on_executors(spark, ordered, lambda items: index_partition(settings, env, force, items))
     failed = tuple((path, error) for path, outcome, *_, error in results if outcome == "failed")
     scanned = [r for r in results if r[1] == "scanned"]
     result = BackfillResult(

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from lakepurge.config import Settings
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 AWS_VARIABLES = (
     "AWS_ENDPOINT_URL",
@@ -54,6 +57,20 @@ def local_session(app_name: str, cores: int = 2) -> Any:
         .config("spark.ui.showConsoleProgress", "false")
         .getOrCreate()
     )
+
+
+def on_executors(spark: Any, items: Sequence[T], work: Callable[[Iterable[T]], Iterator[R]]) -> list[R]:
+    """Run work over items on the executors, a few tasks per core, and collect what it yields.
+
+    Items are dealt round-robin to the tasks, so a list sorted by size (largest first) spreads the big objects
+    over all tasks instead of giving them to the first one.
+    """
+    if not items:
+        return []
+    tasks = min(len(items), spark.sparkContext.defaultParallelism * 4)
+    dealt = [items[i] for task in range(tasks) for i in range(task, len(items), tasks)]
+    results: list[R] = spark.sparkContext.parallelize(dealt, tasks).mapPartitions(work).collect()
+    return results
 
 
 @contextmanager

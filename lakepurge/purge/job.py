@@ -24,7 +24,7 @@ from lakepurge.privacy import HashedUsers, Pseudonymizer
 from lakepurge.purge.engine import ObjectOutcome, PurgeTarget, purge_object, verify_object
 from lakepurge.report import Report, ReportTable
 from lakepurge.s3uri import S3Uri
-from lakepurge.sparkutil import apply_job_environment, job_environment
+from lakepurge.sparkutil import apply_job_environment, job_environment, on_executors
 
 log = get_logger(__name__)
 
@@ -153,27 +153,13 @@ def run_purge(
     pending = [PurgeTarget(o.s3path, o.dataset, o.etag, o.lines) for o in report.objects if o.s3path not in done]
     env = job_environment(settings)
     hashes = report.user_hashes
-    fresh: list[dict[str, Any]] = []
-    if pending:
-        slices = min(len(pending), spark.sparkContext.defaultParallelism * 4)
-        fresh = (
-            spark.sparkContext.parallelize(pending, slices)
-            .mapPartitions(
-                lambda items: _purge_partition(settings, env, pseudonymizer_key, hashes, prefix, intents, items)
-            )
-            .collect()
-        )
+    fresh = on_executors(
+        spark, pending, lambda items: _purge_partition(settings, env, pseudonymizer_key, hashes, prefix, intents, items)
+    )
     outcomes = {**done, **{d["s3path"]: ObjectOutcome(**d) for d in fresh}}
     ordered = tuple(outcomes[o.s3path] for o in report.objects)
     checks = [(o.s3path, o.dataset) for o in report.objects]
-    remaining: list[dict[str, Any]] = []
-    if checks:
-        slices = min(len(checks), spark.sparkContext.defaultParallelism * 4)
-        remaining = (
-            spark.sparkContext.parallelize(checks, slices)
-            .mapPartitions(lambda items: _verify_partition(settings, env, pseudonymizer_key, hashes, items))
-            .collect()
-        )
+    remaining = _verify_on_executors(spark, settings, checks, pseudonymizer_key, hashes)
     result = PurgeResult(report.request_id, ordered, tuple(remaining), "", tuple(relational))
     certificate = write_certificate(s3, settings, report, result, started, approved_by, report_sha256)
     return PurgeResult(report.request_id, ordered, tuple(remaining), certificate, tuple(relational))
@@ -268,13 +254,11 @@ def verify_everywhere(
         for dataset in settings.datasets
         for bucket, k, _ in list_objects(s3, dataset)
     ]
-    if not items:
-        return 0, []
+    return len(items), _verify_on_executors(spark, settings, items, key, user_hashes)
+
+
+def _verify_on_executors(
+    spark: Any, settings: Settings, items: list[tuple[str, str]], key: bytes, user_hashes: tuple[str, ...]
+) -> list[dict[str, Any]]:
     env = job_environment(settings)
-    slices = min(len(items), spark.sparkContext.defaultParallelism * 4)
-    remaining: list[dict[str, Any]] = (
-        spark.sparkContext.parallelize(items, slices)
-        .mapPartitions(lambda part: _verify_partition(settings, env, key, user_hashes, part))
-        .collect()
-    )
-    return len(items), remaining
+    return on_executors(spark, items, lambda part: _verify_partition(settings, env, key, user_hashes, part))

@@ -22,7 +22,7 @@ from lakepurge.purge.engine import LastByte, file_chunks, gzip_chunks, noncurren
 from lakepurge.purge.s3write import WriteConflict, preserved_attributes, write_in_place
 from lakepurge.s3io import ObjectChanged, head_object, open_body
 from lakepurge.s3uri import S3Uri
-from lakepurge.sparkutil import apply_job_environment, job_environment
+from lakepurge.sparkutil import apply_job_environment, job_environment, on_executors
 
 log = get_logger(__name__)
 
@@ -126,13 +126,5 @@ def run_vacuum(spark: Any, settings: Settings, datasets: Iterable[str] = ()) -> 
         if dataset.erase == "blank" and dataset.format in ("jsonl", "csv") and (not wanted or dataset.name in wanted)
         for bucket, key, _ in list_objects(s3, dataset)
     ]
-    if not items:
-        return []
     env = job_environment(settings)
-    slices = min(len(items), spark.sparkContext.defaultParallelism * 4)
-    outcomes: list[VacuumOutcome] = (
-        spark.sparkContext.parallelize(items, slices)
-        .mapPartitions(lambda part: _vacuum_partition(settings, env, part))
-        .collect()
-    )
-    return outcomes
+    return on_executors(spark, items, lambda part: _vacuum_partition(settings, env, part))
