@@ -121,17 +121,10 @@ def build_report(
     force: bool = False,
 ) -> Report:
     """Look the users up and plan the erasure, refusing one that breaks a safety limit unless forced."""
-    found = store.lookup(users)
-    lines_by_object: dict[str, set[int]] = defaultdict(set)
-    users_by_object: dict[str, int] = defaultdict(int)
-    etags: dict[str, str] = {}
-    for locations in found.values():
-        for location in locations:
-            lines_by_object[location.s3path].update(location.lines)
-            users_by_object[location.s3path] += 1
-            etags[location.s3path] = location.etag
+    hits = store.lookup_objects(users)
     objects = []
-    for s3path in sorted(lines_by_object):
+    for s3path in sorted(hits.objects):
+        hit = hits.objects[s3path]
         uri = S3Uri.parse(s3path)
         dataset = settings.dataset_for(uri.bucket, uri.key)
         if dataset is None:
@@ -142,9 +135,9 @@ def build_report(
                 dataset=dataset.name,
                 format=dataset.format,
                 erase=dataset.erase,
-                etag=etags[s3path],
-                lines=tuple(sorted(lines_by_object[s3path])),
-                users=users_by_object[s3path],
+                etag=hit.etag,
+                lines=hit.lines,
+                users=hit.users,
             )
         )
     datasets = _check_limits(store, settings, objects, force)
@@ -152,7 +145,7 @@ def build_report(
         request_id=request_id,
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
         user_hashes=tuple(pseudonymizer.many(users)),
-        users_found=len(found),
+        users_found=hits.users_found,
         objects=tuple(objects),
         relational=count_relational(settings, users) if settings.relational else (),
         forced=force,

@@ -61,6 +61,37 @@ class Location:
 
 
 @dataclass(frozen=True, slots=True)
+class ObjectHits:
+    """The lines of one object that hold any of a set of users, and how many of them."""
+
+    s3path: str
+    etag: str
+    lines: tuple[int, ...]
+    users: int
+
+
+@dataclass(frozen=True, slots=True)
+class Hits:
+    """Where a set of users is, object by object: what a purge plan needs, without one entry per user."""
+
+    objects: dict[str, ObjectHits]
+    users_found: int
+
+
+def hits_from_locations(found: dict[str, list[Location]]) -> Hits:
+    lines: dict[str, set[int]] = {}
+    users: dict[str, int] = {}
+    etags: dict[str, str] = {}
+    for locations in found.values():
+        for location in locations:
+            lines.setdefault(location.s3path, set()).update(location.lines)
+            users[location.s3path] = users.get(location.s3path, 0) + 1
+            etags[location.s3path] = location.etag
+    objects = {path: ObjectHits(path, etags[path], tuple(sorted(lines[path])), users[path]) for path in lines}
+    return Hits(objects, len(found))
+
+
+@dataclass(frozen=True, slots=True)
 class IndexStatus:
     objects: int
     records: int
@@ -89,6 +120,9 @@ class IndexStore(Protocol):
 
     def lookup(self, user_ids: Sequence[str]) -> dict[str, list[Location]]:
         """Every location of every given user; users with no rows are absent from the result."""
+
+    def lookup_objects(self, user_ids: Sequence[str]) -> Hits:
+        """Where any of the users is, grouped by object (the batch lookup a purge plan is built from)."""
 
     def object_rows(self, s3path: str) -> dict[str, list[int]]:
         """The index rows of one object (user id -> sorted lines)."""

@@ -78,7 +78,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from botocore.exceptions import ClientError
 
 from lakepurge import aws
-from lakepurge.index.base import IndexStatus, Location, ObjectIndex, UnindexableLine
+from lakepurge.index.base import Hits, IndexStatus, Location, ObjectIndex, UnindexableLine, hits_from_locations
 from lakepurge.logs import get_logger
 
 if TYPE_CHECKING:
@@ -477,6 +477,9 @@ class DynamoIndexStore:
         self._batch_write([{"DeleteRequest": {"Key": key}} for key in keys])
 
     # -- reads ----------------------------------------------------------------------------------------------------
+
+    def lookup_objects(self, user_ids: Sequence[str]) -> Hits:
+        return hits_from_locations(self.lookup(user_ids))
 
     def lookup(self, user_ids: Sequence[str]) -> dict[str, list[Location]]:
         users = list(dict.fromkeys(user_ids))

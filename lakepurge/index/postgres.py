@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import psycopg
 
-from lakepurge.index.base import IndexStatus, Location, ObjectIndex, UnindexableLine
+from lakepurge.index.base import Hits, IndexStatus, Location, ObjectHits, ObjectIndex, UnindexableLine
 from lakepurge.logs import get_logger
 
 log = get_logger(__name__)
@@ -156,6 +156,29 @@ class PostgresIndexStore:
         for user, s3path, etag, lines in rows:
             found[user].append(Location(s3path, etag, tuple(lines)))
         return dict(found)
+
+    def lookup_objects(self, user_ids: Sequence[str]) -> Hits:
+        if not user_ids:
+            return Hits({}, 0)
+        # One index probe for both answers; grouping by object keeps the result small for 100,000 users.
+        with self._conn.cursor() as cur:
+            cur.execute(
+                "WITH hits AS MATERIALIZED ("
+                "  SELECT userid, s3path, etag, recordline FROM user_objects WHERE userid = ANY(%s))"
+                " SELECT s3path, etag, array_agg(DISTINCT recordline), count(DISTINCT userid) FROM hits"
+                " GROUP BY s3path, etag"
+                " UNION ALL SELECT NULL, NULL, NULL, count(DISTINCT userid) FROM hits",
+                (list(user_ids),),
+            )
+            rows = cur.fetchall()
+        found = 0
+        objects: dict[str, ObjectHits] = {}
+        for s3path, etag, lines, users in rows:
+            if s3path is None:
+                found = users
+            else:
+                objects[s3path] = ObjectHits(s3path, etag, tuple(sorted(lines)), users)
+        return Hits(objects, found)
 
     def object_rows(self, s3path: str) -> dict[str, list[int]]:
         with self._conn.cursor() as cur:
