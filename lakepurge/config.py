@@ -159,6 +159,8 @@ class PurgeConfig(_Strict):
     # Noncurrent S3 versions still hold erased data. Leaving them to a lifecycle rule keeps the data readable
     # until the rule runs: a compliance risk, so this is on unless deliberately turned off.
     delete_noncurrent_versions: bool = True
+    # Objects purged at once by each Spark task (S3 round trips dominate an object's purge).
+    threads_per_task: Annotated[int, Field(ge=1, le=64)] = 4
 
 
 class PrivacyConfig(_Strict):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import IO, Any
 
@@ -22,6 +22,8 @@ class ObjectHead:
     version_id: str | None
     last_modified: datetime
     size: int
+    # The HEAD response's attributes (content type, metadata, encryption, storage class), when read by HEAD.
+    headers: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def s3path(self) -> str:
@@ -58,6 +60,7 @@ def head_object(s3: Any, bucket: str, key: str) -> ObjectHead | None:
         version_id=None if version in (None, "null") else version,
         last_modified=head["LastModified"],
         size=head["ContentLength"],
+        headers={name: value for name, value in head.items() if name != "ResponseMetadata"},
     )
 
 

@@ -61,6 +61,15 @@ class Location:
 
 
 @dataclass(frozen=True, slots=True)
+class NewVersion:
+    """The version of an object a purge wrote."""
+
+    etag: str
+    version_id: str | None
+    last_modified: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class ObjectHits:
     """The lines of one object that hold any of a set of users, and how many of them."""
 
@@ -114,6 +123,11 @@ class IndexStore(Protocol):
         An object is skipped when the index already holds a newer version (later last-modified) or this same
         ETag (idempotent re-delivery) unless force is set. Returns how many objects were written.
         """
+
+    def apply_erasure(self, s3path: str, before_etag: str, after: NewVersion, erased_lines: Sequence[int]) -> bool:
+        """The purge rewrote an object by blanking lines: move its index from before_etag to the new version and
+        drop the erased lines' rows, in one step (every other line kept its number). Returns False, changing
+        nothing, when the index no longer holds before_etag."""
 
     def remove_object(self, s3path: str) -> bool:
         """Drop every row of an object that no longer exists. Returns whether it was indexed."""

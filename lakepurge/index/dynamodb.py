@@ -71,14 +71,22 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from botocore.exceptions import ClientError
 
 from lakepurge import aws
-from lakepurge.index.base import Hits, IndexStatus, Location, ObjectIndex, UnindexableLine, hits_from_locations
+from lakepurge.index.base import (
+    Hits,
+    IndexStatus,
+    Location,
+    NewVersion,
+    ObjectIndex,
+    UnindexableLine,
+    hits_from_locations,
+)
 from lakepurge.logs import get_logger
 
 if TYPE_CHECKING:
@@ -477,6 +485,25 @@ class DynamoIndexStore:
         self._batch_write([{"DeleteRequest": {"Key": key}} for key in keys])
 
     # -- reads ----------------------------------------------------------------------------------------------------
+
+    def apply_erasure(self, s3path: str, before_etag: str, after: NewVersion, erased_lines: Sequence[int]) -> bool:
+        # Rows are keyed by the object's version here, so the new version's rows are written whole.
+        base = self.get_object(s3path)
+        if base is None or base.etag != before_etag:
+            return False
+        erased = set(erased_lines)
+        rows = {
+            user: kept for user, lines in base.lines_by_user.items() if (kept := [n for n in lines if n not in erased])
+        }
+        new = replace(
+            base,
+            etag=after.etag,
+            version_id=after.version_id,
+            last_modified=after.last_modified,
+            lines_by_user=rows,
+            records=max(base.records - len(erased), 0),
+        )
+        return self.replace_objects([new], force=True) == 1
 
     def lookup_objects(self, user_ids: Sequence[str]) -> Hits:
         return hits_from_locations(self.lookup(user_ids))

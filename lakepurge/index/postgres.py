@@ -8,17 +8,26 @@ from collections.abc import Sequence
 
 import psycopg
 
-from lakepurge.index.base import Hits, IndexStatus, Location, ObjectHits, ObjectIndex, UnindexableLine
+from lakepurge.index.base import (
+    Hits,
+    IndexStatus,
+    Location,
+    NewVersion,
+    ObjectHits,
+    ObjectIndex,
+    UnindexableLine,
+)
 from lakepurge.logs import get_logger
 
 log = get_logger(__name__)
 
 SCHEMA = """
+-- The blog design's table, unchanged: the version its line numbers belong to is the object's, in indexed_objects,
+-- so erasing lines from an object touches only those rows, not every row of the object.
 CREATE TABLE IF NOT EXISTS user_objects (
     userid     TEXT    NOT NULL,
     s3path     TEXT    NOT NULL,
-    recordline INTEGER NOT NULL,   -- 0-based line (row for Parquet); -1: the whole object is the user's
-    etag       TEXT    NOT NULL    -- the object version these line numbers belong to
+    recordline INTEGER NOT NULL    -- 0-based line (row for Parquet); -1: the whole object is the user's
 );
 CREATE INDEX IF NOT EXISTS user_objects_userid ON user_objects (userid);
 CREATE INDEX IF NOT EXISTS user_objects_s3path ON user_objects (s3path);
@@ -116,14 +125,13 @@ class PostgresIndexStore:
             paths = [o.s3path for o in claimed]
             cur.execute("DELETE FROM user_objects WHERE s3path = ANY(%s)", (paths,))
             cur.execute("DELETE FROM unindexable_lines WHERE s3path = ANY(%s)", (paths,))
-            with cur.copy("COPY user_objects (userid, s3path, recordline, etag) FROM STDIN") as copy:
+            with cur.copy("COPY user_objects (userid, s3path, recordline) FROM STDIN") as copy:
                 buffer: list[str] = []
                 for obj in claimed:
                     suffix = f"\t{_copy_text(obj.s3path)}\t"
-                    etag = _copy_text(obj.etag)
                     for user, lines in obj.lines_by_user.items():
                         prefix = _copy_text(user) + suffix
-                        buffer.extend(f"{prefix}{line}\t{etag}\n" for line in lines)
+                        buffer.extend(f"{prefix}{line}\n" for line in lines)
                     if len(buffer) > 50_000:
                         copy.write("".join(buffer))
                         buffer.clear()
@@ -133,6 +141,21 @@ class PostgresIndexStore:
             if bad:
                 cur.executemany("INSERT INTO unindexable_lines (s3path, recordline, reason) VALUES (%s, %s, %s)", bad)
         return len(claimed)
+
+    def apply_erasure(self, s3path: str, before_etag: str, after: NewVersion, erased_lines: Sequence[int]) -> bool:
+        with self._conn.transaction(), self._conn.cursor() as cur:
+            cur.execute(
+                "UPDATE indexed_objects SET etag = %s, version_id = %s, last_modified = %s,"
+                " records = greatest(records - %s, 0), indexed_at = now()"
+                " WHERE s3path = %s AND etag = %s RETURNING s3path",
+                (after.etag, after.version_id, after.last_modified, len(erased_lines), s3path, before_etag),
+            )
+            if cur.fetchone() is None:
+                return False
+            cur.execute(
+                "DELETE FROM user_objects WHERE s3path = %s AND recordline = ANY(%s)", (s3path, list(erased_lines))
+            )
+        return True
 
     def remove_object(self, s3path: str) -> bool:
         with self._conn.transaction(), self._conn.cursor() as cur:
@@ -147,8 +170,10 @@ class PostgresIndexStore:
             return {}
         with self._conn.cursor() as cur:
             cur.execute(
-                "SELECT userid, s3path, etag, array_agg(recordline ORDER BY recordline) FROM user_objects"
-                " WHERE userid = ANY(%s) GROUP BY userid, s3path, etag ORDER BY userid, s3path",
+                "SELECT u.userid, u.s3path, o.etag, u.lines FROM ("
+                "  SELECT userid, s3path, array_agg(recordline ORDER BY recordline) AS lines FROM user_objects"
+                "  WHERE userid = ANY(%s) GROUP BY userid, s3path) u"
+                " JOIN indexed_objects o USING (s3path) ORDER BY u.userid, u.s3path",
                 (list(user_ids),),
             )
             rows = cur.fetchall()
@@ -164,9 +189,10 @@ class PostgresIndexStore:
         with self._conn.cursor() as cur:
             cur.execute(
                 "WITH hits AS MATERIALIZED ("
-                "  SELECT userid, s3path, etag, recordline FROM user_objects WHERE userid = ANY(%s))"
-                " SELECT s3path, etag, array_agg(DISTINCT recordline), count(DISTINCT userid) FROM hits"
-                " GROUP BY s3path, etag"
+                "  SELECT userid, s3path, recordline FROM user_objects WHERE userid = ANY(%s))"
+                " SELECT h.s3path, o.etag, h.lines, h.users FROM ("
+                "  SELECT s3path, array_agg(DISTINCT recordline) AS lines, count(DISTINCT userid) AS users FROM hits"
+                "  GROUP BY s3path) h JOIN indexed_objects o USING (s3path)"
                 " UNION ALL SELECT NULL, NULL, NULL, count(DISTINCT userid) FROM hits",
                 (list(user_ids),),
             )

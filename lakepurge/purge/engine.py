@@ -24,7 +24,7 @@ import orjson
 
 from lakepurge.config import DatasetConfig, Settings
 from lakepurge.formats import CHUNK_BYTES, ByteSource, GzipReader, extract_ids, iter_lines, parse_paths
-from lakepurge.index.base import WHOLE_OBJECT, IndexStore, ObjectIndex
+from lakepurge.index.base import WHOLE_OBJECT, IndexStore, NewVersion, ObjectIndex
 from lakepurge.indexer import index_object, scan_object
 from lakepurge.logs import get_logger, object_ref
 from lakepurge.purge.s3write import WriteConflict, Written, delete_in_place, preserved_attributes, write_in_place
@@ -408,31 +408,21 @@ def _reindex_written(
 ) -> None:
     """Index the version just written, in the step that confirms the write.
 
-    A blanked object keeps every line number, so its new rows are the old rows minus the erased lines: no
-    re-read. Dropped rows shift line numbers, and a stale index has nothing to subtract from: those re-scan.
+    A blanked object keeps every line number: the index moves to the new version and loses only the erased
+    lines' rows. Dropped rows shift line numbers, and a stale index has nothing to subtract from: those re-scan.
     """
-    base = None if stale or dataset.erase == "drop" else store.get_object(outcome.s3path)
-    after = head_object(s3, uri.bucket, uri.key)
-    if base is None or base.etag != before.etag or after is None or after.etag != written.etag:
-        index_object(s3, store, settings, uri.bucket, uri.key, force=True)
-        return
-    erased = set(outcome.erased_lines)
-    rows = {user: kept for user, lines in base.lines_by_user.items() if (kept := [n for n in lines if n not in erased])}
-    store.replace_objects(
-        [
-            ObjectIndex(
-                s3path=outcome.s3path,
-                dataset=dataset.name,
-                etag=written.etag,
-                version_id=written.version_id,
-                last_modified=after.last_modified,
-                lines_by_user=rows,
-                records=max(base.records - len(erased), 0),
-                unindexable=base.unindexable,
-            )
-        ],
-        force=True,
-    )
+    if not stale and dataset.erase == "blank":
+        after = head_object(s3, uri.bucket, uri.key)
+        if after is not None and after.etag == written.etag:
+            version = NewVersion(written.etag, written.version_id, after.last_modified)
+            if store.apply_erasure(outcome.s3path, before.etag, version, outcome.erased_lines):
+                return
+    index_object(s3, store, settings, uri.bucket, uri.key, force=True)
+
+
+def ever_versioned(s3: Any, bucket: str) -> bool:
+    """Whether the bucket has ever had versioning on: only then can noncurrent versions exist."""
+    return "Status" in s3.get_bucket_versioning(Bucket=bucket)
 
 
 def noncurrent_versions(s3: Any, uri: S3Uri) -> Iterator[ObjectHead]:
@@ -454,7 +444,7 @@ def _delete_noncurrent(
     s3: Any, settings: Settings, dataset: DatasetConfig, uri: S3Uri, written: Written | None, users: Container[str]
 ) -> int:
     """Delete the noncurrent versions that still hold any of the users' records; other versions stay."""
-    if not settings.purge.delete_noncurrent_versions:
+    if not settings.purge.delete_noncurrent_versions or not ever_versioned(s3, uri.bucket):
         return 0
     deleted = 0
     for version in list(noncurrent_versions(s3, uri)):

@@ -8,7 +8,9 @@ skips what was done and ends in the same state, with the same certificate, as on
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -19,6 +21,7 @@ from lakepurge import aws
 from lakepurge.backfill import list_objects
 from lakepurge.config import Settings
 from lakepurge.index import open_store
+from lakepurge.index.base import IndexStore
 from lakepurge.logs import get_logger, object_ref
 from lakepurge.privacy import HashedUsers, Pseudonymizer
 from lakepurge.purge.engine import ObjectOutcome, PurgeTarget, purge_object, verify_object
@@ -101,21 +104,35 @@ def _purge_partition(
     apply_job_environment(env)
     s3 = aws.client("s3")
     users = HashedUsers(user_hashes, Pseudonymizer(key))
-    store = open_store(settings.index, create=False)
+    # Objects are I/O-bound (S3 round trips): a few threads per task keep the core busy. Each thread has its own
+    # index connection (a connection runs one transaction at a time).
+    local = threading.local()
+    stores: list[IndexStore] = []
+
+    def store() -> IndexStore:
+        if not hasattr(local, "store"):
+            local.store = open_store(settings.index, create=False)
+            stores.append(local.store)
+        current: IndexStore = local.store
+        return current
 
     def record(outcome: ObjectOutcome) -> None:
         document = orjson.dumps(asdict(outcome))
         s3.put_object(Bucket=prefix.bucket, Key=_outcome_key(prefix, outcome.s3path), Body=document)
 
+    def purge(target: PurgeTarget) -> dict[str, Any]:
+        outcome = purge_object(s3, store(), settings, target, users, before_write=record)
+        outcome = _settle(outcome, intents.get(target.s3path))
+        if outcome.status != "failed":
+            record(outcome)
+        return asdict(outcome)
+
     try:
-        for target in targets:
-            outcome = purge_object(s3, store, settings, target, users, before_write=record)
-            outcome = _settle(outcome, intents.get(target.s3path))
-            if outcome.status != "failed":
-                record(outcome)
-            yield asdict(outcome)
+        with ThreadPoolExecutor(settings.purge.threads_per_task) as pool:
+            yield from pool.map(purge, list(targets))
     finally:
-        store.close()
+        for opened in stores:
+            opened.close()
 
 
 def _verify_partition(

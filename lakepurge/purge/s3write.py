@@ -34,7 +34,7 @@ class Written:
 
 def preserved_attributes(s3: Any, head: ObjectHead) -> dict[str, Any]:
     """PutObject/CreateMultipartUpload arguments that recreate the object's attributes."""
-    raw = s3.head_object(Bucket=head.bucket, Key=head.key, **head.pinned_version())
+    raw = head.headers or s3.head_object(Bucket=head.bucket, Key=head.key, **head.pinned_version())
     args: dict[str, Any] = {name: raw[name] for name in _COPIED_HEADERS if raw.get(name)}
     if raw.get("Metadata"):
         args["Metadata"] = raw["Metadata"]
