@@ -38,6 +38,7 @@ def _index_s3_event(event: S3Event) -> list[IndexOutcome]:
             pseudonymizer=runtime.pseudonymizer(),
         )
         outcomes.append(outcome)
+        metrics.add_metric(name="ObjectsIndexed", unit=MetricUnit.Count, value=1)
         if outcome.unindexable:
             metrics.add_metric(name="UnindexableLines", unit=MetricUnit.Count, value=outcome.unindexable)
         if outcome.reappeared:
