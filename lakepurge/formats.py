@@ -13,8 +13,7 @@ import csv
 import io
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import IO, Any, Protocol
+from typing import IO, Any, NamedTuple, Protocol
 
 import orjson
 
@@ -25,14 +24,13 @@ class ByteSource(Protocol):
     def read(self, size: int = -1, /) -> bytes: ...
 
 
-@dataclass(frozen=True, slots=True)
-class Unindexable:
+# Named tuples, not dataclasses: one is made per record, and a tuple is the cheapest object to make.
+class Unindexable(NamedTuple):
     line: int
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
+class Record(NamedTuple):
     line: int
     user_ids: tuple[str, ...]
 
@@ -90,11 +88,6 @@ def extract_ids(record: dict[str, Any], paths: tuple[tuple[str, ...], ...]) -> t
 
     Raises IdFieldError when no id field is present or a field holds something that is not an id.
     """
-    if len(paths) == 1 and len(paths[0]) == 1:
-        # The common case (one top-level field holding a string) without the general walk.
-        value = record.get(paths[0][0])
-        if type(value) is str and value:
-            return (value,)
     found: list[str] = []
     for path in paths:
         _collect(record, path, 0, ".".join(path), found)
@@ -155,6 +148,7 @@ def _json_reason(exc: orjson.JSONDecodeError) -> str:
 
 def read_jsonl(stream: IO[bytes], paths: tuple[tuple[str, ...], ...], max_bytes: int) -> Iterator[Record | Unindexable]:
     loads = orjson.loads
+    single = paths[0][0] if len(paths) == 1 and len(paths[0]) == 1 else None
     for number, line in iter_lines(stream, max_bytes):
         if line is None:
             yield Unindexable(number, _too_long(max_bytes))
@@ -173,6 +167,11 @@ def read_jsonl(stream: IO[bytes], paths: tuple[tuple[str, ...], ...], max_bytes:
             continue
         if not record:
             continue
+        if single is not None:  # the common case, one top-level field holding a string, without the general walk
+            value = record.get(single)
+            if type(value) is str and value:
+                yield Record(number, (value,))
+                continue
         try:
             yield Record(number, extract_ids(record, paths))
         except IdFieldError as exc:
