@@ -38,7 +38,6 @@ class ReportObject:
     erase: str
     etag: str
     lines: tuple[int, ...]
-    users: int
 
 
 @dataclass(frozen=True)
@@ -137,7 +136,6 @@ def build_report(
                 erase=dataset.erase,
                 etag=hit.etag,
                 lines=hit.lines,
-                users=hit.users,
             )
         )
     datasets = _check_limits(store, settings, objects, force)

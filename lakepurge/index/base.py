@@ -71,12 +71,11 @@ class NewVersion:
 
 @dataclass(frozen=True, slots=True)
 class ObjectHits:
-    """The lines of one object that hold any of a set of users, and how many of them."""
+    """The lines of one object that hold any of a set of users."""
 
     s3path: str
     etag: str
     lines: tuple[int, ...]
-    users: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,14 +88,12 @@ class Hits:
 
 def hits_from_locations(found: dict[str, list[Location]]) -> Hits:
     lines: dict[str, set[int]] = {}
-    users: dict[str, int] = {}
     etags: dict[str, str] = {}
     for locations in found.values():
         for location in locations:
             lines.setdefault(location.s3path, set()).update(location.lines)
-            users[location.s3path] = users.get(location.s3path, 0) + 1
             etags[location.s3path] = location.etag
-    objects = {path: ObjectHits(path, etags[path], tuple(sorted(lines[path])), users[path]) for path in lines}
+    objects = {path: ObjectHits(path, etags[path], tuple(sorted(lines[path]))) for path in lines}
     return Hits(objects, len(found))
 
 
