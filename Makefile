@@ -36,8 +36,10 @@ format: $(STAMP) ## apply ruff's fixes and formatting
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-bench: $(STAMP) ## index benchmarks (prints figures; see bench/README.md)
+bench: $(STAMP) ## index and purge benchmarks (print figures; see bench/README.md)
+	$(BIN)/pip install --quiet -e '.[bench]'
 	$(BIN)/python bench/index_bench.py
+	$(BIN)/python bench/purge_bench.py
 
 clean: ## remove the virtualenv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info
