@@ -44,24 +44,43 @@ def error_code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
 
-def head_object(s3: Any, bucket: str, key: str) -> ObjectHead | None:
-    """The current version's head, or None when the object does not exist (deleted, or a delete marker)."""
-    try:
-        head = s3.head_object(Bucket=bucket, Key=key)
-    except ClientError as exc:
-        if error_code(exc) in ("404", "NoSuchKey", "NotFound", "405", "MethodNotAllowed"):
-            return None
-        raise
-    version = head.get("VersionId")
+_MISSING = ("404", "NoSuchKey", "NotFound", "405", "MethodNotAllowed")
+
+
+def _head_from(bucket: str, key: str, response: dict[str, Any]) -> ObjectHead:
+    version = response.get("VersionId")
     return ObjectHead(
         bucket=bucket,
         key=key,
-        etag=head["ETag"],
+        etag=response["ETag"],
         version_id=None if version in (None, "null") else version,
-        last_modified=head["LastModified"],
-        size=head["ContentLength"],
-        headers={name: value for name, value in head.items() if name != "ResponseMetadata"},
+        last_modified=response["LastModified"],
+        size=response["ContentLength"],
+        headers={name: value for name, value in response.items() if name not in ("ResponseMetadata", "Body")},
     )
+
+
+def head_object(s3: Any, bucket: str, key: str) -> ObjectHead | None:
+    """The current version's head, or None when the object does not exist (deleted, or a delete marker)."""
+    try:
+        return _head_from(bucket, key, s3.head_object(Bucket=bucket, Key=key))
+    except ClientError as exc:
+        if error_code(exc) in _MISSING:
+            return None
+        raise
+
+
+def get_current(s3: Any, bucket: str, key: str) -> tuple[ObjectHead, IO[bytes]] | None:
+    """The current version's head and streaming body from one GET (its response carries everything a HEAD
+    does, plus the tag count), or None when the object does not exist."""
+    try:
+        response = s3.get_object(Bucket=bucket, Key=key)
+    except ClientError as exc:
+        if error_code(exc) in _MISSING:
+            return None
+        raise
+    body: IO[bytes] = response["Body"]
+    return _head_from(bucket, key, response), body
 
 
 def open_body(s3: Any, head: ObjectHead) -> IO[bytes]:

@@ -29,7 +29,7 @@ from lakepurge.indexer import index_object, scan_object
 from lakepurge.logs import get_logger, object_ref
 from lakepurge.purge.s3write import WriteConflict, Written, delete_in_place, preserved_attributes, write_in_place
 from lakepurge.purge.splice import DROP, splice_lines
-from lakepurge.s3io import ObjectChanged, ObjectHead, head_object, open_body, open_seekable
+from lakepurge.s3io import ObjectChanged, ObjectHead, get_current, head_object, open_body, open_seekable
 from lakepurge.s3uri import S3Uri
 
 log = get_logger(__name__)
@@ -282,17 +282,22 @@ def purge_object(
     users: Container[str],
     attempts: int = 5,
     before_write: BeforeWrite | None = None,
+    versioned: bool | None = None,
 ) -> ObjectOutcome:
     """Erase the users' records from one object (see the module docstring); never raises for a bad object:
     a failure is returned as a failed outcome naming the error class. before_write is given the intended outcome
-    (committed=False) just before the object is rewritten or deleted."""
+    (committed=False) just before the object is rewritten or deleted. versioned says whether the bucket has ever
+    had versioning (a job asks once per bucket); None asks S3."""
     dataset = settings.dataset_named(target.dataset)
     uri = S3Uri.parse(target.s3path)
     ref = object_ref(target.s3path, dataset)
     try:
         for _ in range(attempts):
             try:
-                return _purge_once(s3, store, settings, dataset, uri, target, users, before_write or _nothing)
+                if versioned is None:
+                    versioned = ever_versioned(s3, uri.bucket)
+                step = _PurgeStep(s3, store, settings, dataset, uri, users, before_write or _nothing, versioned)
+                return step.run(target)
             except (WriteConflict, ObjectChanged):
                 log.info("object changed during purge; reading it again", extra={"object": ref})
         return ObjectOutcome(target.s3path, "failed", error="kept changing under concurrent writes")
@@ -301,85 +306,136 @@ def purge_object(
         return ObjectOutcome(target.s3path, "failed", error=type(exc).__name__)
 
 
-def _purge_once(
-    s3: Any,
-    store: IndexStore,
-    settings: Settings,
-    dataset: DatasetConfig,
-    uri: S3Uri,
-    target: PurgeTarget,
-    users: Container[str],
-    before_write: BeforeWrite,
-) -> ObjectOutcome:
-    head = head_object(s3, uri.bucket, uri.key)
-    if head is None:
-        outcome = ObjectOutcome(target.s3path, "gone")
-        store.remove_object(target.s3path)
-        outcome.noncurrent_versions_deleted = _delete_noncurrent(s3, settings, dataset, uri, None, users)
-        return outcome
-    outcome = ObjectOutcome(target.s3path, "nothing-to-erase", head.etag, head.version_id)
-    stale = head.etag != target.etag
-    outcome.stale_index = stale
-    if dataset.erase == "delete-object":
-        _, lines = find_user_lines(s3, settings, dataset, head, users)  # the owner, checked now
-        if lines:
-            outcome.status = "deleted"
-            outcome.lines_erased = 1
-            outcome.erased_lines = [WHOLE_OBJECT]
-            before_write(replace(outcome, committed=False))
-            delete_in_place(s3, head)
-            store.remove_object(target.s3path)
-            outcome.noncurrent_versions_deleted = _delete_noncurrent(s3, settings, dataset, uri, None, users)
+@dataclass
+class _PurgeStep:
+    """One attempt at one object (a write conflict starts a new attempt from the new version)."""
+
+    s3: Any
+    store: IndexStore
+    settings: Settings
+    dataset: DatasetConfig
+    uri: S3Uri
+    users: Container[str]
+    before_write: BeforeWrite
+    versioned: bool
+
+    def run(self, target: PurgeTarget) -> ObjectOutcome:
+        # Line-based objects are read with one GET whose response is also the head (ETag, attributes, tag
+        # count); Parquet needs ranged reads and owned objects no body, so those start from a HEAD.
+        body: IO[bytes] | None = None
+        if self.dataset.format == "parquet" or self.dataset.erase == "delete-object":
+            head = head_object(self.s3, self.uri.bucket, self.uri.key)
         else:
-            index_object(s3, store, settings, uri.bucket, uri.key)
+            current = get_current(self.s3, self.uri.bucket, self.uri.key)
+            head, body = current if current is not None else (None, None)
+        try:
+            return self._erase(target, head, body)
+        finally:
+            if body is not None:
+                body.close()
+
+    def _erase(self, target: PurgeTarget, head: ObjectHead | None, body: IO[bytes] | None) -> ObjectOutcome:
+        s3, store, dataset, users = self.s3, self.store, self.dataset, self.users
+        if head is None:
+            store.remove_object(target.s3path)
+            outcome = ObjectOutcome(target.s3path, "gone")
+            outcome.noncurrent_versions_deleted = self._delete_noncurrent(None)
+            return outcome
+        outcome = ObjectOutcome(target.s3path, "nothing-to-erase", head.etag, head.version_id)
+        stale = outcome.stale_index = head.etag != target.etag
+        if dataset.erase == "delete-object":
+            _, lines = find_user_lines(s3, self.settings, dataset, head, users)  # the owner, checked now
+            if lines:
+                outcome.status = "deleted"
+                outcome.lines_erased = 1
+                outcome.erased_lines = [WHOLE_OBJECT]
+                self.before_write(replace(outcome, committed=False))
+                delete_in_place(s3, head)
+                store.remove_object(target.s3path)
+                outcome.noncurrent_versions_deleted = self._delete_noncurrent(None)
+            else:
+                index_object(s3, store, self.settings, self.uri.bucket, self.uri.key)
+            return outcome
+
+        if stale:
+            _, lines = find_user_lines(s3, self.settings, dataset, head, users)
+        else:
+            lines = sorted(set(target.lines))
+        written = self._rewrite(head, body, lines, outcome) if lines else None
+        if written is None:
+            # Nothing of the users' is in the current version (already erased, or a stale index): re-index it so
+            # the index stops naming them here.
+            index_object(s3, store, self.settings, self.uri.bucket, self.uri.key)
+        else:
+            outcome.status = "erased"
+            outcome.after_etag, outcome.after_version = written.etag, written.version_id
+            self._reindex_written(head, written, outcome, stale)
+        outcome.noncurrent_versions_deleted = self._delete_noncurrent(written)
         return outcome
 
-    if stale:
-        _, lines = find_user_lines(s3, settings, dataset, head, users)
-    else:
-        lines = sorted(set(target.lines))
-    written: Written | None = None
-    if lines:
+    def _rewrite(
+        self, head: ObjectHead, body: IO[bytes] | None, lines: list[int], outcome: ObjectOutcome
+    ) -> Written | None:
+        s3, dataset = self.s3, self.dataset
         attributes = preserved_attributes(s3, head)
+        if dataset.format == "parquet":
+            rewritten, erased = _rewrite_parquet(s3, head, self.users, dataset)
+            outcome.lines_erased = erased
+            if not erased:
+                rewritten.close()
+                return None
+            self.before_write(replace(outcome, status="erased", committed=False))
+            return write_in_place(s3, head, file_chunks(rewritten), attributes)
+        if body is None or outcome.stale_index:
+            if body is not None:
+                body.close()  # read past by the rescan's own GET: read this version afresh
+            body = open_body(s3, head)
+        owner = _Ownership(dataset, self.users)
         gz = head.key.endswith(".gz")
         drop = dataset.erase == "drop"
-        if dataset.format == "parquet":
-            rewritten, erased = _rewrite_parquet(s3, head, users, dataset)
-            outcome.lines_erased = erased
-            if erased:
-                before_write(replace(outcome, status="erased", committed=False))
-                written = write_in_place(s3, head, file_chunks(rewritten), attributes)
+        try:
+            if dataset.format == "jsonl":
+                chunks = _rewrite_jsonl(body, gz, lines, owner, drop)
             else:
-                rewritten.close()
-        else:
-            owner = _Ownership(dataset, users)
-            body = open_body(s3, head)
-            try:
-                if dataset.format == "jsonl":
-                    chunks = _rewrite_jsonl(body, gz, lines, owner, drop)
-                else:
-                    chunks = _rewrite_csv(body, gz, lines, owner, drop, settings.indexing.max_record_bytes)
-                staged = stage(chunks)
-            finally:
-                body.close()
-            outcome.index_lines_not_matching = owner.not_matching
-            outcome.lines_erased = len(owner.erased)
-            outcome.erased_lines = owner.erased
-            if owner.erased:
-                before_write(replace(outcome, status="erased", committed=False))
-                written = write_in_place(s3, head, file_chunks(staged), attributes)
-            else:
-                staged.close()
-    if written is None:
-        # Nothing of the users' is in the current version (already erased, or a stale index): re-index it so the
-        # index stops naming them here.
-        index_object(s3, store, settings, uri.bucket, uri.key)
-    else:
-        outcome.status = "erased"
-        outcome.after_etag, outcome.after_version = written.etag, written.version_id
-        _reindex_written(s3, store, settings, dataset, uri, head, written, outcome, stale)
-    outcome.noncurrent_versions_deleted = _delete_noncurrent(s3, settings, dataset, uri, written, users)
-    return outcome
+                chunks = _rewrite_csv(body, gz, lines, owner, drop, self.settings.indexing.max_record_bytes)
+            staged = stage(chunks)
+        finally:
+            body.close()
+        outcome.index_lines_not_matching = owner.not_matching
+        outcome.lines_erased = len(owner.erased)
+        outcome.erased_lines = owner.erased
+        if not owner.erased:
+            staged.close()
+            return None
+        self.before_write(replace(outcome, status="erased", committed=False))
+        return write_in_place(s3, head, file_chunks(staged), attributes)
+
+    def _reindex_written(self, before: ObjectHead, written: Written, outcome: ObjectOutcome, stale: bool) -> None:
+        """Index the version just written, in the step that confirms the write.
+
+        A blanked object keeps every line number: the index moves to the new version and loses only the erased
+        lines' rows. Dropped rows shift line numbers, and a stale index has nothing to subtract from: those
+        re-scan.
+        """
+        if not stale and self.dataset.erase == "blank":
+            version = NewVersion(written.etag, written.version_id, written.last_modified)
+            if self.store.apply_erasure(outcome.s3path, before.etag, version, outcome.erased_lines):
+                return
+        index_object(self.s3, self.store, self.settings, self.uri.bucket, self.uri.key, force=True)
+
+    def _delete_noncurrent(self, written: Written | None) -> int:
+        """Delete the noncurrent versions that still hold any of the users' records; other versions stay."""
+        if not self.settings.purge.delete_noncurrent_versions or not self.versioned:
+            return 0
+        deleted = 0
+        for version in list(noncurrent_versions(self.s3, self.uri)):
+            if written is not None and version.version_id == written.version_id:
+                continue
+            _, lines = find_user_lines(self.s3, self.settings, self.dataset, version, self.users)
+            if lines:
+                self.s3.delete_object(Bucket=self.uri.bucket, Key=self.uri.key, VersionId=version.version_id)
+                deleted += 1
+        return deleted
 
 
 def _nothing(outcome: ObjectOutcome) -> None:
@@ -393,31 +449,6 @@ def stage(chunks: Iterable[bytes]) -> IO[bytes]:
         staged.write(chunk)
     staged.seek(0)
     return staged
-
-
-def _reindex_written(
-    s3: Any,
-    store: IndexStore,
-    settings: Settings,
-    dataset: DatasetConfig,
-    uri: S3Uri,
-    before: ObjectHead,
-    written: Written,
-    outcome: ObjectOutcome,
-    stale: bool,
-) -> None:
-    """Index the version just written, in the step that confirms the write.
-
-    A blanked object keeps every line number: the index moves to the new version and loses only the erased
-    lines' rows. Dropped rows shift line numbers, and a stale index has nothing to subtract from: those re-scan.
-    """
-    if not stale and dataset.erase == "blank":
-        after = head_object(s3, uri.bucket, uri.key)
-        if after is not None and after.etag == written.etag:
-            version = NewVersion(written.etag, written.version_id, after.last_modified)
-            if store.apply_erasure(outcome.s3path, before.etag, version, outcome.erased_lines):
-                return
-    index_object(s3, store, settings, uri.bucket, uri.key, force=True)
 
 
 def ever_versioned(s3: Any, bucket: str) -> bool:
@@ -438,23 +469,6 @@ def noncurrent_versions(s3: Any, uri: S3Uri) -> Iterator[ObjectHead]:
                     last_modified=version["LastModified"],
                     size=version["Size"],
                 )
-
-
-def _delete_noncurrent(
-    s3: Any, settings: Settings, dataset: DatasetConfig, uri: S3Uri, written: Written | None, users: Container[str]
-) -> int:
-    """Delete the noncurrent versions that still hold any of the users' records; other versions stay."""
-    if not settings.purge.delete_noncurrent_versions or not ever_versioned(s3, uri.bucket):
-        return 0
-    deleted = 0
-    for version in list(noncurrent_versions(s3, uri)):
-        if written is not None and version.version_id == written.version_id:
-            continue
-        _, lines = find_user_lines(s3, settings, dataset, version, users)
-        if lines:
-            s3.delete_object(Bucket=uri.bucket, Key=uri.key, VersionId=version.version_id)
-            deleted += 1
-    return deleted
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ from lakepurge.index import open_store
 from lakepurge.index.base import IndexStore
 from lakepurge.logs import get_logger, object_ref
 from lakepurge.privacy import HashedUsers, Pseudonymizer
-from lakepurge.purge.engine import ObjectOutcome, PurgeTarget, purge_object, verify_object
+from lakepurge.purge.engine import ObjectOutcome, PurgeTarget, ever_versioned, purge_object, verify_object
 from lakepurge.report import Report, ReportTable
 from lakepurge.s3uri import S3Uri
 from lakepurge.sparkutil import apply_job_environment, job_environment, on_executors
@@ -120,8 +120,13 @@ def _purge_partition(
         document = orjson.dumps(asdict(outcome))
         s3.put_object(Bucket=prefix.bucket, Key=_outcome_key(prefix, outcome.s3path), Body=document)
 
+    versioning: dict[str, bool] = {}  # per bucket, asked once per task
+
     def purge(target: PurgeTarget) -> dict[str, Any]:
-        outcome = purge_object(s3, store(), settings, target, users, before_write=record)
+        bucket = S3Uri.parse(target.s3path).bucket
+        if bucket not in versioning:
+            versioning[bucket] = ever_versioned(s3, bucket)
+        outcome = purge_object(s3, store(), settings, target, users, before_write=record, versioned=versioning[bucket])
         outcome = _settle(outcome, intents.get(target.s3path))
         if outcome.status != "failed":
             record(outcome)

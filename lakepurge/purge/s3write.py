@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -30,6 +32,9 @@ class WriteConflict(Exception):
 class Written:
     etag: str
     version_id: str | None
+    # S3's clock when the write completed (the response's Date), which is the new version's LastModified to
+    # the second: no HEAD needed to order it against later events.
+    last_modified: datetime
 
 
 def preserved_attributes(s3: Any, head: ObjectHead) -> dict[str, Any]:
@@ -47,7 +52,10 @@ def preserved_attributes(s3: Any, head: ObjectHead) -> dict[str, Any]:
             args["SSEKMSKeyId"] = raw["SSEKMSKeyId"]
         if raw.get("BucketKeyEnabled"):
             args["BucketKeyEnabled"] = True
-    tags = s3.get_object_tagging(Bucket=head.bucket, Key=head.key, **head.pinned_version())["TagSet"]
+    # A GET's response says how many tags there are (a HEAD's does not): no tags, no tagging call.
+    tags = []
+    if raw.get("TagCount", 1):
+        tags = s3.get_object_tagging(Bucket=head.bucket, Key=head.key, **head.pinned_version())["TagSet"]
     if tags:
         args["Tagging"] = "&".join(f"{quote(t['Key'], safe='')}={quote(t['Value'], safe='')}" for t in tags)
     return args
@@ -108,7 +116,9 @@ def write_in_place(s3: Any, head: ObjectHead, chunks: Iterable[bytes], attribute
             s3.abort_multipart_upload(Bucket=head.bucket, Key=head.key, UploadId=upload_id)
         raise
     version = response.get("VersionId")
-    return Written(response["ETag"], None if version in (None, "null") else version)
+    date = response.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
+    written_at = parsedate_to_datetime(date) if date else datetime.now(UTC)
+    return Written(response["ETag"], None if version in (None, "null") else version, written_at)
 
 
 def delete_in_place(s3: Any, head: ObjectHead) -> None:
