@@ -80,7 +80,9 @@ def get_current(s3: Any, bucket: str, key: str) -> tuple[ObjectHead, IO[bytes]] 
             return None
         raise
     body: IO[bytes] = response["Body"]
-    return _head_from(bucket, key, response), body
+    head = _head_from(bucket, key, response)
+    head.headers.setdefault("TagCount", 0)  # a GET names its tag count only when there are tags
+    return head, body
 
 
 def open_body(s3: Any, head: ObjectHead) -> IO[bytes]:
