@@ -1391,7 +1391,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         save(results)
     print(render(results))
     progress(f"\nwritten to {RESULTS.relative_to(ROOT)} ({results.meta['seconds']:.0f} s)")
-    return 0
+    # A wrong answer (lines or objects erased, a failed end-to-end verification) fails the run; delta-rs errors and
+    # timeouts are findings, reported in the table.
+    wrong = [c for c in results.cells.values() if c.error and c.contender in (ENGINE, PROTO, SCAN)]
+    wrong += [e for e in results.e2e if "error" in e]
+    return 1 if wrong else 0
 
 
 if __name__ == "__main__":
