@@ -32,7 +32,9 @@ CREATE TABLE IF NOT EXISTS user_objects (
     recordline INTEGER NOT NULL    -- 0-based line (row for Parquet); -1: the whole object is the user's
 );
 CREATE INDEX IF NOT EXISTS user_objects_userid ON user_objects (userid);
-CREATE INDEX IF NOT EXISTS user_objects_s3path ON user_objects (s3path);
+-- (s3path, recordline): erasing 500 lines of an object finds exactly those rows instead of filtering all of its rows.
+DROP INDEX IF EXISTS user_objects_s3path;
+CREATE INDEX IF NOT EXISTS user_objects_s3path_line ON user_objects (s3path, recordline);
 CREATE TABLE IF NOT EXISTS indexed_objects (
     s3path        TEXT PRIMARY KEY,
     dataset       TEXT        NOT NULL,
