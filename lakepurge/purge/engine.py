@@ -18,6 +18,7 @@ import io
 import tempfile
 from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from typing import IO, Any, Literal
 
 import orjson
@@ -418,7 +419,10 @@ class _PurgeStep:
         re-scan.
         """
         if not stale and self.dataset.erase == "blank":
-            version = NewVersion(written.etag, written.version_id, written.last_modified)
+            # The new version's LastModified is not in the PUT response. The read version's, plus a microsecond,
+            # is a lower bound of it: a concurrent writer's later version (LastModified >= ours) still wins the
+            # index's ordering, and the event of our own write is skipped by its ETag. No HEAD needed.
+            version = NewVersion(written.etag, written.version_id, before.last_modified + timedelta(microseconds=1))
             if self.store.apply_erasure(outcome.s3path, before.etag, version, outcome.erased_lines):
                 return
         index_object(self.s3, self.store, self.settings, self.uri.bucket, self.uri.key, force=True)

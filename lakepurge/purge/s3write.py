@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -32,9 +30,6 @@ class WriteConflict(Exception):
 class Written:
     etag: str
     version_id: str | None
-    # S3's clock when the write completed (the response's Date), which is the new version's LastModified to
-    # the second: no HEAD needed to order it against later events.
-    last_modified: datetime
 
 
 def preserved_attributes(s3: Any, head: ObjectHead) -> dict[str, Any]:
@@ -116,9 +111,7 @@ def write_in_place(s3: Any, head: ObjectHead, chunks: Iterable[bytes], attribute
             s3.abort_multipart_upload(Bucket=head.bucket, Key=head.key, UploadId=upload_id)
         raise
     version = response.get("VersionId")
-    date = response.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
-    written_at = parsedate_to_datetime(date) if date else datetime.now(UTC)
-    return Written(response["ETag"], None if version in (None, "null") else version, written_at)
+    return Written(response["ETag"], None if version in (None, "null") else version)
 
 
 def delete_in_place(s3: Any, head: ObjectHead) -> None:
