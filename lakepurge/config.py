@@ -178,6 +178,57 @@ class RelationalConfig(_Strict):
     column: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 
 
+class LocalLauncherConfig(_Strict):
+    """spark-submit in local mode on this machine (tests, the demo, a single host)."""
+
+    kind: Literal["local"] = "local"
+    master: str = "local[2]"
+    # Where each job keeps its pid, exit code and log; a temporary directory when unset.
+    work_dir: str | None = None
+
+
+class EmrServerlessLauncherConfig(_Strict):
+    """StartJobRun on an EMR Serverless application."""
+
+    kind: Literal["emr-serverless"]
+    application_id: Annotated[str, Field(min_length=1)]
+    execution_role_arn: Annotated[str, Field(pattern=r"^arn:aws[a-z-]*:iam::\d{12}:role/.+")]
+    entry_point: str  # s3:// URI of spark_jobs/purge.py
+    archive: str  # s3:// URI of the packaged Python environment (venv-pack tar.gz) holding lakepurge
+    config_uri: str  # s3:// URI of this configuration as the job reads it
+    log_uri: str | None = None  # s3:// prefix for the driver and executor logs
+    spark_submit_parameters: str = ""
+
+    @field_validator("entry_point", "archive", "config_uri", "log_uri")
+    @classmethod
+    def _is_s3_uri(cls, value: str | None) -> str | None:
+        if value is not None:
+            S3Uri.parse(value)
+        return value
+
+
+LauncherConfig = Annotated[LocalLauncherConfig | EmrServerlessLauncherConfig, Field(discriminator="kind")]
+
+
+class WorkflowConfig(_Strict):
+    """The request -> report -> approval -> purge -> notification workflow (Step Functions)."""
+
+    state_machine_arn: str | None = None  # where `lakepurge request` and the intake Lambda start executions
+    # Raw user ids of a stored request are encrypted with a data key of this KMS key; only hashes stay readable.
+    kms_key_id: Annotated[str, Field(min_length=1)]
+    deadline_days: Annotated[int, Field(ge=1, le=90)] = 30  # GDPR Art. 12(3): one month
+    sender: Annotated[str, Field(pattern=r"^[^@\s]+@[^@\s]+$")]
+    approvers: Annotated[tuple[Annotated[str, Field(pattern=r"^[^@\s]+@[^@\s]+$")], ...], Field(min_length=1)]
+    approval_url: str  # the approval page (API Gateway stage URL, or the local server's)
+    # An unanswered approval ends the execution (and its link expires) after this long.
+    approval_timeout_seconds: Annotated[int, Field(ge=1, le=30 * 86400)] = 7 * 86400
+    topic_arn: str  # SNS topic told the outcome of every request
+    # A report with at most this many objects is purged inline by the Task instead of on Spark.
+    inline_max_objects: Annotated[int, Field(ge=0)] = 20
+    poll_seconds: Annotated[int, Field(ge=1, le=3600)] = 30
+    launcher: LauncherConfig = LocalLauncherConfig()
+
+
 class Settings(_Strict):
     index: IndexConfig
     reports: ReportsConfig
@@ -186,6 +237,7 @@ class Settings(_Strict):
     indexing: IndexingConfig = IndexingConfig()
     purge: PurgeConfig = PurgeConfig()
     privacy: PrivacyConfig = PrivacyConfig()
+    workflow: WorkflowConfig | None = None
 
     @model_validator(mode="after")
     def _unique_names_and_prefixes(self) -> Settings:
