@@ -63,10 +63,13 @@ def on_executors(spark: Any, items: Sequence[T], work: Callable[[Iterable[T]], I
     """Run work over items on the executors, a few tasks per core, and collect what it yields.
 
     Items are dealt round-robin to the tasks, so a list sorted by size (largest first) spreads the big objects
-    over all tasks instead of giving them to the first one.
+    over all tasks instead of giving them to the first one. Without a session (``spark=None``) work runs over all
+    the items in this process, as one task: the inline purge of a small report, no JVM.
     """
     if not items:
         return []
+    if spark is None:
+        return list(work(iter(items)))
     tasks = min(len(items), spark.sparkContext.defaultParallelism * 4)
     dealt = [items[i] for task in range(tasks) for i in range(task, len(items), tasks)]
     results: list[R] = spark.sparkContext.parallelize(dealt, tasks).mapPartitions(work).collect()

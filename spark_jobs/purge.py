@@ -1,51 +1,95 @@
-"""Purge entry point: ``spark-submit spark_jobs/purge.py --config lakepurge.toml --report s3://... --sha256 HEX``.
+"""Purge entry point: ``spark-submit spark_jobs/purge.py [--config lakepurge.toml|s3://...] --report s3://...
+--sha256 HEX [--approved-by WHO] [--approved-at ISO]``.
 
 Refuses a report whose SHA-256 differs from the approved one, erases its objects on executors, verifies every
 touched object and writes the certificate. Idempotent: run again after a kill, it finishes the same purge.
 Relational tables need the raw ids, which this job never receives: the caller erases them (see lakepurge.operator).
+
+The configuration is a local TOML file, an ``s3://`` URI of one (how EMR Serverless jobs get it), or, without
+``--config``, the environment (``LAKEPURGE_CONFIG`` / ``LAKEPURGE_CONFIG_TOML``, see lakepurge.runtime).
+Exit codes: 0 purged and verified, 1 purged but verification failed, 2 bad arguments or configuration,
+3 report refused (its hash differs from the approved one). The last stderr line starting with ``lakepurge:``
+says why; nothing this job prints names a user.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import tomllib
 
 import orjson
 
-from lakepurge import aws
-from lakepurge.config import load_settings
-from lakepurge.logs import root_logger
+from lakepurge import aws, runtime
+from lakepurge.config import ConfigError, Settings, load_settings, parse_settings
+from lakepurge.logs import object_ref, root_logger
 from lakepurge.privacy import hash_key
 from lakepurge.purge.job import run_purge
 from lakepurge.report import ReportTampered, read_report
+from lakepurge.s3uri import S3Uri
 from lakepurge.sparkutil import get_session
+
+
+def load_config(location: str | None) -> Settings:
+    """The settings from a file, an s3:// URI, or (None) the environment."""
+    if location is None:
+        return runtime.settings()
+    if not location.startswith("s3://"):
+        return load_settings(location)
+    uri = S3Uri.parse(location)
+    body = aws.client("s3").get_object(Bucket=uri.bucket, Key=uri.key)["Body"].read()
+    try:
+        data = tomllib.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{location}: not valid TOML: {exc}") from None
+    return parse_settings(data, location)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="purge", description=__doc__)
-    parser.add_argument("--config", required=True)
+    parser.add_argument("--config", default=None, help="TOML file or s3:// URI (default: LAKEPURGE_CONFIG[_TOML])")
     parser.add_argument("--report", required=True, help="s3:// URI of the approved report")
     parser.add_argument("--sha256", required=True, help="the approved report's SHA-256")
     parser.add_argument("--approved-by", default=None)
+    parser.add_argument("--approved-at", default=None, help="when it was approved (ISO 8601)")
     args = parser.parse_args(argv)
     root_logger(stream=sys.stderr)
-    settings = load_settings(args.config)
+    try:
+        settings = load_config(args.config)
+        key = hash_key(settings.privacy)
+    except ConfigError as exc:
+        sys.stderr.write(f"lakepurge: purge not started: {exc}\n")
+        return 2
     try:
         report = read_report(aws.client("s3"), args.report, args.sha256)
     except ReportTampered as exc:
-        sys.stderr.write(f"purge refused: {exc}\n")
+        sys.stderr.write(f"lakepurge: purge refused: {exc}\n")
         return 3
-    key = hash_key(settings.privacy)
-    result = run_purge(get_session("lakepurge-purge"), settings, report, key, (), args.approved_by, args.sha256)
+    result = run_purge(
+        get_session("lakepurge-purge"),
+        settings,
+        report,
+        key,
+        (),
+        args.approved_by,
+        args.sha256,
+        approved_at=args.approved_at,
+    )
+    dataset_of = {o.s3path: settings.dataset_named(o.dataset) for o in report.objects}
+    failed = [object_ref(o.s3path, dataset_of[o.s3path]) for o in result.failed]
     summary = {
         "request_id": result.request_id,
         "objects_rewritten": result.objects_rewritten,
         "lines_erased": result.lines_erased,
-        "objects_failed": [o.s3path for o in result.failed],
+        "objects_failed": failed,  # keys of one-user-per-object datasets masked: they may name their user
         "verified": result.verified,
         "certificate": result.certificate,
     }
     sys.stdout.write(orjson.dumps(summary).decode() + "\n")
+    sys.stderr.write(
+        f"lakepurge: purge {'verified' if result.verified else 'NOT verified'}: {result.lines_erased} line(s) erased"
+        f" in {result.objects_rewritten} object(s), {len(result.failed)} failed, certificate {result.certificate}\n"
+    )
     return 0 if result.verified else 1
 
 

@@ -164,8 +164,11 @@ def run_purge(
     relational: Iterable[dict[str, Any]] = (),
     approved_by: str | None = None,
     report_sha256: str = "",
+    approved_at: str | None = None,
 ) -> PurgeResult:
-    """Erase every object of the report, verify every touched object, and write the certificate."""
+    """Erase every object of the report, verify every touched object, and write the certificate.
+
+    ``spark`` None runs the same work in this process (the inline purge of a small report)."""
     started = datetime.now(UTC)
     s3 = aws.client("s3")
     prefix = _results_prefix(settings, report.request_id)
@@ -183,7 +186,7 @@ def run_purge(
     checks = [(o.s3path, o.dataset) for o in report.objects]
     remaining = _verify_on_executors(spark, settings, checks, pseudonymizer_key, hashes)
     result = PurgeResult(report.request_id, ordered, tuple(remaining), "", tuple(relational))
-    certificate = write_certificate(s3, settings, report, result, started, approved_by, report_sha256)
+    certificate = write_certificate(s3, settings, report, result, started, approved_by, report_sha256, approved_at)
     return PurgeResult(report.request_id, ordered, tuple(remaining), certificate, tuple(relational))
 
 
@@ -195,6 +198,7 @@ def write_certificate(
     started: datetime,
     approved_by: str | None,
     report_sha256: str,
+    approved_at: str | None = None,
 ) -> str:
     """The erasure certificate: what was erased, where, when, verified how; hashed ids only."""
     datasets = {d.name: d for d in settings.datasets}
@@ -204,6 +208,7 @@ def write_certificate(
         "user_hashes": list(report.user_hashes),
         "report_sha256": report_sha256,
         "approved_by": approved_by,
+        "approved_at": approved_at,
         "started_at": started.isoformat(timespec="seconds"),
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "objects": [
