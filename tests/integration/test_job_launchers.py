@@ -1,0 +1,407 @@
+"""Purge job launchers: a real detached spark-submit, EMR Serverless requests, and the inline purge of small reports.
+
+The local launcher runs spark_jobs/purge.py through pyspark's spark-submit against the moto server and PostgreSQL
+of the session; the job reads its configuration from the LAKEPURGE_CONFIG_TOML it inherits.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+from botocore.stub import Stubber
+
+from lakepurge import aws
+from lakepurge.config import EmrServerlessLauncherConfig, LocalLauncherConfig, Settings, WorkflowConfig
+from lakepurge.index import open_store
+from lakepurge.launch import (
+    EmrServerlessLauncher,
+    JobStatus,
+    LocalSparkLauncher,
+    PurgeJobSpec,
+    inline_fits,
+    launcher_for,
+    run_inline,
+)
+from lakepurge.privacy import Pseudonymizer
+from lakepurge.report import ReportTampered, build_report, write_report
+from tests.support.invariant import assert_invariant, snapshot
+from tests.support.lakes import LakeCase, index_toml
+from tests.support.purging import HASH_KEY, index_lake
+
+pytestmark = pytest.mark.integration
+
+APPROVER = "dpo@example.com"
+APPROVED_AT = "2026-05-04T09:30:00+00:00"
+ACCOUNT = "123456789012"  # moto's default account: StartJobRun refuses a role of another account
+APPLICATION_ARN = f"arn:aws:emr-serverless:us-east-1:{ACCOUNT}:/applications/00fabc"
+
+
+def with_workflow(settings: Settings, launcher: object, inline_max_objects: int = 20) -> Settings:
+    workflow = WorkflowConfig(
+        kms_key_id="alias/lakepurge",
+        sender="lakepurge@example.com",
+        approvers=(APPROVER,),
+        approval_url="http://127.0.0.1/approve",
+        topic_arn=f"arn:aws:sns:us-east-1:{ACCOUNT}:lakepurge",
+        inline_max_objects=inline_max_objects,
+        launcher=launcher,  # type: ignore[arg-type]
+    )
+    return settings.model_copy(update={"workflow": workflow})
+
+
+@pytest.fixture
+def hash_key_env(monkeypatch):
+    monkeypatch.setenv("LAKEPURGE_HASH_KEY", HASH_KEY)
+
+
+@pytest.fixture
+def small_lake(lake_factory, pg_dsn, hash_key_env) -> LakeCase:
+    """A lake of every format, indexed in PostgreSQL; its configuration is in LAKEPURGE_CONFIG_TOML."""
+    case = lake_factory(index_toml("postgres", pg_dsn), objects=20, users=8)
+    store = open_store(case.settings.index)
+    try:
+        index_lake(store, case.settings, case.lake)
+    finally:
+        store.close()
+    return case
+
+
+def approved_spec(case: LakeCase, users: list[str], request_id: str) -> PurgeJobSpec:
+    """The report of the users, written as the operator path writes it, and its approval."""
+    store = open_store(case.settings.index)
+    try:
+        report = build_report(store, case.settings, users, request_id, Pseudonymizer(HASH_KEY.encode()), force=True)
+    finally:
+        store.close()
+    assert report.objects, "the users must own records in the lake"
+    uri, digest = write_report(aws.client("s3"), case.settings, report)
+    return PurgeJobSpec(request_id, uri, digest, APPROVER, APPROVED_AT)
+
+
+def tamper(spec: PurgeJobSpec) -> None:
+    """Rewrite the report object after its hash was approved: one more line number for the first object."""
+    bucket, key = spec.report_uri.removeprefix("s3://").split("/", 1)
+    s3 = aws.client("s3")
+    document = orjson.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+    document["objects"][0]["lines"].append(1)
+    s3.put_object(Bucket=bucket, Key=key, Body=orjson.dumps(document))
+
+
+def certificate(case: LakeCase, request_id: str) -> dict:
+    body = aws.client("s3").get_object(Bucket="lake-reports", Key=f"certificates/{request_id}.json")["Body"].read()
+    document: dict = orjson.loads(body)
+    return document
+
+
+def wait_until_done(launcher: LocalSparkLauncher, job_id: str, timeout: float = 120) -> JobStatus:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = launcher.status(job_id)
+        if status.state != "RUNNING":
+            return status
+        time.sleep(0.5)
+    pytest.fail(f"job {job_id} still running after {timeout} s: {launcher.status(job_id)}")
+
+
+def assert_no_user_id(text: str, case: LakeCase) -> None:
+    for user in case.lake.users:
+        assert user not in text
+
+
+# -- local spark-submit ------------------------------------------------------------------------------------------------
+
+
+def test_given_an_approved_report_when_the_local_launcher_runs_it_then_spark_submit_erases_exactly_the_users(
+    small_lake, tmp_path
+):
+    case = small_lake
+    users = case.lake.users[:2]
+    spec = approved_spec(case, users, "req-local-ok")
+    settings = with_workflow(case.settings, LocalLauncherConfig(work_dir=str(tmp_path / "jobs")))
+    s3 = aws.client("s3")
+    before = snapshot(s3, "lake")
+
+    launcher = launcher_for(settings)
+    assert isinstance(launcher, LocalSparkLauncher) and launcher.backend == "local"
+    job_id = launcher.start(spec)
+    json.dumps(job_id)  # the id travels in Step Functions state
+    assert launcher.start(spec) == job_id, "a retried start while the job runs must not start a second purge"
+    assert launcher.status(job_id).state == "RUNNING"
+
+    # Later invocations build their own launcher: the job's state lives in its directory, not in memory.
+    status = wait_until_done(launcher_for(settings), job_id)
+
+    assert status == JobStatus("SUCCEEDED", "exit code 0")
+    assert_invariant(case.lake, case.settings, set(users), before, snapshot(s3, "lake"))
+    document = certificate(case, "req-local-ok")
+    assert document["approved_by"] == APPROVER
+    assert document["approved_at"] == APPROVED_AT
+    assert document["report_sha256"] == spec.report_sha256
+    assert document["verification"]["passed"] is True
+    # Another process (the next Lambda invocation) reads the same status from the job's directory.
+    other = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from lakepurge.config import LocalLauncherConfig as C; from lakepurge.launch import"
+            " LocalSparkLauncher as L; print(L(C(work_dir=sys.argv[1]), None).status(sys.argv[2]).state)",  # type: ignore[arg-type]
+            str(tmp_path / "jobs"),
+            job_id,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert other.stdout.strip() == "SUCCEEDED"
+    assert_no_user_id((tmp_path / "jobs" / job_id / "job.log").read_text(), case)
+
+
+def test_given_a_report_changed_after_approval_when_the_local_job_runs_then_it_fails_and_nothing_is_erased(
+    small_lake, tmp_path
+):
+    case = small_lake
+    spec = approved_spec(case, case.lake.users[:2], "req-local-tampered")
+    tamper(spec)
+    s3 = aws.client("s3")
+    before = snapshot(s3, "lake")
+    launcher = LocalSparkLauncher(LocalLauncherConfig(work_dir=str(tmp_path)), case.settings)
+
+    status = wait_until_done(launcher, launcher.start(spec))
+
+    assert status.state == "FAILED"
+    assert status.detail.startswith("exit code 3: lakepurge: purge refused"), status.detail
+    assert snapshot(s3, "lake") == before
+    assert "certificates/req-local-tampered.json" not in snapshot(s3, "lake-reports")
+
+
+def test_given_a_running_local_job_when_its_process_is_killed_then_the_status_is_failed_and_nothing_is_left_running(
+    small_lake, tmp_path
+):
+    case = small_lake
+    spec = approved_spec(case, case.lake.users[:2], "req-local-killed")
+    launcher = LocalSparkLauncher(LocalLauncherConfig(work_dir=str(tmp_path)), case.settings)
+    job_id = launcher.start(spec)
+    pid = launcher.pid(job_id)
+    assert pid is not None
+    time.sleep(2)  # spark-submit has started its JVM
+    assert launcher.status(job_id).state == "RUNNING"
+
+    os.kill(pid, signal.SIGKILL)  # the wrapper that would record the exit code
+    status = wait_until_done(launcher, job_id, timeout=10)
+
+    assert status.state == "FAILED"
+    assert status.detail.startswith("lost:"), status.detail
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # the JVM and workers of its process group are ended too
+        try:
+            os.killpg(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail("the killed job's process group is still running")
+    assert launcher.status(job_id).state == "FAILED"  # and stays so
+
+
+# -- EMR Serverless ----------------------------------------------------------------------------------------------------
+
+
+def emr_config(application_id: str, log_uri: str | None = "s3://lake-logs/emr/") -> EmrServerlessLauncherConfig:
+    return EmrServerlessLauncherConfig(
+        kind="emr-serverless",
+        application_id=application_id,
+        execution_role_arn=f"arn:aws:iam::{ACCOUNT}:role/lakepurge-purge",
+        entry_point="s3://lake-artifacts/spark_jobs/purge.py",
+        archive="s3://lake-artifacts/lakepurge-env.tar.gz",
+        config_uri="s3://lake-artifacts/lakepurge.toml",
+        log_uri=log_uri,
+        spark_submit_parameters="--conf spark.executor.cores=2",
+    )
+
+
+@pytest.mark.usefixtures("aws")
+def test_given_an_emr_serverless_launcher_when_starting_then_the_job_run_carries_the_report_hash_and_environment():
+    client = aws.client("emr-serverless")
+    application_id = client.create_application(name="lakepurge", releaseLabel="emr-7.1.0", type="SPARK")[
+        "applicationId"
+    ]
+    base = Settings.model_validate({"index": {"backend": "dynamodb", "table": "t"}, "reports": {"location": "s3://r/"}})
+    launcher = launcher_for(with_workflow(base, emr_config(application_id)))
+    assert isinstance(launcher, EmrServerlessLauncher) and launcher.backend == "emr-serverless"
+    spec = PurgeJobSpec("req-emr-1", "s3://lake-reports/reports/req-emr-1.json", "ab" * 32, APPROVER, APPROVED_AT)
+
+    job_id = launcher.start(spec)
+
+    run = client.get_job_run(applicationId=application_id, jobRunId=job_id)["jobRun"]
+    assert run["executionRole"] == f"arn:aws:iam::{ACCOUNT}:role/lakepurge-purge"
+    assert run["name"] == "lakepurge-purge-req-emr-1"
+    submit = run["jobDriver"]["sparkSubmit"]
+    assert submit["entryPoint"] == "s3://lake-artifacts/spark_jobs/purge.py"
+    assert submit["entryPointArguments"] == [
+        "--config",
+        "s3://lake-artifacts/lakepurge.toml",
+        "--report",
+        "s3://lake-reports/reports/req-emr-1.json",
+        "--sha256",
+        "ab" * 32,
+        "--approved-by",
+        APPROVER,
+        "--approved-at",
+        APPROVED_AT,
+    ]
+    parameters = submit["sparkSubmitParameters"].split()
+    assert "spark.archives=s3://lake-artifacts/lakepurge-env.tar.gz#environment" in parameters
+    assert "spark.emr-serverless.driverEnv.PYSPARK_PYTHON=./environment/bin/python" in parameters
+    assert "spark.executorEnv.PYSPARK_PYTHON=./environment/bin/python" in parameters
+    assert "spark.executor.cores=2" in parameters  # the configured extra parameters come along
+    assert run["configurationOverrides"]["monitoringConfiguration"]["s3MonitoringConfiguration"] == {
+        "logUri": "s3://lake-logs/emr/"
+    }
+    assert not any(HASH_KEY in str(value) for value in run.values()), "the hash key is never put in a request"
+    assert launcher.status(job_id).state in ("RUNNING", "SUCCEEDED")  # moto reports its runs as finished
+
+
+def test_given_the_same_request_when_started_twice_on_emr_then_both_starts_send_one_client_token():
+    client = aws.client("emr-serverless")
+    launcher = EmrServerlessLauncher(emr_config("00fabc", log_uri=None), client=client)
+    sent: list[dict] = []
+    spec = PurgeJobSpec("req-emr-2", "s3://lake-reports/reports/req-emr-2.json", "cd" * 32)
+    with Stubber(client) as stub:
+        for run_id in ("run-1", "run-1", "run-2"):
+            stub.add_response(
+                "start_job_run",
+                {"applicationId": "00fabc", "jobRunId": run_id, "arn": f"{APPLICATION_ARN}/jobruns/{run_id}"},
+                None,
+            )
+        client.meta.events.register(
+            "provide-client-params.emr-serverless.StartJobRun", lambda params, **_: sent.append(params)
+        )
+        try:
+            launcher.start(spec)
+            launcher.start(spec)
+            launcher.start(PurgeJobSpec("req-emr-2", spec.report_uri, "ef" * 32))  # a new report: a new run
+        finally:
+            client.meta.events.unregister("provide-client-params.emr-serverless.StartJobRun")
+    assert sent[0]["clientToken"] == sent[1]["clientToken"] != sent[2]["clientToken"]
+    assert all(len(p["clientToken"]) <= 64 for p in sent)
+    assert "configurationOverrides" not in sent[0]  # no log URI configured
+    assert "--approved-by" not in sent[0]["jobDriver"]["sparkSubmit"]["entryPointArguments"]
+
+
+@pytest.mark.parametrize(
+    ("emr_state", "expected"),
+    [
+        ("SUBMITTED", "RUNNING"),
+        ("PENDING", "RUNNING"),
+        ("SCHEDULED", "RUNNING"),
+        ("RUNNING", "RUNNING"),
+        ("QUEUED", "RUNNING"),
+        ("SUCCESS", "SUCCEEDED"),
+        ("FAILED", "FAILED"),
+        ("CANCELLING", "FAILED"),
+        ("CANCELLED", "FAILED"),
+        ("SOMETHING_NEW", "FAILED"),
+    ],
+)
+def test_given_an_emr_job_run_state_when_asking_the_status_then_it_maps_to_the_workflow_state(emr_state, expected):
+    client = aws.client("emr-serverless")
+    launcher = EmrServerlessLauncher(emr_config("00fabc"), client=client)
+    details = f"Job run {emr_state.lower()} (detail)"
+    job_run = {
+        "applicationId": "00fabc",
+        "jobRunId": "run-9",
+        "arn": f"{APPLICATION_ARN}/jobruns/run-9",
+        "createdBy": "arn:aws:iam::123456789012:role/x",
+        "createdAt": "2026-05-04T10:00:00Z",
+        "updatedAt": "2026-05-04T10:01:00Z",
+        "executionRole": "arn:aws:iam::123456789012:role/lakepurge-purge",
+        "state": emr_state,
+        "stateDetails": details,
+        "releaseLabel": "emr-7.1.0",
+        "jobDriver": {"sparkSubmit": {"entryPoint": "s3://lake-artifacts/spark_jobs/purge.py"}},
+    }
+    with Stubber(client) as stub:
+        stub.add_response("get_job_run", {"jobRun": job_run}, {"applicationId": "00fabc", "jobRunId": "run-9"})
+        status = launcher.status("run-9")
+    assert status.state == expected
+    assert details in status.detail
+
+
+# -- inline ------------------------------------------------------------------------------------------------------------
+
+
+def test_given_a_small_approved_report_when_purged_inline_then_exactly_the_users_are_erased_without_spark(
+    small_lake, caplog
+):
+    case = small_lake
+    users = case.lake.users[:2]
+    spec = approved_spec(case, users, "req-inline-ok")
+    s3 = aws.client("s3")
+    before = snapshot(s3, "lake")
+
+    from pyspark.sql import SparkSession
+
+    session_before = SparkSession.getActiveSession()
+    with caplog.at_level(logging.DEBUG, logger="lakepurge"):
+        result = run_inline(case.settings, spec)
+    assert SparkSession.getActiveSession() is session_before, "the inline purge must not start Spark"
+
+    assert result.verified and not result.failed
+    assert_invariant(case.lake, case.settings, set(users), before, snapshot(s3, "lake"))
+    document = certificate(case, "req-inline-ok")
+    assert (document["approved_by"], document["approved_at"]) == (APPROVER, APPROVED_AT)
+    assert document["verification"]["passed"] is True
+    assert document["totals"]["lines_erased"] == result.lines_erased > 0
+    assert_no_user_id("\n".join(json.dumps(r.__dict__, default=str) for r in caplog.records), case)
+
+
+def test_given_a_report_changed_after_approval_when_purged_inline_then_it_is_refused_before_any_write(small_lake):
+    case = small_lake
+    spec = approved_spec(case, case.lake.users[:2], "req-inline-tampered")
+    tamper(spec)
+    s3 = aws.client("s3")
+    before = snapshot(s3, "lake")
+
+    with pytest.raises(ReportTampered):
+        run_inline(case.settings, spec)
+
+    assert snapshot(s3, "lake") == before
+
+
+def test_given_the_inline_threshold_when_sizing_a_report_then_only_reports_within_it_fit(small_lake):
+    case = small_lake
+    store = open_store(case.settings.index)
+    try:
+        report = build_report(
+            store, case.settings, case.lake.users[:2], "req-size", Pseudonymizer(HASH_KEY.encode()), force=True
+        )
+    finally:
+        store.close()
+    objects = len(report.objects)
+    local = LocalLauncherConfig()
+    assert inline_fits(with_workflow(case.settings, local, inline_max_objects=objects), report)
+    assert not inline_fits(with_workflow(case.settings, local, inline_max_objects=objects - 1), report)
+    assert not inline_fits(with_workflow(case.settings, local, inline_max_objects=0), report)
+    assert inline_fits(case.settings, report) == (objects <= 20)  # no [workflow]: the default threshold
+
+
+def test_given_no_configuration_in_the_environment_when_starting_locally_then_it_fails_before_starting_a_jvm(
+    small_lake, tmp_path, monkeypatch
+):
+    monkeypatch.delenv("LAKEPURGE_CONFIG_TOML")
+    monkeypatch.delenv("LAKEPURGE_CONFIG", raising=False)
+    launcher = LocalSparkLauncher(LocalLauncherConfig(work_dir=str(tmp_path)), small_lake.settings)
+    from lakepurge.config import ConfigError
+
+    with pytest.raises(ConfigError, match="LAKEPURGE_CONFIG"):
+        launcher.start(PurgeJobSpec("req-x", "s3://lake-reports/reports/req-x.json", "00" * 32))
+    assert not any(Path(tmp_path).iterdir())
