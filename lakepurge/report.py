@@ -16,6 +16,7 @@ import orjson
 
 from lakepurge.config import Settings
 from lakepurge.index.base import WHOLE_OBJECT, IndexStore
+from lakepurge.logs import object_ref
 from lakepurge.privacy import Pseudonymizer
 from lakepurge.s3uri import S3Uri
 
@@ -23,7 +24,8 @@ REPORT_VERSION = 1
 
 
 class SafetyLimitExceeded(Exception):
-    """The request would erase more than the configured share of an object or dataset."""
+    """The request would erase more than the configured share of an object or dataset. The message names objects
+    as logs do (keys that name a user are masked)."""
 
 
 class ReportTampered(Exception):
@@ -164,9 +166,9 @@ def _check_limits(
         if obj.lines != (WHOLE_OBJECT,) and limits.max_object_fraction < 1:
             indexed = store.get_object(obj.s3path)
             if indexed is not None and indexed.records and erased / indexed.records > limits.max_object_fraction:
+                where = object_ref(obj.s3path, settings.dataset_named(obj.dataset))
                 problems.append(
-                    f"{obj.s3path}: {erased} of {indexed.records} records"
-                    f" (max_object_fraction {limits.max_object_fraction})"
+                    f"{where}: {erased} of {indexed.records} records (max_object_fraction {limits.max_object_fraction})"
                 )
     totals = store.dataset_records()
     for name, counts in per_dataset.items():

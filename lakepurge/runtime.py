@@ -38,6 +38,12 @@ def pseudonymizer() -> Pseudonymizer | None:
 
 
 @cache
+def require_pseudonymizer() -> Pseudonymizer:
+    """The keyed hash of user ids, for the workflow (which cannot run without it)."""
+    return Pseudonymizer.from_config(settings().privacy)
+
+
+@cache
 def index_store() -> IndexStore:
     """One index connection per process, reused across warm invocations."""
     return open_store(settings().index)
@@ -50,3 +56,4 @@ def reset() -> None:
     index_store.cache_clear()
     settings.cache_clear()
     pseudonymizer.cache_clear()
+    require_pseudonymizer.cache_clear()

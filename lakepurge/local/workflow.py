@@ -1,0 +1,192 @@
+"""The purge workflow on the local moto server: the real ASL, executed by moto, calling the real handlers.
+
+moto runs Lambda functions only through Docker. Here its Lambda backend dispatches each invocation to the
+``lambdas/`` handler of that function name, in this process; an exception becomes the error response Lambda
+gives (``x-amz-function-error: Unhandled`` with ``errorType``), so the ASL's Retry and Catch see what they would
+see on AWS. moto does not start executions from EventBridge or call Lambda from API Gateway: locally a request
+goes straight to StartExecution, and the approval page is served by :mod:`lakepurge.local.approval_server`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import json
+import traceback
+import uuid
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from lakepurge import aws
+from lakepurge.logs import get_logger
+
+log = get_logger(__name__)
+
+ASL_PATH = Path(__file__).resolve().parents[2] / "statemachine" / "purge.asl.json"
+
+# Function name -> handler module; the ASL substitution that names each function.
+FUNCTIONS = {
+    "lakepurge-generate-report": ("lambdas.generate_report", "GenerateReportFunctionArn"),
+    "lakepurge-request-approval": ("lambdas.request_approval", "RequestApprovalFunctionArn"),
+    "lakepurge-start-purge": ("lambdas.start_purge", "StartPurgeFunctionArn"),
+    "lakepurge-purge-status": ("lambdas.purge_status", "PurgeStatusFunctionArn"),
+    "lakepurge-verify-purge": ("lambdas.verify_purge", "VerifyPurgeFunctionArn"),
+    "lakepurge-notify": ("lambdas.notify", "NotifyFunctionArn"),
+}
+ROLE_NAME = "lakepurge-local"
+
+
+@dataclass
+class LocalContext:
+    """The parts of the Lambda context object that Powertools reads."""
+
+    function_name: str
+    aws_request_id: str
+    memory_limit_in_mb: int = 1024
+    invoked_function_arn: str = ""
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 900_000
+
+
+def _invoke_in_process(function: Any, body: str, request_headers: Any, response_headers: Any) -> bytes:
+    module_name, _ = FUNCTIONS[function.function_name]
+    handler = importlib.import_module(module_name).handler
+    event = json.loads(body) if body else {}
+    context = LocalContext(function.function_name, str(uuid.uuid4()), invoked_function_arn=function.function_arn)
+    try:
+        result = handler(event, context)
+    except Exception as exc:  # reported the way Lambda reports an unhandled error
+        response_headers["x-amz-function-error"] = "Unhandled"
+        error = {"errorType": type(exc).__name__, "errorMessage": str(exc), "stackTrace": []}
+        log.debug("local function raised", extra={"function": function.function_name, "trace": traceback.format_exc()})
+        return json.dumps(error).encode()
+    return json.dumps(result).encode()
+
+
+def install_lambda_dispatch() -> None:
+    """Make moto's Lambda backend run the lambdas/ handlers in this process (idempotent)."""
+    from moto.awslambda.models import LambdaFunction
+
+    LambdaFunction.invoke = _invoke_in_process  # type: ignore[method-assign,assignment]
+    LambdaFunction.docker_client = property(lambda self: None)  # type: ignore[method-assign,assignment]
+
+
+def enable_execution(endpoint: str) -> None:
+    """Ask the moto server to execute state machines (it only records them otherwise)."""
+    response = requests.post(
+        f"{endpoint}/moto-api/config", json={"stepfunctions": {"execute_state_machine": True}}, timeout=30
+    )
+    response.raise_for_status()
+
+
+@dataclass(frozen=True)
+class LocalWorkflow:
+    state_machine_arn: str
+    topic_arn: str
+    functions: dict[str, str]
+
+
+def _role_arn() -> str:
+    iam = aws.client("iam")
+    trust = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Principal": {"Service": ["lambda.amazonaws.com", "states.amazonaws.com"]},
+                "Action": "sts:AssumeRole",
+            }
+        ],
+    }
+    try:
+        return str(iam.get_role(RoleName=ROLE_NAME)["Role"]["Arn"])
+    except iam.exceptions.NoSuchEntityException:
+        return str(iam.create_role(RoleName=ROLE_NAME, AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"])
+
+
+def _placeholder_zip() -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("handler.py", "# the local stack runs lambdas/ in-process\n")
+    return buffer.getvalue()
+
+
+def definition(substitutions: dict[str, str]) -> str:
+    """The ASL with ``${Name}`` replaced, as CloudFormation's DefinitionSubstitutions does."""
+    text = ASL_PATH.read_text(encoding="utf-8")
+    for name, value in substitutions.items():
+        text = text.replace("${" + name + "}", value)
+    return text
+
+
+def deploy(topic_name: str = "lakepurge-outcomes", state_machine_name: str = "lakepurge-purge") -> LocalWorkflow:
+    """Create the functions, the topic and the state machine on the moto server (after install_lambda_dispatch
+    and enable_execution)."""
+    role = _role_arn()
+    lam = aws.client("lambda")
+    functions = {}
+    for name in FUNCTIONS:
+        try:
+            arn = lam.get_function(FunctionName=name)["Configuration"]["FunctionArn"]
+        except lam.exceptions.ResourceNotFoundException:
+            arn = lam.create_function(
+                FunctionName=name,
+                Runtime="python3.12",
+                Role=role,
+                Handler="handler.handler",
+                Code={"ZipFile": _placeholder_zip()},
+                Timeout=900,
+            )["FunctionArn"]
+        functions[name] = arn
+    topic_arn = aws.client("sns").create_topic(Name=topic_name)["TopicArn"]
+    substitutions = {FUNCTIONS[name][1]: arn for name, arn in functions.items()} | {"TopicArn": topic_arn}
+    sfn = aws.client("stepfunctions")
+    machine = sfn.create_state_machine(name=state_machine_name, definition=definition(substitutions), roleArn=role)
+    return LocalWorkflow(machine["stateMachineArn"], topic_arn, functions)
+
+
+def prepare(
+    sender: str,
+    approvers: list[str],
+    approval_url: str,
+    approval_timeout_seconds: int = 3600,
+    inline_max_objects: int = 20,
+    poll_seconds: int = 1,
+) -> tuple[LocalWorkflow, str]:
+    """Deploy the workflow with its KMS key and verified SES sender; returns it and its [workflow] TOML."""
+    workflow = deploy()
+    kms_key_id = aws.client("kms").create_key(Description="lakepurge requests")["KeyMetadata"]["KeyId"]
+    aws.client("ses").verify_email_identity(EmailAddress=sender)
+    toml = "\n".join(
+        [
+            "[workflow]",
+            f'state_machine_arn = "{workflow.state_machine_arn}"',
+            f'kms_key_id = "{kms_key_id}"',
+            f'sender = "{sender}"',
+            "approvers = [" + ", ".join(f'"{a}"' for a in approvers) + "]",
+            f'approval_url = "{approval_url}"',
+            f"approval_timeout_seconds = {approval_timeout_seconds}",
+            f'topic_arn = "{workflow.topic_arn}"',
+            f"inline_max_objects = {inline_max_objects}",
+            f"poll_seconds = {poll_seconds}",
+            "",
+        ]
+    )
+    return workflow, toml
+
+
+def sent_emails() -> list[dict[str, Any]]:
+    """The mail moto's SES has sent (this process runs the server)."""
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.ses.models import ses_backends
+
+    backend = ses_backends[DEFAULT_ACCOUNT_ID][aws.client("ses").meta.region_name]
+    return [
+        {"to": list(m.destinations.get("ToAddresses", [])), "subject": m.subject, "body": m.body}
+        for m in backend.sent_messages
+    ]

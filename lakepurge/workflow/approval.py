@@ -1,0 +1,197 @@
+"""Approval by a person: an email with a link, a confirmation page, a decision by POST.
+
+Each configured approver gets a link carrying a one-time secret of their own; the server keeps only its SHA-256
+(``approval.json``). Following the link (GET) shows the report summary and never decides: mail scanners fetch
+links. A POST with the secret decides once: the decision is written with If-None-Match (a replay finds it there),
+bound to the report's SHA-256, and handed to the waiting state machine (SendTaskSuccess / SendTaskFailure).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+from urllib.parse import urlencode
+
+from botocore.exceptions import ClientError
+
+from lakepurge.config import Settings
+from lakepurge.logs import get_logger
+from lakepurge.report import Report, ReportTampered, read_report
+from lakepurge.workflow.store import (
+    APPROVED,
+    AWAITING_APPROVAL,
+    ErasureRequest,
+    RequestNotFound,
+    RequestStore,
+    now_iso,
+    workflow_settings,
+)
+
+log = get_logger(__name__)
+
+Decision = Literal["approve", "reject"]
+
+
+class ApprovalRefused(Exception):
+    """The link or the POST cannot decide: unknown request, wrong secret, expired, already decided."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class ApprovalLink:
+    approver: str
+    url: str
+
+
+@dataclass(frozen=True)
+class PendingApproval:
+    request: ErasureRequest
+    report: Report
+    report_sha256: str
+    approver: str
+    expires_at: str
+
+
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def open_approval(
+    settings: Settings,
+    store: RequestStore,
+    request_id: str,
+    report_uri: str,
+    report_sha256: str,
+    task_token: str,
+) -> list[ApprovalLink]:
+    """Record what is to be approved and mint one secret per approver. Opening again (a retried Task) replaces
+    the secrets, so only the newest email's links work."""
+    workflow = workflow_settings(settings)
+    if store.document(request_id, "decision.json") is not None:
+        raise ApprovalRefused(409, f"request {request_id} is already decided")
+    expires = datetime.now(UTC) + timedelta(seconds=workflow.approval_timeout_seconds)
+    links, approvers = [], []
+    for index, approver in enumerate(workflow.approvers):
+        secret = secrets.token_urlsafe(32)
+        approvers.append({"email": approver, "secret_sha256": _digest(secret)})
+        query = urlencode({"request": request_id, "approver": index, "secret": secret})
+        links.append(ApprovalLink(approver, f"{workflow.approval_url}?{query}"))
+    store.put_document(
+        request_id,
+        "approval.json",
+        {
+            "report_uri": report_uri,
+            "report_sha256": report_sha256,
+            "task_token": task_token,
+            "opened_at": now_iso(),
+            "expires_at": expires.isoformat(timespec="seconds"),
+            "approvers": approvers,
+        },
+    )
+    store.set_state(request_id, AWAITING_APPROVAL, expires_at=expires.isoformat(timespec="seconds"))
+    return links
+
+
+def _check(store: RequestStore, request_id: str, approver_index: str, secret: str) -> tuple[dict[str, Any], str]:
+    approval = store.document(request_id, "approval.json") if request_id else None
+    if approval is None:
+        raise ApprovalRefused(404, "no approval is pending for this link")
+    try:
+        entry = approval["approvers"][int(approver_index)]
+    except (ValueError, IndexError):
+        raise ApprovalRefused(403, "this link is not valid") from None
+    if not hmac.compare_digest(entry["secret_sha256"], _digest(secret)):
+        raise ApprovalRefused(403, "this link is not valid")
+    if datetime.fromisoformat(approval["expires_at"]) < datetime.now(UTC):
+        raise ApprovalRefused(410, "this link has expired; the request was not approved")
+    if store.document(request_id, "decision.json") is not None:
+        raise ApprovalRefused(409, "this request has already been decided")
+    return approval, str(entry["email"])
+
+
+def pending(
+    settings: Settings, store: RequestStore, s3: Any, request_id: str, approver_index: str, secret: str
+) -> PendingApproval:
+    """What the confirmation page shows (a GET: reads only)."""
+    approval, approver = _check(store, request_id, approver_index, secret)
+    try:
+        report = read_report(s3, approval["report_uri"], approval["report_sha256"])
+    except ReportTampered:
+        raise ApprovalRefused(409, "the report changed after this email was sent; it cannot be approved") from None
+    try:
+        request = store.get(request_id)
+    except RequestNotFound:
+        raise ApprovalRefused(404, "no approval is pending for this link") from None
+    return PendingApproval(request, report, approval["report_sha256"], approver, approval["expires_at"])
+
+
+def decide(
+    settings: Settings,
+    store: RequestStore,
+    s3: Any,
+    sfn: Any,
+    request_id: str,
+    approver_index: str,
+    secret: str,
+    decision: Decision,
+) -> dict[str, Any]:
+    """Decide once and wake the state machine. Returns the recorded decision."""
+    approval, approver = _check(store, request_id, approver_index, secret)
+    try:
+        read_report(s3, approval["report_uri"], approval["report_sha256"])
+    except ReportTampered:
+        sfn.send_task_failure(
+            taskToken=approval["task_token"],
+            error="ReportTampered",
+            cause="the report changed between the approval email and the decision",
+        )
+        raise ApprovalRefused(409, "the report changed after this email was sent; it cannot be approved") from None
+    record = {
+        "decision": "approved" if decision == "approve" else "rejected",
+        "approved_by" if decision == "approve" else "rejected_by": approver,
+        "decided_at": now_iso(),
+        "report_uri": approval["report_uri"],
+        "report_sha256": approval["report_sha256"],
+    }
+    try:
+        store.put_document(request_id, "decision.json", record, only_once=True)
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] in ("PreconditionFailed", "ConditionalRequestConflict"):
+            raise ApprovalRefused(409, "this request has already been decided") from None
+        raise
+    try:
+        if decision == "approve":
+            store.set_state(request_id, APPROVED, approved_at=record["decided_at"])
+            sfn.send_task_success(
+                taskToken=approval["task_token"],
+                output=_json(
+                    {
+                        "decision": "approved",
+                        "approved_by": approver,
+                        "approved_at": record["decided_at"],
+                        "report_sha256": approval["report_sha256"],
+                    }
+                ),
+            )
+        else:
+            sfn.send_task_failure(taskToken=approval["task_token"], error="Rejected", cause="rejected by an approver")
+    except ClientError as exc:
+        # The execution no longer waits (timed out, stopped): the decision stays recorded but decides nothing.
+        if exc.response["Error"]["Code"] in ("TaskTimedOut", "InvalidToken", "TaskDoesNotExist"):
+            raise ApprovalRefused(410, "the request is no longer waiting for a decision") from None
+        raise
+    log.info("approval decided", extra={"request_id": request_id, "decision": record["decision"]})
+    return record
+
+
+def _json(document: dict[str, Any]) -> str:
+    import orjson
+
+    return orjson.dumps(document).decode()

@@ -1,0 +1,98 @@
+"""What people read: the approval email and the confirmation page. Counts, dates and request ids only."""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+from lakepurge.workflow.approval import ApprovalLink, PendingApproval
+from lakepurge.workflow.store import ErasureRequest
+
+
+def _plan_lines(summary: dict[str, Any]) -> list[str]:
+    lines = [
+        f"Users in the request: {summary['users_requested']} ({summary['users_found']} found in the index)",
+        f"Objects to rewrite: {summary['objects']}",
+        f"Records to erase: {summary['lines']}",
+    ]
+    for name, counts in sorted(summary["datasets"].items()):
+        lines.append(f"  dataset {name}: {counts['records']} record(s) in {counts['objects']} object(s)")
+    for name, rows in sorted(summary["relational_rows"].items()):
+        lines.append(f"  table {name}: {rows} row(s)")
+    return lines
+
+
+def approval_email(
+    request: ErasureRequest, summary: dict[str, Any], link: ApprovalLink, expires_at: str
+) -> tuple[str, str]:
+    """(subject, text body) of one approver's email."""
+    subject = f"lakepurge: approve erasure request {request.request_id} (due {request.deadline[:10]})"
+    body = "\n".join(
+        [
+            f"Erasure request {request.request_id}, received {request.received_at}, legal deadline {request.deadline}"
+            f" ({request.days_left()} days left).",
+            "",
+            *_plan_lines(summary),
+            "",
+            "Review the report and approve or reject it here (the link is yours alone and works once):",
+            link.url,
+            "",
+            f"The link expires at {expires_at}; without a decision by then the request is not erased and the",
+            "privacy team is notified.",
+        ]
+    )
+    return subject, body
+
+
+_STYLE = (
+    "body{font-family:sans-serif;max-width:40em;margin:2em auto;line-height:1.4}"
+    "button{font-size:1.1em;padding:.4em 1.2em;margin-right:1em}"
+    ".approve{background:#b00020;color:#fff}.note{color:#555}"
+)
+
+
+def _page(title: str, body: str) -> str:
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(title)}</title>"
+        f"<style>{_STYLE}</style></head><body><h1>{escape(title)}</h1>{body}</body></html>"
+    )
+
+
+def confirmation_page(view: PendingApproval, approver_index: str, secret: str, action: str) -> str:
+    """The report summary and two forms that POST the decision."""
+    summary = view.report.summary()
+    items = "".join(f"<li>{escape(line.strip())}</li>" for line in _plan_lines(summary))
+    hidden = (
+        f"<input type='hidden' name='request' value='{escape(view.request.request_id)}'>"
+        f"<input type='hidden' name='approver' value='{escape(approver_index)}'>"
+        f"<input type='hidden' name='secret' value='{escape(secret)}'>"
+    )
+    forms = (
+        f"<form method='post' action='{escape(action)}' style='display:inline'>{hidden}"
+        "<input type='hidden' name='decision' value='approve'>"
+        "<button class='approve' id='approve' type='submit'>Approve erasure</button></form>"
+        f"<form method='post' action='{escape(action)}' style='display:inline'>{hidden}"
+        "<input type='hidden' name='decision' value='reject'>"
+        "<button id='reject' type='submit'>Reject</button></form>"
+    )
+    body = (
+        f"<p>Request <b>{escape(view.request.request_id)}</b>, received {escape(view.request.received_at)}; "
+        f"legal deadline <b>{escape(view.request.deadline)}</b> ({view.request.days_left()} days left).</p>"
+        f"<ul>{items}</ul>"
+        f"<p class='note'>Report SHA-256 <code>{escape(view.report_sha256)}</code>: approving erases exactly this "
+        f"report. Signed in as {escape(view.approver)}; this link expires at {escape(view.expires_at)}.</p>"
+        f"{forms}"
+    )
+    return _page("Approve an erasure request", body)
+
+
+def decided_page(record: dict[str, Any]) -> str:
+    if record["decision"] == "approved":
+        text = "Approved: the erasure starts now. The privacy team is notified when it is verified."
+    else:
+        text = "Rejected: nothing will be erased. The privacy team is notified."
+    return _page(f"Request {record['decision']}", f"<p id='outcome'>{escape(text)}</p>")
+
+
+def refused_page(message: str) -> str:
+    return _page("Nothing was decided", f"<p id='outcome'>{escape(message)}</p>")

@@ -1,0 +1,249 @@
+"""The domain function behind each state-machine Task. Handlers in lambdas/ parse the event and call these.
+
+Every input and output here is what Step Functions records in the execution history, so none carries a raw user
+id: tasks that need the ids (the report, the relational DELETEs) decrypt them from the request store themselves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from botocore.exceptions import ClientError
+
+from lakepurge.config import Settings
+from lakepurge.index.base import IndexStore
+from lakepurge.launch import PurgeJobSpec, inline_fits, launcher_for, run_inline
+from lakepurge.logs import get_logger
+from lakepurge.privacy import HashedUsers, Pseudonymizer
+from lakepurge.purge.engine import verify_object
+from lakepurge.purge.job import purge_relational, recorded_outcomes, results_prefix
+from lakepurge.report import Report, ReportTampered, build_report, read_report, report_uri, sha256, write_report
+from lakepurge.s3uri import S3Uri
+from lakepurge.workflow.approval import ApprovalLink, open_approval
+from lakepurge.workflow.pages import approval_email
+from lakepurge.workflow.store import PURGING, REPORTED, RequestStore, workflow_settings
+
+log = get_logger(__name__)
+
+
+class NotApproved(Exception):
+    """The purge was asked to start without a recorded approval of this report."""
+
+
+@dataclass(frozen=True)
+class Clients:
+    s3: Any
+    kms: Any
+
+
+def generate_report(
+    settings: Settings, clients: Clients, index: IndexStore, pseudonymizer: Pseudonymizer, request_id: str
+) -> dict[str, Any]:
+    """Look the request's users up and write its report (once: a retried Task reuses the first one)."""
+    requests = RequestStore(settings, clients.s3, clients.kms)
+    request = requests.get(request_id)
+    location = report_uri(settings, request_id)
+    try:
+        data = clients.s3.get_object(Bucket=location.bucket, Key=location.key)["Body"].read()
+        report, uri, digest = Report.from_bytes(data), str(location), sha256(data)
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] not in ("NoSuchKey", "404"):
+            raise
+        users, _ = requests.open(request)
+        report = build_report(index, settings, users, request_id, pseudonymizer)
+        uri, digest = write_report(clients.s3, settings, report)
+    summary = report.summary()
+    requests.set_state(request_id, REPORTED, objects=summary["objects"], lines=summary["lines"])
+    return {
+        "uri": uri,
+        "sha256": digest,
+        "users_requested": summary["users_requested"],
+        "users_found": summary["users_found"],
+        "objects": summary["objects"],
+        "lines": summary["lines"],
+        "relational_rows": sum(summary["relational_rows"].values()),
+        "empty": report.empty,
+        "approval_timeout_seconds": workflow_settings(settings).approval_timeout_seconds,
+    }
+
+
+def request_approval(
+    settings: Settings, clients: Clients, ses: Any, request_id: str, report: dict[str, Any], task_token: str
+) -> dict[str, Any]:
+    """Mint the approvers' links and email them; the state machine then waits for the decision."""
+    workflow = workflow_settings(settings)
+    requests = RequestStore(settings, clients.s3, clients.kms)
+    request = requests.get(request_id)
+    summary = read_report(clients.s3, report["uri"], report["sha256"]).summary()
+    links: list[ApprovalLink] = open_approval(
+        settings, requests, request_id, report["uri"], report["sha256"], task_token
+    )
+    expires_at = str((requests.document(request_id, "approval.json") or {})["expires_at"])
+    for link in links:
+        subject, body = approval_email(request, summary, link, expires_at)
+        ses.send_email(
+            Source=workflow.sender,
+            Destination={"ToAddresses": [link.approver]},
+            Message={"Subject": {"Data": subject}, "Body": {"Text": {"Data": body}}},
+        )
+    return {"emails_sent": len(links), "expires_at": expires_at}
+
+
+def start_purge(
+    settings: Settings, clients: Clients, request_id: str, report: dict[str, Any], approval: dict[str, Any]
+) -> dict[str, Any]:
+    """Check the approval against the stored decision and the report's bytes, erase the relational rows, then
+    purge inline (small reports) or start the Spark job."""
+    workflow = workflow_settings(settings)
+    requests = RequestStore(settings, clients.s3, clients.kms)
+    decision = requests.document(request_id, "decision.json")
+    if decision is None or decision["decision"] != "approved":
+        raise NotApproved(f"request {request_id} has no recorded approval")
+    if decision["report_sha256"] != report["sha256"] or approval.get("report_sha256") != report["sha256"]:
+        raise ReportTampered(f"request {request_id}: the approved report hash is not the generated one")
+    planned = read_report(clients.s3, report["uri"], decision["report_sha256"])  # raises ReportTampered
+    if planned.relational and requests.document(request_id, "relational.json") is None:
+        users, _ = requests.open(requests.get(request_id))
+        deleted = purge_relational(settings, users, planned.relational)
+        requests.put_document(request_id, "relational.json", {"tables": deleted}, only_once=True)
+    spec = PurgeJobSpec(
+        request_id=request_id,
+        report_uri=report["uri"],
+        report_sha256=decision["report_sha256"],
+        approved_by=decision["approved_by"],
+        approved_at=decision["decided_at"],
+    )
+    requests.set_state(request_id, PURGING)
+    if inline_fits(settings, planned):
+        result = run_inline(settings, spec)
+        state = "SUCCEEDED" if result.verified else "FAILED"
+        return {"backend": "inline", "id": request_id, "state": state, "poll_seconds": workflow.poll_seconds}
+    launcher = launcher_for(settings)
+    job_id = launcher.start(spec)
+    return {"backend": launcher.backend, "id": job_id, "state": "RUNNING", "poll_seconds": workflow.poll_seconds}
+
+
+def purge_status(settings: Settings, clients: Clients, job: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
+    """The job's state. A failed job whose report no longer hashes to the approved one was refused by the job:
+    that is reported as the tampering it is (ReportTampered), not as a crash."""
+    status = launcher_for(settings).status(str(job["id"]))
+    if status.state == "FAILED":
+        read_report(clients.s3, report["uri"], report["sha256"])
+    return {**job, "state": status.state, "detail": status.detail}
+
+
+def certificate_uri(settings: Settings, request_id: str) -> S3Uri:
+    base = S3Uri.parse(settings.reports.location)
+    return S3Uri(base.bucket, f"{base.key}certificates/{request_id}.json")
+
+
+def verify(settings: Settings, clients: Clients, index: IndexStore, request_id: str, report: dict[str, Any]) -> dict:
+    """Accept the purge only if its certificate is for the approved report and its verification passed; then
+    remember the users as erased (the suppression list)."""
+    location = certificate_uri(settings, request_id)
+    try:
+        certificate = orjson.loads(clients.s3.get_object(Bucket=location.bucket, Key=location.key)["Body"].read())
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] not in ("NoSuchKey", "404"):
+            raise
+        return {"verified": False, "certificate": None, "reason": "no certificate was written"}
+    planned = read_report(clients.s3, report["uri"], report["sha256"])
+    verified = bool(certificate["verification"]["passed"]) and certificate["report_sha256"] == report["sha256"]
+    if verified:
+        index.record_erased(list(planned.user_hashes), request_id)
+    totals = certificate["totals"]
+    return {
+        "verified": verified,
+        "certificate": str(location),
+        "users_erased": planned.users_found if verified else 0,
+        "objects_rewritten": totals["objects_rewritten"],
+        "lines_erased": totals["lines_erased"],
+        "relational_rows_deleted": totals["relational_rows_deleted"],
+        "reason": "" if verified else "the certificate's verification did not pass",
+    }
+
+
+def erased_before_failure(
+    settings: Settings, clients: Clients, key: bytes, request_id: str, report: dict[str, Any]
+) -> dict[str, int]:
+    """After a failed purge: the objects already erased, each re-read now to confirm none of the users remains."""
+    planned = read_report(clients.s3, report["uri"], report["sha256"])
+    done = [o for o in recorded_outcomes(clients.s3, results_prefix(settings, request_id)).values() if o.committed]
+    users = HashedUsers(planned.user_hashes, Pseudonymizer(key))
+    datasets = {o.s3path: o.dataset for o in planned.objects}
+    verified = 0
+    for outcome in done:
+        dataset = settings.dataset_named(datasets[outcome.s3path])
+        if not verify_object(clients.s3, settings, dataset, outcome.s3path, users):
+            verified += 1
+    return {"objects_erased": len(done), "objects_verified": verified, "objects_planned": len(planned.objects)}
+
+
+def _ended(request_id: str, outcome: str, state: dict[str, Any], decision: dict[str, Any] | None) -> str:
+    report = state.get("report") or {}
+    job = state.get("job") or {}
+    checked = state.get("verification") or {}
+    error = state.get("error") or {}
+    cause = str(error.get("Cause") or "")[:300]
+    messages = {
+        "ERASED": (
+            f"Request {request_id} is erased and verified: {checked.get('lines_erased', 0)} record(s) in"
+            f" {checked.get('objects_rewritten', 0)} object(s) and {checked.get('relational_rows_deleted', 0)}"
+            f" relational row(s). Certificate: {checked.get('certificate')}"
+        ),
+        "NOTHING_FOUND": (
+            f"Request {request_id}: none of its {report.get('users_requested', 0)} user(s) has data in the index or"
+            f" the relational tables. Nothing was erased. Report: {report.get('uri')}"
+        ),
+        "REJECTED": (
+            f"Request {request_id} was REJECTED by {(decision or {}).get('rejected_by', 'an approver')}."
+            " Nothing was erased."
+        ),
+        "APPROVAL_TIMED_OUT": (
+            f"No approver decided request {request_id} in time: the approval expired and NOTHING was erased."
+            " The request is still open against its legal deadline; file it again to ask for approval."
+        ),
+        "REPORT_TAMPERED": (
+            f"The report of request {request_id} no longer matches the hash its approver approved. The purge was"
+            f" refused and NOTHING was erased by it. Report: {report.get('uri')}"
+        ),
+        "VERIFICATION_FAILED": (
+            f"Request {request_id} was purged but verification did NOT pass"
+            f" ({checked.get('reason') or 'see the certificate'}); data may remain."
+            f" Certificate: {checked.get('certificate')}"
+        ),
+        "JOB_FAILED": (
+            f"The purge job of request {request_id} FAILED ({job.get('backend')}: {job.get('detail', '')})."
+        ),
+        "FAILED": (
+            f"Request {request_id} FAILED at a step; nothing is reported erased. Error: {error.get('Error')}: {cause}"
+        ),
+    }
+    return messages[outcome]
+
+
+def notify(
+    settings: Settings, clients: Clients, sns: Any, key: bytes, request_id: str, outcome: str, state: dict[str, Any]
+) -> dict[str, Any]:
+    """Tell the topic how the request ended and record its final state. Counts and ids of requests only."""
+    requests = RequestStore(settings, clients.s3, clients.kms)
+    decision = requests.document(request_id, "decision.json")
+    message = _ended(request_id, outcome, state, decision)
+    detail: dict[str, Any] = {}
+    if outcome == "JOB_FAILED" and state.get("report"):
+        detail = erased_before_failure(settings, clients, key, request_id, state["report"])
+        message += (
+            f" Of {detail['objects_planned']} object(s) planned, {detail['objects_erased']} were erased before the"
+            f" failure ({detail['objects_verified']} re-read now and verified clean); the others are unchanged."
+            " Running the purge again resumes it."
+        )
+    sns.publish(
+        TopicArn=workflow_settings(settings).topic_arn,
+        Subject=f"lakepurge {outcome}: request {request_id}"[:100],
+        Message=message,
+        MessageAttributes={"outcome": {"DataType": "String", "StringValue": outcome}},
+    )
+    requests.set_state(request_id, outcome, **detail)
+    return {"outcome": outcome, **detail}

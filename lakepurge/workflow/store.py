@@ -1,0 +1,238 @@
+"""Stored deletion requests: who is to be erased (encrypted), by when, and where the request stands.
+
+A request lives under ``<reports.location>requests/<request id>/``:
+- ``request.json``: written once. The raw user ids (and the requester) are sealed with AES-GCM under a fresh data
+  key from KMS, so reading them needs kms:Decrypt on the workflow key; the keyed hashes stay readable for lookups.
+- ``state.json``: the current state, overwritten at each step.
+The state machine carries only the request id: raw ids never enter its input, output or history.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import orjson
+from botocore.exceptions import ClientError
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from lakepurge.config import ConfigError, Settings, WorkflowConfig
+from lakepurge.privacy import Pseudonymizer
+from lakepurge.s3uri import S3Uri
+
+# Where a request stands. A final state never changes again.
+RECEIVED = "RECEIVED"
+REPORTED = "REPORTED"
+AWAITING_APPROVAL = "AWAITING_APPROVAL"
+APPROVED = "APPROVED"
+PURGING = "PURGING"
+FINAL_STATES = (
+    "ERASED",
+    "NOTHING_FOUND",
+    "REJECTED",
+    "APPROVAL_TIMED_OUT",
+    "JOB_FAILED",
+    "REPORT_TAMPERED",
+    "VERIFICATION_FAILED",
+    "FAILED",
+)
+
+
+class RequestNotFound(LookupError):
+    pass
+
+
+class RequestConflict(ValueError):
+    """A request id is reused for a different set of users."""
+
+
+@dataclass(frozen=True)
+class ErasureRequest:
+    request_id: str
+    received_at: str
+    deadline: str
+    user_hashes: tuple[str, ...]
+    kms_key_id: str
+    sealed_key: str  # base64 KMS ciphertext of the data key
+    nonce: str  # base64
+    sealed: str  # base64 AES-GCM ciphertext of {"users": [...], "requester": ...}
+
+    def days_left(self, now: datetime | None = None) -> int:
+        remaining = datetime.fromisoformat(self.deadline) - (now or datetime.now(UTC))
+        return remaining.days
+
+
+@dataclass(frozen=True)
+class RequestState:
+    state: str
+    updated_at: str
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def final(self) -> bool:
+        return self.state in FINAL_STATES
+
+
+def workflow_settings(settings: Settings) -> WorkflowConfig:
+    if settings.workflow is None:
+        raise ConfigError("workflow: this command needs a [workflow] section (approvers, KMS key, SNS topic)")
+    return settings.workflow
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+class RequestStore:
+    def __init__(self, settings: Settings, s3: Any, kms: Any) -> None:
+        self._workflow = workflow_settings(settings)
+        base = S3Uri.parse(settings.reports.location)
+        self._bucket = base.bucket
+        self._prefix = f"{base.key}requests/"
+        self._s3 = s3
+        self._kms = kms
+
+    def key(self, request_id: str, name: str) -> str:
+        return f"{self._prefix}{request_id}/{name}"
+
+    @property
+    def bucket(self) -> str:
+        return self._bucket
+
+    def create(
+        self,
+        request_id: str,
+        users: list[str],
+        requester: str,
+        received_at: datetime,
+        pseudonymizer: Pseudonymizer,
+    ) -> ErasureRequest:
+        """Store a new request. Filing the same request id again with the same users returns the stored one
+        (EventBridge delivers at least once); with other users it is refused."""
+        users = sorted(set(users))
+        if not users:
+            raise ValueError("a deletion request needs at least one user id")
+        hashes = tuple(pseudonymizer.many(users))
+        data_key = self._kms.generate_data_key(KeyId=self._workflow.kms_key_id, KeySpec="AES_256")
+        nonce = os.urandom(12)
+        plaintext = orjson.dumps({"users": users, "requester": requester})
+        sealed = AESGCM(data_key["Plaintext"]).encrypt(nonce, plaintext, request_id.encode())
+        request = ErasureRequest(
+            request_id=request_id,
+            received_at=received_at.astimezone(UTC).isoformat(timespec="seconds"),
+            deadline=(received_at + timedelta(days=self._workflow.deadline_days))
+            .astimezone(UTC)
+            .isoformat(timespec="seconds"),
+            user_hashes=hashes,
+            kms_key_id=self._workflow.kms_key_id,
+            sealed_key=base64.b64encode(data_key["CiphertextBlob"]).decode(),
+            nonce=base64.b64encode(nonce).decode(),
+            sealed=base64.b64encode(sealed).decode(),
+        )
+        try:
+            self._s3.put_object(
+                Bucket=self._bucket,
+                Key=self.key(request_id, "request.json"),
+                Body=orjson.dumps(asdict(request)),
+                ContentType="application/json",
+                IfNoneMatch="*",
+            )
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] not in ("PreconditionFailed", "ConditionalRequestConflict"):
+                raise
+            existing = self.get(request_id)
+            if existing.user_hashes != hashes:
+                raise RequestConflict(f"request {request_id} already exists for other users") from None
+            return existing
+        self.set_state(request_id, RECEIVED)
+        return request
+
+    def get(self, request_id: str) -> ErasureRequest:
+        document = self._read(request_id, "request.json")
+        document["user_hashes"] = tuple(document["user_hashes"])
+        return ErasureRequest(**document)
+
+    def open(self, request: ErasureRequest) -> tuple[list[str], str]:
+        """The raw user ids and the requester (needs kms:Decrypt)."""
+        data_key = self._kms.decrypt(CiphertextBlob=base64.b64decode(request.sealed_key))["Plaintext"]
+        plaintext = AESGCM(data_key).decrypt(
+            base64.b64decode(request.nonce), base64.b64decode(request.sealed), request.request_id.encode()
+        )
+        document = orjson.loads(plaintext)
+        return list(document["users"]), str(document["requester"])
+
+    def set_state(self, request_id: str, state: str, **detail: Any) -> None:
+        body = RequestState(state, now_iso(), detail)
+        self.put_document(request_id, "state.json", asdict(body))
+
+    def state(self, request_id: str) -> RequestState:
+        return RequestState(**self._read(request_id, "state.json"))
+
+    def put_document(self, request_id: str, name: str, document: dict[str, Any], only_once: bool = False) -> None:
+        """Write one of the request's documents; ``only_once`` makes a second write fail with PreconditionFailed."""
+        extra = {"IfNoneMatch": "*"} if only_once else {}
+        self._s3.put_object(
+            Bucket=self._bucket,
+            Key=self.key(request_id, name),
+            Body=orjson.dumps(document),
+            ContentType="application/json",
+            **extra,
+        )
+
+    def document(self, request_id: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self._read(request_id, name)
+        except RequestNotFound:
+            return None
+
+    def request_ids(self) -> list[str]:
+        ids = []
+        paginator = self._s3.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self._bucket, Prefix=self._prefix, Delimiter="/"):
+            for common in page.get("CommonPrefixes", []):
+                ids.append(common["Prefix"][len(self._prefix) :].rstrip("/"))
+        return ids
+
+    def _read(self, request_id: str, name: str) -> dict[str, Any]:
+        try:
+            body = self._s3.get_object(Bucket=self._bucket, Key=self.key(request_id, name))["Body"].read()
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] in ("NoSuchKey", "404"):
+                raise RequestNotFound(f"request {request_id}: no {name}") from None
+            raise
+        document: dict[str, Any] = orjson.loads(body)
+        return document
+
+
+@dataclass(frozen=True)
+class RequestView:
+    request_id: str
+    state: str
+    received_at: str
+    deadline: str
+    days_left: int
+    overdue: bool
+    updated_at: str
+
+
+def list_requests(store: RequestStore, now: datetime | None = None) -> list[RequestView]:
+    """Every request with its state and deadline, most urgent open request first."""
+    now = now or datetime.now(UTC)
+    views = []
+    for request_id in store.request_ids():
+        request = store.get(request_id)
+        try:
+            state = store.state(request_id)
+        except RequestNotFound:
+            state = RequestState(RECEIVED, request.received_at)
+        days_left = request.days_left(now)
+        overdue = not state.final and datetime.fromisoformat(request.deadline) < now
+        views.append(
+            RequestView(
+                request_id, state.state, request.received_at, request.deadline, days_left, overdue, state.updated_at
+            )
+        )
+    return sorted(views, key=lambda v: (v.state in FINAL_STATES, v.deadline))

@@ -1,0 +1,68 @@
+"""What a Task handler lets reach the state machine when it fails.
+
+An error's type and message land in the execution history and in notifications, so only errors whose messages
+are known to hold no personal data pass through as they are. Transient AWS errors become ``TransientAwsError``
+(the ASL retries it); anything else becomes ``TaskFailed`` naming only the original type.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from botocore.exceptions import ClientError, ConnectionError, EndpointConnectionError, ReadTimeoutError
+
+from lakepurge.logs import get_logger
+from lakepurge.report import ReportTampered, SafetyLimitExceeded
+from lakepurge.workflow.approval import ApprovalRefused
+from lakepurge.workflow.steps import NotApproved
+from lakepurge.workflow.store import RequestConflict, RequestNotFound
+
+log = get_logger(__name__)
+
+SAFE_ERRORS = (ReportTampered, SafetyLimitExceeded, NotApproved, RequestNotFound, RequestConflict, ApprovalRefused)
+_TRANSIENT_CODES = {
+    "Throttling",
+    "ThrottlingException",
+    "SlowDown",
+    "RequestTimeout",
+    "ServiceUnavailable",
+    "InternalError",
+    "TooManyRequestsException",
+    "ProvisionedThroughputExceededException",
+}
+
+
+class TransientAwsError(Exception):
+    pass
+
+
+class TaskFailed(Exception):
+    pass
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def sanitized_errors(handler: F) -> F:
+    @functools.wraps(handler)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return handler(*args, **kwargs)
+        except SAFE_ERRORS:
+            raise
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "")
+            log.error("task failed on an AWS error", extra={"error_code": code})
+            if code in _TRANSIENT_CODES:
+                raise TransientAwsError(f"AWS error {code}") from None
+            raise TaskFailed(f"AWS error {code} (see the function's log)") from None
+        except (EndpointConnectionError, ConnectionError, ReadTimeoutError) as exc:
+            log.error("task failed to reach AWS", extra={"error_type": type(exc).__name__})
+            raise TransientAwsError(type(exc).__name__) from None
+        except Exception as exc:
+            log.error("task failed", extra={"error_type": type(exc).__name__})
+            raise TaskFailed(f"{type(exc).__name__} (see the function's log)") from None
+
+    return wrapper  # type: ignore[return-value]

@@ -1,0 +1,79 @@
+"""Approval page (HTTP API, payload 2.0): GET shows the report summary, POST decides. GET never decides."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qs
+
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
+from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from lakepurge import aws, runtime
+from lakepurge.workflow.approval import ApprovalRefused, decide, pending
+from lakepurge.workflow.pages import confirmation_page, decided_page, refused_page
+from lakepurge.workflow.store import RequestStore
+
+logger = Logger(service="lakepurge")
+app = APIGatewayHttpResolver()
+
+# The secret is in the URL: no caching, no referrer, no framing.
+HEADERS = {
+    "Cache-Control": "no-store",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'",
+}
+
+
+def _html(status: int, body: str) -> Response:
+    return Response(status_code=status, content_type="text/html; charset=utf-8", body=body, headers=HEADERS)
+
+
+def _store() -> RequestStore:
+    return RequestStore(runtime.settings(), aws.client("s3"), aws.client("kms"))
+
+
+@app.get("/approval")
+def show() -> Response:
+    query = app.current_event.query_string_parameters or {}
+    try:
+        view = pending(
+            runtime.settings(),
+            _store(),
+            aws.client("s3"),
+            query.get("request", ""),
+            query.get("approver", ""),
+            query.get("secret", ""),
+        )
+    except ApprovalRefused as refused:
+        return _html(refused.status, refused_page(str(refused)))
+    return _html(200, confirmation_page(view, query.get("approver", ""), query.get("secret", ""), action=""))
+
+
+@app.post("/approval")
+def decide_by_post() -> Response:
+    form = {k: v[0] for k, v in parse_qs(app.current_event.decoded_body or "").items()}
+    decision = form.get("decision")
+    if decision not in ("approve", "reject"):
+        return _html(400, refused_page("the form must say approve or reject"))
+    try:
+        record = decide(
+            runtime.settings(),
+            _store(),
+            aws.client("s3"),
+            aws.client("stepfunctions"),
+            form.get("request", ""),
+            form.get("approver", ""),
+            form.get("secret", ""),
+            decision,  # type: ignore[arg-type]
+        )
+    except ApprovalRefused as refused:
+        return _html(refused.status, refused_page(str(refused)))
+    return _html(200, decided_page(record))
+
+
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP, clear_state=True)
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return app.resolve(event, context)

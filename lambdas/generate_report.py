@@ -1,0 +1,26 @@
+"""GenerateReport Task: look the request's users up and write its report. Returns counts, URI and SHA-256."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from lakepurge import aws, runtime
+from lakepurge.workflow import steps
+from lakepurge.workflow.events import RequestTask
+from lakepurge.workflow.tasks import sanitized_errors
+
+logger = Logger(service="lakepurge")
+
+
+@logger.inject_lambda_context(clear_state=True)
+@sanitized_errors
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    task = RequestTask.model_validate(event)
+    logger.set_correlation_id(task.request_id)
+    clients = steps.Clients(aws.client("s3"), aws.client("kms"))
+    return steps.generate_report(
+        runtime.settings(), clients, runtime.index_store(), runtime.require_pseudonymizer(), task.request_id
+    )

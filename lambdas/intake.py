@@ -1,0 +1,51 @@
+"""Intake Lambda: an EventBridge ``DeletionRequested`` event -> a stored request and a started execution.
+
+detail: ``{"user_ids": [...], "requester": "...", "received_at": "ISO-8601", "request_id": "optional"}``. Without a
+request id the event id names the request, so a redelivered event files nothing twice.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent, event_source
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from pydantic import BaseModel, Field
+
+from lakepurge import aws, runtime
+from lakepurge.workflow.intake import file_request
+from lakepurge.workflow.steps import Clients
+from lakepurge.workflow.tasks import sanitized_errors
+
+logger = Logger(service="lakepurge")
+
+
+class DeletionRequested(BaseModel):
+    user_ids: list[str] = Field(min_length=1)
+    requester: str
+    received_at: datetime | None = None
+    request_id: str | None = None
+
+
+@logger.inject_lambda_context(clear_state=True)
+@event_source(data_class=EventBridgeEvent)
+@sanitized_errors
+def handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str, Any]:
+    if event.source != "lakepurge" or event.detail_type != "DeletionRequested":
+        raise ValueError(f"unexpected event {event.source}/{event.detail_type}")
+    detail = DeletionRequested.model_validate(event.detail)
+    request_id = detail.request_id or f"req-{event.get_id}"
+    logger.set_correlation_id(request_id)
+    filed = file_request(
+        runtime.settings(),
+        Clients(aws.client("s3"), aws.client("kms")),
+        aws.client("stepfunctions"),
+        runtime.require_pseudonymizer(),
+        detail.user_ids,
+        detail.requester,
+        request_id,
+        detail.received_at or datetime.fromisoformat(event.time.replace("Z", "+00:00")),
+    )
+    return {"request_id": filed.request_id, "execution_arn": filed.execution_arn, "deadline": filed.deadline}

@@ -1,0 +1,27 @@
+"""Notify Task: publish how the request ended to the SNS topic and record its final state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from lakepurge import aws, runtime
+from lakepurge.privacy import hash_key
+from lakepurge.workflow import steps
+from lakepurge.workflow.events import NotifyTask
+from lakepurge.workflow.tasks import sanitized_errors
+
+logger = Logger(service="lakepurge")
+
+
+@logger.inject_lambda_context(clear_state=True)
+@sanitized_errors
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    task = NotifyTask.model_validate(event)
+    logger.set_correlation_id(task.request_id)
+    settings = runtime.settings()
+    clients = steps.Clients(aws.client("s3"), aws.client("kms"))
+    key = hash_key(settings.privacy)
+    return steps.notify(settings, clients, aws.client("sns"), key, task.request_id, task.outcome, task.state)

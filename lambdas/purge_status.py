@@ -1,0 +1,24 @@
+"""PurgeStatus Task: the purge job's state (RUNNING, SUCCEEDED, FAILED) for the Wait/Choice loop."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from lakepurge import aws, runtime
+from lakepurge.workflow import steps
+from lakepurge.workflow.events import StatusTask
+from lakepurge.workflow.tasks import sanitized_errors
+
+logger = Logger(service="lakepurge")
+
+
+@logger.inject_lambda_context(clear_state=True)
+@sanitized_errors
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    task = StatusTask.model_validate(event)
+    logger.set_correlation_id(task.request_id)
+    clients = steps.Clients(aws.client("s3"), aws.client("kms"))
+    return steps.purge_status(runtime.settings(), clients, task.job, task.report.model_dump())

@@ -1,0 +1,27 @@
+"""RequestApproval Task (``lambda:invoke.waitForTaskToken``): email each approver a one-time link; the state
+machine waits until the approval handler returns the token, or the Task times out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from lakepurge import aws, runtime
+from lakepurge.workflow import steps
+from lakepurge.workflow.events import ApprovalTask
+from lakepurge.workflow.tasks import sanitized_errors
+
+logger = Logger(service="lakepurge")
+
+
+@logger.inject_lambda_context(clear_state=True)
+@sanitized_errors
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    task = ApprovalTask.model_validate(event)
+    logger.set_correlation_id(task.request_id)
+    clients = steps.Clients(aws.client("s3"), aws.client("kms"))
+    return steps.request_approval(
+        runtime.settings(), clients, aws.client("ses"), task.request_id, task.report.model_dump(), task.task_token
+    )

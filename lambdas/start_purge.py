@@ -1,0 +1,25 @@
+"""StartPurge Task: check the approval and the report's hash, erase relational rows, then purge inline (small
+reports) or start the Spark job. Returns the job to poll."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from lakepurge import aws, runtime
+from lakepurge.workflow import steps
+from lakepurge.workflow.events import PurgeTask
+from lakepurge.workflow.tasks import sanitized_errors
+
+logger = Logger(service="lakepurge")
+
+
+@logger.inject_lambda_context(clear_state=True)
+@sanitized_errors
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    task = PurgeTask.model_validate(event)
+    logger.set_correlation_id(task.request_id)
+    clients = steps.Clients(aws.client("s3"), aws.client("kms"))
+    return steps.start_purge(runtime.settings(), clients, task.request_id, task.report.model_dump(), task.approval)
