@@ -16,6 +16,7 @@ import orjson
 
 from lakepurge.config import ConfigError, Settings, load_settings
 from lakepurge.s3uri import S3Uri
+from lakepurge.workflow.store import FINAL_STATES
 
 DEFAULT_CONFIG = "lakepurge.toml"
 
@@ -140,12 +141,54 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
         for path, problem in problems:
             where = "whole object" if problem.line < 0 else f"line {problem.line}"
             out.say(f"  {path} {where}: {problem.reason}")
+    requests = _requests_status(settings, out) if settings.workflow is not None else []
     out.result(
         {
             "index": asdict(status),
             "unindexable": [{"s3path": p, "line": u.line, "reason": u.reason} for p, u in problems],
+            "requests": requests,
         }
     )
+    return 0
+
+
+def _requests_status(settings: Settings, out: Output) -> list[dict[str, Any]]:
+    """The deletion requests with their deadlines; open ones past their deadline stand out."""
+    from lakepurge import aws
+    from lakepurge.workflow.store import RequestStore, list_requests
+
+    views = list_requests(RequestStore(settings, aws.client("s3"), aws.client("kms")))
+    overdue = [v for v in views if v.overdue]
+    out.say(f"requests {len(views)}  open {sum(v.state not in FINAL_STATES for v in views)}  overdue {len(overdue)}")
+    for view in views:
+        flag = "  !! OVERDUE" if view.overdue else ""
+        out.say(f"  {view.request_id:<44} {view.state:<20} due {view.deadline[:10]} ({view.days_left:+d} days){flag}")
+    return [asdict(v) for v in views]
+
+
+def cmd_request(args: argparse.Namespace, out: Output) -> int:
+    import uuid
+
+    from lakepurge import aws
+    from lakepurge.privacy import Pseudonymizer
+    from lakepurge.workflow.intake import file_request
+    from lakepurge.workflow.steps import Clients
+
+    settings = _settings(args)
+    users = _read_users(args)
+    request_id = args.request_id or f"req-{uuid.uuid4()}"
+    filed = file_request(
+        settings,
+        Clients(aws.client("s3"), aws.client("kms")),
+        aws.client("stepfunctions"),
+        Pseudonymizer.from_config(settings.privacy),
+        users,
+        args.requester,
+        request_id,
+    )
+    out.say(f"request {filed.request_id} filed for {len(users)} user(s); due {filed.deadline}")
+    out.say(f"  execution {filed.execution_arn}: the approvers get an email once the report is ready")
+    out.result({"request_id": filed.request_id, "execution_arn": filed.execution_arn, "deadline": filed.deadline})
     return 0
 
 
@@ -247,6 +290,13 @@ def build_parser() -> argparse.ArgumentParser:
     lookup.add_argument("--users-file")
     lookup.set_defaults(run=cmd_lookup)
 
+    request = commands.add_parser("request", parents=[common], help="file a deletion request (approval workflow)")
+    request.add_argument("users", nargs="*", metavar="USER")
+    request.add_argument("--users-file")
+    request.add_argument("--requester", default="cli", help="who asked (kept encrypted with the ids)")
+    request.add_argument("--request-id", help="idempotency key: filing the same id twice files it once")
+    request.set_defaults(run=cmd_request)
+
     purge = commands.add_parser("purge", parents=[common], help="report, erase, verify, certify (dry run unless --yes)")
     purge.add_argument("users", nargs="*", metavar="USER")
     purge.add_argument("--users-file")
@@ -265,7 +315,9 @@ def build_parser() -> argparse.ArgumentParser:
     vacuum.add_argument("--dataset", action="append", default=[], help="only this dataset (repeatable)")
     vacuum.set_defaults(run=cmd_vacuum)
 
-    status = commands.add_parser("status", parents=[common], help="index counts and unindexable lines")
+    status = commands.add_parser(
+        "status", parents=[common], help="index counts, unindexable lines, requests and deadlines"
+    )
     status.add_argument("--limit", type=int, default=50, help="unindexable lines to list")
     status.set_defaults(run=cmd_status)
     return parser

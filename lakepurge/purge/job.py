@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
+from botocore.exceptions import ClientError
 
 from lakepurge import aws
 from lakepurge.backfill import list_objects
@@ -57,7 +58,7 @@ class PurgeResult:
         return sum(o.status in ("erased", "deleted") for o in self.outcomes)
 
 
-def _results_prefix(settings: Settings, request_id: str) -> S3Uri:
+def results_prefix(settings: Settings, request_id: str) -> S3Uri:
     base = S3Uri.parse(settings.reports.location)
     return S3Uri(base.bucket, f"{base.key}results/{request_id}/")
 
@@ -66,7 +67,7 @@ def _outcome_key(prefix: S3Uri, s3path: str) -> str:
     return prefix.key + hashlib.sha256(s3path.encode()).hexdigest() + ".json"
 
 
-def _recorded_outcomes(s3: Any, prefix: S3Uri) -> dict[str, ObjectOutcome]:
+def recorded_outcomes(s3: Any, prefix: S3Uri) -> dict[str, ObjectOutcome]:
     done: dict[str, ObjectOutcome] = {}
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=prefix.bucket, Prefix=prefix.key):
         for item in page.get("Contents", []):
@@ -171,11 +172,12 @@ def run_purge(
     ``spark`` None runs the same work in this process (the inline purge of a small report)."""
     started = datetime.now(UTC)
     s3 = aws.client("s3")
-    prefix = _results_prefix(settings, report.request_id)
-    recorded = _recorded_outcomes(s3, prefix)
+    prefix = results_prefix(settings, report.request_id)
+    recorded = recorded_outcomes(s3, prefix)
     done = {path: o for path, o in recorded.items() if o.committed}
     intents = {path: o for path, o in recorded.items() if not o.committed}
     pending = [PurgeTarget(o.s3path, o.dataset, o.etag, o.lines) for o in report.objects if o.s3path not in done]
+    relational = tuple(relational) or recorded_relational(s3, settings, report.request_id)
     env = job_environment(settings)
     hashes = report.user_hashes
     fresh = on_executors(
@@ -188,6 +190,19 @@ def run_purge(
     result = PurgeResult(report.request_id, ordered, tuple(remaining), "", tuple(relational))
     certificate = write_certificate(s3, settings, report, result, started, approved_by, report_sha256, approved_at)
     return PurgeResult(report.request_id, ordered, tuple(remaining), certificate, tuple(relational))
+
+
+def recorded_relational(s3: Any, settings: Settings, request_id: str) -> tuple[dict[str, Any], ...]:
+    """The relational DELETEs the workflow ran before starting this job (it holds the raw ids; the job does not):
+    ``requests/<id>/relational.json`` under the reports location, written by lakepurge.workflow.steps."""
+    base = S3Uri.parse(settings.reports.location)
+    try:
+        body = s3.get_object(Bucket=base.bucket, Key=f"{base.key}requests/{request_id}/relational.json")["Body"]
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] in ("NoSuchKey", "404"):
+            return ()
+        raise
+    return tuple(orjson.loads(body.read())["tables"])
 
 
 def write_certificate(

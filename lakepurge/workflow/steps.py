@@ -20,6 +20,7 @@ from lakepurge.privacy import HashedUsers, Pseudonymizer
 from lakepurge.purge.engine import verify_object
 from lakepurge.purge.job import purge_relational, recorded_outcomes, results_prefix
 from lakepurge.report import Report, ReportTampered, build_report, read_report, report_uri, sha256, write_report
+from lakepurge.s3io import head_object
 from lakepurge.s3uri import S3Uri
 from lakepurge.workflow.approval import ApprovalLink, open_approval
 from lakepurge.workflow.pages import approval_email
@@ -165,12 +166,20 @@ def verify(settings: Settings, clients: Clients, index: IndexStore, request_id: 
     }
 
 
+def _moved_on(s3: Any, s3path: str, etag: str | None) -> bool:
+    uri = S3Uri.parse(s3path)
+    head = head_object(s3, uri.bucket, uri.key)
+    return head is None or head.etag != etag
+
+
 def erased_before_failure(
     settings: Settings, clients: Clients, key: bytes, request_id: str, report: dict[str, Any]
 ) -> dict[str, int]:
     """After a failed purge: the objects already erased, each re-read now to confirm none of the users remains."""
     planned = read_report(clients.s3, report["uri"], report["sha256"])
-    done = [o for o in recorded_outcomes(clients.s3, results_prefix(settings, request_id)).values() if o.committed]
+    recorded = recorded_outcomes(clients.s3, results_prefix(settings, request_id)).values()
+    # An intent is recorded just before a write: if the object moved on from the version it read, the write happened.
+    done = [o for o in recorded if o.committed or _moved_on(clients.s3, o.s3path, o.before_etag)]
     users = HashedUsers(planned.user_hashes, Pseudonymizer(key))
     datasets = {o.s3path: o.dataset for o in planned.objects}
     verified = 0

@@ -6,7 +6,11 @@ a GET on the approval link decides nothing and a replayed POST is refused."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import orjson
 import pytest
@@ -27,7 +31,7 @@ def workflow_case(
 ) -> Iterator[Callable[..., WorkflowCase]]:
     monkeypatch.setenv("LAKEPURGE_HASH_KEY", HASH_KEY)
 
-    def create(**options: int) -> WorkflowCase:
+    def create(**options: Any) -> WorkflowCase:
         from tests.support.lakes import index_toml
 
         lake = lake_factory(index_toml("postgres", pg_dsn), objects=24, users=30)
@@ -57,10 +61,20 @@ def _assert_no_raw_ids(case: WorkflowCase, request_id: str, users: list[str]) ->
         assert user not in execution, "a raw user id is in the execution's input or output"
 
 
-def test_approved_request_is_erased_verified_certified_and_notified(workflow_case: Callable[..., WorkflowCase]) -> None:
-    case = workflow_case()
+def test_approved_request_is_erased_verified_certified_and_notified(
+    workflow_case: Callable[..., WorkflowCase], pg_dsn: str
+) -> None:
+    import psycopg
+
+    relational = f'[[relational]]\nname = "crm"\ndsn = "{pg_dsn}"\ntable = "crm_customers"\ncolumn = "user_id"\n'
+    case = workflow_case(extra_toml=relational)
     s3 = aws.client("s3")
     users = _users_with_data(case, 2)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS crm_customers (user_id text, plan text)")
+        conn.execute("TRUNCATE crm_customers")
+        for user in [*users, users[0], "someone-else"]:
+            conn.execute("INSERT INTO crm_customers VALUES (%s, 'pro')", (user,))
     before = snapshot(s3, case.lake.lake.bucket)
 
     request_id = case.file(users, "req-approve")
@@ -83,6 +97,9 @@ def test_approved_request_is_erased_verified_certified_and_notified(workflow_cas
     certificate = orjson.loads(s3.get_object(Bucket="lake-reports", Key=certificate_key)["Body"].read())
     assert certificate["verification"]["passed"] is True
     assert certificate["approved_by"] == APPROVERS[0] and certificate["approved_at"]
+    assert certificate["totals"]["relational_rows_deleted"] == 3
+    with psycopg.connect(pg_dsn) as conn:
+        assert conn.execute("SELECT user_id FROM crm_customers").fetchall() == [("someone-else",)]
     [note] = case.notifications()
     assert "ERASED" in note["subject"] and f"s3://lake-reports/{certificate_key}" in note["message"]
 
@@ -155,3 +172,126 @@ def test_report_changed_before_the_decision_cannot_be_approved(workflow_case: Ca
     [note] = case.notifications()
     assert "REPORT_TAMPERED" in note["subject"]
     assert snapshot(s3, case.lake.lake.bucket) == before
+
+
+def _started_job(case: WorkflowCase, request_id: str) -> dict[str, Any]:
+    event = case.wait_for_event(
+        request_id,
+        lambda e: e["type"] == "TaskStateExited" and e["stateExitedEventDetails"]["name"] == "StartPurge",
+    )
+    job: dict[str, Any] = json.loads(event["stateExitedEventDetails"]["output"])["job"]
+    assert job["backend"] == "local", "the report should have gone to the Spark job"
+    return job
+
+
+def test_report_changed_after_approval_is_refused_by_the_spark_job(
+    workflow_case: Callable[..., WorkflowCase],
+) -> None:
+    case = workflow_case(inline_max_objects=0)
+    s3 = aws.client("s3")
+    users = _users_with_data(case, 1)
+    before = snapshot(s3, case.lake.lake.bucket)
+    request_id = case.file(users, "req-tamper-late")
+    assert call_approval("POST", link_in(case.emails(request_id)[0]), "approve")["statusCode"] == 200
+    _started_job(case, request_id)
+    # The job's JVM takes seconds to start: the report is swapped before the job reads it.
+    s3.put_object(Bucket="lake-reports", Key=f"reports/{request_id}.json", Body=b'{"objects": []}')
+    execution = case.finish(request_id)
+    assert execution["status"] == "FAILED" and execution.get("error") == "ReportTampered", case.failures(request_id)
+    [note] = case.notifications()
+    assert "REPORT_TAMPERED" in note["subject"]
+    assert snapshot(s3, case.lake.lake.bucket) == before
+
+
+def _wait_for_first_erasure(s3: Any, request_id: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if s3.list_objects_v2(Bucket="lake-reports", Prefix=f"results/{request_id}/").get("KeyCount"):
+            return
+        time.sleep(0.05)
+    raise AssertionError("the purge job erased nothing in time")
+
+
+def test_killed_spark_job_ends_as_job_failed_listing_what_was_already_erased(
+    workflow_case: Callable[..., WorkflowCase],
+) -> None:
+    from lakepurge.launch import launcher_for
+
+    case = workflow_case(inline_max_objects=0)
+    s3 = aws.client("s3")
+    users = _users_with_data(case, 3)
+    before = snapshot(s3, case.lake.lake.bucket)
+    request_id = case.file(users, "req-job-fails")
+    assert call_approval("POST", link_in(case.emails(request_id)[0]), "approve")["statusCode"] == 200
+    job = _started_job(case, request_id)
+    launcher = launcher_for(case.settings)
+    pid = launcher.pid(job["id"])  # type: ignore[attr-defined]
+    assert pid is not None
+    _wait_for_first_erasure(s3, request_id)
+    os.killpg(pid, signal.SIGKILL)
+    execution = case.finish(request_id)
+    assert execution["status"] == "FAILED" and execution.get("error") == "PurgeJobFailed", case.failures(request_id)
+    [note] = case.notifications()
+    assert "JOB_FAILED" in note["subject"]
+    changed = sum(1 for key, body in snapshot(s3, case.lake.lake.bucket).items() if before.get(key) != body)
+    changed += sum(1 for key in before if key not in snapshot(s3, case.lake.lake.bucket))
+    assert changed >= 1
+    assert f"{changed} were erased before the failure ({changed} re-read now and verified clean)" in note["message"]
+    assert "ERASED" not in note["subject"]
+
+
+def test_eventbridge_request_is_stored_encrypted_and_started_once_with_its_id_only(
+    workflow_case: Callable[..., WorkflowCase],
+) -> None:
+    from lakepurge.workflow.store import RequestStore
+    from lambdas import intake
+    from tests.support.events import LambdaContext, load
+
+    case = workflow_case()
+    user = _users_with_data(case, 1)[0]
+    event = load("eventbridge_deletion_requested.json")
+    event["detail"]["user_ids"] = [user]
+    first = intake.handler(event, LambdaContext())
+    again = intake.handler(event, LambdaContext())  # EventBridge delivers at least once
+    assert first["request_id"] == again["request_id"] == f"req-{event['id']}"
+    executions = case.sfn.list_executions(stateMachineArn=case.deployed.state_machine_arn)["executions"]
+    assert len(executions) == 1
+    described = case.sfn.describe_execution(executionArn=executions[0]["executionArn"])
+    assert json.loads(described["input"]) == {"request_id": first["request_id"]}
+    stored = aws.client("s3").get_object(Bucket="lake-reports", Key=f"requests/{first['request_id']}/request.json")
+    assert user.encode() not in stored["Body"].read(), "the raw id is stored in clear"
+    store = RequestStore(case.settings, aws.client("s3"), aws.client("kms"))
+    request = store.get(first["request_id"])
+    assert store.open(request) == ([user], "privacy-portal")
+    assert request.deadline.startswith("2026-12-21"), "30 days after the received time"
+    call_approval("POST", link_in(case.emails(first["request_id"])[0]), "reject")
+    case.finish(first["request_id"])
+
+
+def test_cli_files_a_request_and_status_shows_deadlines_with_overdue_ones_standing_out(
+    workflow_case: Callable[..., WorkflowCase], tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from lakepurge.cli import main
+    from lakepurge.privacy import Pseudonymizer
+    from lakepurge.workflow.store import RequestStore
+
+    case = workflow_case()
+    config = tmp_path / "lakepurge.toml"
+    config.write_text(case.toml)
+    assert main(["request", "nobody-at-all", "--config", str(config), "--json", "--request-id", "req-cli"]) == 0
+    filed = orjson.loads(capsys.readouterr().out)
+    assert filed["request_id"] == "req-cli"
+    assert case.finish("req-cli")["status"] == "SUCCEEDED"  # nothing found
+    # A request received 40 days ago and still waiting: overdue.
+    store = RequestStore(case.settings, aws.client("s3"), aws.client("kms"))
+    old = datetime.now(UTC) - timedelta(days=40)
+    store.create("req-old", ["someone"], "cli", old, Pseudonymizer(HASH_KEY.encode()))
+    assert main(["status", "--config", str(config), "--json"]) == 0
+    captured = capsys.readouterr()
+    requests = {r["request_id"]: r for r in orjson.loads(captured.out)["requests"]}
+    assert requests["req-cli"]["state"] == "NOTHING_FOUND" and not requests["req-cli"]["overdue"]
+    assert requests["req-old"]["overdue"] and requests["req-old"]["days_left"] < 0
+    assert "req-old" in captured.err and "OVERDUE" in captured.err
+    assert "someone" not in captured.err + captured.out
