@@ -134,7 +134,7 @@ def test_given_a_run_killed_between_a_write_and_its_record_when_run_again_then_t
     pg_dsn, tmp_path, spark
 ):
     from lakepurge.purge.engine import ObjectOutcome, PurgeTarget, purge_object
-    from lakepurge.purge.job import _outcome_key, _results_prefix, run_purge
+    from lakepurge.purge.job import _outcome_key, results_prefix, run_purge
     from lakepurge.report import read_report
 
     lake, settings, _, uri, digest, _ = prepare("crashed-lake", pg_dsn, tmp_path)
@@ -153,7 +153,7 @@ def test_given_a_run_killed_between_a_write_and_its_record_when_run_again_then_t
         before_write=intents.append,
     )
     assert done.status == "erased" and done.lines_erased > 0
-    prefix = _results_prefix(settings, report.request_id)
+    prefix = results_prefix(settings, report.request_id)
     s3.put_object(
         Bucket=prefix.bucket,
         Key=_outcome_key(prefix, first.s3path),
