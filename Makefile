@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## create .venv with lakepurge and its development tools
 
-demo: $(STAMP) ## generate a sample lake on a local moto server, index it with Spark, look a user up
+demo: $(STAMP) ## the whole pipeline on a local stack: sample lake, Spark backfill, request, approval, purge, certificate
 	$(BIN)/lakepurge demo
 
 lint: $(STAMP) ## ruff, ruff format --check, mypy

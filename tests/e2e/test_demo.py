@@ -1,0 +1,38 @@
+"""`lakepurge demo --json` as a first-time user runs it: its own stack, the workflow, one JSON summary."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_demo_runs_a_request_through_the_workflow_and_prints_one_json_summary() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_ENDPOINT", "LAKEPURGE_"))}
+    run = subprocess.run(
+        [sys.executable, "-m", "lakepurge.cli", "demo", "--json", "--objects", "40", "--users", "20"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    summary = orjson.loads(run.stdout)
+    assert summary["status"] == "SUCCEEDED"
+    assert summary["request_id"].startswith("req-demo-")
+    assert summary["users_erased"] == 3 and summary["verified"] is True
+    assert summary["objects_rewritten"] > 0 and summary["lines_erased"] >= summary["objects_rewritten"]
+    assert summary["certificate"] == f"s3://lake-reports/certificates/{summary['request_id']}.json"
+    assert summary["seconds"] > 0
+    assert "-> RequestApproval" in run.stderr and "-> Erased" in run.stderr
+    assert "approval page: HTTP 200" in run.stderr and "decision: HTTP 200" in run.stderr
