@@ -62,7 +62,7 @@ def _assert_no_raw_ids(case: WorkflowCase, request_id: str, users: list[str]) ->
 
 
 def test_approved_request_is_erased_verified_certified_and_notified(
-    workflow_case: Callable[..., WorkflowCase], pg_dsn: str
+    workflow_case: Callable[..., WorkflowCase], pg_dsn: str, capfd: pytest.CaptureFixture[str]
 ) -> None:
     import psycopg
 
@@ -108,6 +108,10 @@ def test_approved_request_is_erased_verified_certified_and_notified(
     other = call_approval("POST", link_in(mails[1]), "reject")
     assert other["statusCode"] == 409, "a second approver could still decide"
     _assert_no_raw_ids(case, request_id, users)
+    logs = capfd.readouterr()
+    assert '"correlation_id":"req-approve"' in logs.out, "the handlers' logs were not captured"
+    for user in users:
+        assert user not in logs.out + logs.err, "a raw user id was logged"
 
 
 def test_rejected_request_changes_nothing_and_says_rejected(workflow_case: Callable[..., WorkflowCase]) -> None:
