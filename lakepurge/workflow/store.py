@@ -13,7 +13,7 @@ import base64
 import os
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, get_args
 
 import orjson
 from botocore.exceptions import ClientError
@@ -22,23 +22,15 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from lakepurge.config import ConfigError, Settings, WorkflowConfig
 from lakepurge.privacy import Pseudonymizer
 from lakepurge.s3uri import S3Uri
+from lakepurge.workflow.events import Outcome
 
-# Where a request stands. A final state never changes again.
+# Where a request stands before it ends; an ending (an outcome) never changes again.
 RECEIVED = "RECEIVED"
 REPORTED = "REPORTED"
 AWAITING_APPROVAL = "AWAITING_APPROVAL"
 APPROVED = "APPROVED"
 PURGING = "PURGING"
-FINAL_STATES = (
-    "ERASED",
-    "NOTHING_FOUND",
-    "REJECTED",
-    "APPROVAL_TIMED_OUT",
-    "JOB_FAILED",
-    "REPORT_TAMPERED",
-    "VERIFICATION_FAILED",
-    "FAILED",
-)
+FINAL_STATES: tuple[str, ...] = get_args(Outcome)  # how a request can end
 
 
 class RequestNotFound(LookupError):
