@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo test lint format bench clean
+.PHONY: help install demo test lint format bench package clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -24,10 +24,13 @@ install: $(STAMP) ## create .venv with lakepurge and its development tools
 demo: $(STAMP) ## the whole pipeline on a local stack: sample lake, Spark backfill, request, approval, purge, certificate
 	$(BIN)/lakepurge demo
 
-lint: $(STAMP) ## ruff, ruff format --check, mypy
+lint: $(STAMP) ## ruff, ruff format --check, mypy, cfn-lint (the SAM template, then its translation with the ASL inlined)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/cfn-lint infra/template.yaml
+	$(BIN)/python infra/translate.py --out build/lint/template.json
+	$(BIN)/cfn-lint build/lint/template.json
 
 test: lint ## lint, then unit, integration and e2e tests (starts its own PostgreSQL, moto server, Spark)
 	$(BIN)/pytest -q
@@ -40,6 +43,13 @@ bench: $(STAMP) ## index and purge benchmarks (print figures; see bench/README.m
 	$(BIN)/pip install --quiet -e '.[bench]'
 	$(BIN)/python bench/index_bench.py
 	$(BIN)/python bench/purge_bench.py
+
+LAMBDA_ARCH  ?= x86_64
+SPARK_PYTHON ?= $(BIN)/python
+
+package: $(STAMP) ## build/lambda (function code + dependencies layer) and build/spark (EMR Serverless archive); see docs/DEPLOY.md
+	$(BIN)/python infra/package.py lambda --arch $(LAMBDA_ARCH)
+	$(BIN)/python infra/package.py spark --python $(SPARK_PYTHON)
 
 clean: ## remove the virtualenv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info

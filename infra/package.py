@@ -1,0 +1,182 @@
+"""Build what infra/template.yaml and EMR Serverless deploy, into build/ (`make package` runs both parts).
+
+    python infra/package.py lambda [--arch x86_64|arm64]     build/lambda/code  (lakepurge + lambdas: CodeUri)
+                                                              build/lambda/layer (dependencies: ContentUri)
+    python infra/package.py spark [--python python3.11]      build/spark/lakepurge-env.tar.gz + entry points
+
+Lambda: the runtime dependencies of pyproject.toml (never the dev, spark or local extras: no moto, no pyspark) as
+manylinux wheels for CPython 3.12 on the chosen architecture, whatever this machine runs; pyarrow's parts lakepurge
+does not use (Flight, Substrait, headers, tests) are dropped to stay well under Lambda's 250 MB.
+
+Spark: EMR Serverless unpacks the archive as ./environment and runs ./environment/bin/python (lakepurge.launch).
+Its image has no Python 3.11+, so the archive is a relocatable Python: the interpreter, its standard library and
+libpython, with lakepurge and its dependencies in site-packages (pyspark comes from EMR). It runs on hosts whose
+glibc is as new as the build host's: for EMR, build it on Amazon Linux 2023 of the application's architecture
+(docs/DEPLOY.md). Built here it is only smoke-tested with this machine's Python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILD = ROOT / "build"
+LAMBDA_PYTHON = "3.12"
+PLATFORMS = {
+    "x86_64": ["manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x86_64"],
+    "arm64": ["manylinux2014_aarch64", "manylinux_2_17_aarch64", "manylinux_2_28_aarch64"],
+}
+# pyarrow parts lakepurge never imports (it reads and writes Parquet and CSV, and talks to S3 through boto3).
+PYARROW_UNUSED = ("include", "tests", "src", "*flight*", "*substrait*", "*.pxd", "*.pyx", "*.pxi")
+STDLIB_UNUSED = ("site-packages", "dist-packages", "test", "tests", "idlelib", "tkinter", "turtledemo", "ensurepip")
+SPARK_ENTRY_POINTS = ("purge.py", "build_index.py", "vacuum.py")
+
+
+def run(*command: str | Path, **kwargs: object) -> None:
+    print("+", " ".join(str(c) for c in command), file=sys.stderr)
+    subprocess.run([str(c) for c in command], check=True, **kwargs)  # type: ignore[call-overload]
+
+
+def runtime_requirements() -> list[str]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    return list(project["dependencies"])
+
+
+def copy_sources(target: Path, packages: tuple[str, ...]) -> None:
+    for package in packages:
+        shutil.copytree(ROOT / package, target / package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+
+
+def remove_matching(directory: Path, patterns: tuple[str, ...]) -> None:
+    for pattern in patterns:
+        for path in directory.glob(pattern):
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+
+def directory_size(directory: Path) -> int:
+    return sum(p.stat().st_size for p in directory.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def build_lambda(arch: str) -> None:
+    out = BUILD / "lambda"
+    shutil.rmtree(out, ignore_errors=True)
+    code, site = out / "code", out / "layer" / "python"
+    code.mkdir(parents=True)
+    copy_sources(code, ("lakepurge", "lambdas"))
+    platforms = [arg for platform in PLATFORMS[arch] for arg in ("--platform", platform)]
+    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-warn-conflicts"]
+    wheels = ["--implementation", "cp", "--python-version", LAMBDA_PYTHON, "--only-binary=:all:", *platforms]
+    run(*pip, "--target", site, *wheels, *runtime_requirements())
+    remove_matching(site / "pyarrow", PYARROW_UNUSED)
+    remove_matching(site, ("bin",))
+    total = directory_size(code) + directory_size(out / "layer")
+    print(f"build/lambda: code + layer {total / 2**20:.0f} MiB unzipped (Lambda allows 250 MiB)", file=sys.stderr)
+    if total >= 250 * 2**20:
+        raise SystemExit("build/lambda is over Lambda's 250 MiB limit")
+
+
+def interpreter_layout(python: str) -> dict[str, str]:
+    probe = (
+        "import json, os, sys, sysconfig\n"
+        "v = sysconfig.get_config_vars()\n"
+        "exe = getattr(sys, '_base_executable', sys.executable)\n"
+        "b = sys.base_prefix\n"
+        "at = dict(base=b, platbase=b, installed_base=b, installed_platbase=b)\n"
+        "print(json.dumps({'version': '%d.%d' % sys.version_info[:2], 'base': b,"
+        " 'executable': os.path.realpath(exe), 'stdlib': sysconfig.get_path('stdlib', vars=at),"
+        " 'platstdlib': sysconfig.get_path('platstdlib', vars=at), 'purelib': sysconfig.get_path('purelib', vars=at),"
+        " 'libdir': v.get('LIBDIR') or '', 'ldlibrary': v.get('LDLIBRARY') or '',"
+        " 'shared': str(v.get('Py_ENABLE_SHARED') or 0)}))\n"
+    )
+    output = subprocess.run([python, "-c", probe], check=True, capture_output=True, text=True).stdout
+    layout: dict[str, str] = json.loads(output)
+    if tuple(int(p) for p in layout["version"].split(".")) < (3, 11):
+        raise SystemExit(f"{python} is Python {layout['version']}: lakepurge needs 3.11 or newer")
+    return layout
+
+
+def build_spark(python: str) -> None:
+    out = BUILD / "spark"
+    shutil.rmtree(out, ignore_errors=True)
+    env = out / "environment"
+    layout = interpreter_layout(python)
+    base, version = Path(layout["base"]), layout["version"]
+
+    # the interpreter, its standard library (same layout relative to the prefix, which Python finds from the
+    # executable's location) and libpython
+    (env / "bin").mkdir(parents=True)
+    shutil.copy2(layout["executable"], env / "bin" / f"python{version}")
+    for alias in ("python", "python3"):
+        (env / "bin" / alias).symlink_to(f"python{version}")
+    for key in ("stdlib", "platstdlib"):
+        source = Path(layout[key])
+        target = env / source.relative_to(base)
+        if not target.exists():
+            shutil.copytree(source, target, symlinks=True, ignore=shutil.ignore_patterns(*STDLIB_UNUSED, "__pycache__"))
+    if layout["shared"] == "1" and layout["ldlibrary"]:
+        (env / "lib").mkdir(exist_ok=True)
+        library = Path(layout["libdir"]) / layout["ldlibrary"]
+        for candidate in sorted(library.parent.glob(layout["ldlibrary"] + "*")):
+            shutil.copy2(candidate.resolve(), env / "lib" / candidate.name)
+
+    # lakepurge with its runtime dependencies (pyspark is EMR's)
+    site = env / Path(layout["purelib"]).relative_to(base)
+    run(
+        python,
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--no-warn-conflicts",
+        "--target",
+        site,
+        ROOT,
+    )
+    remove_matching(site, ("bin",))
+    remove_matching(BUILD, ("lib", "bdist.*"))  # setuptools' leftovers from building lakepurge's wheel
+
+    # the relocated interpreter must find its prefix and import the job's modules without this machine's paths
+    clean = {"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": str(env / "lib"), "HOME": str(out)}
+    check = "import sys, lakepurge.purge.job, lakepurge.backfill, pyarrow.parquet, psycopg, orjson; print(sys.prefix)"
+    prefix = subprocess.run(
+        [env / "bin" / "python", "-c", check], check=True, capture_output=True, text=True, env=clean, cwd=out
+    ).stdout.strip()
+    if Path(prefix).resolve() != env.resolve():
+        raise SystemExit(f"the packaged Python took {prefix} as its prefix, not {env}: it is not relocatable")
+
+    archive = out / "lakepurge-env.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for path in sorted(env.iterdir()):
+            tar.add(path, arcname=path.name)
+    for name in SPARK_ENTRY_POINTS:
+        shutil.copy2(ROOT / "spark_jobs" / name, out / name)
+    shutil.rmtree(env)
+    print(f"{archive.relative_to(ROOT)}: {archive.stat().st_size / 2**20:.0f} MiB (Python {version})", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="part", required=True)
+    lam = sub.add_parser("lambda", help="build/lambda: function code and dependencies layer")
+    lam.add_argument("--arch", choices=sorted(PLATFORMS), default=os.environ.get("LAMBDA_ARCH", "x86_64"))
+    spark = sub.add_parser("spark", help="build/spark: the EMR Serverless environment archive and entry points")
+    spark.add_argument("--python", default=sys.executable, help="the interpreter to package (3.11+)")
+    args = parser.parse_args(argv)
+    if args.part == "lambda":
+        build_lambda(args.arch)
+    else:
+        build_spark(args.python)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
