@@ -8,6 +8,7 @@ once per process; a bad value fails the cold start with a message naming the key
 from __future__ import annotations
 
 import os
+import tomllib
 from functools import cache
 
 from lakepurge.config import ConfigError, Settings, load_settings, parse_settings
@@ -19,8 +20,6 @@ from lakepurge.privacy import Pseudonymizer
 @cache
 def settings() -> Settings:
     if "LAKEPURGE_CONFIG_TOML" in os.environ:
-        import tomllib
-
         try:
             data = tomllib.loads(os.environ["LAKEPURGE_CONFIG_TOML"])
         except tomllib.TOMLDecodeError as exc:
@@ -29,6 +28,25 @@ def settings() -> Settings:
     if "LAKEPURGE_CONFIG" in os.environ:
         return load_settings(os.environ["LAKEPURGE_CONFIG"])
     raise ConfigError("set LAKEPURGE_CONFIG (path to lakepurge.toml) or LAKEPURGE_CONFIG_TOML")
+
+
+def settings_from(location: str | None) -> Settings:
+    """A Spark job's settings: a TOML file, an ``s3://`` URI of one (how EMR Serverless jobs get it), or, for
+    None, the environment as above."""
+    if location is None:
+        return settings()
+    if not location.startswith("s3://"):
+        return load_settings(location)
+    from lakepurge import aws
+    from lakepurge.s3uri import S3Uri
+
+    uri = S3Uri.parse(location)
+    body = aws.client("s3").get_object(Bucket=uri.bucket, Key=uri.key)["Body"].read()
+    try:
+        data = tomllib.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{location}: not valid TOML: {exc}") from None
+    return parse_settings(data, location)
 
 
 @cache

@@ -16,33 +16,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tomllib
 
 import orjson
 
 from lakepurge import aws, runtime
-from lakepurge.config import ConfigError, Settings, load_settings, parse_settings
+from lakepurge.config import ConfigError
 from lakepurge.logs import object_ref, root_logger
 from lakepurge.privacy import hash_key
 from lakepurge.purge.job import run_purge
 from lakepurge.report import ReportTampered, read_report
-from lakepurge.s3uri import S3Uri
 from lakepurge.sparkutil import get_session
-
-
-def load_config(location: str | None) -> Settings:
-    """The settings from a file, an s3:// URI, or (None) the environment."""
-    if location is None:
-        return runtime.settings()
-    if not location.startswith("s3://"):
-        return load_settings(location)
-    uri = S3Uri.parse(location)
-    body = aws.client("s3").get_object(Bucket=uri.bucket, Key=uri.key)["Body"].read()
-    try:
-        data = tomllib.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"{location}: not valid TOML: {exc}") from None
-    return parse_settings(data, location)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     root_logger(stream=sys.stderr)
     try:
-        settings = load_config(args.config)
+        settings = runtime.settings_from(args.config)
         key = hash_key(settings.privacy)
     except ConfigError as exc:
         sys.stderr.write(f"lakepurge: purge not started: {exc}\n")
