@@ -248,13 +248,28 @@ def cmd_vacuum(args: argparse.Namespace, out: Output) -> int:
 def cmd_demo(args: argparse.Namespace, out: Output) -> int:
     from lakepurge.demo import DemoError, run_demo
 
+    if args.objects < 1 or args.users < 1:
+        raise ConfigError("--objects and --users must be at least 1")
+    if not 0 <= args.port <= 65535:
+        raise ConfigError("--port must be between 0 (any free port) and 65535")
     try:
-        document = run_demo(objects=args.objects, users=args.users, say=out.say)
+        document = run_demo(
+            objects=args.objects,
+            users=args.users,
+            say=out.say,
+            interactive=args.interactive,
+            port=args.port,
+            approval_timeout=args.approval_timeout,
+            backfill=args.backfill,
+        )
     except DemoError as exc:
         out.say(f"lakepurge demo: {exc}")
         return 1
+    except KeyboardInterrupt:
+        out.say("lakepurge demo: stopped (the local stack is gone with it; nothing outside it was touched)")
+        return 130
     out.result(document)
-    return 0 if document["status"] == "SUCCEEDED" else 1
+    return 0 if document["status"] in ("SUCCEEDED", "REJECTED") else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -270,8 +285,27 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     demo = commands.add_parser("demo", parents=[common], help="the whole pipeline on an embedded local stack")
-    demo.add_argument("--objects", type=int, default=200)
-    demo.add_argument("--users", type=int, default=60)
+    demo.add_argument("--objects", type=int, default=100, help="objects in the sample lake (default: %(default)s)")
+    demo.add_argument("--users", type=int, default=100, help="users in the sample lake (default: %(default)s)")
+    demo.add_argument(
+        "--interactive",
+        action="store_true",
+        help="print the approval link and wait for a person to press Approve or Reject in a browser"
+        " (default: the demo approves by itself, on a terminal or not)",
+    )
+    demo.add_argument(
+        "--port", type=int, default=0, help="port of the approval page on 127.0.0.1 (default: any free port)"
+    )
+    demo.add_argument(
+        "--approval-timeout",
+        type=int,
+        default=None,
+        metavar="SECONDS",
+        help="how long the request waits for a decision (default: 900 with --interactive, else 600)",
+    )
+    demo.add_argument(
+        "--backfill", action="store_true", help="also rebuild the index with the Spark backfill and compare"
+    )
     demo.set_defaults(run=cmd_demo)
 
     index = commands.add_parser("index", help="build or refresh the index")

@@ -1,27 +1,48 @@
 """``lakepurge demo``: the pipeline on the embedded local stack, needing nothing but Python and Java.
 
-A moto server on 127.0.0.1 stands in for S3 and DynamoDB; Spark runs in local mode. The demo generates a sample
-lake, backfills the index with the Spark job, looks one user up, erases a few users through the operator path
-(report, Spark purge, verification) and shows the erasure certificate.
+A moto server on 127.0.0.1 stands in for S3, SQS, DynamoDB, KMS, SES, SNS and Step Functions; the approval page
+is served on 127.0.0.1 by the same handler API Gateway calls on AWS; Spark runs in local mode. The demo:
+
+1. starts the stack and deploys ``statemachine/purge.asl.json`` with the ``lambdas/`` handlers in-process;
+2. configures the lake bucket's notifications (ObjectCreated/ObjectRemoved -> SQS, with a dead-letter queue),
+   generates a sample lake and uploads it;
+3. indexes it through that S3-event path: SQS batches go to ``lambdas.indexer.handler`` as Lambda's event source
+   mapping would hand them (failed records stay in the queue, then reach the DLQ); optionally (``backfill``) the
+   Spark backfill rebuilds the index too; both are checked against the generator's ground truth;
+4. files a deletion request for three users (stored encrypted; the execution carries only its id);
+5. approves it: automatically (the link fetched with GET, then Approve POSTed, as a browser does) or, interactive,
+   by a person clicking the link in a browser;
+6. waits for the purge (the Spark job, or inline for a small report), prints the certificate, feeds the purge's
+   own S3 events back to the indexer and checks that the erased users are gone from the index.
+
+Human output goes through ``say`` and the progress bars to stderr; the returned dict is the ``--json`` document.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
+import io
+import logging
 import os
+import re
 import secrets
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 import tomllib
+import uuid
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import orjson
 
 from lakepurge import aws
-from lakepurge.backfill import BackfillResult
 from lakepurge.config import Settings, parse_settings
 from lakepurge.index import open_store
 from lakepurge.logs import object_ref, user_ref
@@ -30,78 +51,336 @@ from lakepurge.samples import SampleLake, generate_lake, settings_toml
 
 Say = Callable[[str], None]
 
+LAKE_BUCKET = "lake"
+REPORTS_BUCKET = "lake-reports"
+EVENTS_QUEUE = "lakepurge-index-events"
+EVENTS_DLQ = "lakepurge-index-events-dlq"
+INSTALL_HINT = "run `make install` (or `pip install -e '.[local,spark]'` in your virtualenv)"
+
 
 class DemoError(RuntimeError):
-    """A first-run problem the user can fix (no Java, busy port); the message says how."""
+    """A first-run problem the user can fix (no Java, busy port, missing packages); the message says how."""
+
+
+def check_packages() -> None:
+    """moto (with its server) and PySpark come with the [local] and [spark] extras."""
+    wanted = {"moto": "moto", "flask": "moto[server]", "pyspark": "pyspark"}
+    missing = [name for module, name in wanted.items() if importlib.util.find_spec(module) is None]
+    if missing:
+        raise DemoError(f"the demo needs {', '.join(missing)}, which are not installed: {INSTALL_HINT}")
 
 
 def check_java() -> None:
     java = shutil.which("java")
     if java is None:
-        raise DemoError("Java 17 or newer is needed for Spark: install it (Debian: apt-get install openjdk-17-jre)")
+        raise DemoError(
+            "Java 17 or newer is needed for Spark: install it (Debian/Ubuntu: apt-get install openjdk-17-jre-headless;"
+            " macOS: brew install openjdk@17), or put it on PATH"
+        )
     result = subprocess.run([java, "-version"], capture_output=True, text=True, check=False)
     first = (result.stderr or result.stdout).splitlines()[0] if (result.stderr or result.stdout) else ""
     version = first.split('"')[1] if '"' in first else ""
     major = int(version.split(".")[0]) if version[:2].isdigit() else 0
     if major and major < 17:
-        raise DemoError(f"Spark needs Java 17 or newer; found {version}")
+        raise DemoError(f"Spark needs Java 17 or newer; found {version} at {java}")
 
 
-def run_demo(objects: int = 200, users: int = 60, say: Callable[[str], None] = print) -> dict[str, Any]:
-    from lakepurge.backfill import run_backfill
-    from lakepurge.local import workflow as local_workflow
-    from lakepurge.local.approval_server import ApprovalServer
-    from lakepurge.local.moto import start_moto
-    from lakepurge.sparkutil import spark_session
+class Progress:
+    """A one-line progress bar on stderr (redrawn in place on a terminal; elsewhere one line when it closes)."""
 
+    WIDTH = 28
+
+    def __init__(self, label: str, total: int, stream: TextIO | None = None, enabled: bool = True) -> None:
+        self.label = label
+        self.total = max(total, 0)
+        self.done = 0
+        self.stream = stream or sys.stderr
+        self.enabled = enabled
+        self.tty = enabled and self.stream.isatty()
+        self.started = time.monotonic()
+        self._drawn = 0.0
+        self._draw()
+
+    def _line(self) -> str:
+        fraction = self.done / self.total if self.total else 1.0
+        filled = int(fraction * self.WIDTH)
+        bar = "#" * filled + "." * (self.WIDTH - filled)
+        return f"    {self.label:<34} [{bar}] {self.done:>5}/{self.total:<5} {time.monotonic() - self.started:5.1f} s"
+
+    def _draw(self) -> None:
+        if self.tty:
+            self.stream.write("\r" + self._line())
+            self.stream.flush()
+            self._drawn = time.monotonic()
+
+    def update(self, done: int) -> None:
+        self.done = min(max(done, self.done), self.total) if self.total else done
+        if self.tty and time.monotonic() - self._drawn >= 0.1:
+            self._draw()
+
+    def advance(self, count: int = 1) -> None:
+        self.update(self.done + count)
+
+    def close(self) -> float:
+        seconds = time.monotonic() - self.started
+        if self.enabled:
+            self.stream.write(("\r" if self.tty else "") + self._line() + "\n")
+            self.stream.flush()
+        return seconds
+
+
+@dataclass
+class Step:
+    name: str
+    seconds: float
+    result: str
+
+
+@dataclass
+class DemoRun:
+    """What the summary table and the JSON document are made from."""
+
+    steps: list[Step] = field(default_factory=list)
+
+    def add(self, name: str, started: float, result: str) -> None:
+        self.steps.append(Step(name, round(time.monotonic() - started, 1), result))
+
+    def table(self) -> list[str]:
+        width = max(len(s.name) for s in self.steps)
+        lines = [f"    {'step':<{width}}  {'seconds':>7}  result", f"    {'-' * width}  {'-' * 7}  {'-' * 40}"]
+        lines += [f"    {s.name:<{width}}  {s.seconds:>7.1f}  {s.result}" for s in self.steps]
+        return lines
+
+
+def run_demo(
+    objects: int = 100,
+    users: int = 100,
+    say: Say = print,
+    *,
+    interactive: bool = False,
+    port: int = 0,
+    approval_timeout: int | None = None,
+    backfill: bool = False,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """The whole demo; returns the --json document. Raises DemoError for problems the user can fix."""
     started = time.monotonic()
+    check_packages()
     check_java()
+    from lakepurge import runtime
+    from lakepurge.local import workflow as local_workflow
+    from lakepurge.local.approval_server import ApprovalServer, PortInUse
+    from lakepurge.local.moto import start_moto
+
+    timeout = approval_timeout or (900 if interactive else 600)
+    run = DemoRun()
     os.environ.setdefault("LAKEPURGE_HASH_KEY", secrets.token_hex(16))  # a demo key: each run is its own world
-    say("1/6 starting the local stack: moto (S3, DynamoDB, KMS, SES, SNS, Step Functions) and the approval page")
-    stack = start_moto()
-    page = ApprovalServer()
+    say("1/6 starting the local stack: moto (S3, SQS, DynamoDB, KMS, SES, SNS, Step Functions), the approval page")
+    mark = time.monotonic()
+    try:
+        page = ApprovalServer(port)
+    except PortInUse as exc:
+        message = f"the approval page cannot listen: {exc} (--port N picks the port, --port 0 any free one)"
+        raise DemoError(message) from None
+    try:
+        stack = start_moto()
+    except BaseException:
+        page.stop()
+        raise
+    # moto's DynamoDB is not thread-safe: a query racing the purge job's writes can fail with a 500 that the client
+    # retries; werkzeug would print its traceback. The outcome is verified independently of such retries.
+    logging.getLogger("werkzeug").setLevel(logging.CRITICAL)
     workdir = Path(tempfile.mkdtemp(prefix="lakepurge-demo-"))
     try:
         local_workflow.install_lambda_dispatch()
         local_workflow.enable_execution(stack.endpoint)
         s3 = aws.client("s3")
-        for bucket in ("lake", "lake-reports"):
+        for bucket in (LAKE_BUCKET, REPORTS_BUCKET):
             s3.create_bucket(Bucket=bucket)
         deployed, workflow_toml = local_workflow.prepare(
-            "lakepurge-demo@example.com", ["dpo@example.com"], page.url, approval_timeout_seconds=600
+            "lakepurge-demo@example.com", ["dpo@example.com"], page.url, approval_timeout_seconds=timeout
         )
-        say(f"    state machine {deployed.state_machine_arn} (statemachine/purge.asl.json)")
-        lake = generate_lake(bucket="lake", objects=objects, users=users)
-        lake.upload(s3)
-        toml = settings_toml("lake", 'backend = "dynamodb"\ntable = "lakepurge-index"', "s3://lake-reports/")
+        queue_url = _subscribe_lake_events(s3, aws.client("sqs"))
+        toml = settings_toml(LAKE_BUCKET, 'backend = "dynamodb"\ntable = "lakepurge-index"', f"s3://{REPORTS_BUCKET}/")
         # A sample lake is small: three users are a large share of a dataset, so the dataset limit is relaxed.
         toml += "\n[purge]\nmax_dataset_fraction = 0.5\n\n" + workflow_toml
         config = workdir / "lakepurge.toml"
         config.write_text(toml)
         os.environ["LAKEPURGE_CONFIG"] = str(config)  # what the in-process Lambda handlers read
+        os.environ.pop("LAKEPURGE_CONFIG_TOML", None)
+        runtime.reset()
         settings = parse_settings(tomllib.loads(toml), "demo configuration")
-        say(f"2/6 generated a sample lake: {len(lake.objects)} objects, {lake.total_bytes / 1e6:.1f} MB, {users} users")
+        say(f"    moto {stack.endpoint}; approval page {page.url}")
+        say(f"    state machine {deployed.state_machine_arn} (statemachine/purge.asl.json)")
+        say(f"    s3://{LAKE_BUCKET} notifies ObjectCreated/ObjectRemoved to SQS {EVENTS_QUEUE} (DLQ {EVENTS_DLQ})")
+        run.add("local stack", mark, f"moto {stack.endpoint}, approval page {page.url}")
 
-        say("3/6 backfilling the index with the Spark job (local[2])")
-        with spark_session("lakepurge-demo") as spark:
-            result = run_backfill(spark, settings)
-        document = _look_up(settings, lake, result, say)
-        document |= _erase_through_workflow(settings, deployed, lake.users[:3], say)
-        document["status"] = (
-            "SUCCEEDED"
-            if document.pop("index_ok") and document["workflow_status"] == ("SUCCEEDED") and document["verified"]
-            else "FAILED"
+        mark = time.monotonic()
+        lake = generate_lake(bucket=LAKE_BUCKET, objects=objects, users=users)
+        say(
+            f"2/6 sample lake: {len(lake.objects)} objects, {lake.total_bytes / 1e6:.1f} MB, {users} users"
+            " (JSON Lines, gzip, CSV, Parquet, one-user objects)"
         )
+        bar = Progress("uploading to s3://lake", len(lake.objects), enabled=progress)
+        _upload(s3, lake, bar)
+        bar.close()
+        run.add("sample lake", mark, f"{len(lake.objects)} objects, {lake.total_bytes / 1e6:.1f} MB uploaded")
+
+        say("3/6 indexing through the S3-event path: S3 -> SQS -> lambdas/indexer.py (batches of 10)")
+        mark = time.monotonic()
+        bar = Progress("S3 events indexed", len(lake.objects), enabled=progress)
+        events = drain_index_events(aws.client("sqs"), queue_url, bar)
+        bar.close()
+        document = _check_index(settings, lake, events, say)
+        run.add(
+            "index (S3 events)",
+            mark,
+            f"{events.records} events, {document['index_rows']} rows, equals ground truth:"
+            f" {document['index_matches_ground_truth']}",
+        )
+        if backfill:
+            mark = time.monotonic()
+            document["backfill"] = _backfill(settings, lake, say)
+            run.add(
+                "index (Spark backfill)",
+                mark,
+                f"{document['backfill']['objects']} objects, equals ground truth: "
+                f"{document['backfill']['index_matches_ground_truth']}",
+            )
+
+        mark = time.monotonic()
+        erased = lake.users[:3]
+        document |= _erase_through_workflow(
+            settings, lake, erased, say, interactive=interactive, timeout=timeout, progress=progress, run=run
+        )
+        document["approval"] = "interactive" if interactive else "automatic"
+
+        mark = time.monotonic()
+        waiting = _visible_messages(aws.client("sqs"), queue_url)
+        bar = Progress("purge's S3 events indexed", waiting, enabled=progress)
+        after = drain_index_events(aws.client("sqs"), queue_url, bar)
+        bar.close()
+        left = _index_locations(settings, erased)
+        document["index_after_purge"] = {"events": after.records, "failed": after.failed, "erased_users_left": left}
+        say(
+            f"    the purge's {after.records} S3 event(s) went through the indexer: erased users still in the index:"
+            f" {left}"
+        )
+        run.add("index after the purge", mark, f"{after.records} events; erased users left in the index: {left}")
+
+        ok = document.pop("index_ok") and left == 0
+        if document["workflow_status"] == "SUCCEEDED" and document["verified"] and ok:
+            document["status"] = "SUCCEEDED"
+        elif document["outcome"] == "REJECTED" and ok:
+            document["status"] = "REJECTED"
+        else:
+            document["status"] = "FAILED"
         document["seconds"] = round(time.monotonic() - started, 1)
+        run.steps.append(Step("total", document["seconds"], document["status"]))
+        document["steps"] = [{"step": s.name, "seconds": s.seconds, "result": s.result} for s in run.steps]
+        say("summary")
+        for line in run.table():
+            say(line)
         return document
     finally:
         page.stop()
         stack.stop()
         os.environ.pop("LAKEPURGE_CONFIG", None)
+        runtime.reset()
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _look_up(settings: Settings, lake: SampleLake, result: BackfillResult, say: Say) -> dict[str, Any]:
+def _subscribe_lake_events(s3: Any, sqs: Any) -> str:
+    """ObjectCreated/ObjectRemoved of the lake bucket -> an SQS queue with a dead-letter queue (maxReceiveCount 5),
+    as infra/ deploys it; returns the queue's URL."""
+    dlq_url = sqs.create_queue(QueueName=EVENTS_DLQ)["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    redrive = orjson.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": "5"}).decode()
+    queue_url = sqs.create_queue(
+        QueueName=EVENTS_QUEUE, Attributes={"VisibilityTimeout": "5", "RedrivePolicy": redrive}
+    )["QueueUrl"]
+    queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    s3.put_bucket_notification_configuration(
+        Bucket=LAKE_BUCKET,
+        NotificationConfiguration={
+            "QueueConfigurations": [{"QueueArn": queue_arn, "Events": ["s3:ObjectCreated:*", "s3:ObjectRemoved:*"]}]
+        },
+    )
+    return str(queue_url)
+
+
+def _visible_messages(sqs: Any, queue_url: str) -> int:
+    attributes = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessages"])
+    return int(attributes["Attributes"]["ApproximateNumberOfMessages"])
+
+
+def _upload(s3: Any, lake: SampleLake, bar: Progress) -> None:
+    for obj in lake.objects:
+        extra: dict[str, Any] = {}
+        if obj.tags:
+            extra["Tagging"] = "&".join(f"{k}={v}" for k, v in obj.tags.items())
+        s3.put_object(Bucket=lake.bucket, Key=obj.key, Body=obj.body, **extra)
+        bar.advance()
+
+
+@dataclass
+class EventRun:
+    messages: int = 0  # SQS messages handed to the indexer
+    records: int = 0  # S3 event records in them (one object each)
+    failed: int = 0  # messages the indexer reported as failed (left for SQS to retry, then the DLQ)
+
+
+def drain_index_events(sqs: Any, queue_url: str, bar: Progress | None = None, batch: int = 10) -> EventRun:
+    """Hand the queue's S3 notifications to lambdas.indexer.handler in SQS batches, as Lambda's event source
+    mapping does: records the handler reports in batchItemFailures stay in the queue; the others are deleted.
+    Stops when the queue has nothing visible left."""
+    from lakepurge.local.workflow import LocalContext
+    from lambdas import indexer
+
+    queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    region = queue_arn.split(":")[3]
+    run = EventRun()
+    while True:
+        messages = sqs.receive_message(
+            QueueUrl=queue_url, MaxNumberOfMessages=batch, AttributeNames=["All"], WaitTimeSeconds=0
+        ).get("Messages", [])
+        if not messages:
+            return run
+        event = {
+            "Records": [
+                {
+                    "messageId": m["MessageId"],
+                    "receiptHandle": m["ReceiptHandle"],
+                    "body": m["Body"],
+                    "attributes": m.get("Attributes", {}),
+                    "messageAttributes": {},
+                    "md5OfBody": m["MD5OfBody"],
+                    "eventSource": "aws:sqs",
+                    "eventSourceARN": queue_arn,
+                    "awsRegion": region,
+                }
+                for m in messages
+            ]
+        }
+        context = LocalContext("lakepurge-indexer", str(uuid.uuid4()))
+        with contextlib.redirect_stdout(io.StringIO()):  # its CloudWatch metrics (EMF lines): not for this terminal
+            response = indexer.handler(event, context)
+        failed = {f["itemIdentifier"] for f in response.get("batchItemFailures", [])}
+        done = [m for m in messages if m["MessageId"] not in failed]
+        if done:
+            sqs.delete_message_batch(
+                QueueUrl=queue_url,
+                Entries=[{"Id": str(n), "ReceiptHandle": m["ReceiptHandle"]} for n, m in enumerate(done)],
+            )
+        records = sum(len(orjson.loads(m["Body"]).get("Records", [])) for m in done)
+        run.messages += len(messages)
+        run.records += records
+        run.failed += len(failed)
+        if bar is not None:
+            bar.advance(records)
+
+
+def _check_index(settings: Settings, lake: SampleLake, events: EventRun, say: Say) -> dict[str, Any]:
     store = open_store(settings.index)
     try:
         status = store.status()
@@ -111,93 +390,152 @@ def _look_up(settings: Settings, lake: SampleLake, result: BackfillResult, say: 
     finally:
         store.close()
     say(
-        f"    indexed {result.scanned} objects, {result.records} records, {status.rows} index rows;"
-        f" unindexable lines: {status.unindexable_lines}; index equals ground truth: {exact}"
+        f"    {events.records} S3 event(s) in {events.messages} SQS message(s), {events.failed} failed;"
+        f" {status.objects} objects, {status.records} records, {status.rows} index rows;"
+        f" unindexable lines: {status.unindexable_lines}"
     )
-    say(f"4/6 lookup of one user ({user_ref(user)}): {len(found)} object(s)")
-    for location in found[:8]:
+    say(f"    index equals the generator's ground truth: {exact}")
+    say(f"    lookup of one user ({user_ref(user)}): {len(found)} object(s)")
+    for location in found[:5]:
         where = "whole object" if location.whole_object else f"lines {list(location.lines)}"
         uri = S3Uri.parse(location.s3path)
         dataset = settings.dataset_for(uri.bucket, uri.key)
-        say(f"    {object_ref(location.s3path, dataset) if dataset else location.s3path}  {where}")
+        say(f"      {object_ref(location.s3path, dataset) if dataset else location.s3path}  {where}")
     return {
-        "index_ok": exact and not result.failed,
-        "objects": result.objects,
-        "records": result.records,
+        "index_ok": exact and not events.failed,
+        "objects": status.objects,
+        "records": status.records,
         "index_rows": status.rows,
         "unindexable_lines": status.unindexable_lines,
         "index_matches_ground_truth": exact,
+        "indexing": {"path": "s3-events", "events": events.records, "failed": events.failed},
         "lookup": {"user": user_ref(user), "objects": len(found)},
     }
+
+
+def _backfill(settings: Settings, lake: SampleLake, say: Say) -> dict[str, Any]:
+    """The existing-lake path: the Spark backfill re-reads every object (forced) and must give the same index."""
+    from lakepurge.backfill import run_backfill
+    from lakepurge.sparkutil import spark_session
+
+    say("    and through the Spark backfill (local[2], --force): the path for a lake that existed before the events")
+    with spark_session("lakepurge-demo") as spark:
+        result = run_backfill(spark, settings, force=True)
+    store = open_store(settings.index)
+    try:
+        exact = store.dump() == lake.truth
+    finally:
+        store.close()
+    say(f"    backfill read {result.scanned} objects, {result.records} records; index equals ground truth: {exact}")
+    return {"objects": result.scanned, "failed": len(result.failed), "index_matches_ground_truth": exact}
+
+
+def _index_locations(settings: Settings, users: list[str]) -> int:
+    store = open_store(settings.index)
+    try:
+        return sum(len(locations) for locations in store.lookup(users).values())
+    finally:
+        store.close()
 
 
 _POLL_LOOP = ("WaitForPurge", "PurgeStatus", "PurgeFinished")
 
 
-def _erase_through_workflow(settings: Settings, deployed: Any, users: list[str], say: Say) -> dict[str, Any]:
-    import uuid
-
+def _erase_through_workflow(
+    settings: Settings,
+    lake: SampleLake,
+    users: list[str],
+    say: Say,
+    *,
+    interactive: bool,
+    timeout: int,
+    progress: bool,
+    run: DemoRun,
+) -> dict[str, Any]:
     from lakepurge.local.workflow import sent_emails
     from lakepurge.privacy import Pseudonymizer
+    from lakepurge.purge.job import results_prefix
     from lakepurge.workflow.intake import file_request
     from lakepurge.workflow.steps import Clients
 
     sfn = aws.client("stepfunctions")
+    s3 = aws.client("s3")
     request_id = f"req-demo-{uuid.uuid4().hex[:12]}"
-    say(f"5/6 deletion request {request_id} for {len(users)} user(s) -> Step Functions (ids encrypted, not in input)")
+    say(f"4/6 deletion request {request_id} for {len(users)} user(s) -> Step Functions (ids encrypted, not in input)")
+    mark = time.monotonic()
     filed = file_request(
         settings,
-        Clients(aws.client("s3"), aws.client("kms")),
+        Clients(s3, aws.client("kms")),
         sfn,
         Pseudonymizer.from_config(settings.privacy),
         users,
         "lakepurge demo",
         request_id,
     )
-    seen = polls = 0
-    approved = False
+    results = results_prefix(settings, request_id)
+    seen = polls = report_objects = 0
+    asked = False
+    bar: Progress | None = None
+    held: list[str] = []  # states entered while the progress bar owns the line: printed when it closes
     while True:
         execution = sfn.describe_execution(executionArn=filed.execution_arn)
         events = sfn.get_execution_history(executionArn=filed.execution_arn)["events"]
         for event in events[seen:]:
-            if event["type"].endswith("StateEntered"):
-                name = event["stateEnteredEventDetails"]["name"]
-                polls += name == "PurgeStatus"
-                if name not in _POLL_LOOP or (name == "WaitForPurge" and polls == 0):
-                    say(
-                        f"    -> {name}"
-                        + (
-                            " (polling the Spark job: Wait -> PurgeStatus -> PurgeFinished)"
-                            if name in _POLL_LOOP
-                            else ""
-                        )
-                    )
+            if event["type"] == "TaskStateExited" and event["stateExitedEventDetails"]["name"] == "GenerateReport":
+                report = orjson.loads(event["stateExitedEventDetails"]["output"]).get("report") or {}
+                report_objects = int(report.get("objects", 0))
+            if not event["type"].endswith("StateEntered"):
+                continue
+            name = event["stateEnteredEventDetails"]["name"]
+            polls += name == "PurgeStatus"
+            if name == "StartPurge":
+                run.add("request, report, approval", mark, f"{report_objects} objects in the report, approved")
+                mark = time.monotonic()
+                say("6/6 purge: the Spark job (spark-submit, polled by Wait -> PurgeStatus -> PurgeFinished),")
+                say("    or inline in the StartPurge Task when the report is small ([workflow] inline_max_objects)")
+                say("    -> StartPurge")
+                bar = Progress("objects purged", report_objects, enabled=progress)
+            elif bar is not None:
+                if name not in _POLL_LOOP:
+                    held.append(name)
+            else:
+                say(f"    -> {name}")
         seen = len(events)
-        mails = [m for m in sent_emails() if request_id in m["subject"]]
-        if mails and not approved:
-            _show_and_approve(mails[0], say)
-            approved = True
+        if not asked:
+            mails = [m for m in sent_emails() if request_id in m["subject"]]
+            if mails:
+                asked = True
+                _show_email(mails[0], say)
+                if interactive:
+                    _ask_a_person(mails[0], timeout, say)
+                else:
+                    _approve_automatically(mails[0], say)
+        if bar is not None:
+            bar.update(
+                report_objects
+                if "VerifyPurge" in held
+                else s3.list_objects_v2(Bucket=results.bucket, Prefix=results.key).get("KeyCount", 0)
+            )
         if execution["status"] != "RUNNING":
             break
-        time.sleep(0.3)
-    say(f"6/6 execution {execution['status']} (the purge job was polled {polls} time(s))")
+        time.sleep(0.5)
+    if bar is not None:
+        bar.close()
+        for name in held:
+            say(f"    -> {name}")
+        run.add("purge, verification, notification", mark, f"execution {execution['status']}")
+    else:
+        run.add("request, report, approval", mark, f"execution {execution['status']}")
     output = orjson.loads(execution.get("output") or "{}")
+    outcome = output.get("outcome") or _failed_outcome(execution)
+    say(f"    execution {execution['status']}: {outcome} (the purge job was polled {polls} time(s))")
     verification = output.get("verification") or {}
     if verification.get("certificate"):
-        certificate = _read_certificate(verification["certificate"])
-        say(f"    certificate {verification['certificate']}:")
-        say(
-            f"      request {certificate['request_id']}, approved by {certificate['approved_by']}"
-            f" at {certificate['approved_at']}, objects rewritten {certificate['totals']['objects_rewritten']},"
-            f" lines erased {certificate['totals']['lines_erased']},"
-            f" verification {'passed' if certificate['verification']['passed'] else 'FAILED'}"
-        )
-        for entry in certificate["objects"][:5]:
-            say(f"      {entry['object']}: {entry['status']}, {entry['lines_erased']} line(s)")
+        _show_certificate(verification["certificate"], say)
     return {
         "request_id": request_id,
         "workflow_status": execution["status"],
-        "outcome": output.get("outcome"),
+        "outcome": outcome,
         "users_erased": int(verification.get("users_erased", 0)),
         "objects_rewritten": int(verification.get("objects_rewritten", 0)),
         "lines_erased": int(verification.get("lines_erased", 0)),
@@ -206,29 +544,64 @@ def _erase_through_workflow(settings: Settings, deployed: Any, users: list[str],
     }
 
 
-def _show_and_approve(mail: dict[str, Any], say: Say) -> None:
-    """Print the approver's email and answer it as a browser would: open the link (GET), press Approve (POST)."""
-    import re
+_FAILURES = {"Rejected": "REJECTED", "ApprovalTimedOut": "APPROVAL_TIMED_OUT"}
+
+
+def _failed_outcome(execution: dict[str, Any]) -> str | None:
+    error = execution.get("error")
+    return _FAILURES.get(error, error) if error else None
+
+
+def _link(mail: dict[str, Any]) -> str:
+    link = re.search(r"https?://\S+", mail["body"])
+    if link is None:
+        raise DemoError("the approval email has no link")
+    return link.group(0)
+
+
+def _show_email(mail: dict[str, Any], say: Say) -> None:
+    say(f"5/6 approval: email to {', '.join(mail['to'])}: {mail['subject']}")
+    for line in mail["body"].splitlines():
+        say(f"      | {line}")
+
+
+def _ask_a_person(mail: dict[str, Any], timeout: int, say: Say) -> None:
+    until = (datetime.now(UTC) + timedelta(seconds=timeout)).astimezone()
+    say("")
+    say("    >>> Open this link in a browser on this machine, read the report and press Approve erasure or Reject:")
+    say(f"    >>> {_link(mail)}")
+    say(
+        f"    >>> waiting for your decision until {until:%H:%M:%S} (the approval timeout, {timeout // 60} min);"
+        " without one the request ends as APPROVAL_TIMED_OUT and nothing is erased. Ctrl-C stops the demo."
+    )
+    say("")
+
+
+def _approve_automatically(mail: dict[str, Any], say: Say) -> None:
+    """Answer the email as a browser would: open the link (GET), press Approve (POST)."""
     from urllib.parse import parse_qsl, urlsplit
 
     import requests
 
-    say(f"    email to {', '.join(mail['to'])}: {mail['subject']}")
-    for line in mail["body"].splitlines():
-        say(f"      | {line}")
-    link = re.search(r"https?://\S+", mail["body"])
-    if link is None:
-        raise DemoError("the approval email has no link")
-    page = requests.get(link.group(0), timeout=30)
-    say(f"    approval page: HTTP {page.status_code}; approving automatically (POST)")
-    form = dict(parse_qsl(urlsplit(link.group(0)).query)) | {"decision": "approve"}
-    decided = requests.post(link.group(0), data=form, timeout=60)
+    link = _link(mail)
+    page = requests.get(link, timeout=30)
+    say(f"    approval page: HTTP {page.status_code}; approving automatically (POST; --interactive lets you click)")
+    form = dict(parse_qsl(urlsplit(link).query)) | {"decision": "approve"}
+    decided = requests.post(link, data=form, timeout=60)
     say(f"    decision: HTTP {decided.status_code}")
 
 
-def _read_certificate(uri: str) -> dict[str, Any]:
+def _show_certificate(uri: str, say: Say) -> None:
     location = S3Uri.parse(uri)
-    document: dict[str, Any] = orjson.loads(
+    certificate: dict[str, Any] = orjson.loads(
         aws.client("s3").get_object(Bucket=location.bucket, Key=location.key)["Body"].read()
     )
-    return document
+    say(f"    certificate {uri}:")
+    say(
+        f"      request {certificate['request_id']}, approved by {certificate['approved_by']}"
+        f" at {certificate['approved_at']}, objects rewritten {certificate['totals']['objects_rewritten']},"
+        f" lines erased {certificate['totals']['lines_erased']},"
+        f" verification {'passed' if certificate['verification']['passed'] else 'FAILED'}"
+    )
+    for entry in certificate["objects"][:5]:
+        say(f"      {entry['object']}: {entry['status']}, {entry['lines_erased']} line(s)")

@@ -36,3 +36,34 @@ def test_demo_runs_a_request_through_the_workflow_and_prints_one_json_summary() 
     assert summary["seconds"] > 0
     assert "-> RequestApproval" in run.stderr and "-> Erased" in run.stderr
     assert "approval page: HTTP 200" in run.stderr and "decision: HTTP 200" in run.stderr
+    # Indexed through S3 notifications -> SQS -> the indexer handler, exactly the generator's ground truth.
+    indexing = summary["indexing"]
+    assert indexing["path"] == "s3-events" and indexing["failed"] == 0
+    assert indexing["events"] >= summary["objects"]  # one per upload; sidecars are uploads, not indexed objects
+    assert summary["index_matches_ground_truth"] is True
+    # The purge's own S3 events went back through the indexer and the erased users stayed out of the index.
+    assert summary["index_after_purge"]["events"] >= summary["objects_rewritten"]
+    assert summary["index_after_purge"]["erased_users_left"] == 0
+    assert summary["approval"] == "automatic"
+    assert [s["step"] for s in summary["steps"]][-1] == "total" and "summary" in run.stderr
+
+
+def test_demo_says_how_to_fix_a_busy_approval_port() -> None:
+    import socket
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_ENDPOINT", "LAKEPURGE_"))}
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        run = subprocess.run(
+            [sys.executable, "-m", "lakepurge.cli", "demo", "--port", str(port), "--json"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    assert run.returncode == 1 and run.stdout == ""
+    assert f"port {port} on 127.0.0.1 is in use" in run.stderr and "--port" in run.stderr
