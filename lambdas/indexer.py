@@ -1,4 +1,6 @@
 """Indexer Lambda: S3 ObjectCreated/ObjectRemoved notifications, through SQS (partial-batch failures) or direct.
+The SQS messages may be S3 event notifications or EventBridge events from the bucket ("Object Created"/"Object
+Deleted", source aws.s3: how a bucket that already has notifications can feed the index too).
 
 Each notification only names a key: the library reads what S3 holds now and replaces that object's index rows,
 so duplicates and out-of-order deliveries are harmless.
@@ -12,7 +14,7 @@ from urllib.parse import unquote_plus
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
-from aws_lambda_powertools.utilities.data_classes import S3Event
+from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent, S3Event
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
@@ -25,10 +27,13 @@ processor = BatchProcessor(event_type=EventType.SQS)
 
 
 def _index_s3_event(event: S3Event) -> list[IndexOutcome]:
+    # S3 URL-encodes keys in notifications.
+    return _index_keys([(r.s3.bucket.name, unquote_plus(r.s3.get_object.key)) for r in event.records])
+
+
+def _index_keys(keys: list[tuple[str, str]]) -> list[IndexOutcome]:
     outcomes = []
-    for record in event.records:
-        bucket = record.s3.bucket.name
-        key = unquote_plus(record.s3.get_object.key)  # S3 URL-encodes keys in notifications
+    for bucket, key in keys:
         outcome = index_object(
             aws.client("s3"),
             runtime.index_store(),
@@ -50,9 +55,14 @@ def record_handler(record: SQSRecord) -> dict[str, int]:
     body = record.json_body
     if not isinstance(body, dict) or body.get("Event") == "s3:TestEvent":
         return {"objects": 0}  # the test message S3 sends when a notification is configured
-    if "Records" not in body:
-        raise ValueError("SQS message is not an S3 event notification")
-    outcomes = _index_s3_event(S3Event(body))
+    if body.get("source") == "aws.s3" and "detail" in body:
+        # EventBridge names the key as it is (not URL-encoded).
+        bridged = EventBridgeEvent(body)
+        outcomes = _index_keys([(bridged.detail["bucket"]["name"], bridged.detail["object"]["key"])])
+    elif "Records" in body:
+        outcomes = _index_s3_event(S3Event(body))
+    else:
+        raise ValueError("SQS message is neither an S3 event notification nor an EventBridge S3 event")
     return {"objects": len(outcomes), "unindexable": sum(o.unindexable for o in outcomes)}
 
 

@@ -115,6 +115,20 @@ def test_given_an_object_rewritten_with_blank_lines_when_indexed_then_blanked_us
     assert all(loc.s3path != f"s3://lake/{key}" for loc in runtime.index_store().lookup(["u1"]).get("u1", []))
 
 
+def test_given_eventbridge_s3_events_through_sqs_when_delivered_then_the_object_is_indexed_and_removed(lake):
+    key = "reviews/dt=2026-11/part 0001.jsonl"  # EventBridge does not URL-encode the space
+    lake.put(key, ["u1", None, "u2"])
+    event = load("sqs_eventbridge_s3_object_created.json")
+    assert indexer_lambda.handler(event, LambdaContext())["batchItemFailures"] == []
+    assert index_rows() == lake.rows()
+    lake.delete(key)
+    body = orjson.loads(event["Records"][0]["body"])
+    body["detail-type"], body["detail"]["reason"] = "Object Deleted", "DeleteObject"
+    event["Records"][0]["body"] = orjson.dumps(body).decode()
+    assert indexer_lambda.handler(event, LambdaContext())["batchItemFailures"] == []
+    assert index_rows() == lake.rows()
+
+
 def test_given_objects_outside_every_dataset_when_notified_then_they_are_ignored(lake):
     aws.client("s3").put_object(Bucket="lake", Key="tmp/scratch.jsonl", Body=lines_of(["u1"]))
     assert deliver(s3_notification(s3_record("lake", "tmp/scratch.jsonl")))["batchItemFailures"] == []
