@@ -249,7 +249,8 @@ def run_demo(
             )
 
         mark = time.monotonic()
-        erased = lake.users[:3]
+        present = {user for user, _, _ in lake.truth}
+        erased = [user for user in lake.users if user in present][:3]  # three users who have data
         document |= _erase_through_workflow(
             settings, lake, erased, say, interactive=interactive, timeout=timeout, progress=progress, run=run
         )
