@@ -50,8 +50,8 @@ def pg_dsn(postgres_server: object) -> Iterator[str]:
     dsn: str = postgres_server.dsn  # type: ignore[attr-defined]
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
-            "DO $$ BEGIN IF to_regclass('erased_users') IS NOT NULL THEN"
-            " TRUNCATE user_objects, indexed_objects, unindexable_lines, erased_users; END IF; END $$"
+            "DO $$ BEGIN IF to_regclass('user_rows') IS NOT NULL THEN"
+            " TRUNCATE user_rows, indexed_objects, unindexable_lines, erased_users; END IF; END $$"
         )
     yield dsn
 

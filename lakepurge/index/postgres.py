@@ -7,6 +7,7 @@ import gc
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from operator import attrgetter
 
 import psycopg
 
@@ -23,18 +24,11 @@ from lakepurge.logs import get_logger
 
 log = get_logger(__name__)
 
+# Schema, created on first use. Index rows carry an integer object id instead of the object's path: a row is about
+# half as wide, the userid index is covering (lookups read no heap page once the table is vacuumed), and ids compare
+# byte-wise (COLLATE "C": equality is the same, only the sort order of ids is byte order). The design's
+# user_objects(userid, s3path, recordline) is a view over the rows and indexed_objects, for tools written against it.
 SCHEMA = """
--- The blog design's table, unchanged: the version its line numbers belong to is the object's, in indexed_objects,
--- so erasing lines from an object touches only those rows, not every row of the object.
-CREATE TABLE IF NOT EXISTS user_objects (
-    userid     TEXT    NOT NULL,
-    s3path     TEXT    NOT NULL,
-    recordline INTEGER NOT NULL    -- 0-based line (row for Parquet); -1: the whole object is the user's
-);
-CREATE INDEX IF NOT EXISTS user_objects_userid ON user_objects (userid);
--- (s3path, recordline): erasing 500 lines of an object finds exactly those rows instead of filtering all of its rows.
-DROP INDEX IF EXISTS user_objects_s3path;
-CREATE INDEX IF NOT EXISTS user_objects_s3path_line ON user_objects (s3path, recordline);
 CREATE TABLE IF NOT EXISTS indexed_objects (
     s3path        TEXT PRIMARY KEY,
     dataset       TEXT        NOT NULL,
@@ -44,9 +38,17 @@ CREATE TABLE IF NOT EXISTS indexed_objects (
     records       INTEGER     NOT NULL,
     unindexable   INTEGER     NOT NULL,
     reappeared    INTEGER     NOT NULL DEFAULT 0,   -- erased users found again in this object
-    indexed_at    TIMESTAMPTZ NOT NULL DEFAULT now()
+    indexed_at    TIMESTAMPTZ NOT NULL DEFAULT now(),
+    object_id     BIGINT      NOT NULL GENERATED ALWAYS AS IDENTITY   -- kept while the object stays indexed
 );
 ALTER TABLE indexed_objects ADD COLUMN IF NOT EXISTS reappeared INTEGER NOT NULL DEFAULT 0;
+-- One row per (user, line). The version the line numbers belong to is the object's, in indexed_objects, so erasing
+-- lines from an object touches only those rows. Integers first: no alignment padding.
+CREATE TABLE IF NOT EXISTS user_rows (
+    object_id  BIGINT  NOT NULL,   -- indexed_objects.object_id
+    recordline INTEGER NOT NULL,   -- 0-based line (row for Parquet); -1: the whole object is the user's
+    userid     TEXT COLLATE "C" NOT NULL
+);
 CREATE TABLE IF NOT EXISTS unindexable_lines (
     s3path     TEXT    NOT NULL,
     recordline INTEGER NOT NULL,
@@ -60,19 +62,74 @@ CREATE TABLE IF NOT EXISTS erased_users (   -- the suppression list: keyed hashe
 );
 """
 
-# Claims the object row for this version; returns nothing when a newer or identical version is already indexed.
+# Indexes, created after an upgrade has copied the rows (building them once is faster than maintaining them).
+INDEXES = """
+CREATE UNIQUE INDEX IF NOT EXISTS indexed_objects_object_id ON indexed_objects (object_id);
+-- Covering: a lookup is an index-only scan.
+CREATE INDEX IF NOT EXISTS user_rows_userid ON user_rows (userid) INCLUDE (object_id, recordline);
+-- (object, line): erasing 500 lines of an object finds exactly those rows instead of filtering all of its rows.
+CREATE INDEX IF NOT EXISTS user_rows_object_line ON user_rows (object_id, recordline);
+"""
+
+VIEW = """
+CREATE VIEW user_objects AS
+    SELECT r.userid, o.s3path, r.recordline FROM user_rows r JOIN indexed_objects o USING (object_id)
+"""
+
+# Claims the objects of a batch, in path order (two batches touching the same objects cannot deadlock); returns the
+# claimed ones, not those of which a newer or identical version is already indexed.
 _CLAIM = """
 INSERT INTO indexed_objects
     (s3path, dataset, etag, version_id, last_modified, records, unindexable, reappeared, indexed_at)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, now())
+SELECT *, now() FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::timestamptz[], %s::int[], %s::int[],
+                            %s::int[]) AS batch
+ORDER BY 1
 ON CONFLICT (s3path) DO UPDATE SET
     dataset = EXCLUDED.dataset, etag = EXCLUDED.etag, version_id = EXCLUDED.version_id,
     last_modified = EXCLUDED.last_modified, records = EXCLUDED.records,
     unindexable = EXCLUDED.unindexable, reappeared = EXCLUDED.reappeared, indexed_at = now()
 WHERE indexed_objects.last_modified <= EXCLUDED.last_modified
   AND (%s OR indexed_objects.etag <> EXCLUDED.etag)
-RETURNING s3path
+RETURNING s3path, object_id
 """
+
+# Lookups name the wanted ids as {ids}: an array parameter, or for long lists one newline-separated string split by
+# the server (sending 100,000 strings as an array costs the client ~0.1 s of CPU; one string, almost nothing).
+_IDS_ARRAY = "%(ids)s::text[]"
+_IDS_SPLIT = "string_to_array(%(ids)s, E'\\n')"
+# From this many ids on, a lookup runs with settings for a big batch (see _run_lookup).
+_BIG_LOOKUP = 1000
+# A big lookup reads its index entries at random, from cache: without random_page_cost near seq_page_cost the planner
+# prefers a sequential scan of every row (twice as slow at 100,000 users of 5,000,000 rows). JIT compiling costs more
+# than it saves here; the hash tables need more than the stock 4 MB of work_mem.
+_BIG_LOOKUP_SETTINGS = (
+    "SELECT set_config('random_page_cost', '1.1', true), set_config('jit', 'off', true),"
+    " set_config('work_mem', '256MB', true)"
+)
+
+# Per user (in index order, so the grouping streams), the objects and lines of its rows; then the path and ETag of
+# each object found, once (lines NULL, the path in the first column). One statement: one snapshot, so lines and
+# ETags always belong together.
+_LOOKUP = """
+WITH hits AS MATERIALIZED (
+    SELECT userid, array_agg(object_id) AS objects, array_agg(recordline) AS lines FROM user_rows
+    WHERE userid = ANY({ids}) GROUP BY userid)
+SELECT userid, objects, lines, NULL FROM hits
+UNION ALL
+SELECT s3path, ARRAY[object_id], NULL, etag FROM indexed_objects WHERE object_id IN (SELECT unnest(objects) FROM hits)
+"""
+
+# The batch lookup grouped by object: one probe of the index for both answers; the result stays small at 100,000
+# users. No DISTINCT per object (it sorts half a million rows): two users sharing a line are merged by the caller.
+_LOOKUP_OBJECTS = """
+WITH hits AS (SELECT userid, object_id, recordline FROM user_rows WHERE userid = ANY({ids}))
+SELECT o.s3path, o.etag, h.lines, NULL::bigint FROM (
+    SELECT object_id, array_agg(recordline) AS lines FROM hits GROUP BY object_id) h
+JOIN indexed_objects o USING (object_id)
+UNION ALL SELECT NULL, NULL, NULL, count(*) FROM (SELECT DISTINCT userid FROM hits) found
+"""
+
+_BY_PATH = attrgetter("s3path")
 
 _COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 
@@ -102,9 +159,37 @@ class PostgresIndexStore:
 
     def ensure_schema(self) -> None:
         with self._conn.transaction(), self._conn.cursor() as cur:
-            # Concurrent first starts (several Lambdas, several executors) must not race on CREATE.
+            # Concurrent first starts (several Lambdas, several executors) must not race on CREATE or the upgrade.
             cur.execute("SELECT pg_advisory_xact_lock(7411)")
             cur.execute(SCHEMA)
+            cur.execute(
+                "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()"
+                " AND table_name = 'indexed_objects' AND column_name = 'object_id'"
+            )
+            if cur.fetchone() is None:  # created by a version before object ids: number the objects
+                cur.execute(
+                    "ALTER TABLE indexed_objects ADD COLUMN object_id BIGINT NOT NULL GENERATED ALWAYS AS IDENTITY"
+                )
+            cur.execute("SELECT c.relkind FROM pg_class c WHERE c.oid = to_regclass('user_objects')")
+            found = cur.fetchone()
+            upgraded = 0
+            if found is not None and found[0] == "r":
+                # An index created before object ids: user_objects is the table of rows. Move them (rows of no
+                # indexed object were never returned by a lookup: they are left behind), then the view replaces it.
+                cur.execute(
+                    "INSERT INTO user_rows (object_id, recordline, userid)"
+                    " SELECT o.object_id, u.recordline, u.userid"
+                    " FROM user_objects u JOIN indexed_objects o USING (s3path)"
+                )
+                upgraded = cur.rowcount
+                cur.execute("DROP TABLE user_objects")
+                found = None
+            cur.execute(INDEXES)
+            if found is None:
+                cur.execute(VIEW)
+            if upgraded:
+                cur.execute("ANALYZE user_rows")
+                log.info("index upgraded to object ids", extra={"rows": upgraded})
 
     def replace_objects(self, objects: Sequence[ObjectIndex], force: bool = False) -> int:
         if not objects:
@@ -115,38 +200,35 @@ class PostgresIndexStore:
         for obj in objects:
             if obj.s3path not in latest or latest[obj.s3path].last_modified <= obj.last_modified:
                 latest[obj.s3path] = obj
+        batch = list(latest.values())
         with self._conn.transaction(), self._conn.cursor() as cur:
-            claimed: list[ObjectIndex] = []
-            # Lock order by path so two batches touching the same objects cannot deadlock.
-            for obj in sorted(latest.values(), key=lambda o: o.s3path):
-                cur.execute(
-                    _CLAIM,
-                    (
-                        obj.s3path,
-                        obj.dataset,
-                        obj.etag,
-                        obj.version_id,
-                        obj.last_modified,
-                        obj.records,
-                        len(obj.unindexable),
-                        obj.reappeared,
-                        force,
-                    ),
-                )
-                if cur.fetchone() is not None:
-                    claimed.append(obj)
-            if not claimed:
+            cur.execute(
+                _CLAIM,
+                (
+                    [o.s3path for o in batch],
+                    [o.dataset for o in batch],
+                    [o.etag for o in batch],
+                    [o.version_id for o in batch],
+                    [o.last_modified for o in batch],
+                    [o.records for o in batch],
+                    [len(o.unindexable) for o in batch],
+                    [o.reappeared for o in batch],
+                    force,
+                ),
+            )
+            ids: dict[str, int] = dict(cur.fetchall())
+            if not ids:
                 return 0
-            paths = [o.s3path for o in claimed]
-            cur.execute("DELETE FROM user_objects WHERE s3path = ANY(%s)", (paths,))
-            cur.execute("DELETE FROM unindexable_lines WHERE s3path = ANY(%s)", (paths,))
-            with cur.copy("COPY user_objects (userid, s3path, recordline) FROM STDIN") as copy:
+            claimed = [o for o in batch if o.s3path in ids]
+            cur.execute("DELETE FROM user_rows WHERE object_id = ANY(%s::bigint[])", (list(ids.values()),))
+            cur.execute("DELETE FROM unindexable_lines WHERE s3path = ANY(%s)", (list(ids),))
+            with cur.copy("COPY user_rows (object_id, recordline, userid) FROM STDIN") as copy:
                 buffer: list[str] = []
                 for obj in claimed:
-                    suffix = f"\t{_copy_text(obj.s3path)}\t"
+                    prefix = f"{ids[obj.s3path]}\t"
                     for user, lines in obj.lines_by_user.items():
-                        prefix = _copy_text(user) + suffix
-                        buffer.extend(f"{prefix}{line}\n" for line in lines)
+                        suffix = f"\t{_copy_text(user)}\n"
+                        buffer.extend(f"{prefix}{line}{suffix}" for line in lines)
                     if len(buffer) > 50_000:
                         copy.write("".join(buffer))
                         buffer.clear()
@@ -162,73 +244,97 @@ class PostgresIndexStore:
             cur.execute(
                 "UPDATE indexed_objects SET etag = %s, version_id = %s, last_modified = %s,"
                 " records = greatest(records - %s, 0), indexed_at = now()"
-                " WHERE s3path = %s AND etag = %s RETURNING s3path",
+                " WHERE s3path = %s AND etag = %s RETURNING object_id",
                 (after.etag, after.version_id, after.last_modified, len(erased_lines), s3path, before_etag),
             )
-            if cur.fetchone() is None:
+            found = cur.fetchone()
+            if found is None:
                 return False
             cur.execute(
-                "DELETE FROM user_objects WHERE s3path = %s AND recordline = ANY(%s)", (s3path, list(erased_lines))
+                "DELETE FROM user_rows WHERE object_id = %s AND recordline = ANY(%s::int[])",
+                (found[0], list(erased_lines)),
             )
         return True
 
     def remove_object(self, s3path: str) -> bool:
         with self._conn.transaction(), self._conn.cursor() as cur:
-            cur.execute("DELETE FROM indexed_objects WHERE s3path = %s RETURNING s3path", (s3path,))
-            existed = cur.fetchone() is not None
-            cur.execute("DELETE FROM user_objects WHERE s3path = %s", (s3path,))
+            cur.execute("DELETE FROM indexed_objects WHERE s3path = %s RETURNING object_id", (s3path,))
+            found = cur.fetchone()
+            if found is not None:
+                cur.execute("DELETE FROM user_rows WHERE object_id = %s", (found[0],))
             cur.execute("DELETE FROM unindexable_lines WHERE s3path = %s", (s3path,))
-        return existed
+        return found is not None
+
+    def _run_lookup(self, query: str, user_ids: Sequence[str]) -> list[tuple]:
+        """Run a lookup query, {ids} standing for the wanted ids, and fetch its rows (binary: no text parsing)."""
+        if len(user_ids) < _BIG_LOOKUP:  # one statement, one round trip: what one-user latency needs
+            with self._conn.cursor(binary=True) as cur:
+                cur.execute(query.replace("{ids}", _IDS_ARRAY), {"ids": list(user_ids)})
+                return cur.fetchall()
+        joined = "\n".join(user_ids)
+        ids: str | list[str] = joined
+        if joined.count("\n") == len(user_ids) - 1:  # no id holds a newline itself
+            query = query.replace("{ids}", _IDS_SPLIT)
+        else:
+            query, ids = query.replace("{ids}", _IDS_ARRAY), list(user_ids)
+        with self._conn.transaction(), self._conn.cursor(binary=True) as cur:
+            cur.execute(_BIG_LOOKUP_SETTINGS)  # local to this transaction
+            cur.execute(query, {"ids": ids})
+            return cur.fetchall()
 
     def lookup(self, user_ids: Sequence[str]) -> dict[str, list[Location]]:
         if not user_ids:
             return {}
-        with self._conn.cursor() as cur:
-            cur.execute(
-                "SELECT u.userid, u.s3path, o.etag, u.lines FROM ("
-                "  SELECT userid, s3path, array_agg(recordline ORDER BY recordline) AS lines FROM user_objects"
-                "  WHERE userid = ANY(%s) GROUP BY userid, s3path) u"
-                " JOIN indexed_objects o USING (s3path) ORDER BY u.userid, u.s3path",
-                (list(user_ids),),
-            )
-            # Hundreds of thousands of small objects at once: the cyclic garbage collector would scan them over and
-            # over (half of the time at 100,000 users); none of them can form a cycle.
-            with _collector_paused():
-                rows = cur.fetchall()
-                found: dict[str, list[Location]] = defaultdict(list)
-                for user, s3path, etag, lines in rows:
-                    found[user].append(Location(s3path, etag, tuple(lines)))
-        return dict(found)
+        # Hundreds of thousands of small objects at once: the cyclic garbage collector would scan them over and
+        # over (half of the time at 100,000 users); none of them can form a cycle.
+        with _collector_paused():
+            rows = self._run_lookup(_LOOKUP, user_ids)
+            objects = {ids[0]: (path, etag) for path, ids, lines, etag in rows if lines is None}
+            get_object = objects.__getitem__
+            found: dict[str, list[Location]] = {}
+            for user, ids, lines, _ in rows:
+                if lines is None:
+                    continue
+                if len(ids) == 1:
+                    s3path, etag = objects[ids[0]]
+                    found[user] = [Location(s3path, etag, (lines[0],))]
+                    continue
+                if len(set(ids)) == len(ids):  # one line in each object: the usual case
+                    locations = [
+                        Location(s3path, etag, (line,))
+                        for (s3path, etag), line in zip(map(get_object, ids), lines, strict=True)
+                    ]
+                else:
+                    by_object: dict[int, list[int]] = defaultdict(list)
+                    for object_id, line in zip(ids, lines, strict=True):
+                        by_object[object_id].append(line)
+                    locations = [
+                        Location(*objects[object_id], tuple(sorted(object_lines)))
+                        for object_id, object_lines in by_object.items()
+                    ]
+                locations.sort(key=_BY_PATH)
+                found[user] = locations
+        return found
 
     def lookup_objects(self, user_ids: Sequence[str]) -> Hits:
         if not user_ids:
             return Hits({}, 0)
-        # One probe of the index for both answers; grouped by object, the result stays small at 100,000 users.
-        # No DISTINCT per object (it sorts half a million rows): two users sharing a line are merged here.
-        with self._conn.cursor() as cur:
-            cur.execute(
-                "WITH hits AS (SELECT userid, s3path, recordline FROM user_objects WHERE userid = ANY(%s::text[]))"
-                " SELECT h.s3path, o.etag, h.lines, NULL::bigint FROM ("
-                "  SELECT s3path, array_agg(recordline) AS lines FROM hits GROUP BY s3path) h"
-                " JOIN indexed_objects o USING (s3path)"
-                " UNION ALL SELECT NULL, NULL, NULL, count(*) FROM (SELECT DISTINCT userid FROM hits) found",
-                (list(user_ids),),
-            )
-            rows = cur.fetchall()
+        rows = self._run_lookup(_LOOKUP_OBJECTS, user_ids)
         found = 0
         objects: dict[str, ObjectHits] = {}
         for s3path, etag, lines, users in rows:
             if s3path is None:
                 found = users
             else:
+                # Two users sharing a line (a record naming both) give the line twice.
                 objects[s3path] = ObjectHits(s3path, etag, tuple(sorted(set(lines))))
         return Hits(objects, found)
 
     def object_rows(self, s3path: str) -> dict[str, list[int]]:
         with self._conn.cursor() as cur:
             cur.execute(
-                "SELECT userid, array_agg(recordline ORDER BY recordline) FROM user_objects"
-                " WHERE s3path = %s GROUP BY userid",
+                "SELECT r.userid, array_agg(r.recordline ORDER BY r.recordline) FROM user_rows r"
+                " JOIN indexed_objects o USING (object_id) WHERE o.s3path = %s GROUP BY r.userid",
                 (s3path,),
             )
             rows = cur.fetchall()
@@ -289,7 +395,7 @@ class PostgresIndexStore:
                 " FROM indexed_objects"
             )
             objects, records, unindexable, with_unindexable, with_erased = cur.fetchone() or (0, 0, 0, 0, 0)
-            cur.execute("SELECT count(DISTINCT userid), count(*) FROM user_objects")
+            cur.execute("SELECT count(DISTINCT userid), count(*) FROM user_rows")
             users, rows = cur.fetchone() or (0, 0)
         return IndexStatus(objects, int(records), users, rows, int(unindexable), with_unindexable, with_erased)
 
@@ -316,7 +422,7 @@ class PostgresIndexStore:
     def truncate(self) -> None:
         """Empty the index (tests and benchmarks start from nothing)."""
         with self._conn.transaction(), self._conn.cursor() as cur:
-            cur.execute("TRUNCATE user_objects, indexed_objects, unindexable_lines, erased_users")
+            cur.execute("TRUNCATE user_rows, indexed_objects, unindexable_lines, erased_users")
 
     def close(self) -> None:
         self._conn.close()
