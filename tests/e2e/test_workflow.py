@@ -44,6 +44,15 @@ def workflow_case(
     yield create
 
 
+class _RecordList(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
 def _users_with_data(case: WorkflowCase, count: int) -> list[str]:
     seen: list[str] = []
     for user, _, _ in sorted(case.lake.lake.truth):
@@ -63,7 +72,7 @@ def _assert_no_raw_ids(case: WorkflowCase, request_id: str, users: list[str]) ->
 
 
 def test_approved_request_is_erased_verified_certified_and_notified(
-    workflow_case: Callable[..., WorkflowCase], pg_dsn: str, caplog: pytest.LogCaptureFixture
+    workflow_case: Callable[..., WorkflowCase], pg_dsn: str
 ) -> None:
     import psycopg
 
@@ -78,7 +87,15 @@ def test_approved_request_is_erased_verified_certified_and_notified(
             conn.execute("INSERT INTO crm_customers VALUES (%s, 'pro')", (user,))
     before = snapshot(s3, case.lake.lake.bucket)
 
-    caplog.set_level(logging.DEBUG, logger="lakepurge")
+    logged_records = _RecordList()
+    service_logger = logging.getLogger("lakepurge")
+    # On the service's logger itself: Powertools loggers may not propagate to the root, where caplog listens; and
+    # child loggers created after a CLI run in this process carry its WARNING level.
+    ours = [n for n in logging.root.manager.loggerDict if n == "lakepurge" or n.startswith("lakepurge.")]
+    levels = {name: logging.getLogger(name).level for name in ours}
+    for name in ours:
+        logging.getLogger(name).setLevel(logging.DEBUG)
+    service_logger.addHandler(logged_records)
     request_id = case.file(users, "req-approve")
     mails = case.emails(request_id)
     assert sorted(m["to"][0] for m in mails) == sorted(APPROVERS)
@@ -110,8 +127,10 @@ def test_approved_request_is_erased_verified_certified_and_notified(
     other = call_approval("POST", link_in(mails[1]), "reject")
     assert other["statusCode"] == 409, "a second approver could still decide"
     _assert_no_raw_ids(case, request_id, users)
-    ours = [r for r in caplog.records if r.name.startswith("lakepurge")]
-    logged = "\n".join(json.dumps(r.__dict__, default=str) for r in ours)
+    service_logger.removeHandler(logged_records)
+    for name, level in levels.items():
+        logging.getLogger(name).setLevel(level)
+    logged = "\n".join(json.dumps(r.__dict__, default=str) for r in logged_records.records)
     assert "req-approve" in logged, "the handlers' logs were not captured"
     for user in users:
         assert user not in logged, "a raw user id was logged"
