@@ -5,6 +5,7 @@ a GET on the approval link decides nothing and a replayed POST is refused."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
@@ -17,7 +18,7 @@ import orjson
 import pytest
 
 from lakepurge import aws, runtime
-from lakepurge.local.workflow import sent_emails
+from lakepurge.local.workflow import FUNCTIONS, sent_emails
 from tests.support.invariant import assert_invariant, snapshot
 from tests.support.lakes import LakeCase
 from tests.support.purging import HASH_KEY
@@ -87,11 +88,17 @@ def test_approved_request_is_erased_verified_certified_and_notified(
             conn.execute("INSERT INTO crm_customers VALUES (%s, 'pro')", (user,))
     before = snapshot(s3, case.lake.lake.bucket)
 
+    for module, _ in FUNCTIONS.values():  # Powertools sets its handler up first; ours comes after it
+        importlib.import_module(module)
     logged_records = _RecordList()
     service_logger = logging.getLogger("lakepurge")
     # On the service's logger itself: Powertools loggers may not propagate to the root, where caplog listens; and
     # child loggers created after a CLI run in this process carry its WARNING level.
-    ours = [n for n in logging.root.manager.loggerDict if n == "lakepurge" or n.startswith("lakepurge.")]
+    ours = [
+        name
+        for name, existing in logging.root.manager.loggerDict.items()
+        if (name == "lakepurge" or name.startswith("lakepurge.")) and isinstance(existing, logging.Logger)
+    ]
     levels = {name: logging.getLogger(name).level for name in ours}
     for name in ours:
         logging.getLogger(name).setLevel(logging.DEBUG)
