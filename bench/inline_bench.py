@@ -32,7 +32,6 @@ import random
 import statistics
 import sys
 import tempfile
-import textwrap
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -87,29 +86,6 @@ def start_moto_process() -> Any:
     return process
 
 
-def config_toml(dsn: str) -> str:
-    return textwrap.dedent(
-        f"""\
-        [index]
-        backend = "postgres"
-        dsn = "{dsn}"
-
-        [reports]
-        location = "s3://{REPORTS_BUCKET}/"
-
-        [purge]
-        max_dataset_fraction = 1.0
-
-        [[datasets]]
-        name = "reviews"
-        location = "s3://{BUCKET}/reviews/"
-        format = "jsonl"
-        id_fields = ["user_id"]
-        erase = "blank"
-        """
-    )
-
-
 def make_lake(records: int, lines_per_object: int, seed: int = 11) -> dict[str, bytes]:
     from lakepurge.samples import review_record, user_id
 
@@ -147,7 +123,9 @@ class Bench:
         self.moto = start_moto_process()
         self.postgres = start_postgres()
         config = self.tmp / "lakepurge.toml"
-        config.write_text(config_toml(self.postgres.dsn))
+        from purge_bench import settings_toml  # the same lake layout and configuration
+
+        config.write_text(settings_toml(self.postgres.dsn))
         self.config = config
         self.settings = load_settings(config)
         self.s3 = aws.client("s3")
