@@ -205,6 +205,11 @@ def recorded_relational(s3: Any, settings: Settings, request_id: str) -> tuple[d
     return tuple(orjson.loads(body.read())["tables"])
 
 
+def certificate_uri(settings: Settings, request_id: str) -> S3Uri:
+    base = S3Uri.parse(settings.reports.location)
+    return S3Uri(base.bucket, f"{base.key}certificates/{request_id}.json")
+
+
 def write_certificate(
     s3: Any,
     settings: Settings,
@@ -254,8 +259,7 @@ def write_certificate(
             "remaining": list(result.remaining),
         },
     }
-    base = S3Uri.parse(settings.reports.location)
-    uri = S3Uri(base.bucket, f"{base.key}certificates/{report.request_id}.json")
+    uri = certificate_uri(settings, report.request_id)
     s3.put_object(
         Bucket=uri.bucket,
         Key=uri.key,

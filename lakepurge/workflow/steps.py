@@ -18,7 +18,7 @@ from lakepurge.launch import PurgeJobSpec, inline_fits, launcher_for, run_inline
 from lakepurge.logs import get_logger
 from lakepurge.privacy import HashedUsers, Pseudonymizer
 from lakepurge.purge.engine import verify_object
-from lakepurge.purge.job import purge_relational, recorded_outcomes, results_prefix
+from lakepurge.purge.job import certificate_uri, purge_relational, recorded_outcomes, results_prefix
 from lakepurge.report import Report, ReportTampered, build_report, read_report, report_uri, sha256, write_report
 from lakepurge.s3io import head_object
 from lakepurge.s3uri import S3Uri
@@ -133,11 +133,6 @@ def purge_status(settings: Settings, clients: Clients, job: dict[str, Any], repo
     if status.state == "FAILED":
         read_report(clients.s3, report["uri"], report["sha256"])
     return {**job, "state": status.state, "detail": status.detail}
-
-
-def certificate_uri(settings: Settings, request_id: str) -> S3Uri:
-    base = S3Uri.parse(settings.reports.location)
-    return S3Uri(base.bucket, f"{base.key}certificates/{request_id}.json")
 
 
 def verify(settings: Settings, clients: Clients, index: IndexStore, request_id: str, report: dict[str, Any]) -> dict:
