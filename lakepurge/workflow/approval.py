@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 from urllib.parse import urlencode
 
+import orjson
 from botocore.exceptions import ClientError
 
 from lakepurge.config import Settings
@@ -70,13 +71,15 @@ def open_approval(
     report_uri: str,
     report_sha256: str,
     task_token: str,
-) -> list[ApprovalLink]:
-    """Record what is to be approved and mint one secret per approver. Opening again (a retried Task) replaces
-    the secrets, so only the newest email's links work."""
+) -> tuple[list[ApprovalLink], str]:
+    """Record what is to be approved and mint one secret per approver; returns the links and when they expire.
+    Opening again (a retried Task) replaces the secrets, so only the newest email's links work."""
     workflow = workflow_settings(settings)
     if store.document(request_id, "decision.json") is not None:
         raise ApprovalRefused(409, f"request {request_id} is already decided")
-    expires = datetime.now(UTC) + timedelta(seconds=workflow.approval_timeout_seconds)
+    expires_at = (datetime.now(UTC) + timedelta(seconds=workflow.approval_timeout_seconds)).isoformat(
+        timespec="seconds"
+    )
     links, approvers = [], []
     for index, approver in enumerate(workflow.approvers):
         secret = secrets.token_urlsafe(32)
@@ -91,12 +94,12 @@ def open_approval(
             "report_sha256": report_sha256,
             "task_token": task_token,
             "opened_at": now_iso(),
-            "expires_at": expires.isoformat(timespec="seconds"),
+            "expires_at": expires_at,
             "approvers": approvers,
         },
     )
-    store.set_state(request_id, AWAITING_APPROVAL, expires_at=expires.isoformat(timespec="seconds"))
-    return links
+    store.set_state(request_id, AWAITING_APPROVAL, expires_at=expires_at)
+    return links, expires_at
 
 
 def _check(store: RequestStore, request_id: str, approver_index: str, secret: str) -> tuple[dict[str, Any], str]:
@@ -171,14 +174,14 @@ def decide(
             store.set_state(request_id, APPROVED, approved_at=record["decided_at"])
             sfn.send_task_success(
                 taskToken=approval["task_token"],
-                output=_json(
+                output=orjson.dumps(
                     {
                         "decision": "approved",
                         "approved_by": approver,
                         "approved_at": record["decided_at"],
                         "report_sha256": approval["report_sha256"],
                     }
-                ),
+                ).decode(),
             )
         else:
             sfn.send_task_failure(taskToken=approval["task_token"], error="Rejected", cause="rejected by an approver")
@@ -189,9 +192,3 @@ def decide(
         raise
     log.info("approval decided", extra={"request_id": request_id, "decision": record["decision"]})
     return record
-
-
-def _json(document: dict[str, Any]) -> str:
-    import orjson
-
-    return orjson.dumps(document).decode()

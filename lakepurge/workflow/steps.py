@@ -22,7 +22,7 @@ from lakepurge.purge.job import certificate_uri, purge_relational, recorded_outc
 from lakepurge.report import Report, ReportTampered, build_report, read_report, report_uri, sha256, write_report
 from lakepurge.s3io import head_object
 from lakepurge.s3uri import S3Uri
-from lakepurge.workflow.approval import ApprovalLink, open_approval
+from lakepurge.workflow.approval import open_approval
 from lakepurge.workflow.pages import approval_email
 from lakepurge.workflow.store import PURGING, REPORTED, RequestStore, workflow_settings
 
@@ -78,10 +78,7 @@ def request_approval(
     requests = RequestStore(settings, clients.s3, clients.kms)
     request = requests.get(request_id)
     summary = read_report(clients.s3, report["uri"], report["sha256"]).summary()
-    links: list[ApprovalLink] = open_approval(
-        settings, requests, request_id, report["uri"], report["sha256"], task_token
-    )
-    expires_at = str((requests.document(request_id, "approval.json") or {})["expires_at"])
+    links, expires_at = open_approval(settings, requests, request_id, report["uri"], report["sha256"], task_token)
     for link in links:
         subject, body = approval_email(request, summary, link, expires_at)
         ses.send_email(
