@@ -179,7 +179,7 @@ def cmd_request(args: argparse.Namespace, out: Output) -> int:
     request_id = args.request_id or f"req-{uuid.uuid4()}"
     filed = file_request(
         settings,
-        Clients(aws.client("s3"), aws.client("kms")),
+        Clients.from_environment(),
         aws.client("stepfunctions"),
         Pseudonymizer.from_config(settings.privacy),
         users,

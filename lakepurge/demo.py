@@ -466,7 +466,7 @@ def _erase_through_workflow(
     mark = time.monotonic()
     filed = file_request(
         settings,
-        Clients(s3, aws.client("kms")),
+        Clients.from_environment(),
         sfn,
         Pseudonymizer.from_config(settings.privacy),
         users,

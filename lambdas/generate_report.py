@@ -7,7 +7,7 @@ from typing import Any
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from lakepurge import aws, runtime
+from lakepurge import runtime
 from lakepurge.workflow import steps
 from lakepurge.workflow.events import RequestTask
 from lakepurge.workflow.tasks import sanitized_errors
@@ -20,7 +20,7 @@ logger = Logger(service="lakepurge")
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     task = RequestTask.model_validate(event)
     logger.set_correlation_id(task.request_id)
-    clients = steps.Clients(aws.client("s3"), aws.client("kms"))
+    clients = steps.Clients.from_environment()
     return steps.generate_report(
         runtime.settings(), clients, runtime.index_store(), runtime.require_pseudonymizer(), task.request_id
     )

@@ -40,7 +40,7 @@ def handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str, Any]:
     logger.set_correlation_id(request_id)
     filed = file_request(
         runtime.settings(),
-        Clients(aws.client("s3"), aws.client("kms")),
+        Clients.from_environment(),
         aws.client("stepfunctions"),
         runtime.require_pseudonymizer(),
         detail.user_ids,

@@ -22,6 +22,6 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     task = NotifyTask.model_validate(event)
     logger.set_correlation_id(task.request_id)
     settings = runtime.settings()
-    clients = steps.Clients(aws.client("s3"), aws.client("kms"))
+    clients = steps.Clients.from_environment()
     key = hash_key(settings.privacy)
     return steps.notify(settings, clients, aws.client("sns"), key, task.request_id, task.outcome, task.state)

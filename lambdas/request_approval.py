@@ -21,7 +21,7 @@ logger = Logger(service="lakepurge")
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     task = ApprovalTask.model_validate(event)
     logger.set_correlation_id(task.request_id)
-    clients = steps.Clients(aws.client("s3"), aws.client("kms"))
+    clients = steps.Clients.from_environment()
     return steps.request_approval(
         runtime.settings(), clients, aws.client("ses"), task.request_id, task.report.model_dump(), task.task_token
     )

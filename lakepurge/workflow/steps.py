@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 from botocore.exceptions import ClientError
 
+from lakepurge import aws
 from lakepurge.config import Settings
 from lakepurge.index.base import IndexStore
 from lakepurge.launch import PurgeJobSpec, inline_fits, launcher_for, run_inline
@@ -37,6 +38,11 @@ class NotApproved(Exception):
 class Clients:
     s3: Any
     kms: Any
+
+    @classmethod
+    def from_environment(cls) -> Clients:
+        """The process's S3 and KMS clients (boto3's standard settings, AWS_ENDPOINT_URL locally)."""
+        return cls(aws.client("s3"), aws.client("kms"))
 
 
 def generate_report(

@@ -44,7 +44,7 @@ class WorkflowCase:
     def file(self, users: list[str], request_id: str) -> str:
         file_request(
             self.settings,
-            Clients(aws.client("s3"), aws.client("kms")),
+            Clients.from_environment(),
             self.sfn,
             Pseudonymizer(HASH_KEY.encode()),
             users,
