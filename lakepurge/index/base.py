@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 # The line number stored for a user who owns a whole object (id from the key, a sidecar or a tag).
 WHOLE_OBJECT = -1
@@ -47,9 +47,11 @@ class ObjectIndex:
         return sum(len(lines) for lines in self.lines_by_user.values())
 
 
-@dataclass(frozen=True, slots=True)
-class Location:
-    """Where one user's records are in one object, at the version the index saw."""
+class Location(NamedTuple):
+    """Where one user's records are in one object, at the version the index saw.
+
+    A named tuple rather than a frozen dataclass: a 100,000-user lookup builds ~500,000 of them, and a tuple is made
+    in half the time."""
 
     s3path: str
     etag: str

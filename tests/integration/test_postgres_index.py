@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 
+from lakepurge.index import postgres
 from lakepurge.index.base import WHOLE_OBJECT, Hits, IndexStatus, Location, ObjectIndex, hits_from_locations
 from lakepurge.index.postgres import _BIG_LOOKUP, PostgresIndexStore
 
@@ -85,7 +86,12 @@ def expected_lookup(objects: list[ObjectIndex], users: list[str]) -> dict[str, l
     return found
 
 
-def test_given_more_ids_than_the_big_lookup_threshold_when_looking_up_then_answers_equal_the_small_path(pg_dsn):
+@pytest.mark.parametrize("pipelined", [False, True], ids=["one-statement", "two-backends"])
+def test_given_more_ids_than_the_big_lookup_threshold_when_looking_up_then_answers_equal_the_small_path(
+    pg_dsn, monkeypatch, pipelined
+):
+    # The two-backend path normally starts at 20,000 ids; here it takes every big lookup (or none).
+    monkeypatch.setattr(postgres, "_PIPELINED_LOOKUP", _BIG_LOOKUP if pipelined else 10**9)
     store = PostgresIndexStore(pg_dsn)
     store.ensure_schema()
     rng = random.Random(7)
@@ -113,6 +119,12 @@ def test_given_more_ids_than_the_big_lookup_threshold_when_looking_up_then_answe
             assert {user: found for user, found in small.items() if found} == expected
         assert store.lookup_objects(["stranger"] * _BIG_LOOKUP) == Hits({}, 0)
         assert store.lookup(["stranger"] * _BIG_LOOKUP) == {}
+        # No transaction is left open (it would hold back vacuum and pin a snapshot), and writes still work.
+        connections = [store._conn, *([store._side] if store._side is not None else [])]
+        assert len(connections) == (2 if pipelined else 1)
+        assert all(c.info.transaction_status == psycopg.pq.TransactionStatus.IDLE for c in connections)
+        assert store.remove_object(objects[0].s3path) is True
+        assert "shared" in store.lookup(without_newline)
     finally:
         store.close()
 
