@@ -7,6 +7,7 @@ per-object replacement rules as the real-time indexer.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +37,9 @@ class BackfillResult:
     unindexable: int
     failed: tuple[tuple[str, str], ...]  # (s3path, error class) for objects that could not be read
     bytes_read: int
+    # CPU time of the indexing tasks (reading, parsing, writing the index; not the JVM): with bytes_read, the
+    # throughput per core whatever else shares the machine.
+    cpu_seconds: float = 0.0
 
 
 def list_objects(s3: Any, dataset: DatasetConfig) -> Iterator[tuple[str, str, int]]:
@@ -48,10 +52,22 @@ def list_objects(s3: Any, dataset: DatasetConfig) -> Iterator[tuple[str, str, in
                 yield uri.bucket, key, item["Size"]
 
 
+Row = tuple[str, str, int, int, int, int, str, float]
+_TASK_END = "task-end"  # the last row of every task: the CPU time spent after its last object's row
+
+
 def index_partition(
     settings: Settings, env: dict[str, str], force: bool, items: Iterable[tuple[str, str, str]]
-) -> Iterator[tuple[str, str, int, int, int, int, str]]:
-    """Index a partition's objects; yields (s3path, outcome, records, rows, unindexable, bytes, error)."""
+) -> Iterator[Row]:
+    """Index a partition's objects; yields (s3path, outcome, records, rows, unindexable, bytes, error, cpu seconds
+    since the previous row)."""
+    cpu = time.process_time()
+
+    def spent() -> float:
+        nonlocal cpu
+        previous, cpu = cpu, time.process_time()
+        return cpu - previous
+
     apply_job_environment(env)
     s3 = aws.client("s3")
     store = open_store(settings.index, create=False)
@@ -65,27 +81,29 @@ def index_partition(
             head = head_object(s3, bucket, key)
             if head is None:
                 store.remove_object(s3path)
-                yield s3path, "absent", 0, 0, 0, 0, ""
+                yield s3path, "absent", 0, 0, 0, 0, "", spent()
                 continue
             try:
                 scanned = scan_object(s3, settings, dataset, head)
             except ObjectChanged:
                 # Overwritten while listed: its ObjectCreated event re-indexes the new version.
-                yield s3path, "changed", 0, 0, 0, 0, ""
+                yield s3path, "changed", 0, 0, 0, 0, "", spent()
                 continue
             except Exception as exc:  # one unreadable object must not lose the others; it is reported
-                yield s3path, "failed", 0, 0, 0, 0, type(exc).__name__
+                yield s3path, "failed", 0, 0, 0, 0, type(exc).__name__, spent()
                 continue
             flag_erased_users(store, scanned, pseudonymizer)
             pending.append(scanned)
             pending_rows += scanned.row_count
-            yield s3path, "scanned", scanned.records, scanned.row_count, len(scanned.unindexable), head.size, ""
+            rows, unindexable = scanned.row_count, len(scanned.unindexable)
+            yield s3path, "scanned", scanned.records, rows, unindexable, head.size, "", spent()
             if pending_rows >= FLUSH_ROWS:
                 store.replace_objects(pending, force=force)
                 pending, pending_rows = [], 0
         store.replace_objects(pending, force=force)
     finally:
         store.close()
+    yield "", _TASK_END, 0, 0, 0, 0, "", spent()
 
 
 def run_backfill(spark: Any, settings: Settings, force: bool = False, datasets: Iterable[str] = ()) -> BackfillResult:
@@ -104,8 +122,9 @@ def run_backfill(spark: Any, settings: Settings, force: bool = False, datasets: 
     keys.sort(key=lambda item: -item[3])
     ordered = [(name, bucket, key) for name, bucket, key, _ in keys]
     env = job_environment(settings)
-    results = on_executors(spark, ordered, lambda items: index_partition(settings, env, force, items))
-    failed = tuple((path, error) for path, outcome, *_, error in results if outcome == "failed")
+    rows = on_executors(spark, ordered, lambda items: index_partition(settings, env, force, items))
+    results = [r for r in rows if r[1] != _TASK_END]
+    failed = tuple((r[0], r[6]) for r in results if r[1] == "failed")
     scanned = [r for r in results if r[1] == "scanned"]
     result = BackfillResult(
         objects=len(results),
@@ -115,6 +134,7 @@ def run_backfill(spark: Any, settings: Settings, force: bool = False, datasets: 
         unindexable=sum(r[4] for r in scanned),
         failed=failed,
         bytes_read=sum(r[5] for r in scanned),
+        cpu_seconds=round(sum(r[7] for r in rows), 3),
     )
     log.info(
         "backfill done",

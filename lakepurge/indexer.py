@@ -7,7 +7,6 @@ and out-of-order events therefore all converge on the index a fresh backfill wou
 from __future__ import annotations
 
 import re
-from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -15,7 +14,7 @@ import orjson
 from botocore.exceptions import ClientError
 
 from lakepurge.config import DatasetConfig, Settings
-from lakepurge.formats import IdFieldError, Record, extract_ids, parse_paths, read_records
+from lakepurge.formats import IdFieldError, extract_ids, group_records, parse_paths
 from lakepurge.index.base import WHOLE_OBJECT, IndexStore, ObjectIndex, UnindexableLine
 from lakepurge.logs import get_logger, object_ref
 from lakepurge.privacy import Pseudonymizer
@@ -48,22 +47,14 @@ def scan_object(s3: Any, settings: Settings, dataset: DatasetConfig, head: Objec
         _scan_owner(s3, dataset, head, result)
         return result
     assert dataset.id_fields is not None
-    lines_by_user: dict[str, list[int]] = defaultdict(list)
-    records = 0
-    unindexable = result.unindexable
     raw = open_seekable(s3, head) if dataset.format == "parquet" else open_body(s3, head)
     try:
-        for item in read_records(raw, head.key, dataset.format, dataset.id_fields, settings.indexing.max_record_bytes):
-            if isinstance(item, Record):
-                records += 1
-                for user in item.user_ids:
-                    lines_by_user[user].append(item.line)
-            else:
-                unindexable.append(UnindexableLine(item.line, item.reason))
+        grouped = group_records(raw, head.key, dataset.format, dataset.id_fields, settings.indexing.max_record_bytes)
     finally:
         raw.close()
-    result.lines_by_user = dict(lines_by_user)
-    result.records = records
+    result.lines_by_user = grouped.lines_by_user
+    result.records = grouped.records
+    result.unindexable.extend(UnindexableLine(item.line, item.reason) for item in grouped.unindexable)
     return result
 
 

@@ -3,12 +3,10 @@ indexed ETag per row and an ``indexed_objects`` table that makes per-object repl
 
 from __future__ import annotations
 
-import gc
 import threading
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from concurrent.futures import CancelledError, Future
-from contextlib import contextmanager
 from functools import partial
 from operator import attrgetter
 
@@ -25,6 +23,7 @@ from lakepurge.index.base import (
     UnindexableLine,
 )
 from lakepurge.logs import get_logger
+from lakepurge.memory import collector_paused
 
 log = get_logger(__name__)
 
@@ -151,22 +150,13 @@ _BY_PATH = attrgetter("s3path")
 _COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 
 
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
+def _needs_copy_escape(value: str) -> bool:
+    return "\\" in value or "\t" in value or "\n" in value or "\r" in value
 
 
 def _copy_text(value: str) -> str:
     """Escape a value for COPY's text format (only when needed: ids and paths rarely hold these)."""
-    if "\\" in value or "\t" in value or "\n" in value or "\r" in value:
-        return value.translate(_COPY_ESCAPES)
-    return value
+    return value.translate(_COPY_ESCAPES) if _needs_copy_escape(value) else value
 
 
 def _add_locations(rows: list[tuple], objects: dict[int, tuple[str, str]], found: dict[str, list[Location]]) -> None:
@@ -285,9 +275,15 @@ class PostgresIndexStore:
                 buffer: list[str] = []
                 for obj in claimed:
                     prefix = f"{ids[obj.s3path]}\t"
+                    # Ids needing an escape are rare: one scan of them all decides whether to look at each.
+                    escape = _needs_copy_escape("".join(obj.lines_by_user))
                     for user, lines in obj.lines_by_user.items():
-                        suffix = f"\t{_copy_text(user)}\n"
-                        buffer.extend(f"{prefix}{line}{suffix}" for line in lines)
+                        value = _copy_text(user) if escape else user
+                        if len(lines) == 1:  # most users have one record in an object
+                            buffer.append(f"{prefix}{lines[0]}\t{value}\n")
+                        else:
+                            suffix = f"\t{value}\n"
+                            buffer.extend(f"{prefix}{line}{suffix}" for line in lines)
                     if len(buffer) > 50_000:
                         copy.write("".join(buffer))
                         buffer.clear()
@@ -355,7 +351,7 @@ class PostgresIndexStore:
         objects: dict[int, tuple[str, str]] = {}
         # Hundreds of thousands of small objects at once: the cyclic garbage collector would scan them over and
         # over (half of the time at 100,000 users); none of them can form a cycle.
-        with _collector_paused():
+        with collector_paused():
             if len(user_ids) < _PIPELINED_LOOKUP:
                 _add_locations(self._run_lookup(_LOOKUP, user_ids), objects, found)
             else:

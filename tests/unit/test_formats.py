@@ -9,8 +9,11 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from lakepurge.formats import Record, Unindexable, read_records
+from lakepurge import formats
+from lakepurge.formats import Record, Unindexable, group_records, read_records
 
 pytestmark = pytest.mark.unit
 
@@ -163,3 +166,77 @@ def test_given_parquet_with_nested_struct_ids_when_reading_then_they_are_found()
         (0, ("a",)),
         (1, ("b",)),
     ]
+
+
+# -- group_records: the indexer's reader; its fast path for chunks of well-formed lines must change nothing --------
+
+LINE_KINDS = st.sampled_from(
+    [
+        b'{"user_id":"alice","n":1}',
+        b'{"user_id":"b\xc3\xa9a","text":"caf\xc3\xa9 \xf0\x9f\x99\x82"}',
+        b'{"user_id":"carol"}\r',
+        b'{"user_id":"",  "n":2}',
+        b'{"user_id":["dave","erin"]}',
+        b'{"user_id":7}',
+        b'{"other":"x"}',
+        b"{}",
+        b"",
+        b"   ",
+        b"[1,2]",
+        b'{"user_id":"frank"',
+        b'{"user_id":"gr\xffce"}',
+        b'{"user_id":"hal","pad":"' + b"x" * 90 + b'"}',
+    ]
+)
+
+
+def grouped_the_slow_way(data: bytes, key: str, max_bytes: int):
+    lines_by_user: dict[str, list[int]] = {}
+    found = read_records(io.BytesIO(data), key, "jsonl", ("user_id",), max_bytes)
+    items = list(found)
+    for item in items:
+        if isinstance(item, Record):
+            for user in item.user_ids:
+                lines_by_user.setdefault(user, []).append(item.line)
+    return lines_by_user, len(records(items)), problems(items)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lines=st.lists(LINE_KINDS, max_size=60),
+    trailing_newline=st.booleans(),
+    chunk=st.integers(min_value=7, max_value=400),
+    gz=st.booleans(),
+)
+def test_given_any_mix_of_lines_and_chunk_sizes_when_grouping_then_it_equals_grouping_read_records(
+    lines, trailing_newline, chunk, gz
+):
+    # Tiny chunks: lines cross chunk boundaries, and chunks of clean lines (fast path) alternate with chunks that
+    # hold a bad line (line by line); a 100-byte limit makes the padded line too long.
+    data = b"\n".join(lines) + (b"\n" if trailing_newline and lines else b"")
+    key = "x.jsonl.gz" if gz else "x.jsonl"
+    if gz:
+        data = gzip.compress(data)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(formats, "CHUNK_BYTES", chunk)
+        grouped = group_records(io.BytesIO(data), key, "jsonl", ("user_id",), 100)
+        lines_by_user, count, reported = grouped_the_slow_way(data, key, 100)
+    assert grouped.lines_by_user == lines_by_user
+    assert grouped.records == count
+    assert [(u.line, u.reason) for u in grouped.unindexable] == reported
+
+
+def test_given_a_clean_object_when_grouping_then_lines_are_ascending_per_user_across_chunks(monkeypatch):
+    monkeypatch.setattr(formats, "CHUNK_BYTES", 64)
+    data = b"".join(b'{"user_id":"u%d","n":%d}\n' % (n % 3, n) for n in range(50))
+    grouped = group_records(io.BytesIO(data), "x.jsonl", "jsonl", ("user_id",), MAX)
+    assert grouped.records == 50 and grouped.unindexable == []
+    assert grouped.lines_by_user == {f"u{k}": list(range(k, 50, 3)) for k in range(3)}
+
+
+def test_given_a_truncated_gzip_when_grouping_then_lines_before_are_kept_and_the_break_is_reported():
+    full = gzip.compress(b"".join(b'{"user_id":"u%d"}\n' % n for n in range(20_000)))
+    grouped = group_records(io.BytesIO(full[: len(full) // 2]), "x.jsonl.gz", "jsonl", ("user_id",), MAX)
+    assert grouped.records > 0 and len(grouped.unindexable) == 1
+    (broken,) = grouped.unindexable
+    assert broken.line == grouped.records and "truncated gzip stream" in broken.reason
