@@ -106,7 +106,7 @@ _SMALL = 10  # users up to which lookup uses _SMALL_LOOKUP
 # From this many ids on, lookup splits the work over two backends and overlaps it with building the result (below,
 # the hand-offs cost more than they save); into this many slices, so that the first one arrives early.
 _PIPELINED_LOOKUP = 20_000
-_PIPELINE_SLICES = 6
+_PIPELINE_SLICES = 10
 # A big lookup reads its index entries at random, from cache: without random_page_cost near seq_page_cost the planner
 # prefers a sequential scan of every row (twice as slow at 100,000 users of 5,000,000 rows). JIT compiling costs more
 # than it saves here; the hash tables need more than the stock 4 MB of work_mem.
@@ -126,6 +126,13 @@ SELECT userid, objects, lines, NULL FROM hits
 UNION ALL
 SELECT s3path, ARRAY[object_id], NULL, etag FROM indexed_objects WHERE object_id IN (SELECT unnest(objects) FROM hits)
 """
+
+# The pipelined form of _LOOKUP when the objects are read whole (_ALL_OBJECTS, in _LOOKUP's object-row shape).
+_LOOKUP_ROWS = """
+SELECT userid, array_agg(object_id), array_agg(recordline), NULL FROM user_rows
+WHERE userid = ANY({ids}) GROUP BY userid
+"""
+_ALL_OBJECTS = "SELECT s3path, ARRAY[object_id], NULL::integer[], etag FROM indexed_objects"
 
 # The batch lookup grouped by object: one probe of the index for both answers; the result stays small at 100,000
 # users. No DISTINCT per object (it sorts half a million rows): two users sharing a line are merged by the caller.
@@ -157,6 +164,12 @@ def _needs_copy_escape(value: str) -> bool:
 def _copy_text(value: str) -> str:
     """Escape a value for COPY's text format (only when needed: ids and paths rarely hold these)."""
     return value.translate(_COPY_ESCAPES) if _needs_copy_escape(value) else value
+
+
+def _splittable(user_ids: Sequence[str]) -> list[str] | None:
+    """The distinct ids, or None if one holds the newline that a pipelined lookup separates ids with."""
+    distinct = list(dict.fromkeys(user_ids))
+    return distinct if "\n".join(distinct).count("\n") == len(distinct) - 1 else None
 
 
 def _add_locations(rows: list[tuple], objects: dict[int, tuple[str, str]], found: dict[str, list[Location]]) -> None:
@@ -352,27 +365,35 @@ class PostgresIndexStore:
         # Hundreds of thousands of small objects at once: the cyclic garbage collector would scan them over and
         # over (half of the time at 100,000 users); none of them can form a cycle.
         with collector_paused():
-            if len(user_ids) < _PIPELINED_LOOKUP:
+            distinct = _splittable(user_ids)
+            if len(user_ids) < _PIPELINED_LOOKUP or distinct is None:
                 _add_locations(self._run_lookup(_LOOKUP, user_ids), objects, found)
+            elif self._objects_estimate() <= len(distinct):
+                # Fewer objects in the index than users asked for: read the objects table once (as object rows)
+                # instead of each slice joining the objects it touches, most of them again.
+                for rows in self._pipelined(_LOOKUP_ROWS, distinct, prelude=_ALL_OBJECTS):
+                    _add_locations(rows, objects, found)
             else:
-                for rows in self._pipelined(_LOOKUP, user_ids):
+                for rows in self._pipelined(_LOOKUP, distinct):
                     _add_locations(rows, objects, found)
         return found
 
-    def _pipelined(self, lookup: str, user_ids: Sequence[str]) -> Iterator[list[tuple]]:
-        """A lookup query's rows for successive slices of user_ids (each id in one slice), computed by two backends
-        (this connection and a second one) while the caller handles the slices already received: the server's
-        work runs on two cores and overlaps the client's. Both backends read one exported snapshot, so the answer
-        is as consistent as one statement's."""
-        user_ids = list(dict.fromkeys(user_ids))
-        joined = "\n".join(user_ids)
-        if joined.count("\n") != len(user_ids) - 1:  # an id holding a newline: no string splitting, one query
-            yield self._run_lookup(lookup, user_ids)
-            return
+    def _objects_estimate(self) -> float:
+        """The planner's estimate of the indexed objects (-1 before the table was first analyzed)."""
+        estimate = self._conn.execute("SELECT reltuples FROM pg_class WHERE oid = 'indexed_objects'::regclass")
+        row = estimate.fetchone()
+        return float("inf") if row is None or row[0] < 0 else row[0]
+
+    def _pipelined(self, lookup: str, user_ids: list[str], prelude: str | None = None) -> Iterator[list[tuple]]:
+        """The rows of prelude (a statement without parameters), then of a lookup query for successive slices of
+        user_ids (distinct ids, none holding a newline), computed by two backends (this connection and a second
+        one) while the caller handles the parts already received: the server's work runs on two cores and overlaps
+        the client's. Both backends read one exported snapshot, so the answer is as consistent as one statement's."""
         size = -(-len(user_ids) // _PIPELINE_SLICES)
-        slices = ["\n".join(user_ids[i : i + size]) for i in range(0, len(user_ids), size)]
         query = lookup.replace("{ids}", _IDS_SPLIT)
-        pending: list[Future[list[tuple]]] = [Future() for _ in slices]
+        statements: list[tuple[str, dict[str, str] | None]] = [] if prelude is None else [(prelude, None)]
+        statements += [(query, {"ids": "\n".join(user_ids[i : i + size])}) for i in range(0, len(user_ids), size)]
+        pending: list[Future[list[tuple]]] = [Future() for _ in statements]
         failures: list[BaseException] = []
         stop = threading.Event()
 
@@ -383,7 +404,7 @@ class PostgresIndexStore:
                         pending[index].cancel()
                         continue
                     try:
-                        cur.execute(query, {"ids": slices[index]})
+                        cur.execute(*statements[index])
                         pending[index].set_result(cur.fetchall())
                     except BaseException as exc:  # handed to the caller, which re-raises it
                         failures.append(exc)
@@ -400,7 +421,7 @@ class PostgresIndexStore:
             for conn in (self._conn, side):
                 conn.execute(_BIG_LOOKUP_SETTINGS)
             workers = [
-                threading.Thread(target=run, args=(conn, range(first, len(slices), 2)), daemon=True)
+                threading.Thread(target=run, args=(conn, range(first, len(statements), 2)), daemon=True)
                 for first, conn in enumerate((self._conn, side))
             ]
             for worker in workers:
@@ -425,10 +446,11 @@ class PostgresIndexStore:
     def lookup_objects(self, user_ids: Sequence[str]) -> Hits:
         if not user_ids:
             return Hits({}, 0)
-        if len(user_ids) < _PIPELINED_LOOKUP:
+        distinct = _splittable(user_ids)
+        if len(user_ids) < _PIPELINED_LOOKUP or distinct is None:
             parts = [self._run_lookup(_LOOKUP_OBJECTS, user_ids)]
         else:
-            parts = list(self._pipelined(_LOOKUP_OBJECTS, user_ids))
+            parts = list(self._pipelined(_LOOKUP_OBJECTS, distinct))
         found = 0
         etags: dict[str, str] = {}
         lines: dict[str, set[int]] = defaultdict(set)

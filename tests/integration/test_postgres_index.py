@@ -86,12 +86,19 @@ def expected_lookup(objects: list[ObjectIndex], users: list[str]) -> dict[str, l
     return found
 
 
-@pytest.mark.parametrize("pipelined", [False, True], ids=["one-statement", "two-backends"])
+@pytest.mark.parametrize(
+    ("pipelined", "objects_estimate"),
+    [(False, None), (True, float("inf")), (True, 0.0)],
+    ids=["one-statement", "two-backends", "two-backends-objects-read-whole"],
+)
 def test_given_more_ids_than_the_big_lookup_threshold_when_looking_up_then_answers_equal_the_small_path(
-    pg_dsn, monkeypatch, pipelined
+    pg_dsn, monkeypatch, pipelined, objects_estimate
 ):
-    # The two-backend path normally starts at 20,000 ids; here it takes every big lookup (or none).
+    # The two-backend path normally starts at 20,000 ids; here it takes every big lookup (or none). Whether it
+    # reads the objects table whole depends on the planner's estimate of it, fixed here.
     monkeypatch.setattr(postgres, "_PIPELINED_LOOKUP", _BIG_LOOKUP if pipelined else 10**9)
+    if objects_estimate is not None:
+        monkeypatch.setattr(PostgresIndexStore, "_objects_estimate", lambda self: objects_estimate)
     store = PostgresIndexStore(pg_dsn)
     store.ensure_schema()
     rng = random.Random(7)
@@ -173,5 +180,18 @@ def test_given_an_index_created_before_object_ids_when_starting_then_it_is_upgra
         }
         assert store.remove_object(b) is True
         assert store.lookup(["alice"]) == {"alice": [Location("s3://lake/c.jsonl", '"c1"', (7,))]}
+    finally:
+        store.close()
+
+
+def test_given_an_analyzed_index_when_estimating_objects_then_the_planner_count_is_used(fresh_db):
+    store = PostgresIndexStore(fresh_db)
+    try:
+        store.ensure_schema()
+        assert store._objects_estimate() == float("inf")  # never analyzed: unknown, so never read whole
+        store.replace_objects([obj(f"s3://lake/events/part-{n}.jsonl", f'"e{n}"', {"u": [0]}) for n in range(30)])
+        with psycopg.connect(fresh_db, autocommit=True) as conn:
+            conn.execute("ANALYZE indexed_objects")
+        assert store._objects_estimate() == 30
     finally:
         store.close()
