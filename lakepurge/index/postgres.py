@@ -103,10 +103,12 @@ _IDS_SPLIT = "string_to_array(%(ids)s, E'\\n')"
 # From this many ids on, a lookup runs with settings for a big batch (see _run_lookup).
 _BIG_LOOKUP = 1000
 _SMALL = 10  # users up to which lookup uses _SMALL_LOOKUP
-# From this many ids on, lookup splits the work over two backends and overlaps it with building the result (below,
-# the hand-offs cost more than they save); into this many slices, so that the first one arrives early.
+# From this many ids on, a lookup splits the work over two backends (below, the hand-offs cost more than they save).
+# lookup cuts it in many slices, so that building Locations starts early and overlaps the server's work;
+# lookup_objects has little to build and pays per slice for grouping by object, so it cuts one slice per backend.
 _PIPELINED_LOOKUP = 20_000
-_PIPELINE_SLICES = 10
+_LOOKUP_SLICES = 10
+_LOOKUP_OBJECTS_SLICES = 2
 # A big lookup reads its index entries at random, from cache: without random_page_cost near seq_page_cost the planner
 # prefers a sequential scan of every row (twice as slow at 100,000 users of 5,000,000 rows). JIT compiling costs more
 # than it saves here; the hash tables need more than the stock 4 MB of work_mem.
@@ -371,10 +373,10 @@ class PostgresIndexStore:
             elif self._objects_estimate() <= len(distinct):
                 # Fewer objects in the index than users asked for: read the objects table once (as object rows)
                 # instead of each slice joining the objects it touches, most of them again.
-                for rows in self._pipelined(_LOOKUP_ROWS, distinct, prelude=_ALL_OBJECTS):
+                for rows in self._pipelined(_LOOKUP_ROWS, distinct, _LOOKUP_SLICES, prelude=_ALL_OBJECTS):
                     _add_locations(rows, objects, found)
             else:
-                for rows in self._pipelined(_LOOKUP, distinct):
+                for rows in self._pipelined(_LOOKUP, distinct, _LOOKUP_SLICES):
                     _add_locations(rows, objects, found)
         return found
 
@@ -384,12 +386,15 @@ class PostgresIndexStore:
         row = estimate.fetchone()
         return float("inf") if row is None or row[0] < 0 else row[0]
 
-    def _pipelined(self, lookup: str, user_ids: list[str], prelude: str | None = None) -> Iterator[list[tuple]]:
-        """The rows of prelude (a statement without parameters), then of a lookup query for successive slices of
-        user_ids (distinct ids, none holding a newline), computed by two backends (this connection and a second
-        one) while the caller handles the parts already received: the server's work runs on two cores and overlaps
-        the client's. Both backends read one exported snapshot, so the answer is as consistent as one statement's."""
-        size = -(-len(user_ids) // _PIPELINE_SLICES)
+    def _pipelined(
+        self, lookup: str, user_ids: list[str], slices: int, prelude: str | None = None
+    ) -> Iterator[list[tuple]]:
+        """The rows of prelude (a statement without parameters), then of a lookup query for `slices` successive
+        slices of user_ids (distinct ids, none holding a newline), computed by two backends (this connection and a
+        second one) while the caller handles the parts already received: the server's work runs on two cores and
+        overlaps the client's. Both backends read one exported snapshot, so the answer is as consistent as one
+        statement's."""
+        size = -(-len(user_ids) // slices)
         query = lookup.replace("{ids}", _IDS_SPLIT)
         statements: list[tuple[str, dict[str, str] | None]] = [] if prelude is None else [(prelude, None)]
         statements += [(query, {"ids": "\n".join(user_ids[i : i + size])}) for i in range(0, len(user_ids), size)]
@@ -450,7 +455,7 @@ class PostgresIndexStore:
         if len(user_ids) < _PIPELINED_LOOKUP or distinct is None:
             parts = [self._run_lookup(_LOOKUP_OBJECTS, user_ids)]
         else:
-            parts = list(self._pipelined(_LOOKUP_OBJECTS, distinct))
+            parts = list(self._pipelined(_LOOKUP_OBJECTS, distinct, _LOOKUP_OBJECTS_SLICES))
         found = 0
         etags: dict[str, str] = {}
         lines: dict[str, set[int]] = defaultdict(set)
