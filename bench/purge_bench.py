@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    .venv/bin/python bench/purge_bench.py            # 1,000 objects, 5,000,000 JSON Lines records (~25 min)
+    .venv/bin/python bench/purge_bench.py            # 1,000 objects, 5,000,000 JSON Lines records (~27 min)
     .venv/bin/python bench/purge_bench.py --quick    # 50 objects x ~1,000 records (~2 min, a smoke test)
 
 One run, one lake: JSON Lines objects in a moto S3 server (its own process, so serving S3 does not share this

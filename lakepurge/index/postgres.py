@@ -367,8 +367,8 @@ class PostgresIndexStore:
         # Hundreds of thousands of small objects at once: the cyclic garbage collector would scan them over and
         # over (half of the time at 100,000 users); none of them can form a cycle.
         with collector_paused():
-            distinct = _splittable(user_ids)
-            if len(user_ids) < _PIPELINED_LOOKUP or distinct is None:
+            distinct = _splittable(user_ids) if len(user_ids) >= _PIPELINED_LOOKUP else None
+            if distinct is None:
                 _add_locations(self._run_lookup(_LOOKUP, user_ids), objects, found)
             elif self._objects_estimate() <= len(distinct):
                 # Fewer objects in the index than users asked for: read the objects table once (as object rows)
@@ -381,7 +381,7 @@ class PostgresIndexStore:
         return found
 
     def _objects_estimate(self) -> float:
-        """The planner's estimate of the indexed objects (-1 before the table was first analyzed)."""
+        """The planner's estimate of the indexed objects; infinite while unknown (the table never analyzed)."""
         estimate = self._conn.execute("SELECT reltuples FROM pg_class WHERE oid = 'indexed_objects'::regclass")
         row = estimate.fetchone()
         return float("inf") if row is None or row[0] < 0 else row[0]
@@ -451,8 +451,8 @@ class PostgresIndexStore:
     def lookup_objects(self, user_ids: Sequence[str]) -> Hits:
         if not user_ids:
             return Hits({}, 0)
-        distinct = _splittable(user_ids)
-        if len(user_ids) < _PIPELINED_LOOKUP or distinct is None:
+        distinct = _splittable(user_ids) if len(user_ids) >= _PIPELINED_LOOKUP else None
+        if distinct is None:
             parts = [self._run_lookup(_LOOKUP_OBJECTS, user_ids)]
         else:
             parts = list(self._pipelined(_LOOKUP_OBJECTS, distinct, _LOOKUP_OBJECTS_SLICES))
