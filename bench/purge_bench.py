@@ -1322,7 +1322,7 @@ def _interrupt(signum: int, frame: Any) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="50 objects x ~1,000 records (~2 min)")
-    parser.add_argument("--reps", type=int, help="repetitions per user set (default 3)")
+    parser.add_argument("--reps", type=int, help="repetitions per user set (full run: 5; --quick: 3)")
     parser.add_argument("--slow-engine-reps", type=int, help="engine repetitions for 1%% and 10%% (default: all)")
     parser.add_argument("--e2e-reps", type=int, help="`lakepurge purge` runs for 1 user (full run: 3; 0: none)")
     parser.add_argument("--e2e-reps-100", type=int, help="`lakepurge purge` runs for 100 users (default 1)")

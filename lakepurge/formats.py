@@ -168,7 +168,7 @@ def _jsonl_items(
 ) -> Iterator[Record | Unindexable]:
     """Each line's record or the reason it cannot be indexed; blank lines and `{}` give nothing."""
     loads = orjson.loads
-    single = _single_field(paths)
+    single = single_field(paths)
     for number, line in enumerate(lines, first):
         if line is None:
             yield Unindexable(number, _too_long(max_bytes))
@@ -198,7 +198,8 @@ def _jsonl_items(
             yield Unindexable(number, str(exc))
 
 
-def _single_field(paths: tuple[tuple[str, ...], ...]) -> str | None:
+def single_field(paths: tuple[tuple[str, ...], ...]) -> str | None:
+    """The id field when it is one top-level field (the common case, which readers check without extract_ids)."""
     return paths[0][0] if len(paths) == 1 and len(paths[0]) == 1 else None
 
 
@@ -235,7 +236,7 @@ def group_records(raw: IO[bytes], key: str, fmt: str, id_fields: Sequence[str], 
     unindexable: list[Unindexable] = []
     records = 0
     paths = parse_paths(id_fields)
-    field = _single_field(paths) if fmt == "jsonl" else None
+    field = single_field(paths) if fmt == "jsonl" else None
 
     def add(items: Iterable[Record | Unindexable]) -> None:
         nonlocal records

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lakepurge.purge.splice import splice_lines
+from lakepurge.purge.splice import DROP, splice_lines
 
 pytestmark = pytest.mark.unit
 
@@ -66,3 +66,37 @@ def test_given_drop_when_splicing_then_the_line_and_its_terminator_go():
     data = b"a\r\nb\nc\nd"
     out = b"".join(splice_lines([data], [1, 3], lambda n, line: DROP))
     assert out == b"a\r\nc\n"
+
+
+@given(
+    lines=st.lists(st.tuples(line_strategy, st.sampled_from([b"\n", b"\r\n"])), max_size=40),
+    final=st.booleans(),
+    decisions=st.dictionaries(st.integers(min_value=0, max_value=45), st.sampled_from(["blank", "keep", "drop"])),
+    cuts=st.lists(st.integers(min_value=0, max_value=2000), max_size=12),
+)
+@settings(max_examples=400, deadline=None)
+def test_given_blank_keep_and_drop_decisions_over_any_chunking_when_splicing_then_each_line_gets_its_own(
+    lines, final, decisions, cuts
+):
+    data = b"".join(content + end for content, end in lines)
+    if final:
+        data += b"last line without newline"
+    expected = []
+    physical = data.split(b"\n")
+    for number, line in enumerate(physical):
+        last = number == len(physical) - 1
+        if last and line == b"":
+            break  # data ended with a newline: no line after it
+        choice = decisions.get(number, "keep")
+        carriage = b"\r" if line.endswith(b"\r") else b""
+        content = {"blank": b"{}" + carriage, "keep": line, "drop": None}[choice]
+        if content is not None:
+            expected.append(content + (b"" if last else b"\n"))
+    answers = {"blank": b"{}", "keep": None, "drop": DROP}
+    out = b"".join(splice_lines(chunked(data, cuts), decisions, lambda n, line: answers[decisions[n]]))
+    assert out == b"".join(expected)
+
+
+def test_given_a_negative_line_when_splicing_then_it_is_refused():
+    with pytest.raises(ValueError, match="line numbers start at 0"):
+        list(splice_lines([b"a\nb\n"], [-1, 0], lambda n, line: b"{}"))
