@@ -92,6 +92,10 @@ def extract_ids(record: dict[str, Any], paths: tuple[tuple[str, ...], ...]) -> t
 
     Raises IdFieldError when no id field is present or a field holds something that is not an id.
     """
+    if len(paths) == 1 and len(paths[0]) == 1:  # the common case, one top-level field holding a string: no walk
+        value = record.get(paths[0][0])
+        if type(value) is str and value:
+            return (value,)
     found: list[str] = []
     for path in paths:
         _collect(record, path, 0, ".".join(path), found)
@@ -168,7 +172,6 @@ def _jsonl_items(
 ) -> Iterator[Record | Unindexable]:
     """Each line's record or the reason it cannot be indexed; blank lines and `{}` give nothing."""
     loads = orjson.loads
-    single = single_field(paths)
     for number, line in enumerate(lines, first):
         if line is None:
             yield Unindexable(number, _too_long(max_bytes))
@@ -187,19 +190,14 @@ def _jsonl_items(
             continue
         if not record:
             continue
-        if single is not None:  # the common case, one top-level field holding a string, without the general walk
-            value = record.get(single)
-            if type(value) is str and value:
-                yield Record(number, (value,))
-                continue
         try:
             yield Record(number, extract_ids(record, paths))
         except IdFieldError as exc:
             yield Unindexable(number, str(exc))
 
 
-def single_field(paths: tuple[tuple[str, ...], ...]) -> str | None:
-    """The id field when it is one top-level field (the common case, which readers check without extract_ids)."""
+def _single_field(paths: tuple[tuple[str, ...], ...]) -> str | None:
+    """The id field when it is one top-level field (the case group_records reads a chunk at a time)."""
     return paths[0][0] if len(paths) == 1 and len(paths[0]) == 1 else None
 
 
@@ -236,7 +234,7 @@ def group_records(raw: IO[bytes], key: str, fmt: str, id_fields: Sequence[str], 
     unindexable: list[Unindexable] = []
     records = 0
     paths = parse_paths(id_fields)
-    field = single_field(paths) if fmt == "jsonl" else None
+    field = _single_field(paths) if fmt == "jsonl" else None
 
     def add(items: Iterable[Record | Unindexable]) -> None:
         nonlocal records

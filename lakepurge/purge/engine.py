@@ -24,15 +24,7 @@ from typing import IO, Any, Literal
 import orjson
 
 from lakepurge.config import DatasetConfig, Settings
-from lakepurge.formats import (
-    CHUNK_BYTES,
-    ByteSource,
-    GzipReader,
-    extract_ids,
-    iter_lines,
-    parse_paths,
-    single_field,
-)
+from lakepurge.formats import CHUNK_BYTES, ByteSource, GzipReader, extract_ids, iter_lines, parse_paths
 from lakepurge.index.base import WHOLE_OBJECT, IndexStore, NewVersion, ObjectIndex
 from lakepurge.indexer import index_object, scan_object
 from lakepurge.logs import get_logger, object_ref
@@ -85,7 +77,6 @@ class _Ownership:
     def __init__(self, dataset: DatasetConfig, users: Container[str]) -> None:
         assert dataset.id_fields is not None
         self._paths = parse_paths(dataset.id_fields)
-        self._single = single_field(self._paths)
         self._columns: list[int | None] | None = None
         self._fields = dataset.id_fields
         self.users = users
@@ -95,12 +86,7 @@ class _Ownership:
     def json_line(self, line: int, content: bytes) -> bool:
         try:
             record = orjson.loads(content)
-            if type(record) is not dict:
-                owned = False
-            elif self._single is not None and type(value := record.get(self._single)) is str:
-                owned = value in self.users  # the common case, without the general walk of extract_ids
-            else:
-                owned = any(u in self.users for u in extract_ids(record, self._paths))
+            owned = isinstance(record, dict) and any(u in self.users for u in extract_ids(record, self._paths))
         except (orjson.JSONDecodeError, ValueError):
             owned = False
         return self._note(line, owned)
