@@ -120,20 +120,19 @@ _BIG_LOOKUP_SETTINGS = (
 # Per user (in index order, so the grouping streams), the objects and lines of its rows; then the path and ETag of
 # each object found, once (lines NULL, the path in the first column). One statement: one snapshot, so lines and
 # ETags always belong together.
-_LOOKUP = """
-WITH hits AS MATERIALIZED (
-    SELECT userid, array_agg(object_id) AS objects, array_agg(recordline) AS lines FROM user_rows
-    WHERE userid = ANY({ids}) GROUP BY userid)
-SELECT userid, objects, lines, NULL FROM hits
+_USER_ROWS = """
+SELECT userid, array_agg(object_id) AS objects, array_agg(recordline) AS lines, NULL AS etag FROM user_rows
+WHERE userid = ANY({ids}) GROUP BY userid
+"""
+_LOOKUP = f"""
+WITH hits AS MATERIALIZED ({_USER_ROWS})
+SELECT userid, objects, lines, etag FROM hits
 UNION ALL
 SELECT s3path, ARRAY[object_id], NULL, etag FROM indexed_objects WHERE object_id IN (SELECT unnest(objects) FROM hits)
 """
 
-# The pipelined form of _LOOKUP when the objects are read whole (_ALL_OBJECTS, in _LOOKUP's object-row shape).
-_LOOKUP_ROWS = """
-SELECT userid, array_agg(object_id), array_agg(recordline), NULL FROM user_rows
-WHERE userid = ANY({ids}) GROUP BY userid
-"""
+# What a pipelined lookup reads once, instead of each slice joining its objects (the slices then run _USER_ROWS),
+# when the index has fewer objects than users asked for: every object, in _LOOKUP's object-row shape.
 _ALL_OBJECTS = "SELECT s3path, ARRAY[object_id], NULL::integer[], etag FROM indexed_objects"
 
 # The batch lookup grouped by object: one probe of the index for both answers; the result stays small at 100,000
@@ -373,7 +372,7 @@ class PostgresIndexStore:
             elif self._objects_estimate() <= len(distinct):
                 # Fewer objects in the index than users asked for: read the objects table once (as object rows)
                 # instead of each slice joining the objects it touches, most of them again.
-                for rows in self._pipelined(_LOOKUP_ROWS, distinct, _LOOKUP_SLICES, prelude=_ALL_OBJECTS):
+                for rows in self._pipelined(_USER_ROWS, distinct, _LOOKUP_SLICES, prelude=_ALL_OBJECTS):
                     _add_locations(rows, objects, found)
             else:
                 for rows in self._pipelined(_LOOKUP, distinct, _LOOKUP_SLICES):
