@@ -39,12 +39,12 @@ from typing import Any
 
 import orjson
 
+# The lake, its reports bucket and the hash key are purge_bench's (its settings_toml describes them).
+from purge_bench import BUCKET, HASH_KEY, REPORTS_BUCKET
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 RESULTS = Path(__file__).resolve().parent / "results" / "inline_bench.json"
-BUCKET = "lake"
-REPORTS_BUCKET = "lake-reports"
-HASH_KEY = "bench-hash-key-0123456789abcdef"
 TARGET = "u-target-0000001"
 OBJECTS = 100
 

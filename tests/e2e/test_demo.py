@@ -15,17 +15,22 @@ pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_demo_runs_a_request_through_the_workflow_and_prints_one_json_summary() -> None:
+def run_demo(*args: str, timeout: int) -> subprocess.CompletedProcess[str]:
+    """`lakepurge demo` as from a shell, with no endpoint or lakepurge setting leaking in from the test run."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_ENDPOINT", "LAKEPURGE_"))}
-    run = subprocess.run(
-        [sys.executable, "-m", "lakepurge.cli", "demo", "--json", "--objects", "40", "--users", "20"],
+    return subprocess.run(
+        [sys.executable, "-m", "lakepurge.cli", "demo", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=timeout,
         check=False,
     )
+
+
+def test_demo_runs_a_request_through_the_workflow_and_prints_one_json_summary() -> None:
+    run = run_demo("--json", "--objects", "40", "--users", "20", timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     summary = orjson.loads(run.stdout)
     assert summary["status"] == "SUCCEEDED"
@@ -51,19 +56,10 @@ def test_demo_runs_a_request_through_the_workflow_and_prints_one_json_summary() 
 def test_demo_says_how_to_fix_a_busy_approval_port() -> None:
     import socket
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_ENDPOINT", "LAKEPURGE_"))}
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        run = subprocess.run(
-            [sys.executable, "-m", "lakepurge.cli", "demo", "--port", str(port), "--json"],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        run = run_demo("--port", str(port), "--json", timeout=120)
     assert run.returncode == 1 and run.stdout == ""
     assert f"port {port} on 127.0.0.1 is in use" in run.stderr and "--port" in run.stderr
