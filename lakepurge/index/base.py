@@ -100,6 +100,36 @@ def hits_from_locations(found: dict[str, list[Location]]) -> Hits:
 
 
 @dataclass(frozen=True, slots=True)
+class NoncurrentVersion:
+    """A noncurrent version of an object in a versioned bucket, and the users whose records it holds.
+
+    S3 keeps the previous version of an overwritten object and the last version of a deleted one (behind a delete
+    marker): they still hold personal data, so the index remembers whose, until the version is deleted."""
+
+    s3path: str
+    dataset: str
+    version_id: str
+    users: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Coverage:
+    """What the index knows about how completely one dataset is indexed: the last full listing of the dataset
+    (a backfill or a reconciliation) and what it left undone. A request may only be certified for a dataset whose
+    coverage is complete (lakepurge.coverage decides)."""
+
+    dataset: str
+    location: str  # the dataset's location when it was listed: a moved dataset is not covered
+    method: str  # "backfill" or "reconcile"
+    started_at: datetime  # when the listing began: objects written after it are the event stream's
+    finished_at: datetime
+    objects: int  # current objects listed
+    versions: int  # noncurrent versions listed (0 in an unversioned bucket)
+    failed: int  # objects that could not be indexed by that run
+    drift: int = 0  # differences between the listing and the index that were found and not fixed
+
+
+@dataclass(frozen=True, slots=True)
 class IndexStatus:
     objects: int
     records: int
@@ -120,16 +150,21 @@ class IndexStore(Protocol):
         """Replace each object's rows with the given ones, atomically per object.
 
         An object is skipped when the index already holds a newer version (later last-modified) or this same
-        ETag (idempotent re-delivery) unless force is set. Returns how many objects were written.
+        ETag (idempotent re-delivery) unless force is set. Returns how many objects were written. When the version
+        replaced had a version id other than the new one's (a versioned bucket), its users are kept as a
+        noncurrent version (record_noncurrent), in the same step.
         """
 
     def apply_erasure(self, s3path: str, before_etag: str, after: NewVersion, erased_lines: Sequence[int]) -> bool:
         """The purge rewrote an object by blanking lines: move its index from before_etag to the new version and
         drop the erased lines' rows, in one step (every other line kept its number). Returns False, changing
-        nothing, when the index no longer holds before_etag."""
+        nothing, when the index no longer holds before_etag. The version rewritten (when it has a version id) keeps
+        all of its users, the erased ones included, as a noncurrent version until the purge deletes it."""
 
     def remove_object(self, s3path: str) -> bool:
-        """Drop every row of an object that no longer exists. Returns whether it was indexed."""
+        """Drop every row of an object that no longer exists. Returns whether it was indexed. When the version
+        removed had a version id (a delete marker hides it: it still exists), its users are kept as a noncurrent
+        version."""
 
     def lookup(self, user_ids: Sequence[str]) -> dict[str, list[Location]]:
         """Every location of every given user; users with no rows are absent from the result."""
@@ -158,12 +193,31 @@ class IndexStore(Protocol):
     def erased_among(self, user_hashes: Sequence[str]) -> set[str]:
         """Which of these keyed hashes are on the suppression list."""
 
+    def record_noncurrent(self, versions: Sequence[NoncurrentVersion]) -> None:
+        """Remember whose records noncurrent versions hold (adds to what is known of each version; idempotent)."""
+
+    def noncurrent_of(self, user_ids: Sequence[str]) -> dict[str, set[str]]:
+        """s3path -> the ids of the noncurrent versions of that object that hold any of the users."""
+
+    def forget_noncurrent(self, s3path: str, version_ids: Sequence[str]) -> None:
+        """Those versions were deleted: drop everything known of them (every user's entry)."""
+
+    def record_coverage(self, coverage: Coverage) -> None:
+        """Store the outcome of a dataset's full listing, replacing the previous one for that dataset."""
+
+    def coverage(self) -> dict[str, Coverage]:
+        """The recorded coverage of every dataset ever fully listed, by dataset name."""
+
     def status(self) -> IndexStatus: ...
 
     def dump(self) -> set[tuple[str, str, int]]:
         """Every (user, s3path, line) row: for tests and verification on small indexes."""
 
+    def dump_noncurrent(self) -> set[tuple[str, str, str]]:
+        """Every (user, s3path, version id) of noncurrent versions: for tests."""
+
     def truncate(self) -> None:
-        """Empty the index and the suppression list (tests, benchmarks)."""
+        """Empty the index, the noncurrent versions, the coverage records and the suppression list (tests,
+        benchmarks)."""
 
     def close(self) -> None: ...

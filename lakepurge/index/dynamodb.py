@@ -1,5 +1,5 @@
-"""DynamoDB index: one table holding every user's index rows, one meta item per indexed object and the suppression
-list (one item per erased user).
+"""DynamoDB index: one table holding every user's index rows, one meta item per indexed object, the users of
+noncurrent object versions, each dataset's coverage and the suppression list (one item per erased user).
 
 Items
 -----
@@ -31,11 +31,32 @@ Suppression item: one per erased user (``record_erased``), never a raw user id.
 
 It has no ``s3path``, so it is not in the ``by_object`` GSI; ``erased_among`` reads it by key (BatchGetItem).
 
-Reserved namespaces: partition keys starting with ``"#object#"`` hold meta items, those starting with
-``"#erased#"`` suppression items. A user id that happens to start with either still works (a row's sort key always
-holds ``\\x1f``, a meta item's is ``"#meta"`` and a suppression item's ``"#erased"``, so they never collide; every
-reader of rows skips those two sort keys, and the scans of meta items filter on ``kind = "object"``), but such ids
-should not be fed to the index.
+Noncurrent pointer item: one per user and noncurrent object version (a versioned bucket's overwritten or deleted
+version, which still holds the user's records).
+
+* ``userid`` = ``"#nc#" + user id``: a partition of its own, so reading a user's rows never reads their pointers
+  and ``noncurrent_of`` reads only pointers (one Query per user).
+* ``location`` = ``"#nc\\x1f<s3path>\\x1f<version id>"``; ``"#sha256:<hex>"`` stands for the path, then for the
+  version id too, when the key would exceed 1,024 bytes.
+* ``kind`` = ``"noncurrent"``, ``object_s3path`` (the object's path), ``version_id``, ``dataset``, ``recorded_at``.
+* ``s3path`` = ``"#nc#<s3path>\\x1f<version id>"`` (``"#nc##sha256:<hex of both>"`` beyond 2,048 bytes): each
+  version has its own ``by_object`` GSI partition, never an object's (paths start with ``s3://``), so
+  ``forget_noncurrent`` reads exactly the pointers it deletes.
+
+Coverage item: one per dataset (``record_coverage`` replaces it), all in one partition so ``coverage()`` is one
+Query, never a scan of the table.
+
+* ``userid`` = ``"#coverage"``, ``location`` = ``"#dataset#" + dataset``, ``kind`` = ``"coverage"``.
+* ``dataset``, ``dataset_location`` (the Coverage's location: ``location`` is the sort key), ``method``,
+  ``started_at`` and ``finished_at`` (ISO-8601 UTC, read back tz-aware), ``objects``, ``versions``, ``failed``,
+  ``drift``. No ``s3path``: not in the GSI.
+
+Reserved namespaces: partition keys starting with ``"#object#"`` hold meta items, ``"#erased#"`` suppression items,
+``"#nc#"`` noncurrent pointers, and ``"#coverage"`` is the coverage partition. A user id that happens to start with
+one of them still works (a row's sort key always starts with an ``s3://`` path or ``#sha256:`` and holds
+``\\x1f``, the others' sort keys are ``"#meta"``, ``"#erased"``, ``"#nc\\x1f..."`` and ``"#dataset#..."``, so they
+never collide; every item that is not a row has a ``kind``, which every reader of rows excludes, and the scans of
+meta items filter on ``kind = "object"``), but such ids should not be fed to the index.
 
 Replacing an object (atomic per object without transactions)
 ------------------------------------------------------------
@@ -52,6 +73,17 @@ Replacing an object (atomic per object without transactions)
    (left by a writer that died between steps 2 and 3). Younger rows of other ETags may belong to a concurrent
    writer still in step 2 and are left to it.
 
+Keeping noncurrent versions: when the meta item read in step 1 has a version id other than the new version's, that
+version's users (the user ids of its rows, read through the GSI until it holds the meta item's ``row_items``) are
+written as noncurrent pointers before step 2: S3 already holds the newer version, so the old one is noncurrent
+whatever happens to this write, and a writer dying at any later step has lost nothing (a redelivery rewrites the
+same pointers). Reading them before step 2 also keeps a forced re-index of the same ETag under a new version id
+exact (step 2 rewrites those rows in place). If the flip returns another version than the one read (a concurrent
+writer flipped in between), that version's pointers are written after the flip, before step 4 deletes its rows.
+``remove_object`` does the same: pointers for the version a consistent read finds, then the meta item's deletion
+(and pointers for the version it returns, if another), then the rows. ``apply_erasure`` goes through the replace
+path, so the rewritten version keeps all its users, the erased ones included.
+
 Readers return only rows whose ETag is the one in the object's meta item, so they never see a half-replaced
 object. ``lookup`` also re-reads users whose rows disagree with the meta items read after them (an object replaced
 while the user was being read), until each user's rows are consistent with one state of the meta items.
@@ -60,7 +92,10 @@ Differences from the PostgreSQL adapter: only the first 100 unindexable lines of
 ``unindexable()`` and ``get_object()`` list at most 100 per object (the counts in ``status()`` stay exact); a naive
 ``last_modified`` is taken as UTC; a forced re-index of the same ETag rewrites its rows in place, so a reader may
 briefly see a mix of the old and new rows of that ETag; ``remove_object`` running concurrently with a writer of
-the same object is not ordered against it. Nothing here logs user ids or object paths (a key may name a user).
+the same object is not ordered against it; ``forget_noncurrent`` finds pointers through the GSI, so one recorded
+a moment before may be missed (versions are deleted, then forgotten, long after they were recorded); a version
+made noncurrent by a concurrent writer of the same object with the same ETag may be kept with the users of both.
+Nothing here logs user ids or object paths (a key may name a user).
 """
 
 from __future__ import annotations
@@ -73,16 +108,18 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
 
 from botocore.exceptions import ClientError
 
 from lakepurge import aws
 from lakepurge.index.base import (
+    Coverage,
     Hits,
     IndexStatus,
     Location,
     NewVersion,
+    NoncurrentVersion,
     ObjectIndex,
     UnindexableLine,
     hits_from_locations,
@@ -98,10 +135,15 @@ META_PREFIX = "#object#"
 META_SORT_KEY = "#meta"
 ERASED_PREFIX = "#erased#"
 ERASED_SORT_KEY = "#erased"
+NONCURRENT_PREFIX = "#nc#"
+NONCURRENT_SORT_PREFIX = "#nc\x1f"
+COVERAGE_PARTITION = "#coverage"
+COVERAGE_SORT_PREFIX = "#dataset#"
 # Sort keys of items that are not index rows (a row's sort key always holds SEPARATOR).
 RESERVED_SORT_KEYS = frozenset({META_SORT_KEY, ERASED_SORT_KEY})
 SEPARATOR = "\x1f"
 MAX_SORT_KEY_BYTES = 1024
+MAX_PARTITION_KEY_BYTES = 2048
 GSI_NAME = "by_object"
 CHUNK_LINES = 20_000
 UNINDEXABLE_KEPT = 100
@@ -150,6 +192,8 @@ class _Meta:
     etag: str
     last_modified: str
     row_items: int
+    version_id: str | None = None  # None also when the read did not project it
+    dataset: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +244,84 @@ def _parse_meta(item: Item) -> _Meta:
         etag=item["etag"]["S"],
         last_modified=item["last_modified"]["S"],
         row_items=int(item.get("row_items", {"N": "0"})["N"]),
+        version_id=item["version_id"]["S"] if "version_id" in item else None,
+        dataset=item["dataset"]["S"] if "dataset" in item else "",
+    )
+
+
+def _kept_as_noncurrent(meta: _Meta | None, new_version_id: str | None) -> TypeGuard[_Meta]:
+    """Whether replacing or removing the version a meta item names leaves it in S3 as a noncurrent version whose
+    users the index must keep (it has a version id, and the new version is another one)."""
+    return meta is not None and meta.version_id is not None and meta.version_id != new_version_id
+
+
+def _sha256(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()
+
+
+def _noncurrent_sort_key(s3path: str, version_id: str) -> str:
+    """A noncurrent pointer's sort key: the path (or its hash) and the version id (or its hash), within 1,024 bytes."""
+    key = f"{NONCURRENT_SORT_PREFIX}{s3path}{SEPARATOR}{version_id}"
+    if len(key.encode()) > MAX_SORT_KEY_BYTES:
+        key = f"{NONCURRENT_SORT_PREFIX}#sha256:{_sha256(s3path)}{SEPARATOR}{version_id}"
+    if len(key.encode()) > MAX_SORT_KEY_BYTES:
+        key = f"{NONCURRENT_SORT_PREFIX}#sha256:{_sha256(s3path)}{SEPARATOR}#sha256:{_sha256(version_id)}"
+    return key
+
+
+def _noncurrent_partition(s3path: str, version_id: str) -> str:
+    """The by_object GSI partition of one noncurrent version's pointers (never an object's: paths start s3://)."""
+    key = f"{NONCURRENT_PREFIX}{s3path}{SEPARATOR}{version_id}"
+    if len(key.encode()) > MAX_PARTITION_KEY_BYTES:
+        key = f"{NONCURRENT_PREFIX}#sha256:{_sha256(s3path + SEPARATOR + version_id)}"
+    return key
+
+
+def _noncurrent_items(version: NoncurrentVersion, recorded_at: str) -> list[Item]:
+    sort_key = {"S": _noncurrent_sort_key(version.s3path, version.version_id)}
+    common: Item = {
+        "location": sort_key,
+        "kind": {"S": "noncurrent"},
+        "s3path": {"S": _noncurrent_partition(version.s3path, version.version_id)},
+        "object_s3path": {"S": version.s3path},
+        "version_id": {"S": version.version_id},
+        "dataset": {"S": version.dataset},
+        "recorded_at": {"S": recorded_at},
+    }
+    return [{"userid": {"S": NONCURRENT_PREFIX + user}, **common} for user in dict.fromkeys(version.users)]
+
+
+def _coverage_key(dataset: str) -> Item:
+    return _key(COVERAGE_PARTITION, COVERAGE_SORT_PREFIX + dataset)
+
+
+def _coverage_item(coverage: Coverage) -> Item:
+    return {
+        **_coverage_key(coverage.dataset),
+        "kind": {"S": "coverage"},
+        "dataset": {"S": coverage.dataset},
+        "dataset_location": {"S": coverage.location},
+        "method": {"S": coverage.method},
+        "started_at": {"S": _timestamp(coverage.started_at)},
+        "finished_at": {"S": _timestamp(coverage.finished_at)},
+        "objects": {"N": str(coverage.objects)},
+        "versions": {"N": str(coverage.versions)},
+        "failed": {"N": str(coverage.failed)},
+        "drift": {"N": str(coverage.drift)},
+    }
+
+
+def _parse_coverage(item: Item) -> Coverage:
+    return Coverage(
+        dataset=item["dataset"]["S"],
+        location=item["dataset_location"]["S"],
+        method=item["method"]["S"],
+        started_at=datetime.fromisoformat(item["started_at"]["S"]),
+        finished_at=datetime.fromisoformat(item["finished_at"]["S"]),
+        objects=int(item["objects"]["N"]),
+        versions=int(item["versions"]["N"]),
+        failed=int(item["failed"]["N"]),
+        drift=int(item["drift"]["N"]),
     )
 
 
@@ -394,6 +516,10 @@ class DynamoIndexStore:
         if not todo:
             log.debug("objects already indexed", extra={"objects": len(objects)})
             return 0
+        # The versions this write turns noncurrent keep their users, recorded before anything else changes: a
+        # writer that dies later has lost nothing (S3 already holds the newer version, so they are noncurrent).
+        replaced = [meta for obj in todo if _kept_as_noncurrent(meta := current.get(obj.s3path), obj.version_id)]
+        self._keep_noncurrent(replaced)
         written_at = int(time.time())
         rows = {obj.s3path: _row_items(obj, written_at) for obj in todo}
         self._batch_write([{"PutRequest": {"Item": item}} for obj in todo for item in rows[obj.s3path]])
@@ -407,6 +533,12 @@ class DynamoIndexStore:
                 if meta is not None and meta.etag == obj.etag:
                     return False, []  # the rows just written are the current ones (written concurrently)
                 return False, [_key(user, location) for user, location in written]
+            read = current.get(obj.s3path)
+            if _kept_as_noncurrent(meta, obj.version_id) and (
+                read is None or (read.etag, read.version_id) != (meta.etag, meta.version_id)
+            ):
+                # Another writer flipped the object between the read and this flip: keep the version it wrote.
+                self._keep_noncurrent([meta])
             previous = meta.etag if meta is not None else None
             horizon = written_at - ORPHAN_GRACE_SECONDS
             stale: list[Item] = []
@@ -467,15 +599,27 @@ class DynamoIndexStore:
         return True, _parse_meta(old) if old else None
 
     def remove_object(self, s3path: str) -> bool:
+        # A versioned object's current version stays behind a delete marker: its users are kept first.
+        read = self._get_meta(s3path)
+        if _kept_as_noncurrent(read, None):
+            self._keep_noncurrent([read])
         response = self._client.delete_item(TableName=self._table, Key=_meta_key(s3path), ReturnValues="ALL_OLD")
-        existed = bool(response.get("Attributes"))
+        old = response.get("Attributes")
+        existed = bool(old)
+        if old:
+            meta = _parse_meta(old)
+            if _kept_as_noncurrent(meta, None) and (
+                read is None or (read.etag, read.version_id) != (meta.etag, meta.version_id)
+            ):
+                self._keep_noncurrent([meta])  # replaced between the read and the delete
         keys = self._object_keys(s3path)
         self._batch_write([{"DeleteRequest": {"Key": _key(k.userid, k.location)}} for k in keys])
         log.debug("object removed", extra={"indexed": existed, "row_items": len(keys)})
         return existed
 
     def truncate(self) -> None:
-        """Empty the index (tests and benchmarks start from nothing)."""
+        """Empty the table: rows, meta items, noncurrent pointers, coverage and suppression items (tests and
+        benchmarks start from nothing)."""
         keys = [
             {"userid": item["userid"], "location": item["location"]}
             for item in self._scan(
@@ -599,20 +743,33 @@ class DynamoIndexStore:
 
     def _current_rows(self, meta: _Meta) -> dict[str, list[int]]:
         """The rows of the version a meta item names (user id -> sorted lines)."""
-        keys: list[_RowKey] = []
-        for attempt in range(READ_ROUNDS):
-            keys = [key for key in self._object_keys(meta.s3path) if key.etag == meta.etag]
-            if len(keys) >= meta.row_items:
-                break
-            _backoff(attempt)  # the GSI is eventually consistent: the newest rows may not be in it yet
-        else:
-            log.warning("index rows of an object missing from the GSI", extra={"missing": meta.row_items - len(keys)})
+        keys = self._version_keys(meta)
         items = self._batch_get([_key(key.userid, key.location) for key in keys])
         lines: dict[str, list[int]] = defaultdict(list)
         for row in map(_parse_row, items):
             if row.etag == meta.etag:
                 lines[row.userid].extend(row.lines)
         return {user: sorted(values) for user, values in lines.items()}
+
+    def _version_keys(self, meta: _Meta) -> list[_RowKey]:
+        """The row keys of the version a meta item names, waiting for the GSI to hold all of them."""
+        keys: list[_RowKey] = []
+        for attempt in range(READ_ROUNDS):
+            keys = [key for key in self._object_keys(meta.s3path) if key.etag == meta.etag]
+            if len(keys) >= meta.row_items:
+                return keys
+            _backoff(attempt)  # the GSI is eventually consistent: the newest rows may not be in it yet
+        log.warning("index rows of an object missing from the GSI", extra={"missing": meta.row_items - len(keys)})
+        return keys
+
+    def _keep_noncurrent(self, metas: Sequence[_Meta]) -> None:
+        """Record the users of the versions these meta items name as noncurrent versions (before their rows go)."""
+
+        def version(meta: _Meta) -> NoncurrentVersion:
+            users = tuple(sorted({key.userid for key in self._version_keys(meta)}))
+            return NoncurrentVersion(meta.s3path, meta.dataset, meta.version_id or "", users)
+
+        self.record_noncurrent(_parallel(version, metas))
 
     def indexed_objects(self) -> dict[str, str]:
         return {meta.s3path: meta.etag for meta in self._metas()}
@@ -674,6 +831,88 @@ class DynamoIndexStore:
             ExpressionAttributeNames={"#u": "userid"},
         )
         return {item["userid"]["S"].removeprefix(ERASED_PREFIX) for item in items}
+
+    # -- noncurrent versions and coverage --------------------------------------------------------------------------
+
+    def record_noncurrent(self, versions: Sequence[NoncurrentVersion]) -> None:
+        """Put one pointer item per user and version (BatchWriteItem); a pointer already there is rewritten."""
+        recorded_at = _timestamp(datetime.now(UTC))
+        items: dict[tuple[str, str], Item] = {}  # one request per key: BatchWriteItem refuses duplicates
+        for version in versions:
+            for item in _noncurrent_items(version, recorded_at):
+                items[(item["userid"]["S"], item["location"]["S"])] = item
+        self._batch_write([{"PutRequest": {"Item": item}} for item in items.values()])
+        log.debug("noncurrent versions recorded", extra={"versions": len(versions), "pointers": len(items)})
+
+    def noncurrent_of(self, user_ids: Sequence[str]) -> dict[str, set[str]]:
+        found: dict[str, set[str]] = defaultdict(set)
+        for items in _parallel(self._noncurrent_pointers, list(dict.fromkeys(user_ids))):
+            for item in items:
+                found[item["object_s3path"]["S"]].add(item["version_id"]["S"])
+        return dict(found)
+
+    def forget_noncurrent(self, s3path: str, version_ids: Sequence[str]) -> None:
+        """Delete every pointer of those versions, found through the by_object GSI (eventually consistent: a
+        pointer recorded a moment before may be missed; versions are forgotten long after they were recorded)."""
+
+        def keys(version_id: str) -> list[Item]:
+            found: list[Item] = []
+            start: Item | None = None
+            while True:
+                extra: dict[str, Any] = {"ExclusiveStartKey": start} if start else {}
+                page = self._client.query(
+                    TableName=self._table,
+                    IndexName=GSI_NAME,
+                    KeyConditionExpression="#p = :p",
+                    ExpressionAttributeNames={"#p": "s3path"},
+                    ExpressionAttributeValues={":p": {"S": _noncurrent_partition(s3path, version_id)}},
+                    **extra,
+                )
+                found.extend(_key(item["userid"]["S"], item["location"]["S"]) for item in page.get("Items", []))
+                start = page.get("LastEvaluatedKey")
+                if not start:
+                    return found
+
+        doomed = [key for found in _parallel(keys, list(dict.fromkeys(version_ids))) for key in found]
+        self._batch_write([{"DeleteRequest": {"Key": key}} for key in doomed])
+        log.debug("noncurrent versions forgotten", extra={"versions": len(version_ids), "pointers": len(doomed)})
+
+    def dump_noncurrent(self) -> set[tuple[str, str, str]]:
+        items = self._scan(
+            FilterExpression="#k = :noncurrent",
+            ProjectionExpression="#u, #o, #v",
+            ExpressionAttributeNames={"#k": "kind", "#u": "userid", "#o": "object_s3path", "#v": "version_id"},
+            ExpressionAttributeValues={":noncurrent": {"S": "noncurrent"}},
+        )
+        return {
+            (item["userid"]["S"].removeprefix(NONCURRENT_PREFIX), item["object_s3path"]["S"], item["version_id"]["S"])
+            for item in items
+        }
+
+    def record_coverage(self, coverage: Coverage) -> None:
+        self._client.put_item(TableName=self._table, Item=_coverage_item(coverage))
+
+    def coverage(self) -> dict[str, Coverage]:
+        """Every coverage item: one Query of their partition (never a scan of the table)."""
+        found: dict[str, Coverage] = {}
+        start: Item | None = None
+        while True:
+            extra: dict[str, Any] = {"ExclusiveStartKey": start} if start else {}
+            page = self._client.query(
+                TableName=self._table,
+                KeyConditionExpression="#u = :u AND begins_with(#l, :prefix)",
+                ExpressionAttributeNames={"#u": "userid", "#l": "location"},
+                ExpressionAttributeValues={":u": {"S": COVERAGE_PARTITION}, ":prefix": {"S": COVERAGE_SORT_PREFIX}},
+                ConsistentRead=True,
+                **extra,
+            )
+            for item in page.get("Items", []):
+                if item.get("kind", {}).get("S") == "coverage":
+                    coverage = _parse_coverage(item)
+                    found[coverage.dataset] = coverage
+            start = page.get("LastEvaluatedKey")
+            if not start:
+                return found
 
     def status(self) -> IndexStatus:
         items = list(
@@ -746,7 +985,8 @@ class DynamoIndexStore:
             page = self._client.query(
                 TableName=self._table,
                 KeyConditionExpression="#u = :u",
-                ExpressionAttributeNames={"#u": "userid"},
+                FilterExpression="attribute_not_exists(#k)",  # rows only (meta and other items have a kind)
+                ExpressionAttributeNames={"#u": "userid", "#k": "kind"},
                 ExpressionAttributeValues={":u": {"S": user}},
                 ConsistentRead=True,
                 **extra,
@@ -781,6 +1021,37 @@ class DynamoIndexStore:
             if not start:
                 return keys
 
+    def _noncurrent_pointers(self, user: str) -> list[Item]:
+        """A user's noncurrent pointer items (their own partition: reading a user's rows never reads them)."""
+        items: list[Item] = []
+        start: Item | None = None
+        while True:
+            extra: dict[str, Any] = {"ExclusiveStartKey": start} if start else {}
+            page = self._client.query(
+                TableName=self._table,
+                KeyConditionExpression="#u = :u AND begins_with(#l, :prefix)",
+                FilterExpression="#k = :noncurrent",
+                ProjectionExpression="#o, #v",
+                ExpressionAttributeNames={
+                    "#u": "userid",
+                    "#l": "location",
+                    "#k": "kind",
+                    "#o": "object_s3path",
+                    "#v": "version_id",
+                },
+                ExpressionAttributeValues={
+                    ":u": {"S": NONCURRENT_PREFIX + user},
+                    ":prefix": {"S": NONCURRENT_SORT_PREFIX},
+                    ":noncurrent": {"S": "noncurrent"},
+                },
+                ConsistentRead=True,
+                **extra,
+            )
+            items.extend(page.get("Items", []))
+            start = page.get("LastEvaluatedKey")
+            if not start:
+                return items
+
     def _get_meta(self, s3path: str) -> _Meta | None:
         item = self._client.get_item(TableName=self._table, Key=_meta_key(s3path), ConsistentRead=True).get("Item")
         return _parse_meta(item) if item else None
@@ -789,8 +1060,15 @@ class DynamoIndexStore:
         unique = list(dict.fromkeys(paths))
         items = self._batch_get(
             [_meta_key(path) for path in unique],
-            ProjectionExpression="#p, #e, #m, #r",
-            ExpressionAttributeNames={"#p": "s3path", "#e": "etag", "#m": "last_modified", "#r": "row_items"},
+            ProjectionExpression="#p, #e, #m, #r, #v, #d",
+            ExpressionAttributeNames={
+                "#p": "s3path",
+                "#e": "etag",
+                "#m": "last_modified",
+                "#r": "row_items",
+                "#v": "version_id",
+                "#d": "dataset",
+            },
         )
         return {meta.s3path: meta for meta in map(_parse_meta, items)}
 

@@ -14,10 +14,12 @@ import psycopg
 from psycopg import sql
 
 from lakepurge.index.base import (
+    Coverage,
     Hits,
     IndexStatus,
     Location,
     NewVersion,
+    NoncurrentVersion,
     ObjectHits,
     ObjectIndex,
     UnindexableLine,
@@ -63,6 +65,38 @@ CREATE TABLE IF NOT EXISTS erased_users (   -- the suppression list: keyed hashe
     request_id TEXT        NOT NULL,
     erased_at  TIMESTAMPTZ NOT NULL DEFAULT now()
 );
+-- Versioned buckets: whose records the noncurrent versions of an object still hold (an overwritten object's old
+-- version, a deleted object's last one). No line numbers: a noncurrent version is immutable and is deleted whole.
+CREATE TABLE IF NOT EXISTS noncurrent_versions (
+    userid     TEXT COLLATE "C" NOT NULL,
+    s3path     TEXT NOT NULL,
+    version_id TEXT NOT NULL,
+    dataset    TEXT NOT NULL,
+    PRIMARY KEY (userid, s3path, version_id)
+);
+CREATE INDEX IF NOT EXISTS noncurrent_versions_object ON noncurrent_versions (s3path, version_id);
+-- The last full listing of each dataset (backfill or reconciliation): what lakepurge.coverage decides from.
+CREATE TABLE IF NOT EXISTS dataset_coverage (
+    dataset     TEXT PRIMARY KEY,
+    location    TEXT        NOT NULL,
+    method      TEXT        NOT NULL,
+    started_at  TIMESTAMPTZ NOT NULL,
+    finished_at TIMESTAMPTZ NOT NULL,
+    objects     INTEGER     NOT NULL,
+    versions    INTEGER     NOT NULL,
+    failed      INTEGER     NOT NULL,
+    drift       INTEGER     NOT NULL
+);
+"""
+
+# Keeps the users of object versions that stop being current (object id, path, version id, dataset per version).
+_KEEP_AS_NONCURRENT = """
+INSERT INTO noncurrent_versions (userid, s3path, version_id, dataset)
+SELECT DISTINCT r.userid, v.s3path, v.version_id, v.dataset
+FROM user_rows r
+JOIN unnest(%s::bigint[], %s::text[], %s::text[], %s::text[]) AS v(object_id, s3path, version_id, dataset)
+    USING (object_id)
+ON CONFLICT DO NOTHING
 """
 
 # Indexes, created after an upgrade has copied the rows (building them once is faster than maintaining them).
@@ -265,6 +299,14 @@ class PostgresIndexStore:
                 latest[obj.s3path] = obj
         batch = list(latest.values())
         with self._conn.transaction(), self._conn.cursor() as cur:
+            # The versions about to be replaced (locked, in the claim's path order): in a versioned bucket they
+            # still exist as noncurrent versions, and so does their users' data.
+            cur.execute(
+                "SELECT s3path, object_id, version_id, dataset FROM indexed_objects"
+                " WHERE s3path = ANY(%s) AND version_id IS NOT NULL ORDER BY s3path FOR UPDATE",
+                ([o.s3path for o in batch],),
+            )
+            previous = {row[0]: row[1:] for row in cur.fetchall()}
             cur.execute(
                 _CLAIM,
                 (
@@ -283,6 +325,12 @@ class PostgresIndexStore:
             if not ids:
                 return 0
             claimed = [o for o in batch if o.s3path in ids]
+            superseded = [
+                (path, *previous[path])
+                for path in ids
+                if path in previous and previous[path][1] != latest[path].version_id
+            ]
+            self._keep_as_noncurrent(cur, superseded)
             cur.execute("DELETE FROM user_rows WHERE object_id = ANY(%s::bigint[])", (list(ids.values()),))
             cur.execute("DELETE FROM unindexable_lines WHERE s3path = ANY(%s)", (list(ids),))
             with cur.copy("COPY user_rows (object_id, recordline, userid) FROM STDIN") as copy:
@@ -308,8 +356,25 @@ class PostgresIndexStore:
                 cur.executemany("INSERT INTO unindexable_lines (s3path, recordline, reason) VALUES (%s, %s, %s)", bad)
         return len(claimed)
 
+    @staticmethod
+    def _keep_as_noncurrent(cur: psycopg.Cursor, versions: Sequence[tuple[str, int, str, str]]) -> None:
+        """(s3path, object id, version id, dataset) of versions that stopped being current: keep their users."""
+        if versions:
+            cur.execute(
+                _KEEP_AS_NONCURRENT,
+                [list(column) for column in zip(*((v[1], v[0], v[2], v[3]) for v in versions), strict=True)],
+            )
+
     def apply_erasure(self, s3path: str, before_etag: str, after: NewVersion, erased_lines: Sequence[int]) -> bool:
         with self._conn.transaction(), self._conn.cursor() as cur:
+            cur.execute(
+                "SELECT object_id, version_id, dataset FROM indexed_objects WHERE s3path = %s AND etag = %s"
+                " AND version_id IS NOT NULL AND version_id IS DISTINCT FROM %s FOR UPDATE",
+                (s3path, before_etag, after.version_id),
+            )
+            rewritten = cur.fetchone()
+            if rewritten is not None:
+                self._keep_as_noncurrent(cur, [(s3path, rewritten[0], rewritten[1], rewritten[2])])
             cur.execute(
                 "UPDATE indexed_objects SET etag = %s, version_id = %s, last_modified = %s,"
                 " records = greatest(records - %s, 0), indexed_at = now()"
@@ -327,9 +392,13 @@ class PostgresIndexStore:
 
     def remove_object(self, s3path: str) -> bool:
         with self._conn.transaction(), self._conn.cursor() as cur:
-            cur.execute("DELETE FROM indexed_objects WHERE s3path = %s RETURNING object_id", (s3path,))
+            cur.execute(
+                "DELETE FROM indexed_objects WHERE s3path = %s RETURNING object_id, version_id, dataset", (s3path,)
+            )
             found = cur.fetchone()
             if found is not None:
+                if found[1] is not None:  # behind a delete marker, the version still exists
+                    self._keep_as_noncurrent(cur, [(s3path, found[0], found[1], found[2])])
                 cur.execute("DELETE FROM user_rows WHERE object_id = %s", (found[0],))
             cur.execute("DELETE FROM unindexable_lines WHERE s3path = %s", (s3path,))
         return found is not None
@@ -552,6 +621,70 @@ class PostgresIndexStore:
             cur.execute("SELECT user_hash FROM erased_users WHERE user_hash = ANY(%s)", (list(user_hashes),))
             return {row[0] for row in cur.fetchall()}
 
+    def record_noncurrent(self, versions: Sequence[NoncurrentVersion]) -> None:
+        rows = [(user, v.s3path, v.version_id, v.dataset) for v in versions for user in v.users]
+        if not rows:
+            return
+        with self._conn.transaction(), self._conn.cursor() as cur:
+            cur.execute(
+                "INSERT INTO noncurrent_versions (userid, s3path, version_id, dataset)"
+                " SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[]) ON CONFLICT DO NOTHING",
+                [list(column) for column in zip(*rows, strict=True)],
+            )
+
+    def noncurrent_of(self, user_ids: Sequence[str]) -> dict[str, set[str]]:
+        found: dict[str, set[str]] = defaultdict(set)
+        if not user_ids:
+            return found
+        with self._conn.cursor() as cur:
+            cur.execute(
+                "SELECT DISTINCT s3path, version_id FROM noncurrent_versions WHERE userid = ANY(%s::text[])",
+                (list(user_ids),),
+            )
+            for s3path, version_id in cur.fetchall():
+                found[s3path].add(version_id)
+        return dict(found)
+
+    def forget_noncurrent(self, s3path: str, version_ids: Sequence[str]) -> None:
+        if version_ids:
+            self._conn.execute(
+                "DELETE FROM noncurrent_versions WHERE s3path = %s AND version_id = ANY(%s::text[])",
+                (s3path, list(version_ids)),
+            )
+
+    def record_coverage(self, coverage: Coverage) -> None:
+        self._conn.execute(
+            "INSERT INTO dataset_coverage (dataset, location, method, started_at, finished_at, objects, versions,"
+            " failed, drift) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (dataset) DO UPDATE SET"
+            " location = EXCLUDED.location, method = EXCLUDED.method, started_at = EXCLUDED.started_at,"
+            " finished_at = EXCLUDED.finished_at, objects = EXCLUDED.objects, versions = EXCLUDED.versions,"
+            " failed = EXCLUDED.failed, drift = EXCLUDED.drift",
+            (
+                coverage.dataset,
+                coverage.location,
+                coverage.method,
+                coverage.started_at,
+                coverage.finished_at,
+                coverage.objects,
+                coverage.versions,
+                coverage.failed,
+                coverage.drift,
+            ),
+        )
+
+    def coverage(self) -> dict[str, Coverage]:
+        with self._conn.cursor() as cur:
+            cur.execute(
+                "SELECT dataset, location, method, started_at, finished_at, objects, versions, failed, drift"
+                " FROM dataset_coverage"
+            )
+            return {row[0]: Coverage(*row) for row in cur.fetchall()}
+
+    def dump_noncurrent(self) -> set[tuple[str, str, str]]:
+        with self._conn.cursor() as cur:
+            cur.execute("SELECT userid, s3path, version_id FROM noncurrent_versions")
+            return {(u, p, v) for u, p, v in cur.fetchall()}
+
     def dump(self) -> set[tuple[str, str, int]]:
         with self._conn.cursor() as cur:
             cur.execute("SELECT userid, s3path, recordline FROM user_objects")
@@ -561,7 +694,10 @@ class PostgresIndexStore:
     def truncate(self) -> None:
         """Empty the index (tests and benchmarks start from nothing)."""
         with self._conn.transaction(), self._conn.cursor() as cur:
-            cur.execute("TRUNCATE user_rows, indexed_objects, unindexable_lines, erased_users")
+            cur.execute(
+                "TRUNCATE user_rows, indexed_objects, unindexable_lines, erased_users, noncurrent_versions,"
+                " dataset_coverage"
+            )
 
     def close(self) -> None:
         if self._side is not None:

@@ -11,7 +11,15 @@ import pytest
 
 from lakepurge.aws import client as aws_client
 from lakepurge.index import dynamodb
-from lakepurge.index.base import WHOLE_OBJECT, IndexStatus, Location, ObjectIndex, UnindexableLine
+from lakepurge.index.base import (
+    WHOLE_OBJECT,
+    Coverage,
+    IndexStatus,
+    Location,
+    NoncurrentVersion,
+    ObjectIndex,
+    UnindexableLine,
+)
 from lakepurge.index.dynamodb import DynamoBatchError, DynamoIndexStore
 
 pytestmark = pytest.mark.integration
@@ -601,3 +609,104 @@ def test_given_a_suppression_list_when_truncating_then_it_is_emptied_too(store):
     store.truncate()
     assert raw_items() == []
     assert store.erased_among([keyed("alice")]) == set()
+
+
+# -- noncurrent versions and coverage ------------------------------------------------------------------------------
+
+
+def versioned(path: str, etag: str, minute: int, users: dict[str, list[int]], version_id: str | None) -> ObjectIndex:
+    return replace(version(path, etag, minute, users), version_id=version_id)
+
+
+def test_given_a_replaced_versioned_object_when_reading_the_table_then_pointers_live_in_their_own_partitions(store):
+    path = "s3://lake/x.jsonl"
+    store.replace_objects([versioned(path, '"e1"', 0, {"alice": [0], "bob": [1]}, "v1")])
+    store.replace_objects([versioned(path, '"e2"', 1, {"alice": [2]}, "v2")])
+    pointers = [item for item in raw_items() if item.get("kind") == {"S": "noncurrent"}]
+    assert sorted(item["userid"]["S"] for item in pointers) == ["#nc#alice", "#nc#bob"]
+    for item in pointers:
+        assert item["location"]["S"] == f"#nc\x1f{path}\x1fv1"
+        assert item["s3path"]["S"] == f"#nc#{path}\x1fv1"  # the version's GSI partition, never the object's
+        assert (item["object_s3path"]["S"], item["version_id"]["S"], item["dataset"]["S"]) == (path, "v1", "events")
+    # The object's own GSI partition and each user's rows hold rows only.
+    assert store.object_rows(path) == {"alice": [2]}
+    assert {item["etag"]["S"] for item in row_items() if "etag" in item and "kind" not in item} == {'"e2"'}
+    assert store.status() == IndexStatus(
+        objects=1, records=1, users=1, rows=1, unindexable_lines=0, objects_with_unindexable=0
+    )
+    store.forget_noncurrent(path, ["v1"])
+    assert not [item for item in raw_items() if item.get("kind") == {"S": "noncurrent"}]
+
+
+def test_given_s3_key_and_version_id_too_long_for_the_keys_when_keeping_noncurrent_then_hashes_stand_for_them(store):
+    path = "s3://lake/" + "k" * 1024
+    long_version = "v" * 1500
+    store.replace_objects([versioned(path, '"e1"', 0, {"alice": [0]}, "v1")])
+    store.remove_object(path)
+    store.record_noncurrent([NoncurrentVersion(path, "events", long_version, ("alice",))])
+    pointers = [item for item in raw_items() if item.get("kind") == {"S": "noncurrent"}]
+    assert len(pointers) == 2
+    assert all(len(item["location"]["S"].encode()) <= 1024 for item in pointers)
+    assert all(len(item["s3path"]["S"].encode()) <= 2048 for item in pointers)
+    assert store.noncurrent_of(["alice"]) == {path: {"v1", long_version}}
+    assert store.dump_noncurrent() == {("alice", path, "v1"), ("alice", path, long_version)}
+    store.forget_noncurrent(path, [long_version])
+    assert store.dump_noncurrent() == {("alice", path, "v1")}
+    store.forget_noncurrent(path, ["v1"])
+    assert raw_items() == []
+
+
+def test_given_writer_died_at_the_flip_when_replacing_a_versioned_object_then_the_old_users_are_already_kept(store):
+    path = "s3://lake/x.jsonl"
+    store.replace_objects([versioned(path, '"e1"', 0, {"alice": [0], "bob": [1]}, "v1")])
+    crashing, _ = store_with(CrashBeforeFlip)
+    with pytest.raises(ConnectionError):
+        crashing.replace_objects([versioned(path, '"e2"', 1, {"carol": [0]}, "v2")])
+    # S3 already holds v2, so v1 is noncurrent there: its users were recorded before anything else was written.
+    assert store.dump_noncurrent() == {("alice", path, "v1"), ("bob", path, "v1")}
+    assert store.dump() == {("alice", path, 0), ("bob", path, 1)}
+    assert store.replace_objects([versioned(path, '"e2"', 1, {"carol": [0]}, "v2")]) == 1  # the redelivery
+    assert store.dump_noncurrent() == {("alice", path, "v1"), ("bob", path, "v1")}
+    assert store.dump() == {("carol", path, 0)}
+
+
+def test_given_user_ids_in_the_reserved_noncurrent_and_coverage_namespaces_when_indexing_then_nothing_mixes(store):
+    path = "s3://lake/x.jsonl"
+    odd = "#nc#alice"  # the partition key of alice's noncurrent pointers
+    store.record_coverage(Coverage("events", "s3://lake/", "backfill", T0, T0, 1, 0, 0))
+    store.replace_objects([versioned(path, '"e1"', 0, {odd: [3], "alice": [1], "#coverage": [2]}, "v1")])
+    store.replace_objects([versioned(path, '"e2"', 1, {odd: [4], "#coverage": [5]}, "v2")])
+    assert store.lookup([odd, "alice", "#coverage"]) == {
+        odd: [Location(path, '"e2"', (4,))],
+        "#coverage": [Location(path, '"e2"', (5,))],
+    }
+    assert store.noncurrent_of(["alice"]) == {path: {"v1"}}
+    assert store.dump_noncurrent() == {(odd, path, "v1"), ("alice", path, "v1"), ("#coverage", path, "v1")}
+    assert store.dump() == {(odd, path, 4), ("#coverage", path, 5)}
+    assert set(store.coverage()) == {"events"}
+    assert store.status().users == 2
+
+
+def test_given_dynamodb_returns_half_unprocessed_when_recording_noncurrent_versions_then_retries_complete(store):
+    writer, proxy = store_with(HalfUnprocessedOnce)
+    users = tuple(f"user-{n:03d}" for n in range(60))
+    writer.record_noncurrent([NoncurrentVersion("s3://lake/x.jsonl", "events", "v1", users)])
+    assert proxy.withheld_writes > 0
+    assert store.dump_noncurrent() == {(user, "s3://lake/x.jsonl", "v1") for user in users}
+    forgetter, proxy = store_with(HalfUnprocessedOnce)
+    forgetter.forget_noncurrent("s3://lake/x.jsonl", ["v1"])
+    assert proxy.withheld_writes > 0
+    assert raw_items() == []
+
+
+def test_given_coverage_recorded_when_reading_the_table_then_one_item_per_dataset_in_one_partition(store):
+    store.record_coverage(Coverage("events", "s3://lake/events/", "backfill", T0, T0, 3, 0, 0))
+    store.record_coverage(Coverage("events", "s3://lake/events/", "reconcile", T0, T0, 4, 0, 0))
+    store.record_coverage(Coverage("clicks", "s3://lake/clicks/", "backfill", T0, T0, 1, 0, 0))
+    items = raw_items()
+    assert sorted((item["userid"]["S"], item["location"]["S"]) for item in items) == [
+        ("#coverage", "#dataset#clicks"),
+        ("#coverage", "#dataset#events"),
+    ]
+    assert all(item["kind"] == {"S": "coverage"} and "s3path" not in item for item in items)
+    assert store.coverage()["events"].method == "reconcile"

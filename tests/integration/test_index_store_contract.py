@@ -9,7 +9,17 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from lakepurge.index.base import WHOLE_OBJECT, IndexStatus, IndexStore, Location, ObjectIndex, UnindexableLine
+from lakepurge.index.base import (
+    WHOLE_OBJECT,
+    Coverage,
+    IndexStatus,
+    IndexStore,
+    Location,
+    NewVersion,
+    NoncurrentVersion,
+    ObjectIndex,
+    UnindexableLine,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -419,3 +429,202 @@ def test_given_users_across_objects_when_looking_up_by_object_then_their_lines_a
     assert hits == hits_from_locations(store.lookup(asked))
     assert store.lookup_objects([]) == Hits({}, 0)
     assert store.lookup_objects(["stranger"]) == Hits({}, 0)
+
+
+# -- versioned buckets: noncurrent versions -------------------------------------------------------------------------
+
+
+def test_given_noncurrent_versions_recorded_when_asking_for_users_then_each_finds_the_versions_that_hold_them(store):
+    assert store.noncurrent_of([]) == {}
+    assert store.noncurrent_of(["alice"]) == {}
+    assert store.dump_noncurrent() == set()
+    store.record_noncurrent([])  # nothing to record is fine
+    crowd = tuple(f"user-{n:03d}" for n in range(60))  # more than one BatchWriteItem of 25
+    store.record_noncurrent(
+        [
+            NoncurrentVersion(A, "events", "va1", ("alice", "bob")),
+            NoncurrentVersion(A, "events", "va2", ("alice",)),
+            NoncurrentVersion(B, "events", "vb1", ("bob", "carol", *crowd)),
+        ]
+    )
+    # Recording a version again adds its new users and keeps the known ones (idempotent, duplicates included).
+    store.record_noncurrent(
+        [NoncurrentVersion(A, "events", "va1", ("dave", "alice", "dave")), NoncurrentVersion(A, "events", "va2", ())]
+    )
+    assert store.noncurrent_of(["alice"]) == {A: {"va1", "va2"}}
+    assert store.noncurrent_of(["bob", "carol", "stranger", "bob"]) == {A: {"va1"}, B: {"vb1"}}
+    assert store.noncurrent_of(["stranger"]) == {}
+    assert store.noncurrent_of(["user-059"]) == {B: {"vb1"}}
+    assert store.dump_noncurrent() == {
+        ("alice", A, "va1"),
+        ("bob", A, "va1"),
+        ("dave", A, "va1"),
+        ("alice", A, "va2"),
+        ("bob", B, "vb1"),
+        ("carol", B, "vb1"),
+        *((user, B, "vb1") for user in crowd),
+    }
+    # Noncurrent versions are not index rows: current-version readers never see them.
+    assert store.lookup(["alice", "bob"]) == {}
+    assert store.dump() == set()
+    assert store.status() == IndexStatus(0, 0, 0, 0, 0, 0, 0)
+    assert store.indexed_objects() == {}
+    assert store.dataset_records() == {}
+    assert store.object_rows(A) == {}
+    # A deleted version is forgotten whole (every user), and only that version of that object.
+    store.forget_noncurrent(A, ["va1"])
+    assert store.noncurrent_of(["alice", "bob", "dave"]) == {A: {"va2"}, B: {"vb1"}}
+    store.forget_noncurrent(B, ["va2"])  # a version id of another object: nothing of B's goes
+    store.forget_noncurrent(A, [])
+    store.forget_noncurrent(A, ["never-known"])
+    assert store.noncurrent_of(["alice", "bob"]) == {A: {"va2"}, B: {"vb1"}}
+    store.forget_noncurrent(B, ["vb1", "vb1"])
+    store.forget_noncurrent(A, ["va2"])
+    assert store.noncurrent_of(["alice", "bob", "carol", *crowd]) == {}
+    assert store.dump_noncurrent() == set()
+
+
+def test_given_a_versioned_object_when_replacing_it_then_the_replaced_version_keeps_its_users_as_noncurrent(store):
+    t1, t2, t3 = (T0 + timedelta(seconds=n) for n in (1, 2, 3))
+    store.replace_objects(
+        [
+            version(A, '"a1"', T0, {"alice": [0], "bob": [1, 2]}, version_id="va1"),
+            version(B, '"b1"', T0, {"carol": [0]}),  # written before the bucket was versioned: no version id
+        ]
+    )
+    assert store.dump_noncurrent() == set()  # nothing was replaced
+    assert (
+        store.replace_objects(
+            [
+                version(A, '"a2"', t1, {"alice": [3], "erin": [4]}, version_id="va2"),
+                version(B, '"b2"', t1, {"carol": [1]}, version_id="vb2"),
+            ]
+        )
+        == 2
+    )
+    # A's previous version holds alice and bob still; B's had no version id (not versioned then): nothing kept.
+    assert store.dump_noncurrent() == {("alice", A, "va1"), ("bob", A, "va1")}
+    assert store.noncurrent_of(["bob", "carol", "erin"]) == {A: {"va1"}}
+    assert store.lookup(["alice", "bob"]) == {"alice": [Location(A, '"a2"', (3,))]}  # rows stay current-only
+    # Nothing is replaced by a refused version, a re-delivery or a forced re-index of the same version.
+    assert store.replace_objects([version(A, '"a0"', T0 - timedelta(days=1), {"zed": [0]}, version_id="va0")]) == 0
+    assert store.replace_objects([version(A, '"a2"', t1, {"alice": [3], "erin": [4]}, version_id="va2")]) == 0
+    assert store.replace_objects([version(A, '"a2"', t1, {"alice": [3, 5]}, version_id="va2")], force=True) == 1
+    assert store.dump_noncurrent() == {("alice", A, "va1"), ("bob", A, "va1")}
+    # The next version keeps the users of the one it replaced as the index last held it (erin no longer).
+    assert store.replace_objects([version(A, '"a3"', t2, {"dave": [0]}, version_id="va3")]) == 1
+    # The same content under a new version id (a copy in place), forced: the old version id keeps the old users.
+    assert store.replace_objects([version(A, '"a3"', t3, {"frank": [0]}, version_id="va4")], force=True) == 1
+    # A versioned object replaced by one without a version id (versioning suspended) still leaves its version.
+    assert store.replace_objects([version(B, '"b3"', t2, {"gina": [0]})]) == 1
+    assert store.dump_noncurrent() == {
+        ("alice", A, "va1"),
+        ("bob", A, "va1"),
+        ("alice", A, "va2"),
+        ("dave", A, "va3"),
+        ("carol", B, "vb2"),
+    }
+    assert store.noncurrent_of(["alice", "frank", "gina"]) == {A: {"va1", "va2"}}
+    assert store.dump() == {("frank", A, 0), ("gina", B, 0)}
+
+
+def test_given_versioned_objects_when_removing_them_then_the_removed_version_keeps_its_users(store):
+    store.replace_objects(
+        [
+            version(A, '"a1"', T0, {"alice": [0], "bob": [1]}, version_id="va1"),
+            version(B, '"b1"', T0, {"alice": [2]}),
+            version(C, '"c1"', T0, {}, version_id="vc1"),  # a versioned object with no users
+        ]
+    )
+    assert store.remove_object(A) is True
+    assert store.remove_object(B) is True  # no version id: nothing left behind
+    assert store.remove_object(C) is True
+    assert store.remove_object(A) is False
+    assert store.dump_noncurrent() == {("alice", A, "va1"), ("bob", A, "va1")}
+    assert store.noncurrent_of(["alice"]) == {A: {"va1"}}
+    assert store.lookup(["alice", "bob"]) == {}
+    # The path indexed again (the delete marker removed, or a new object): the old version stays known.
+    assert store.replace_objects([version(A, '"a2"', T0, {"carol": [0]}, version_id="va2")]) == 1
+    assert store.dump_noncurrent() == {("alice", A, "va1"), ("bob", A, "va1")}
+    store.forget_noncurrent(A, ["va1"])
+    assert store.dump_noncurrent() == set()
+
+
+def test_given_a_versioned_object_when_a_purge_rewrites_it_then_the_rewritten_version_keeps_every_user(store):
+    store.replace_objects(
+        [
+            version(A, '"a1"', T0, {"alice": [0, 2], "bob": [1], "carol": [3]}, version_id="va1"),
+            version(B, '"b1"', T0, {"alice": [0], "dave": [1]}),
+        ]
+    )
+    after = NewVersion('"a2"', "va2", T0 + timedelta(seconds=5))
+    assert store.apply_erasure(A, '"a0"', after, [1]) is False  # not the indexed version: nothing changes
+    assert store.dump_noncurrent() == set()
+    assert store.apply_erasure(A, '"a1"', after, [0, 2]) is True
+    # The version rewritten still holds every user, the erased one included, until the purge deletes it.
+    assert store.dump_noncurrent() == {("alice", A, "va1"), ("bob", A, "va1"), ("carol", A, "va1")}
+    assert store.noncurrent_of(["alice"]) == {A: {"va1"}}
+    assert store.lookup(["alice", "bob"]) == {
+        "alice": [Location(B, '"b1"', (0,))],
+        "bob": [Location(A, '"a2"', (1,))],
+    }
+    # An unversioned object rewritten leaves no version behind.
+    assert store.apply_erasure(B, '"b1"', NewVersion('"b2"', None, T0 + timedelta(seconds=5)), [0]) is True
+    assert store.noncurrent_of(["alice", "dave"]) == {A: {"va1"}}
+    # The purge deleted the rewritten version: it is forgotten, the current rows stay.
+    store.forget_noncurrent(A, ["va1"])
+    assert store.dump_noncurrent() == set()
+    assert store.dump() == {("bob", A, 1), ("carol", A, 3), ("dave", B, 1)}
+
+
+# -- coverage -------------------------------------------------------------------------------------------------------
+
+
+def test_given_datasets_fully_listed_when_recording_coverage_then_the_last_listing_of_each_comes_back(store):
+    assert store.coverage() == {}
+    paris = timezone(timedelta(hours=1))
+    backfill = Coverage(
+        dataset="events",
+        location="s3://lake/events/",
+        method="backfill",
+        started_at=T0.astimezone(paris) + timedelta(microseconds=250),  # any time zone: compares as the instant
+        finished_at=T0 + timedelta(hours=2, microseconds=1),
+        objects=120,
+        versions=0,
+        failed=2,
+    )
+    clicks = Coverage("clicks", "s3://lake/clicks/", "reconcile", T0, T0 + timedelta(minutes=3), 7, 12, 0, drift=1)
+    store.record_coverage(backfill)
+    store.record_coverage(clicks)
+    got = store.coverage()
+    assert got == {"events": backfill, "clicks": clicks}
+    for coverage in got.values():
+        for stamp in (coverage.started_at, coverage.finished_at):
+            assert stamp.tzinfo is not None and stamp.utcoffset() == timedelta(0)
+    # A new listing of a dataset replaces its previous record, whatever it held.
+    reconcile = Coverage("events", "s3://lake/events-v2/", "reconcile", T0 + timedelta(days=1), T0, 0, 3, 0, drift=4)
+    store.record_coverage(reconcile)
+    assert store.coverage() == {"events": reconcile, "clicks": clicks}
+    # Coverage records are not index rows or objects.
+    assert store.status() == IndexStatus(0, 0, 0, 0, 0, 0, 0)
+    assert store.dump() == set()
+    assert store.dump_noncurrent() == set()
+    assert store.indexed_objects() == {}
+    assert store.dataset_records() == {}
+    assert store.unindexable() == []
+
+
+def test_given_rows_noncurrent_versions_coverage_and_erased_users_when_truncating_then_all_are_emptied(store):
+    store.replace_objects([version(A, '"a1"', T0, {"alice": [0]}, version_id="va1")])
+    store.replace_objects([version(A, '"a2"', T0 + timedelta(seconds=1), {"bob": [0]}, version_id="va2")])
+    store.record_noncurrent([NoncurrentVersion(B, "events", "vb1", ("carol",))])
+    store.record_coverage(Coverage("events", "s3://lake/events/", "backfill", T0, T0, 2, 1, 0))
+    store.record_erased([keyed("alice")], "req-1")
+    assert store.dump_noncurrent() == {("alice", A, "va1"), ("carol", B, "vb1")}
+    store.truncate()
+    assert store.dump() == set()
+    assert store.dump_noncurrent() == set()
+    assert store.noncurrent_of(["alice", "carol"]) == {}
+    assert store.coverage() == {}
+    assert store.erased_among([keyed("alice")]) == set()
+    assert store.status() == IndexStatus(0, 0, 0, 0, 0, 0, 0)
