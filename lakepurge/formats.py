@@ -8,12 +8,11 @@ content: such a line may hold personal data we cannot locate, so it must be repo
 
 from __future__ import annotations
 
-import codecs
 import csv
 import io
 import zlib
-from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections import defaultdict, deque
+from collections.abc import Container, Iterable, Iterator, Sequence
 from operator import itemgetter
 from typing import IO, Any, NamedTuple, Protocol, cast
 
@@ -22,6 +21,15 @@ import orjson
 from lakepurge.memory import collector_paused
 
 CHUNK_BYTES = 1 << 20
+
+# The longest user id, in UTF-8 bytes, that is indexed. DynamoDB keys allow 2048 bytes and a PostgreSQL btree entry
+# about 2700, and every row key also holds the object path: a longer id (or one holding NUL, which PostgreSQL text
+# cannot store, or a lone surrogate, which is no UTF-8 at all) makes its record unindexable instead of failing the
+# whole object's index write. docs/LIMITS.md.
+MAX_ID_BYTES = 1024
+# Ids of at most this many characters cannot exceed MAX_ID_BYTES (UTF-8 takes at most 4 bytes a character): only
+# longer ones are encoded to be measured.
+_SHORT_ID_CHARS = MAX_ID_BYTES // 4
 
 
 class ByteSource(Protocol):
@@ -52,6 +60,20 @@ class TruncatedObject(Exception):
         self.reason = reason
 
 
+def id_problem(value: str, what: str) -> str | None:
+    """Why an id cannot be stored by every index backend, or None. `what` names where the id came from
+    ("id field 'user_id'"); the reason never quotes the id."""
+    if "\x00" in value:
+        return f"{what} contains a NUL character"
+    if len(value) <= _SHORT_ID_CHARS and value.isascii():
+        return None
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        return f"{what} holds invalid UTF-8 (a lone surrogate)"
+    return f"{what} is longer than {MAX_ID_BYTES} bytes" if size > MAX_ID_BYTES else None
+
+
 def parse_paths(id_fields: Sequence[str]) -> tuple[tuple[str, ...], ...]:
     return tuple(tuple(field.split(".")) for field in id_fields)
 
@@ -60,6 +82,9 @@ def _add_id(value: Any, field: str, out: list[str]) -> None:
     if isinstance(value, str):
         if not value:
             raise IdFieldError(f"id field '{field}' is empty")
+        problem = id_problem(value, f"id field '{field}'")
+        if problem is not None:
+            raise IdFieldError(problem)
         out.append(value)
     elif isinstance(value, int) and not isinstance(value, bool):
         out.append(str(value))
@@ -94,7 +119,7 @@ def extract_ids(record: dict[str, Any], paths: tuple[tuple[str, ...], ...]) -> t
     """
     if len(paths) == 1 and len(paths[0]) == 1:  # the common case, one top-level field holding a string: no walk
         value = record.get(paths[0][0])
-        if type(value) is str and value:
+        if type(value) is str and value and len(value) <= _SHORT_ID_CHARS and "\x00" not in value:
             return (value,)
     found: list[str] = []
     for path in paths:
@@ -215,6 +240,15 @@ def _plain_ids(lines: list[bytes | None], field: str) -> list[str] | None:
         return None
     if set(map(type, ids)) != {str} or "" in ids:
         return None
+    # Ids an index cannot store (NUL, too long) make their line unindexable: the line-by-line path says which.
+    # orjson refuses lone surrogates, so a parsed id is valid UTF-8; only ids long enough to pass MAX_ID_BYTES
+    # are measured.
+    if "\x00" in "".join(ids):
+        return None
+    if max(map(len, ids), default=0) > _SHORT_ID_CHARS and any(
+        len(i) > _SHORT_ID_CHARS and len(i.encode("utf-8")) > MAX_ID_BYTES for i in ids
+    ):
+        return None
     return ids
 
 
@@ -266,59 +300,199 @@ def group_records(raw: IO[bytes], key: str, fmt: str, id_fields: Sequence[str], 
     return Grouped(dict(lines_by_user), records, unindexable)
 
 
+class CsvRecord(NamedTuple):
+    """One CSV record as the object holds it: the line it starts on, its physical lines (without their '\\n', a
+    trailing '\\r' kept, exactly the object's bytes; None for a line over max_record_bytes) and its fields. A record
+    that cannot be parsed has row None and a problem; it is then one line long, and the next record starts on the
+    line after it."""
+
+    line: int
+    lines: list[bytes | None]
+    row: list[str] | None
+    problem: str | None
+
+
+class _BrokenRecord(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+UNTERMINATED_AT_END = "unterminated quoted field (not closed before the end of the object)"
+
+
+def _unterminated_within(max_bytes: int) -> str:
+    return f"unterminated quoted field (not closed within max_record_bytes, {max_bytes} bytes)"
+
+
+def allow_csv_fields(max_bytes: int) -> None:
+    """csv's field size limit is process-wide (128 KiB by default): raise it so a field may be as long as a record."""
+    if csv.field_size_limit() < max_bytes + 1:
+        csv.field_size_limit(max_bytes + 1)
+
+
+def csv_records(stream: ByteSource, max_bytes: int, rows_for: Container[int] | None = None) -> Iterator[CsvRecord]:
+    """The CSV record grammar the indexer and the purge share (so they agree on every record boundary): Python's
+    csv reader, default dialect, fed one physical line at a time. A quoted field may span lines (an empty line or a
+    line of commas inside it belongs to it); a '"' inside an unquoted field is taken literally.
+
+    A record that cannot be parsed (a quoted field still open at the end of the object or past max_record_bytes, a
+    line over max_record_bytes, a bare '\\r' inside an unquoted field) is yielded as its first line alone with the
+    problem, and parsing starts again on the next line: every later record is still read. Lines are read ahead only
+    while a quoted field is open, so memory stays within about max_record_bytes.
+
+    rows_for, when given, names the lines whose fields are wanted (the purge's targets and the header): a record
+    of one line without quotes that is not among them is given with row [] unparsed.
+    """
+    allow_csv_fields(max_bytes)
+    source = iter_lines(stream, max_bytes)
+    replay: deque[tuple[int, bytes | None]] = deque()  # lines read past a broken record's first line, to parse again
+    while True:
+        if replay:
+            number, line = replay.popleft()
+        else:
+            item = next(source, None)
+            if item is None:
+                return
+            number, line = item
+        if line is None:
+            yield CsvRecord(number, [None], None, _too_long(max_bytes))
+            continue
+        carriage = line.find(b"\r")
+        if b'"' not in line and (carriage < 0 or carriage == len(line) - 1):
+            # No quote and no bare '\r': the record is this line, and csv.reader would split it at every comma.
+            if rows_for is not None and number not in rows_for:
+                yield CsvRecord(number, [line], [], None)
+                continue
+            text = line.decode("utf-8", "surrogateescape")
+            if carriage >= 0:
+                text = text[:-1]
+            yield CsvRecord(number, [line], text.split(",") if text else [], None)
+            continue
+        text = line.decode("utf-8", "surrogateescape")
+        try:
+            # A record of one line (strict parsing fails on anything else, then the lines are read as csv.reader
+            # reads them; where it succeeds it gives the same fields).
+            row = next(csv.reader((text + "\n",), strict=True))
+        except csv.Error:
+            yield _quoted_record(source, replay, number, line, max_bytes)
+        else:
+            yield CsvRecord(number, [line], row, None)
+
+
+def _quoted_record(
+    source: Iterator[tuple[int, bytes | None]],
+    replay: deque[tuple[int, bytes | None]],
+    number: int,
+    line: bytes,
+    max_bytes: int,
+) -> CsvRecord:
+    """The record starting on a line with a quote (or a bare '\\r'): csv.reader reads as many lines as it takes. A
+    broken record gives back the lines read past its first one (replay) to be parsed again."""
+    feed = _CsvFeed(source, replay, max_bytes, (number, line))
+    try:
+        row = next(csv.reader(feed.lines()), [])
+        if feed.ended:  # the reader gave back what it had when the lines ran out inside a quoted field
+            raise _BrokenRecord(UNTERMINATED_AT_END)
+        return CsvRecord(number, [physical for _, physical in feed.taken], row, None)
+    except _BrokenRecord as exc:
+        reason = exc.reason
+    except csv.Error as exc:  # its messages name no content
+        reason = f"malformed CSV record ({str(exc).split(' - ')[0]})"
+    replay.extendleft(reversed(feed.taken[1:]))
+    return CsvRecord(number, [line], None, reason)
+
+
+class _CsvFeed:
+    """The physical lines given to csv.reader for one record, decoded, remembering which they were."""
+
+    def __init__(
+        self,
+        source: Iterator[tuple[int, bytes | None]],
+        replay: deque[tuple[int, bytes | None]],
+        max_bytes: int,
+        first: tuple[int, bytes],
+    ) -> None:
+        self.source = source
+        self.replay = replay
+        self.max_bytes = max_bytes
+        self.first = first
+        self.taken: list[tuple[int, bytes | None]] = []
+        self.ended = False
+
+    def lines(self) -> Iterator[str]:
+        replay, taken, max_bytes = self.replay, self.taken, self.max_bytes
+        item: tuple[int, bytes | None] = self.first
+        size = 0
+        while True:
+            taken.append(item)
+            line = item[1]
+            if line is None:
+                raise _BrokenRecord(_unterminated_within(max_bytes))
+            size += len(line) + 1
+            if size > max_bytes + 1:
+                raise _BrokenRecord(_unterminated_within(max_bytes))
+            yield line.decode("utf-8", "surrogateescape") + "\n"
+            if replay:
+                item = replay.popleft()
+            else:
+                following = next(self.source, None)
+                if following is None:
+                    self.ended = True
+                    return
+                item = following
+
+
+def csv_id_columns(header: Sequence[str], columns: Sequence[str]) -> list[tuple[str, int | None]]:
+    """Each id column and its index in the header (None when the header lacks it)."""
+    return [(c, header.index(c) if c in header else None) for c in columns]
+
+
+def csv_ids(row: Sequence[str], positions: Sequence[tuple[str, int | None]]) -> tuple[tuple[str, ...], str | None]:
+    """The ids of a CSV row and, when any cannot be indexed, why (the record is then unindexable: the purge never
+    takes it for anyone's). Invalid UTF-8 in the id columns (decoded with surrogateescape) is such a problem."""
+    ids: list[str] = []
+    for column, index in positions:
+        value = row[index] if index is not None and index < len(row) else ""
+        if not value:
+            continue
+        if not value.isascii() and any("\udc80" <= ch <= "\udcff" for ch in value):
+            return (), f"invalid UTF-8 in id field '{column}'"
+        problem = id_problem(value, f"id field '{column}'")
+        if problem is not None:
+            return (), problem
+        ids.append(value)
+    if not ids:
+        missing = [c for c, i in positions if i is None]
+        if missing and len(missing) == len(positions):
+            return (), f"id column {', '.join(repr(c) for c in missing)} not in header"
+        return (), f"id field {', '.join(repr(c) for c, _ in positions)} missing"
+    return tuple(dict.fromkeys(ids)), None
+
+
 def read_csv(stream: IO[bytes], columns: Sequence[str], max_bytes: int) -> Iterator[Record | Unindexable]:
     """CSV with a header row (line 0). A record's position is the line it starts on (quoted fields may span
-    lines). Invalid UTF-8 outside the id columns does not stop a row from being indexed."""
-    decoder = codecs.getincrementaldecoder("utf-8")("surrogateescape")
-    oversize: list[int] = []
-
-    def text_lines() -> Iterator[str]:
-        for number, line in iter_lines(stream, max_bytes):
-            if line is None:
-                oversize.append(number)
-                yield "\n"
-            else:
-                yield decoder.decode(line, final=True) + "\n"
-
-    reader = csv.reader(text_lines())
-    try:
-        header = next(reader)
-    except StopIteration:
+    lines); records are those of csv_records. Invalid UTF-8 outside the id columns does not stop a row from being
+    indexed."""
+    records = csv_records(stream, max_bytes)
+    header = next(records, None)
+    if header is None:
         return
-    if oversize:
-        yield Unindexable(0, "header " + _too_long(max_bytes))
+    if header.row is None:
+        yield Unindexable(0, f"header: {header.problem}")
         return
-    positions: list[tuple[str, int | None]] = [(c, header.index(c) if c in header else None) for c in columns]
-    start = reader.line_num
-    for row in reader:
-        line = start
-        start = reader.line_num
-        if oversize and oversize[-1] == line:
-            yield Unindexable(line, _too_long(max_bytes))
+    positions = csv_id_columns(header.row, columns)
+    for record in records:
+        if record.row is None:
+            yield Unindexable(record.line, cast("str", record.problem))
             continue
-        if not any(row):
+        if not any(record.row):
             continue
-        ids: list[str] = []
-        problem = None
-        for column, index in positions:
-            value = row[index] if index is not None and index < len(row) else ""
-            if not value:
-                continue
-            if any("\udc80" <= ch <= "\udcff" for ch in value):
-                problem = f"invalid UTF-8 in id field '{column}'"
-                break
-            ids.append(value)
-        if problem is None and not ids:
-            missing = [c for c, i in positions if i is None]
-            problem = (
-                f"id column {', '.join(repr(c) for c in missing)} not in header"
-                if missing and len(missing) == len(positions)
-                else f"id field {', '.join(repr(c) for c in columns)} missing"
-            )
+        ids, problem = csv_ids(record.row, positions)
         if problem is not None:
-            yield Unindexable(line, problem)
+            yield Unindexable(record.line, problem)
         else:
-            yield Record(line, tuple(dict.fromkeys(ids)))
+            yield Record(record.line, ids)
 
 
 def read_parquet(

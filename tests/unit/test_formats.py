@@ -240,3 +240,203 @@ def test_given_a_truncated_gzip_when_grouping_then_lines_before_are_kept_and_the
     assert grouped.records > 0 and len(grouped.unindexable) == 1
     (broken,) = grouped.unindexable
     assert broken.line == grouped.records and "truncated gzip stream" in broken.reason
+
+
+# -- ids no index backend can store: unindexable lines, in every reader ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("L" * 3000, "id field 'user_id' is longer than 1024 bytes"),
+        ("\u00e9" * 513, "id field 'user_id' is longer than 1024 bytes"),  # 513 characters, 1026 bytes
+        ("a\x00b", "id field 'user_id' contains a NUL character"),
+    ],
+)
+def test_given_an_id_a_backend_cannot_store_when_reading_jsonl_then_its_line_is_unindexable_and_never_quoted(
+    value, reason
+):
+    good = b"".join(b'{"user_id":"u%d"}\n' % n for n in range(5))
+    data = good + orjson.dumps({"user_id": value}) + b"\n" + good
+    items = read(data, max_bytes=1 << 20)
+    assert [line for line, _ in records(items)] == [0, 1, 2, 3, 4, 6, 7, 8, 9, 10]
+    assert problems(items) == [(5, reason)]
+    grouped = group_records(io.BytesIO(data), "x.jsonl", "jsonl", ("user_id",), 1 << 20)  # the fast path too
+    assert grouped.lines_by_user == {f"u{n}": [n, n + 6] for n in range(5)}
+    assert [(u.line, u.reason) for u in grouped.unindexable] == [(5, reason)]
+
+
+def test_given_ids_at_the_byte_limit_when_reading_then_they_are_indexed():
+    at_limit = ["a" * formats.MAX_ID_BYTES, "\u00e9" * (formats.MAX_ID_BYTES // 2)]
+    data = b"".join(orjson.dumps({"user_id": v}) + b"\n" for v in at_limit)
+    assert records(read(data, max_bytes=1 << 20)) == [(0, (at_limit[0],)), (1, (at_limit[1],))]
+    grouped = group_records(io.BytesIO(data), "x.jsonl", "jsonl", ("user_id",), 1 << 20)
+    assert grouped.lines_by_user == {at_limit[0]: [0], at_limit[1]: [1]}
+
+
+def test_given_a_long_id_among_several_fields_when_reading_then_the_record_is_unindexable():
+    data = orjson.dumps({"buyer": {"id": "a"}, "gift": {"recipients": ["b", "x" * 2000]}}) + b"\n"
+    assert problems(read(data, fields=("buyer.id", "gift.recipients"), max_bytes=1 << 20)) == [
+        (0, "id field 'gift.recipients' is longer than 1024 bytes")
+    ]
+
+
+def test_given_parquet_with_a_long_and_a_nul_id_when_reading_then_those_rows_are_unindexable():
+    table = pa.table({"user_id": ["a", "x" * 3000, "b\x00c", "d"]})
+    out = io.BytesIO()
+    pq.write_table(table, out)
+    items = read(out.getvalue(), key="x.parquet", fmt="parquet")
+    assert records(items) == [(0, ("a",)), (3, ("d",))]
+    assert problems(items) == [
+        (1, "id field 'user_id' is longer than 1024 bytes"),
+        (2, "id field 'user_id' contains a NUL character"),
+    ]
+
+
+def test_given_csv_with_a_long_a_nul_and_an_invalid_utf8_id_when_reading_then_only_those_rows_are_unindexable():
+    data = b"customer_id,note\nA,1\n" + b"x" * 3000 + b",2\nB\x00,3\n\xed\xa0\x80,4\nC,5\n"
+    items = read(data, key="x.csv", fmt="csv", fields=("customer_id",), max_bytes=1 << 20)
+    assert records(items) == [(1, ("A",)), (5, ("C",))]
+    assert problems(items) == [
+        (2, "id field 'customer_id' is longer than 1024 bytes"),
+        (3, "id field 'customer_id' contains a NUL character"),
+        (4, "invalid UTF-8 in id field 'customer_id'"),
+    ]
+
+
+# -- the CSV record grammar the indexer and the purge share ------------------------------------------------------
+
+
+def read_csv_items(data: bytes, max_bytes: int = 1 << 20):
+    return read(data, key="x.csv", fmt="csv", fields=("id",), max_bytes=max_bytes)
+
+
+def test_given_a_200_kb_csv_field_when_reading_then_the_record_is_indexed():
+    data = b'id,note\nA,"' + b"x" * 200_000 + b'"\nB,' + b"y" * 200_000 + b"\nC,z\n"
+    items = read_csv_items(data)
+    assert records(items) == [(1, ("A",)), (2, ("B",)), (3, ("C",))]
+    assert problems(items) == []
+
+
+def test_given_a_quoted_field_holding_an_empty_line_and_a_line_of_commas_when_reading_then_they_are_that_record():
+    data = b'id,note\nA,"one\n\n,,,\ntwo"\nB,x\n'
+    assert records(read_csv_items(data)) == [(1, ("A",)), (5, ("B",))]
+    [first, second] = [r for r in formats.csv_records(io.BytesIO(data), MAX) if r.line > 0]
+    assert first.lines == [b'A,"one', b"", b",,,", b'two"'] and first.row == ["A", "one\n\n,,,\ntwo"]
+    assert second.lines == [b"B,x"]
+
+
+def test_given_a_stray_quote_in_an_unquoted_field_when_reading_then_it_is_literal_and_the_record_ends_there():
+    data = b'id,note\nA,a 27" screen\nB,x\n'
+    records_ = [r for r in formats.csv_records(io.BytesIO(data), MAX) if r.line > 0]
+    assert [(r.line, r.lines, r.row) for r in records_] == [
+        (1, [b'A,a 27" screen'], ["A", 'a 27" screen']),
+        (2, [b"B,x"], ["B", "x"]),
+    ]
+
+
+def test_given_an_unterminated_quote_when_reading_then_its_line_is_unindexable_and_the_next_lines_are_read():
+    data = b'id,note\nA,x\nB,"never closed\nC,y\nD,z'
+    items = read_csv_items(data)
+    assert records(items) == [(1, ("A",)), (3, ("C",)), (4, ("D",))]
+    assert problems(items) == [(2, "unterminated quoted field (not closed before the end of the object)")]
+
+
+def test_given_a_quote_open_past_max_record_bytes_when_reading_then_memory_is_bounded_and_later_records_read():
+    rows = b"".join(b"U%d,%s\n" % (n, b"p" * 30) for n in range(200))
+    data = b'id,note\nA,"open\n' + rows
+    items = read_csv_items(data, max_bytes=256)
+    assert problems(items) == [(1, "unterminated quoted field (not closed within max_record_bytes, 256 bytes)")]
+    assert records(items) == [(n + 2, (f"U{n}",)) for n in range(200)]
+
+
+def test_given_a_bare_carriage_return_in_an_unquoted_field_when_reading_then_only_that_record_is_unindexable():
+    items = read_csv_items(b"id,note\nA,a\rb\nB,x\r\n")
+    assert records(items) == [(2, ("B",))]
+    assert problems(items) == [(1, "malformed CSV record (new-line character seen in unquoted field)")]
+
+
+def test_given_an_over_long_line_inside_a_quoted_field_when_reading_then_the_record_and_the_line_are_reported():
+    data = b'id,note\nA,"start\n' + b"x" * 300 + b'\nend"\nB,y\n'
+    items = read_csv_items(data, max_bytes=256)
+    assert problems(items)[:2] == [
+        (1, "unterminated quoted field (not closed within max_record_bytes, 256 bytes)"),
+        (2, "line longer than max_record_bytes (256 bytes)"),
+    ]
+    assert (4, ("B",)) in records(items)
+
+
+CSV_LINES = st.sampled_from(
+    [
+        b"A,plain",
+        b"B,plain\r",
+        b'C,"quoted, with comma"',
+        b'D,"opens',
+        b'closes",E',
+        b'F,a 27" screen',
+        b"",
+        b",,",
+        b'"',
+        b'G,"a ""doubled"" quote"',
+        b"H,caf\xc3\xa9",
+        b"I,\xff\xfe",
+        b"J," + b"y" * 80,
+        b"K,a\rb",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(lines=st.lists(CSV_LINES, max_size=25), trailing_newline=st.booleans(), gz=st.booleans())
+def test_given_any_csv_when_each_indexed_record_is_erased_then_exactly_its_lines_are_blanked(
+    lines, trailing_newline, gz
+):
+    # The purge's rewrite and the indexer read the same records: whatever the indexer finds at a line, the rewrite
+    # blanks there (keeping the line count), and every other byte, unparseable lines included, stays as it was.
+    from types import SimpleNamespace
+
+    from lakepurge.purge.engine import _Ownership, _rewrite_csv
+
+    body = b"\n".join([b"id,note", *lines]) + (b"\n" if trailing_newline else b"")
+    raw = gzip.compress(body) if gz else body
+    key = "x.csv.gz" if gz else "x.csv"
+    found = [i for i in read_records(io.BytesIO(raw), key, "csv", ("id",), 100) if isinstance(i, Record)]
+    physical = body.split(b"\n")
+    starts = {r.line: r for r in formats.csv_records(io.BytesIO(body), 100)}
+    for record in found:
+        owner = _Ownership(SimpleNamespace(id_fields=["id"]), {record.user_ids[0]})  # type: ignore[arg-type]
+        out = b"".join(_rewrite_csv(io.BytesIO(raw), gz, [record.line], owner, False, 100))
+        after = (gzip.decompress(out) if gz else out).split(b"\n")
+        assert owner.erased == [record.line]
+        assert len(after) == len(physical)
+        span = range(record.line, record.line + len(starts[record.line].lines))
+        for number, before in enumerate(physical):
+            if number not in span:
+                assert after[number] == before
+            elif number == record.line:
+                fields = len(starts[number].row or [])
+                assert after[number] == b"," * (fields - 1) + (b"\r" if before.endswith(b"\r") else b"")
+            else:
+                assert after[number] == b""
+    # A target line that is no indexed record's start is never blanked.
+    unindexed = [n for n in range(1, len(physical)) if n not in {r.line for r in found}]
+    owner = _Ownership(SimpleNamespace(id_fields=["id"]), set("ABCDEFGHIJK"))  # type: ignore[arg-type]
+    out = b"".join(_rewrite_csv(io.BytesIO(raw), gz, unindexed, owner, False, 100))
+    assert (gzip.decompress(out) if gz else out) == body
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(alphabet='a,\r\x00é "', max_size=12), min_size=1, max_size=8))
+def test_given_any_lines_when_split_into_csv_records_then_rows_are_those_of_the_csv_module(texts):
+    # csv_records splits a line without quotes itself: it must give what csv.reader gives for the whole object.
+    import csv
+
+    data = "\n".join(texts).encode() + b"\n"
+    ours = list(formats.csv_records(io.BytesIO(data), MAX))
+    if any(r.row is None for r in ours):
+        return  # a record csv.reader cannot parse either (it raises for the whole object)
+    try:
+        theirs = list(csv.reader(line + "\n" for line in data.decode().split("\n")[:-1]))
+    except csv.Error:
+        return
+    assert [r.row for r in ours] == theirs
