@@ -1,0 +1,101 @@
+"""Table formats lakepurge must not touch: Delta Lake, Apache Iceberg and Apache Hudi.
+
+Their data files are referenced by a transaction log or by metadata (with file names, sizes, row counts and
+statistics): rewriting one in place corrupts the table, and the log's older snapshots would still reach the erased
+rows anyway. Such a dataset is refused with the table format's own way to delete, never purged file by file.
+
+Detection costs at most three small LIST calls (MaxKeys=1) per dataset; the indexer caches it per dataset for
+the life of the process (a warm Lambda container lists once).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Literal
+
+from lakepurge.config import ConfigError, DatasetConfig
+
+TableFormat = Literal["delta", "iceberg", "hudi"]
+
+_NAMES: dict[TableFormat, str] = {"delta": "Delta Lake", "iceberg": "Apache Iceberg", "hudi": "Apache Hudi"}
+_HOW: dict[TableFormat, str] = {
+    "delta": "DELETE FROM the table with Delta Lake, then VACUUM it so the data files that held the rows are removed",
+    "iceberg": (
+        "DELETE FROM the table with Iceberg, then run the expire_snapshots and remove_orphan_files procedures so no"
+        " snapshot or file still holds the rows"
+    ),
+    "hudi": (
+        "write a delete to the table with Hudi (operation 'delete' or DELETE FROM), then run the cleaner so no older"
+        " file slice still holds the records"
+    ),
+}
+# Files Iceberg keeps under metadata/: table metadata, manifest lists and manifests (Avro), the Hadoop catalog's
+# version hint, statistics (Puffin).
+_ICEBERG_METADATA = (".metadata.json", ".metadata.json.gz", ".gz.metadata.json", ".avro", ".stats", "version-hint.text")
+
+_detected: dict[tuple[str, str], TableFormat | None] = {}
+
+
+class TableFormatError(ConfigError):
+    """A dataset is (or a key belongs to) a Delta, Iceberg or Hudi table: lakepurge would corrupt it."""
+
+    def __init__(self, dataset: DatasetConfig, table_format: TableFormat) -> None:
+        self.dataset = dataset.name
+        self.table_format = table_format
+        super().__init__(
+            f"dataset '{dataset.name}' ({dataset.location}) holds a {_NAMES[table_format]} table: lakepurge refuses"
+            f" it, because rewriting the table's files in place corrupts it. Erase through the table format"
+            f" instead: {_HOW[table_format]}; and remove the dataset from the configuration"
+        )
+
+
+def key_table_format(dataset: DatasetConfig, key: str) -> TableFormat | None:
+    """The table format a key's own path shows (a Delta log entry, Hudi's timeline or partition metadata, an
+    Iceberg metadata file), wherever it lies below the dataset's location; None otherwise."""
+    relative = key[len(dataset.uri.key) :] if key.startswith(dataset.uri.key) else key
+    *directories, name = relative.split("/")
+    if "_delta_log" in directories:
+        return "delta"
+    if ".hoodie" in directories or name == ".hoodie_partition_metadata":
+        return "hudi"
+    if directories and directories[-1] == "metadata" and name.endswith(_ICEBERG_METADATA):
+        return "iceberg"
+    return None
+
+
+def detect(s3: Any, dataset: DatasetConfig) -> TableFormat | None:
+    """Whether the dataset's location is the root of a Delta, Iceberg or Hudi table (three LIST calls at most)."""
+    uri = dataset.uri
+
+    def first_key(folder: str) -> str | None:
+        contents = s3.list_objects_v2(Bucket=uri.bucket, Prefix=uri.key + folder, MaxKeys=1).get("Contents", [])
+        return contents[0]["Key"] if contents else None
+
+    if first_key("_delta_log/") is not None:
+        return "delta"
+    if first_key(".hoodie/") is not None:
+        return "hudi"
+    metadata = first_key("metadata/")
+    if metadata is not None and metadata.rsplit("/", 1)[-1].endswith(_ICEBERG_METADATA):
+        return "iceberg"
+    return None
+
+
+def detect_cached(s3: Any, dataset: DatasetConfig) -> TableFormat | None:
+    """detect, once per dataset per process."""
+    cache_key = (dataset.name, dataset.location)
+    if cache_key not in _detected:
+        _detected[cache_key] = detect(s3, dataset)
+    return _detected[cache_key]
+
+
+def clear_cache() -> None:
+    _detected.clear()
+
+
+def refuse_table_formats(s3: Any, datasets: Iterable[DatasetConfig]) -> None:
+    """Raise TableFormatError for the first dataset that holds a table format's table."""
+    for dataset in datasets:
+        found = detect(s3, dataset)
+        if found is not None:
+            raise TableFormatError(dataset, found)
