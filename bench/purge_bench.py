@@ -649,7 +649,8 @@ def build_targets(dsn: str, users: list[str]) -> tuple[float, list[Any]]:
 def run_engine(s3: Any, dsn: str, users: list[str], workers: int, timers: StepTimers | None = None) -> EngineRun:
     """purge_object for each object of the report, on `workers` threads with one index connection each."""
     from lakepurge.index.postgres import PostgresIndexStore
-    from lakepurge.purge.engine import ever_versioned, purge_object
+    from lakepurge.purge.engine import purge_object
+    from lakepurge.s3io import ever_versioned
 
     settings = bench_settings(dsn)
     lookup_seconds, targets = build_targets(dsn, users)

@@ -10,17 +10,20 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from lakepurge import aws
 from lakepurge.config import DatasetConfig, Settings
 from lakepurge.index import open_store
-from lakepurge.index.base import ObjectIndex
-from lakepurge.indexer import flag_erased_users, scan_object
-from lakepurge.logs import get_logger
+from lakepurge.index.base import Coverage, IndexStore, NoncurrentVersion, ObjectIndex
+from lakepurge.indexer import failed_object, failure_reason, flag_erased_users, scan_object
+from lakepurge.logs import get_logger, object_ref
 from lakepurge.privacy import Pseudonymizer
-from lakepurge.s3io import ObjectChanged, head_object
+from lakepurge.s3io import ObjectChanged, ObjectHead, ever_versioned, head_object
+from lakepurge.s3uri import S3Uri
 from lakepurge.sparkutil import apply_job_environment, job_environment, on_executors
+from lakepurge.tableformats import refuse_table_formats
 
 log = get_logger(__name__)
 
@@ -35,11 +38,12 @@ class BackfillResult:
     records: int
     rows: int
     unindexable: int
-    failed: tuple[tuple[str, str], ...]  # (s3path, error class) for objects that could not be read
+    failed: tuple[tuple[str, str], ...]  # (s3path, why) for objects that could not be indexed (failure_reason)
     bytes_read: int
     # CPU time of the indexing tasks (reading, parsing, writing the index; not the JVM): with bytes_read, the
     # throughput per core whatever else shares the machine.
     cpu_seconds: float = 0.0
+    versions: int = 0  # noncurrent versions read (versioned buckets)
 
 
 def list_objects(s3: Any, dataset: DatasetConfig) -> Iterator[tuple[str, str, int]]:
@@ -48,7 +52,7 @@ def list_objects(s3: Any, dataset: DatasetConfig) -> Iterator[tuple[str, str, in
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=uri.bucket, Prefix=uri.key):
         for item in page.get("Contents", []):
             key = item["Key"]
-            if not key.endswith("/") and not dataset.is_sidecar(key):
+            if not dataset.is_sidecar(key) and dataset.skip_reason(key) is None:
                 yield uri.bucket, key, item["Size"]
 
 
@@ -60,7 +64,11 @@ def index_partition(
     settings: Settings, env: dict[str, str], force: bool, items: Iterable[tuple[str, str, str]]
 ) -> Iterator[Row]:
     """Index a partition's objects; yields (s3path, outcome, records, rows, unindexable, bytes, error, cpu seconds
-    since the previous row)."""
+    since the previous row), an object's row once its index rows are written.
+
+    One object never fails another: an object that cannot be read or parsed, or whose rows cannot be written (after
+    its batch's write failed, each of the batch's objects is written on its own), is recorded in the index as failed
+    (failed_object: listed by `lakepurge status`, read again by the next backfill) and reported "failed"."""
     cpu = time.process_time()
 
     def spent() -> float:
@@ -72,7 +80,7 @@ def index_partition(
     s3 = aws.client("s3")
     store = open_store(settings.index, create=False)
     pseudonymizer = Pseudonymizer.optional(settings.privacy)
-    pending: list[ObjectIndex] = []
+    pending: list[tuple[ObjectIndex, Row]] = []
     pending_rows = 0
     try:
         for dataset_name, bucket, key in items:
@@ -89,55 +97,312 @@ def index_partition(
                 # Overwritten while listed: its ObjectCreated event re-indexes the new version.
                 yield s3path, "changed", 0, 0, 0, 0, "", spent()
                 continue
-            except Exception as exc:  # one unreadable object must not lose the others; it is reported
-                yield s3path, "failed", 0, 0, 0, 0, type(exc).__name__, spent()
+            except Exception as exc:  # one unreadable object must not lose the others; it is recorded and reported
+                reason = failure_reason(exc)
+                log.warning(
+                    "object could not be indexed", extra={"object": object_ref(s3path, dataset), "error": reason}
+                )
+                empty = ObjectIndex(s3path, dataset.name, head.etag, head.version_id, head.last_modified)
+                pending.append((failed_object(empty, reason), (s3path, "failed", 0, 0, 0, 0, reason, spent())))
                 continue
             flag_erased_users(store, scanned, pseudonymizer)
-            pending.append(scanned)
-            pending_rows += scanned.row_count
             rows, unindexable = scanned.row_count, len(scanned.unindexable)
-            yield s3path, "scanned", scanned.records, rows, unindexable, head.size, "", spent()
+            row = (s3path, "scanned", scanned.records, rows, unindexable, head.size, "", spent())
+            pending.append((scanned, row))
+            pending_rows += rows
             if pending_rows >= FLUSH_ROWS:
-                store.replace_objects(pending, force=force)
+                yield from _write_batch(store, settings, pending, force)
                 pending, pending_rows = [], 0
-        store.replace_objects(pending, force=force)
+        yield from _write_batch(store, settings, pending, force)
     finally:
         store.close()
     yield "", _TASK_END, 0, 0, 0, 0, "", spent()
 
 
-def run_backfill(spark: Any, settings: Settings, force: bool = False, datasets: Iterable[str] = ()) -> BackfillResult:
+def _write_batch(
+    store: IndexStore, settings: Settings, pending: list[tuple[ObjectIndex, Row]], force: bool
+) -> Iterator[Row]:
+    """Write a batch of objects' index rows, and yield their rows. When the batch's write fails, each object is
+    written on its own, and one that still fails is recorded as failed instead (its row says so)."""
+    if not pending:
+        return
+    try:
+        store.replace_objects([obj for obj, _ in pending], force=force)
+    except Exception as exc:
+        log.warning(
+            "index write of a batch failed; writing its objects one at a time",
+            extra={"objects": len(pending), "error": type(exc).__name__},
+        )
+    else:
+        yield from (row for _, row in pending)
+        return
+    for obj, row in pending:
+        try:
+            store.replace_objects([obj], force=force)
+        except Exception as exc:
+            reason = failure_reason(exc)
+            ref = object_ref(obj.s3path, settings.dataset_named(obj.dataset))
+            log.warning("index rows of an object could not be written", extra={"object": ref, "error": reason})
+            try:
+                store.replace_objects([failed_object(obj, reason)], force=force)
+            except Exception as again:  # the index itself is failing: the row still reports the object failed
+                log.warning(
+                    "object could not be recorded as failed", extra={"object": ref, "error": type(again).__name__}
+                )
+            yield obj.s3path, "failed", 0, 0, 0, 0, reason, row[7]
+        else:
+            yield row
+
+
+def list_noncurrent(s3: Any, dataset: DatasetConfig) -> Iterator[ObjectHead]:
+    """Every noncurrent version of the dataset's data objects (a versioned bucket keeps them after an overwrite or
+    a delete; delete markers hold no data)."""
+    uri = dataset.uri
+    for page in s3.get_paginator("list_object_versions").paginate(Bucket=uri.bucket, Prefix=uri.key):
+        for version in page.get("Versions", []):
+            key = version["Key"]
+            if version["IsLatest"] or dataset.is_sidecar(key) or dataset.skip_reason(key) is not None:
+                continue
+            # A version written before versioning was enabled is "null": GetObject takes it as it is.
+            yield ObjectHead(
+                uri.bucket, key, version["ETag"], version["VersionId"], version["LastModified"], version["Size"]
+            )
+
+
+VersionItem = tuple[str, str, str, str, str, datetime, int]  # dataset, bucket, key, version id, etag, modified, size
+_RECORD_VERSIONS = 500  # noncurrent versions recorded per index write
+
+
+def index_versions_partition(settings: Settings, env: dict[str, str], items: Iterable[VersionItem]) -> Iterator[Row]:
+    """Read noncurrent versions and record whose records each holds; yields backfill rows (outcome "version",
+    "absent" for a version deleted since it was listed, or "failed")."""
+    apply_job_environment(env)
     s3 = aws.client("s3")
-    wanted = set(datasets)
-    keys = [
-        (dataset.name, bucket, key, size)
-        for dataset in settings.datasets
-        if not wanted or dataset.name in wanted
-        for bucket, key, size in list_objects(s3, dataset)
-    ]
-    open_store(settings.index).close()  # create the schema once, on the driver
-    if not keys:
-        return BackfillResult(0, 0, 0, 0, 0, (), 0)
-    # Largest objects first: dealt round-robin, no task ends up with all the big ones.
-    keys.sort(key=lambda item: -item[3])
-    ordered = [(name, bucket, key) for name, bucket, key, _ in keys]
+    store = open_store(settings.index, create=False)
+    found: list[NoncurrentVersion] = []
+    try:
+        for name, bucket, key, version_id, etag, last_modified, size in items:
+            head = ObjectHead(bucket, key, etag, version_id, last_modified, size)
+            try:
+                scanned = scan_object(s3, settings, settings.dataset_named(name), head)
+            except ObjectChanged:
+                yield head.s3path, "absent", 0, 0, 0, 0, "", 0.0
+                continue
+            except Exception as exc:  # one unreadable version must not lose the others; it is reported
+                yield head.s3path, "failed", 0, 0, 0, 0, f"version {version_id}: {type(exc).__name__}", 0.0
+                continue
+            if scanned.lines_by_user:
+                found.append(NoncurrentVersion(head.s3path, name, version_id, tuple(scanned.lines_by_user)))
+            if len(found) >= _RECORD_VERSIONS:
+                store.record_noncurrent(found)
+                found = []
+            yield head.s3path, "version", scanned.records, 0, len(scanned.unindexable), size, "", 0.0
+        store.record_noncurrent(found)
+    finally:
+        store.close()
+
+
+@dataclass
+class _Listing:
+    """One dataset's objects as listed by a backfill or a reconciliation."""
+
+    dataset: DatasetConfig
+    started_at: datetime
+    current: dict[str, tuple[str, int]]  # key -> (ETag, size)
+    noncurrent: list[ObjectHead]
+
+
+def _list_dataset(s3: Any, dataset: DatasetConfig, versioned: bool) -> _Listing:
+    started = datetime.now(UTC)
+    uri = dataset.uri
+    current: dict[str, tuple[str, int]] = {}
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=uri.bucket, Prefix=uri.key):
+        for item in page.get("Contents", []):
+            key = item["Key"]
+            if not dataset.is_sidecar(key) and dataset.skip_reason(key) is None:
+                current[key] = (item["ETag"], item["Size"])
+    noncurrent = list(list_noncurrent(s3, dataset)) if versioned else []
+    return _Listing(dataset, started, current, noncurrent)
+
+
+def _index_listed(
+    spark: Any, settings: Settings, force: bool, objects: list[tuple[str, str, str, int]], versions: list[ObjectHead]
+) -> list[Row]:
+    """Index current objects (dataset, bucket, key, size) and noncurrent versions on the executors."""
     env = job_environment(settings)
+    # Largest objects first: dealt round-robin, no task ends up with all the big ones.
+    objects = sorted(objects, key=lambda item: -item[3])
+    ordered = [(name, bucket, key) for name, bucket, key, _ in objects]
     rows = on_executors(spark, ordered, lambda items: index_partition(settings, env, force, items))
+    if versions:
+        names = {(v.bucket, v.key): settings.dataset_for(v.bucket, v.key) for v in versions}
+        version_items: list[VersionItem] = [
+            (names[v.bucket, v.key].name, v.bucket, v.key, v.version_id or "null", v.etag, v.last_modified, v.size)  # type: ignore[union-attr]
+            for v in sorted(versions, key=lambda v: -v.size)
+        ]
+        rows += on_executors(spark, version_items, lambda items: index_versions_partition(settings, env, items))
+    return rows
+
+
+def _failed_per_dataset(settings: Settings, failed: Iterable[tuple[str, str]]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for s3path, _ in failed:
+        uri = S3Uri.parse(s3path)
+        dataset = settings.dataset_for(uri.bucket, uri.key)
+        if dataset is not None:
+            counts[dataset.name] = counts.get(dataset.name, 0) + 1
+    return counts
+
+
+def _chosen(settings: Settings, datasets: Iterable[str]) -> list[DatasetConfig]:
+    return [settings.dataset_named(name) for name in dict.fromkeys(datasets)] or list(settings.datasets)
+
+
+def run_backfill(spark: Any, settings: Settings, force: bool = False, datasets: Iterable[str] = ()) -> BackfillResult:
+    """Index every object, and every noncurrent version in a versioned bucket, of the datasets; then record each
+    dataset's coverage (what lets a request be certified)."""
+    s3 = aws.client("s3")
+    chosen = _chosen(settings, datasets)
+    refuse_table_formats(s3, chosen)
+    versioned = {bucket: ever_versioned(s3, bucket) for bucket in {d.uri.bucket for d in chosen}}
+    listings = [_list_dataset(s3, dataset, versioned[dataset.uri.bucket]) for dataset in chosen]
+    store = open_store(settings.index)  # creates the schema once, on the driver
+    try:
+        objects = [
+            (listing.dataset.name, listing.dataset.uri.bucket, key, size)
+            for listing in listings
+            for key, (_, size) in listing.current.items()
+        ]
+        rows = _index_listed(spark, settings, force, objects, [v for listing in listings for v in listing.noncurrent])
+        result = _result(rows)
+        failed = _failed_per_dataset(settings, result.failed)
+        finished = datetime.now(UTC)
+        for listing in listings:
+            store.record_coverage(
+                Coverage(
+                    dataset=listing.dataset.name,
+                    location=listing.dataset.location,
+                    method="backfill",
+                    started_at=listing.started_at,
+                    finished_at=finished,
+                    objects=len(listing.current),
+                    versions=len(listing.noncurrent),
+                    failed=failed.get(listing.dataset.name, 0),
+                )
+            )
+    finally:
+        store.close()
+    log.info(
+        "backfill done",
+        extra={"objects": result.objects, "records": result.records, "failed": len(result.failed)},
+    )
+    return result
+
+
+def _result(rows: list[Row]) -> BackfillResult:
     results = [r for r in rows if r[1] != _TASK_END]
-    failed = tuple((r[0], r[6]) for r in results if r[1] == "failed")
     scanned = [r for r in results if r[1] == "scanned"]
-    result = BackfillResult(
-        objects=len(results),
+    return BackfillResult(
+        objects=sum(r[1] != "version" for r in results),
         scanned=len(scanned),
         records=sum(r[2] for r in scanned),
         rows=sum(r[3] for r in scanned),
         unindexable=sum(r[4] for r in scanned),
-        failed=failed,
+        failed=tuple((r[0], r[6]) for r in results if r[1] == "failed"),
         bytes_read=sum(r[5] for r in scanned),
         cpu_seconds=round(sum(r[7] for r in rows), 3),
+        versions=sum(r[1] == "version" for r in results),
     )
-    log.info(
-        "backfill done",
-        extra={"objects": result.objects, "records": result.records, "failed": len(failed)},
-    )
-    return result
+
+
+@dataclass(frozen=True)
+class ReconcileResult:
+    """How one dataset's listing compared with the index, and what was done about it."""
+
+    dataset: str
+    objects: int  # current objects listed
+    versions: int  # noncurrent versions read (all of them the first time, else those of drifted keys)
+    missing: int  # listed, not indexed
+    changed: int  # indexed at another ETag than the one listed (or failed before)
+    gone: int  # indexed, no longer listed (deleted without its event reaching the indexer)
+    fixed: int
+    failed: tuple[tuple[str, str], ...]
+    drift: int  # differences left (report-only, or failed to fix)
+
+
+def run_reconcile(
+    spark: Any, settings: Settings, datasets: Iterable[str] = (), fix: bool = True
+) -> list[ReconcileResult]:
+    """Compare each dataset's listing (keys, ETags, noncurrent versions) with the index, index what differs (or only
+    report it), and record the dataset's coverage. Only the differences are read, so a healthy index costs one
+    listing. spark None does the work in this process."""
+    s3 = aws.client("s3")
+    chosen = _chosen(settings, datasets)
+    refuse_table_formats(s3, chosen)
+    versioned = {bucket: ever_versioned(s3, bucket) for bucket in {d.uri.bucket for d in chosen}}
+    store = open_store(settings.index)
+    results = []
+    try:
+        indexed = store.indexed_objects()
+        recorded = store.coverage()
+        for dataset in chosen:
+            listing = _list_dataset(s3, dataset, versioned[dataset.uri.bucket])
+            bucket = dataset.uri.bucket
+            mine = {
+                S3Uri.parse(path).key: etag
+                for path, etag in indexed.items()
+                if dataset.contains(*_bucket_key(path)) and not dataset.is_sidecar(S3Uri.parse(path).key)
+            }
+            missing = [k for k in listing.current if k not in mine]
+            changed = [k for k, (etag, _) in listing.current.items() if k in mine and mine[k] != etag]
+            gone = [k for k in mine if k not in listing.current]
+            drifted = {*missing, *changed, *gone}
+            # Never fully listed before: every noncurrent version is unknown. Otherwise the event stream kept the
+            # old versions of every key it saw change; only keys it missed can hide versions the index never saw.
+            first = dataset.name not in recorded or recorded[dataset.name].location != dataset.location
+            versions = [v for v in listing.noncurrent if first or v.key in drifted]
+            failures: tuple[tuple[str, str], ...] = ()
+            if fix:
+                for key in gone:
+                    store.remove_object(f"s3://{bucket}/{key}")
+                objects = [(dataset.name, bucket, key, listing.current[key][1]) for key in [*missing, *changed]]
+                failures = _result(_index_listed(spark, settings, False, objects, versions)).failed
+            left = len(failures) if fix else len(drifted)
+            store.record_coverage(
+                Coverage(
+                    dataset=dataset.name,
+                    location=dataset.location,
+                    method="reconcile",
+                    started_at=listing.started_at,
+                    finished_at=datetime.now(UTC),
+                    objects=len(listing.current),
+                    versions=len(listing.noncurrent),
+                    failed=len(failures),
+                    drift=0 if fix else left,
+                )
+            )
+            results.append(
+                ReconcileResult(
+                    dataset=dataset.name,
+                    objects=len(listing.current),
+                    versions=len(versions),
+                    missing=len(missing),
+                    changed=len(changed),
+                    gone=len(gone),
+                    fixed=len(drifted) - left if fix else 0,
+                    failed=failures,
+                    drift=left,
+                )
+            )
+            log.info(
+                "reconciled",
+                extra={"dataset": dataset.name, "missing": len(missing), "changed": len(changed), "gone": len(gone)},
+            )
+    finally:
+        store.close()
+    return results
+
+
+def _bucket_key(s3path: str) -> tuple[str, str]:
+    uri = S3Uri.parse(s3path)
+    return uri.bucket, uri.key

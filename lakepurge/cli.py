@@ -16,9 +16,10 @@ import orjson
 
 from lakepurge.config import ConfigError, Settings, load_settings
 from lakepurge.s3uri import S3Uri
-from lakepurge.workflow.store import FINAL_STATES
 
 DEFAULT_CONFIG = "lakepurge.toml"
+# The index does not cover every dataset (lakepurge.coverage): nothing can be certified until it does.
+EXIT_NOT_CERTIFIABLE = 4
 
 
 class Output:
@@ -37,22 +38,55 @@ def _settings(args: argparse.Namespace) -> Settings:
     return load_settings(args.config)
 
 
+def _lake_settings(args: argparse.Namespace) -> Settings:
+    """The configuration of a command that reads or writes the lake: a dataset holding a Delta, Iceberg or Hudi
+    table is refused (a configuration error, exit 2) before anything is touched."""
+    from lakepurge import aws
+    from lakepurge.tableformats import refuse_table_formats
+
+    settings = _settings(args)
+    refuse_table_formats(aws.client("s3"), settings.datasets)
+    return settings
+
+
 def cmd_index_backfill(args: argparse.Namespace, out: Output) -> int:
     from lakepurge.backfill import run_backfill
     from lakepurge.sparkutil import spark_session
 
-    settings = _settings(args)
+    settings = _lake_settings(args)
     out.say(f"backfilling {len(settings.datasets)} dataset(s) on local Spark ...")
     with spark_session("lakepurge-backfill") as spark:
         result = run_backfill(spark, settings, force=args.force, datasets=args.dataset)
     out.say(
-        f"objects {result.objects}  read {result.scanned}  records {result.records}  rows {result.rows}"
-        f"  unindexable lines {result.unindexable}  failed objects {len(result.failed)}"
+        f"objects {result.objects}  read {result.scanned}  noncurrent versions {result.versions}  records"
+        f" {result.records}  rows {result.rows}  unindexable lines {result.unindexable}  failed {len(result.failed)}"
     )
     for path, error in result.failed:
         out.say(f"  FAILED {path}: {error}")
     out.result(asdict(result))
     return 1 if result.failed else 0
+
+
+def cmd_index_reconcile(args: argparse.Namespace, out: Output) -> int:
+    from lakepurge.backfill import run_reconcile
+
+    settings = _lake_settings(args)
+    if args.spark:
+        from lakepurge.sparkutil import spark_session
+
+        with spark_session("lakepurge-reconcile") as spark:
+            results = run_reconcile(spark, settings, args.dataset, fix=not args.report_only)
+    else:
+        results = run_reconcile(None, settings, args.dataset, fix=not args.report_only)
+    for r in results:
+        out.say(
+            f"{r.dataset}: {r.objects} object(s) listed, {r.versions} noncurrent version(s) read;"
+            f" missing {r.missing}  changed {r.changed}  gone {r.gone}  fixed {r.fixed}  left {r.drift}"
+        )
+        for path, error in r.failed:
+            out.say(f"  FAILED {path}: {error}")
+    out.result({"datasets": [asdict(r) for r in results]})
+    return 1 if any(r.drift for r in results) else 0
 
 
 def cmd_index_object(args: argparse.Namespace, out: Output) -> int:
@@ -61,7 +95,7 @@ def cmd_index_object(args: argparse.Namespace, out: Output) -> int:
     from lakepurge.indexer import index_object
     from lakepurge.privacy import Pseudonymizer
 
-    settings = _settings(args)
+    settings = _lake_settings(args)
     uri = S3Uri.parse(args.uri)
     store = open_store(settings.index)
     try:
@@ -76,6 +110,14 @@ def cmd_index_object(args: argparse.Namespace, out: Output) -> int:
         )
     finally:
         store.close()
+    if outcome.reason is not None:
+        out.say(f"skipped: {outcome.reason}: {outcome.s3path} is not data (nothing indexed)")
+        out.result(asdict(outcome))
+        return 0
+    if outcome.action == "failed":  # recorded in the index as failed; `lakepurge status` lists it
+        out.say(f"failed: {outcome.s3path}  {outcome.error}")
+        out.result(asdict(outcome))
+        return 1
     out.say(f"{outcome.action}: {outcome.s3path}  records {outcome.records}  unindexable {outcome.unindexable}")
     if outcome.reappeared:
         out.say(f"  WARNING: {outcome.reappeared} user(s) erased before are in this object again")
@@ -84,16 +126,27 @@ def cmd_index_object(args: argparse.Namespace, out: Output) -> int:
 
 
 def _read_users(args: argparse.Namespace) -> list[str]:
+    """The user ids exactly as given: the index matches ids exactly, so nothing is trimmed or normalised (an id
+    stored as " bob" must be erasable). --users-file holds one id per line; only the line terminator (LF or
+    CR LF) is removed and empty lines are skipped."""
     users = list(args.users)
     if getattr(args, "users_file", None):
-        with open(args.users_file, encoding="utf-8") as handle:
-            users.extend(line.strip() for line in handle if line.strip())
+        try:
+            with open(args.users_file, "rb") as handle:
+                text = handle.read().decode("utf-8-sig")  # a byte order mark is the file's, not an id's
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"--users-file {args.users_file}: {exc}") from None
+        *terminated, last = text.split("\n")
+        for user in [line.removesuffix("\r") for line in terminated] + [last]:
+            if user:
+                users.append(user)
     if not users:
         raise ConfigError("name at least one user id (or --users-file)")
     return list(dict.fromkeys(users))
 
 
 def cmd_lookup(args: argparse.Namespace, out: Output) -> int:
+    from lakepurge.coverage import assess
     from lakepurge.index import open_store
 
     settings = _settings(args)
@@ -101,6 +154,8 @@ def cmd_lookup(args: argparse.Namespace, out: Output) -> int:
     store = open_store(settings.index)
     try:
         found = store.lookup(users)
+        old_versions = {user: store.noncurrent_of([user]) for user in users}
+        gaps = [c for c in assess(settings, store.coverage()) if not c.complete]
     finally:
         store.close()
     document: dict[str, Any] = {}
@@ -109,17 +164,27 @@ def cmd_lookup(args: argparse.Namespace, out: Output) -> int:
         document[user] = [
             {"s3path": loc.s3path, "etag": loc.etag, "lines": "whole-object" if loc.whole_object else list(loc.lines)}
             for loc in locations
+        ] + [
+            {"s3path": path, "noncurrent_versions": sorted(versions)}
+            for path, versions in sorted(old_versions[user].items())
         ]
         records = sum(0 if loc.whole_object else len(loc.lines) for loc in locations)
-        out.say(f"{user}: {len(locations)} object(s), {records} record(s)")
+        versions = sum(len(v) for v in old_versions[user].values())
+        out.say(f"{user}: {len(locations)} object(s), {records} record(s), {versions} noncurrent version(s)")
         for loc in locations:
             where = "whole object" if loc.whole_object else "lines " + ",".join(map(str, loc.lines))
             out.say(f"  {loc.s3path}  {where}")
-    out.result({"users": document})
+        for path, ids in sorted(old_versions[user].items()):
+            out.say(f"  {path}  noncurrent version(s) {', '.join(sorted(ids))}")
+    for gap in gaps:
+        out.say(f"WARNING: dataset {gap.dataset} is {gap.reason}: its records may be missing here (run: {gap.fix})")
+    out.result({"users": document, "coverage_gaps": [g.to_dict() for g in gaps]})
     return 0
 
 
 def cmd_status(args: argparse.Namespace, out: Output) -> int:
+    from lakepurge import aws
+    from lakepurge.coverage import assess, dead_letter_count
     from lakepurge.index import open_store
 
     settings = _settings(args)
@@ -127,8 +192,18 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
     try:
         status = store.status()
         problems = store.unindexable(limit=args.limit)
+        recorded = store.coverage()
     finally:
         store.close()
+    coverage = assess(settings, recorded, dead_letter_count(aws.client("sqs"), settings.indexing.dead_letter_queue_url))
+    for dataset in coverage:
+        if dataset.complete:
+            out.say(
+                f"dataset {dataset.dataset}: covered ({dataset.method} {dataset.indexed_at},"
+                f" {dataset.objects} object(s), {dataset.versions} noncurrent version(s))"
+            )
+        else:
+            out.say(f"dataset {dataset.dataset}: NOT COVERED, {dataset.reason} (run: {dataset.fix})")
     out.say(
         f"objects {status.objects}  records {status.records}  users {status.users}  index rows {status.rows}\n"
         f"unindexable lines {status.unindexable_lines} in {status.objects_with_unindexable} object(s)\n"
@@ -145,6 +220,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
     out.result(
         {
             "index": asdict(status),
+            "coverage": [c.to_dict() for c in coverage],
             "unindexable": [{"s3path": p, "line": u.line, "reason": u.reason} for p, u in problems],
             "requests": requests,
         }
@@ -159,7 +235,7 @@ def _requests_status(settings: Settings, out: Output) -> list[dict[str, Any]]:
 
     views = list_requests(RequestStore(settings, aws.client("s3"), aws.client("kms")))
     overdue = [v for v in views if v.overdue]
-    out.say(f"requests {len(views)}  open {sum(v.state not in FINAL_STATES for v in views)}  overdue {len(overdue)}")
+    out.say(f"requests {len(views)}  open {sum(v.open for v in views)}  overdue {len(overdue)}")
     for view in views:
         flag = "  !! OVERDUE" if view.overdue else ""
         out.say(f"  {view.request_id:<44} {view.state:<20} due {view.deadline[:10]} ({view.days_left:+d} days){flag}")
@@ -174,7 +250,7 @@ def cmd_request(args: argparse.Namespace, out: Output) -> int:
     from lakepurge.workflow.intake import file_request
     from lakepurge.workflow.steps import Clients
 
-    settings = _settings(args)
+    settings = _lake_settings(args)
     users = _read_users(args)
     request_id = args.request_id or f"req-{uuid.uuid4()}"
     filed = file_request(
@@ -193,18 +269,41 @@ def cmd_request(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_purge(args: argparse.Namespace, out: Output) -> int:
-    from lakepurge.operator import purge_users
-    from lakepurge.report import SafetyLimitExceeded
+    from lakepurge.coverage import IndexIncomplete
+    from lakepurge.operator import ReviewedReportMismatch, purge_users
+    from lakepurge.report import ReportTampered, SafetyLimitExceeded
 
-    settings = _settings(args)
+    settings = _lake_settings(args)
     users = _read_users(args)
     try:
-        run = purge_users(settings, users, dry_run=not args.yes, force=args.force, say=out.say)
+        run = purge_users(
+            settings,
+            users,
+            dry_run=not args.yes,
+            force=args.force,
+            say=out.say,
+            report_id=args.report,
+            report_sha256=args.sha256,
+        )
     except SafetyLimitExceeded as exc:
         out.say(f"lakepurge purge: refused by the safety limits ([purge] in the configuration): {exc}")
         out.say("  check the user ids; to erase anyway, run again with --force")
         out.result({"status": "REFUSED", "reason": str(exc)})
         return 3
+    except (ReportTampered, ReviewedReportMismatch) as exc:
+        out.say(f"lakepurge purge: refused, nothing erased: {exc}")
+        out.result({"status": "REFUSED", "reason": str(exc)})
+        return 3
+    except IndexIncomplete as exc:
+        out.say(f"lakepurge purge: NOT CERTIFIABLE, nothing erased: the index does not cover every dataset: {exc}")
+        out.result(
+            {
+                "status": "INDEX_INCOMPLETE",
+                "reason": str(exc),
+                "datasets": [{"dataset": g.dataset, "reason": g.reason, "fix": g.fix} for g in exc.gaps],
+            }
+        )
+        return EXIT_NOT_CERTIFIABLE
     document = run.summary()
     out.result(document)
     if run.result is None:
@@ -215,7 +314,7 @@ def cmd_purge(args: argparse.Namespace, out: Output) -> int:
 def cmd_verify(args: argparse.Namespace, out: Output) -> int:
     from lakepurge.operator import verify_users
 
-    settings = _settings(args)
+    settings = _lake_settings(args)
     document = verify_users(settings, _read_users(args))
     out.say(
         f"checked {document['objects_checked']} object(s) and their noncurrent versions:"
@@ -231,7 +330,7 @@ def cmd_vacuum(args: argparse.Namespace, out: Output) -> int:
     from lakepurge.purge.vacuum import run_vacuum
     from lakepurge.sparkutil import spark_session
 
-    settings = _settings(args)
+    settings = _lake_settings(args)
     with spark_session("lakepurge-vacuum") as spark:
         outcomes = run_vacuum(spark, settings, args.dataset)
     failed = [o for o in outcomes if o.error]
@@ -314,6 +413,17 @@ def build_parser() -> argparse.ArgumentParser:
     backfill.add_argument("--force", action="store_true", help="re-index objects already indexed at this ETag")
     backfill.add_argument("--dataset", action="append", default=[], help="only this dataset (repeatable)")
     backfill.set_defaults(run=cmd_index_backfill)
+    reconcile = index_commands.add_parser(
+        "reconcile",
+        parents=[common],
+        help="compare the lake's listing with the index, index what differs, record coverage",
+    )
+    reconcile.add_argument("--dataset", action="append", default=[], help="only this dataset (repeatable)")
+    reconcile.add_argument(
+        "--report-only", action="store_true", help="only count the differences (the dataset stays not covered)"
+    )
+    reconcile.add_argument("--spark", action="store_true", help="index the differences on local Spark")
+    reconcile.set_defaults(run=cmd_index_reconcile)
     one = index_commands.add_parser("object", parents=[common], help="index one object now")
     one.add_argument("uri", metavar="S3URI")
     one.add_argument("--force", action="store_true")
@@ -338,6 +448,12 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--dry-run", action="store_true", help="only write the report (the default)")
     mode.add_argument("--yes", action="store_true", help="erase for real")
     purge.add_argument("--force", action="store_true", help="go past the [purge] safety limits")
+    purge.add_argument(
+        "--report",
+        metavar="REQUEST_ID",
+        help="execute exactly the report a dry run wrote (give the same user ids), instead of building a new one",
+    )
+    purge.add_argument("--sha256", help="with --report: the SHA-256 the dry run printed; a changed report is refused")
     purge.set_defaults(run=cmd_purge)
 
     verify = commands.add_parser("verify", parents=[common], help="is any of these users still anywhere?")

@@ -5,12 +5,21 @@ Errors name the offending key (``datasets[1].format``) so a user can fix the fil
 
 from __future__ import annotations
 
+import fnmatch
 import re
 import tomllib
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from lakepurge.s3uri import S3Uri
 
@@ -66,7 +75,30 @@ class DatasetConfig(_Strict):
     id_from_key: str | None = None
     id_sidecar: SidecarConfig | None = None
     id_tag: str | None = None
+    # Default by format: "drop" for parquet (a row cannot be blanked), "blank" for the line formats.
     erase: EraseMode = "blank"
+    # Skip what Spark/Hive/Glue skip: path components below the location starting with '_' or '.' (a partition
+    # directory, holding '=', is not hidden) and '*.crc' checksums. Directory markers are always skipped.
+    skip_hidden: bool = True
+    # More keys that are not data: fnmatch globs matched against the key relative to the location.
+    skip: tuple[str, ...] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _erase_default_by_format(cls, data: object) -> object:
+        if isinstance(data, dict) and "erase" not in data:
+            return {**data, "erase": "drop" if data.get("format") == "parquet" else "blank"}
+        return data
+
+    @field_validator("erase")
+    @classmethod
+    def _erase_fits_format(cls, value: str, info: ValidationInfo) -> str:
+        if value == "blank" and info.data.get("format") == "parquet":
+            raise ValueError(
+                "'blank' cannot erase Parquet rows (the rewrite drops them, so row numbers shift):"
+                " use 'drop', the default for parquet"
+            )
+        return value
 
     @field_validator("location")
     @classmethod
@@ -129,12 +161,29 @@ class DatasetConfig(_Strict):
         return S3Uri.parse(self.location)
 
     def contains(self, bucket: str, key: str) -> bool:
-        """Whether an object (data or sidecar) lies under this dataset's location."""
+        """Whether a key (data, sidecar or clutter: see skip_reason) lies under this dataset's location."""
         uri = self.uri
-        return bucket == uri.bucket and key.startswith(uri.key) and not key.endswith("/")
+        return bucket == uri.bucket and key.startswith(uri.key) and key != uri.key
 
     def is_sidecar(self, key: str) -> bool:
         return self.id_sidecar is not None and key.endswith(self.id_sidecar.suffix)
+
+    def skip_reason(self, key: str) -> str | None:
+        """Why a key under this dataset's location is not data (a commit marker, a checksum, a temporary or hidden
+        file, a directory marker, a configured skip glob), or None for a data object or a sidecar. Names no part
+        of the key: keys of one-user-per-object datasets hold user ids."""
+        if key.endswith("/"):
+            return "directory marker (0-byte key ending in '/')"
+        if key.endswith("_$folder$"):
+            return "directory marker ('_$folder$')"
+        relative = self.data_key(key)
+        prefix = self.uri.key
+        if relative.startswith(prefix):
+            relative = relative[len(prefix) :]
+        for pattern in self.skip:
+            if fnmatch.fnmatchcase(relative, pattern):
+                return f"matches skip pattern {pattern!r}"
+        return _hidden_reason(relative) if self.skip_hidden else None
 
     def data_key(self, key: str) -> str:
         """The data object a key stands for: a sidecar's event re-indexes the object it describes."""
@@ -143,19 +192,55 @@ class DatasetConfig(_Strict):
         return key
 
 
+def _hidden(part: str) -> bool:
+    """Spark's and Hive's rule: a name starting with '_' or '.' is hidden, unless it is a partition ('k=v')."""
+    return part.startswith(("_", ".")) and "=" not in part
+
+
+def _hidden_reason(relative: str) -> str | None:
+    """Why Spark, Hive and Glue would not read a key (relative to the dataset's location), or None."""
+    *directories, name = relative.split("/")
+    for part in directories:
+        if part == "_temporary" or part.startswith(".spark-staging"):
+            return "under a _temporary or .spark-staging directory (uncommitted job output)"
+        if _hidden(part):
+            return "under a hidden directory (name starting with '_' or '.', skipped by Spark and Hive)"
+    rules = (
+        (name == "_SUCCESS", "_SUCCESS marker (job commit flag)"),
+        (name.startswith(("_committed_", "_started_")), "commit marker (_committed_/_started_ of a commit protocol)"),
+        (name.endswith(".crc"), "checksum file (.crc)"),
+        (_hidden(name), "hidden file (name starting with '_' or '.', skipped by Spark and Hive)"),
+    )
+    return next((reason for matched, reason in rules if matched), None)
+
+
 class IndexingConfig(_Strict):
     # A line longer than this is reported as unindexable instead of being held in memory.
     max_record_bytes: Annotated[int, Field(gt=0)] = 16 * 1024 * 1024
+    # The indexer's dead-letter queue: events in it were never indexed, so no request is certified while it holds
+    # any (lakepurge.coverage). Unset: no queue is checked.
+    dead_letter_queue_url: str | None = None
 
 
 Fraction = Annotated[float, Field(gt=0, le=1)]
 
 
+# Ids that stand for "nobody" in real lakes (defaults, unknown-user placeholders): a request naming one would erase
+# everyone who has it. Compared case-insensitively; the empty id is always refused.
+SENTINEL_IDS = ("0", "null", "none", "nil", "unknown", "n/a", "na", "-", "undefined", "anonymous")
+
+
 class PurgeConfig(_Strict):
-    # A request that would erase more than these fractions of an object's or a dataset's records is refused
-    # unless forced: a wrong id (an empty string, a test account shared by everyone) must not wipe a dataset.
-    max_object_fraction: Fraction = 1.0
+    # A request that would erase more than these fractions of an object's or a dataset's records, or of a relational
+    # table's rows, is refused unless forced: a wrong id (an empty string, a test account shared by everyone, a
+    # placeholder such as '0') must not wipe a dataset. The object limit applies to objects of at least
+    # min_records_for_object_fraction records (in smaller ones a single person's records are a large share).
+    max_object_fraction: Fraction = 0.5
+    min_records_for_object_fraction: Annotated[int, Field(ge=1)] = 20
     max_dataset_fraction: Fraction = 0.05
+    max_table_fraction: Fraction = 0.05
+    # Requests naming any of these ids (case-insensitive), or an empty id, are refused unless forced.
+    sentinel_ids: tuple[str, ...] = SENTINEL_IDS
     # Noncurrent S3 versions still hold erased data. Leaving them to a lifecycle rule keeps the data readable
     # until the rule runs: a compliance risk, so this is on unless deliberately turned off.
     delete_noncurrent_versions: bool = True

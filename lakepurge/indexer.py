@@ -6,7 +6,9 @@ and out-of-order events therefore all converge on the index a fresh backfill wou
 
 from __future__ import annotations
 
+import csv
 import re
+import zlib
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -14,15 +16,16 @@ import orjson
 from botocore.exceptions import ClientError
 
 from lakepurge.config import DatasetConfig, Settings
-from lakepurge.formats import IdFieldError, extract_ids, group_records, parse_paths
-from lakepurge.index.base import WHOLE_OBJECT, IndexStore, ObjectIndex, UnindexableLine
+from lakepurge.formats import IdFieldError, extract_ids, group_records, id_problem, parse_paths
+from lakepurge.index.base import WHOLE_OBJECT, IndexStore, NoncurrentVersion, ObjectIndex, UnindexableLine
 from lakepurge.logs import get_logger, object_ref
 from lakepurge.privacy import Pseudonymizer
-from lakepurge.s3io import ObjectChanged, ObjectHead, head_object, open_body, open_seekable
+from lakepurge.s3io import ObjectChanged, ObjectHead, head_object, head_version, open_body, open_seekable
+from lakepurge.tableformats import TableFormatError, detect_cached, key_table_format
 
 log = get_logger(__name__)
 
-Action = Literal["indexed", "unchanged", "removed", "absent", "ignored"]
+Action = Literal["indexed", "unchanged", "removed", "absent", "ignored", "failed"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +35,49 @@ class IndexOutcome:
     records: int = 0
     unindexable: int = 0
     reappeared: int = 0
+    reason: str | None = None  # why an object under a dataset was ignored (not data: see skip_reason)
+    error: str = ""  # why a "failed" object could not be indexed (failure_reason: never record content)
+
+
+FAILED_PREFIX = "object could not be indexed: "
+
+
+def failure_reason(exc: BaseException) -> str:
+    """What an unreadable object's failure is, for the index, `status` and logs: the error class and a short
+    message from which anything quoted (which could be record content) is cut."""
+    if isinstance(exc, UnicodeError) and hasattr(exc, "reason"):
+        message = f"{exc.reason} at byte {getattr(exc, 'start', '?')}"
+    else:
+        text = str(exc).strip().splitlines()
+        message = re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", text[0] if text else "")
+        if len(message) > 160:
+            message = message[:157] + "..."
+    return f"{FAILED_PREFIX}{type(exc).__name__}" + (f": {message}" if message else "")
+
+
+def failed_object(index: ObjectIndex, reason: str) -> ObjectIndex:
+    """The index entry of an object that could not be indexed: no rows, no records, and one whole-object
+    unindexable line that `lakepurge status` lists. Its ETag is empty, so a later backfill or event reads it again
+    instead of skipping it as unchanged."""
+    return ObjectIndex(
+        s3path=index.s3path,
+        dataset=index.dataset,
+        etag="",
+        version_id=index.version_id,
+        last_modified=index.last_modified,
+        unindexable=[UnindexableLine(WHOLE_OBJECT, reason)],
+    )
+
+
+def content_error(exc: BaseException, dataset: DatasetConfig) -> bool:
+    """Whether an error reading an object is about what the object holds (the same bytes fail again: record the
+    object as failed) rather than about reaching it (transient: raise, so the event is retried)."""
+    if isinstance(exc, (csv.Error, UnicodeError, ValueError, zlib.error)):
+        return True
+    if any(cls.__name__ == "ArrowException" and cls.__module__.startswith("pyarrow") for cls in type(exc).__mro__):
+        return True
+    # pyarrow reports a corrupt Parquet file as OSError; botocore's network errors are no OSError.
+    return dataset.format == "parquet" and isinstance(exc, OSError)
 
 
 def scan_object(s3: Any, settings: Settings, dataset: DatasetConfig, head: ObjectHead) -> ObjectIndex:
@@ -68,6 +114,7 @@ def _scan_owner(s3: Any, dataset: DatasetConfig, head: ObjectHead, result: Objec
             problem = "key does not match id_from_key"
         else:
             owners = (match.group("id"),)
+            problem = id_problem(owners[0], "id from the key")
     elif dataset.id_sidecar is not None:
         sidecar_key = head.key + dataset.id_sidecar.suffix
         try:
@@ -90,6 +137,8 @@ def _scan_owner(s3: Any, dataset: DatasetConfig, head: ObjectHead, result: Objec
         owners = tuple(t["Value"] for t in tags if t["Key"] == dataset.id_tag and t["Value"])
         if not owners:
             problem = f"object tag '{dataset.id_tag}' missing"
+        for owner in owners:
+            problem = problem or id_problem(owner, f"object tag '{dataset.id_tag}'")
     if problem is not None:
         result.unindexable.append(UnindexableLine(WHOLE_OBJECT, problem))
         return
@@ -116,10 +165,23 @@ def index_object(
     attempts: int = 3,
     pseudonymizer: Pseudonymizer | None = None,
 ) -> IndexOutcome:
-    """Bring the index in line with what S3 holds now at bucket/key (created, overwritten or removed)."""
+    """Bring the index in line with what S3 holds now at bucket/key (created, overwritten or removed).
+
+    Keys that are not data (commit markers, checksums, hidden and temporary files: DatasetConfig.skip_reason) are
+    ignored unread. A Delta, Iceberg or Hudi table is refused (TableFormatError): its files must not be indexed
+    for a purge that would rewrite them."""
     dataset = settings.dataset_for(bucket, key)
     if dataset is None:
         return IndexOutcome(f"s3://{bucket}/{key}", "ignored")
+    table_format = key_table_format(dataset, key)
+    if table_format is not None:
+        raise TableFormatError(dataset, table_format)
+    skipped = dataset.skip_reason(key)
+    if skipped is not None:
+        return IndexOutcome(f"s3://{bucket}/{key}", "ignored", reason=skipped)
+    table_format = detect_cached(s3, dataset)
+    if table_format is not None:
+        raise TableFormatError(dataset, table_format)
     key = dataset.data_key(key)
     s3path = f"s3://{bucket}/{key}"
     ref = object_ref(s3path, dataset)
@@ -127,6 +189,9 @@ def index_object(
         head = head_object(s3, bucket, key)
         if head is None:
             removed = store.remove_object(s3path)
+            if head_object(s3, bucket, key) is not None:
+                # Written again after our HEAD: its own indexing may have run before this removal. Index it now.
+                continue
             log.info("object gone", extra={"object": ref, "removed_rows": removed})
             return IndexOutcome(s3path, "removed" if removed else "absent")
         try:
@@ -134,8 +199,18 @@ def index_object(
         except ObjectChanged:
             log.info("object replaced while reading; reading again", extra={"object": ref, "attempt": attempt})
             continue
+        except Exception as exc:
+            if not content_error(exc, dataset):
+                raise
+            return _record_failure(store, dataset, head, exc, force)
         flag_erased_users(store, scanned, pseudonymizer)
         written = store.replace_objects([scanned], force=force)
+        now = head_object(s3, bucket, key) if written else head
+        if now is None or now.etag != head.etag:
+            # Replaced or deleted since our HEAD: a newer version written in the same second (S3 times have whole
+            # seconds) would not win the index's ordering against ours, so bring the index to what S3 holds now.
+            log.info("object changed while being indexed; indexing it again", extra={"object": ref})
+            continue
         if scanned.reappeared:
             log.warning("erased users found again", extra={"object": ref, "users": scanned.reappeared})
         if scanned.unindexable:
@@ -150,3 +225,42 @@ def index_object(
         action: Action = "indexed" if written else "unchanged"
         return IndexOutcome(s3path, action, scanned.records, len(scanned.unindexable), scanned.reappeared)
     raise ObjectChanged(f"{ref} kept changing while being indexed ({attempts} attempts)")
+
+
+def _record_failure(
+    store: IndexStore, dataset: DatasetConfig, head: ObjectHead, exc: Exception, force: bool
+) -> IndexOutcome:
+    """An object whose content cannot be read as its dataset's format: recorded as failed, never raised (the same
+    bytes would fail every retry, and the other objects of the batch must still be indexed)."""
+    reason = failure_reason(exc)
+    empty = ObjectIndex(head.s3path, dataset.name, head.etag, head.version_id, head.last_modified)
+    store.replace_objects([failed_object(empty, reason)], force=force)
+    log.warning("object could not be indexed", extra={"object": object_ref(head.s3path, dataset), "error": reason})
+    return IndexOutcome(head.s3path, "failed", unindexable=1, error=reason)
+
+
+def record_created_version(
+    s3: Any, store: IndexStore, settings: Settings, bucket: str, key: str, version_id: str
+) -> bool:
+    """An ObjectCreated event names the version it created. When that version is no longer current by the time the
+    event is handled (overwritten or deleted meanwhile), index_object never read it, yet S3 keeps it: read it now and
+    keep its users as a noncurrent version. Returns whether any were recorded."""
+    dataset = settings.dataset_for(bucket, key)
+    unversioned = not version_id or version_id == "null"
+    if dataset is None or unversioned or dataset.is_sidecar(key) or dataset.skip_reason(key) is not None:
+        return False
+    current = head_object(s3, bucket, key)
+    if current is not None and current.version_id == version_id:
+        return False  # still current: index_object read it
+    head = head_version(s3, bucket, key, version_id)
+    if head is None:
+        return False  # deleted for good since
+    try:
+        scanned = scan_object(s3, settings, dataset, head)
+    except ObjectChanged:
+        return False
+    if not scanned.lines_by_user:
+        return False
+    store.record_noncurrent([NoncurrentVersion(head.s3path, dataset.name, version_id, tuple(scanned.lines_by_user))])
+    log.info("overwritten version indexed as noncurrent", extra={"object": object_ref(head.s3path, dataset)})
+    return True

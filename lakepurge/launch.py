@@ -109,7 +109,7 @@ def inline_max_objects(settings: Settings) -> int:
 
 def inline_fits(settings: Settings, report: Report) -> bool:
     """Whether the report is small enough to purge inline (no Spark): workflow.inline_max_objects."""
-    return len(report.objects) <= inline_max_objects(settings)
+    return len(report.objects) + len(report.versions) <= inline_max_objects(settings)
 
 
 def run_inline(settings: Settings, spec: PurgeJobSpec) -> PurgeResult:

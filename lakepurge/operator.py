@@ -14,10 +14,18 @@ from typing import Any
 
 from lakepurge import aws
 from lakepurge.config import Settings
+from lakepurge.coverage import IndexIncomplete, dead_letter_count
 from lakepurge.index import open_store
 from lakepurge.privacy import Pseudonymizer, hash_key
 from lakepurge.purge.job import PurgeResult, purge_relational, run_purge, verify_everywhere
-from lakepurge.report import Report, build_report, write_report
+from lakepurge.report import (
+    Report,
+    SafetyLimitExceeded,
+    build_report,
+    read_report,
+    report_uri,
+    write_report,
+)
 from lakepurge.sparkutil import spark_session
 
 
@@ -43,12 +51,45 @@ class OperatorRun:
             document |= {
                 "objects_rewritten": self.result.objects_rewritten,
                 "lines_erased": self.result.lines_erased,
+                "noncurrent_versions_deleted": self.result.versions_deleted,
                 "objects_failed": [o.s3path for o in self.result.failed],
                 "relational_rows_deleted": sum(int(t["rows_deleted"]) for t in self.result.relational),
                 "verified": self.result.verified,
                 "certificate": self.result.certificate,
             }
         return document
+
+
+class ReviewedReportMismatch(Exception):
+    """`purge --report ID` was given other user ids than the report was made for."""
+
+
+def plan_lines(report: Report) -> list[str]:
+    """The whole plan, as an operator reviews it before --yes: counts per dataset and table, never an id."""
+    lines = [
+        f"  {report.users_found} of {len(report.user_hashes)} user(s) found in the index;"
+        f" {len(report.objects)} object(s), {report.lines} line(s), {report.version_count} noncurrent version(s)"
+    ]
+    for name, counts in sorted(report.datasets.items()):
+        lines.append(f"  dataset {name}: {counts['records']} record(s) in {counts['objects']} object(s)")
+    for versions in report.versions:
+        lines.append(f"  dataset {versions.dataset}: {len(versions.version_ids)} noncurrent version(s) of one object")
+    for table in report.relational:
+        lines.append(f"  table {table.name}: {table.rows} of {table.total_rows} row(s)")
+    return lines
+
+
+def _reviewed_report(
+    s3: Any, settings: Settings, request_id: str, sha256: str | None, users: list[str], pseudonymizer: Pseudonymizer
+) -> tuple[Report, str, str]:
+    """The report a dry run wrote, checked: its bytes hash to the reviewed SHA-256 (or the one recorded when it was
+    written) and it was made for exactly these users."""
+    uri = report_uri(settings, request_id)
+    expected = sha256 or s3.head_object(Bucket=uri.bucket, Key=uri.key)["Metadata"].get("sha256", "")
+    report = read_report(s3, str(uri), expected)  # ReportTampered when it changed
+    if sorted(report.user_hashes) != sorted(pseudonymizer.many(users)):
+        raise ReviewedReportMismatch(f"report {request_id} was made for other user ids than the ones given")
+    return report, str(uri), expected
 
 
 def purge_users(
@@ -58,32 +99,51 @@ def purge_users(
     force: bool = False,
     approved_by: str = "operator",
     say: Callable[[str], None] = print,
+    report_id: str | None = None,
+    report_sha256: str | None = None,
 ) -> OperatorRun:
+    """Report -> purge -> verify -> certificate. With report_id, the report a dry run wrote (and an operator
+    reviewed) is executed exactly, instead of a new one being built."""
     started = time.monotonic()
     pseudonymizer = Pseudonymizer.from_config(settings.privacy)
     key = hash_key(settings.privacy)
-    request_id = f"op-{uuid.uuid4()}"
     s3 = aws.client("s3")
     store = open_store(settings.index)
     try:
-        report = build_report(store, settings, users, request_id, pseudonymizer, force=force)
-        uri, digest = write_report(s3, settings, report)
-        say(
-            f"report {uri}: {len(report.objects)} object(s), {report.lines} line(s),"
-            f" {sum(t.rows for t in report.relational)} relational row(s); {report.users_found} of"
-            f" {len(users)} user(s) found"
-        )
+        if report_id is not None:
+            report, uri, digest = _reviewed_report(s3, settings, report_id, report_sha256, users, pseudonymizer)
+            if report.forced and not force:
+                raise SafetyLimitExceeded(f"report {report_id} was made with --force: execute it with --force too")
+            request_id = report.request_id
+        else:
+            request_id = f"op-{uuid.uuid4()}"
+            dead_letters = dead_letter_count(aws.client("sqs"), settings.indexing.dead_letter_queue_url)
+            report = build_report(
+                store, settings, users, request_id, pseudonymizer, force=force, dead_letters=dead_letters
+            )
+            uri, digest = write_report(s3, settings, report)
+        say(f"report {uri} (sha256 {digest}):")
+        for line in plan_lines(report):
+            say(line)
+        if report.gaps:
+            # The index cannot vouch for these datasets: "nothing found" there may be "never looked".
+            raise IndexIncomplete(report.gaps)
         if dry_run:
-            say("dry run: nothing erased (run again with --yes to erase)")
+            say("dry run: nothing erased. To erase exactly this plan, run with the same user ids:")
+            say(f"  lakepurge purge USER... --report {request_id} --sha256 {digest} --yes")
             return OperatorRun(request_id, report, uri, digest, None, time.monotonic() - started)
         relational = purge_relational(settings, users, report.relational)
-        with spark_session("lakepurge-purge") as spark:
-            result = run_purge(spark, settings, report, key, relational, approved_by, digest)
+        if report.empty:  # every dataset covered and nothing found: certify that without starting Spark
+            result = run_purge(None, settings, report, key, relational, approved_by, digest)
+        else:
+            with spark_session("lakepurge-purge") as spark:
+                result = run_purge(spark, settings, report, key, relational, approved_by, digest)
         if result.verified:
             store.record_erased(list(report.user_hashes), request_id)
         say(
-            f"erased {result.lines_erased} line(s) in {result.objects_rewritten} object(s);"
-            f" verification {'passed' if result.verified else 'FAILED'}; certificate {result.certificate}"
+            f"erased {result.lines_erased} line(s) in {result.objects_rewritten} object(s) and"
+            f" {result.versions_deleted} noncurrent version(s); verification"
+            f" {'passed' if result.verified else 'FAILED'}; certificate {result.certificate}"
         )
         return OperatorRun(request_id, report, uri, digest, result, time.monotonic() - started)
     finally:
@@ -98,6 +158,7 @@ def verify_users(settings: Settings, users: list[str]) -> dict[str, Any]:
     store = open_store(settings.index)
     try:
         indexed = store.lookup(users)
+        old_versions = store.noncurrent_of(users)
     finally:
         store.close()
     with spark_session("lakepurge-verify") as spark:
@@ -105,7 +166,8 @@ def verify_users(settings: Settings, users: list[str]) -> dict[str, Any]:
     return {
         "users": len(hashes),
         "index_locations": sum(len(v) for v in indexed.values()),
+        "index_noncurrent_versions": sum(len(v) for v in old_versions.values()),
         "objects_checked": checked,
         "remaining": remaining,
-        "verified": not remaining and not indexed,
+        "verified": not remaining and not indexed and not old_versions,
     }

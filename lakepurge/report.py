@@ -15,12 +15,13 @@ from typing import Any
 import orjson
 
 from lakepurge.config import Settings
+from lakepurge.coverage import DatasetCoverage, assess
 from lakepurge.index.base import WHOLE_OBJECT, IndexStore
 from lakepurge.logs import object_ref
 from lakepurge.privacy import Pseudonymizer
 from lakepurge.s3uri import S3Uri
 
-REPORT_VERSION = 1
+REPORT_VERSION = 2
 
 
 class SafetyLimitExceeded(Exception):
@@ -43,11 +44,23 @@ class ReportObject:
 
 
 @dataclass(frozen=True)
+class ReportVersions:
+    """Noncurrent versions of an object (versioned bucket) that the index says hold some of the users: an
+    overwritten or deleted object's old data. The purge deletes every noncurrent version of the key that holds them
+    (these and any the index missed); versions are immutable, so there is nothing to rewrite."""
+
+    s3path: str
+    dataset: str
+    version_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class ReportTable:
     name: str
     table: str
     column: str
     rows: int
+    total_rows: int = 0  # count(*) of the table when the report was made: the approver sees the share
 
 
 @dataclass(frozen=True)
@@ -61,6 +74,10 @@ class Report:
     version: int = REPORT_VERSION
     forced: bool = False
     datasets: dict[str, dict[str, int]] = field(default_factory=dict)
+    versions: tuple[ReportVersions, ...] = ()
+    # Every configured dataset's coverage when the report was made (lakepurge.coverage): a request is certified
+    # only if all are complete.
+    coverage: tuple[dict[str, Any], ...] = ()
 
     @property
     def lines(self) -> int:
@@ -68,7 +85,16 @@ class Report:
 
     @property
     def empty(self) -> bool:
-        return not self.objects and not any(t.rows for t in self.relational)
+        return not self.objects and not self.versions and not any(t.rows for t in self.relational)
+
+    @property
+    def gaps(self) -> list[DatasetCoverage]:
+        """The datasets whose coverage is not complete: while there is any, the request cannot be certified."""
+        return [DatasetCoverage(**c) for c in self.coverage if not c["complete"]]
+
+    @property
+    def version_count(self) -> int:
+        return sum(len(v.version_ids) for v in self.versions)
 
     def to_bytes(self) -> bytes:
         return orjson.dumps(asdict(self), option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2)
@@ -79,6 +105,10 @@ class Report:
         document["user_hashes"] = tuple(document["user_hashes"])
         document["objects"] = tuple(ReportObject(**{**o, "lines": tuple(o["lines"])}) for o in document["objects"])
         document["relational"] = tuple(ReportTable(**t) for t in document["relational"])
+        document["versions"] = tuple(
+            ReportVersions(**{**v, "version_ids": tuple(v["version_ids"])}) for v in document.get("versions", ())
+        )
+        document["coverage"] = tuple(document.get("coverage", ()))
         return cls(**document)
 
     def summary(self) -> dict[str, Any]:
@@ -89,8 +119,11 @@ class Report:
             "users_found": self.users_found,
             "objects": len(self.objects),
             "lines": self.lines,
+            "noncurrent_versions": self.version_count,
             "datasets": self.datasets,
             "relational_rows": {t.name: t.rows for t in self.relational},
+            "relational_totals": {t.name: t.total_rows for t in self.relational},
+            "coverage": {c["dataset"]: "complete" if c["complete"] else c["reason"] for c in self.coverage},
         }
 
 
@@ -105,12 +138,28 @@ def count_relational(settings: Settings, users: list[str]) -> tuple[ReportTable,
     tables = []
     for table in settings.relational:
         with psycopg.connect(table.dsn, autocommit=True) as conn:
-            query = sql.SQL("SELECT count(*) FROM {} WHERE {} = ANY(%s)").format(
-                sql.Identifier(*table.table.split(".")), sql.Identifier(table.column)
+            query = sql.SQL("SELECT count(*) FILTER (WHERE {} = ANY(%s)), count(*) FROM {}").format(
+                sql.Identifier(table.column), sql.Identifier(*table.table.split("."))
             )
             row = conn.execute(query, (users,)).fetchone()
-        tables.append(ReportTable(table.name, table.table, table.column, int(row[0]) if row else 0))
+        matching, total = (int(row[0]), int(row[1])) if row else (0, 0)
+        tables.append(ReportTable(table.name, table.table, table.column, matching, total))
     return tuple(tables)
+
+
+def check_sentinels(settings: Settings, users: list[str]) -> list[str]:
+    """The problems of ids that stand for nobody (empty, '0', 'null', ...): erasing them erases everyone."""
+    sentinels = {s.casefold() for s in settings.purge.sentinel_ids}
+    problems = []
+    if any(not u.strip() for u in users):
+        problems.append("the request names an empty (or blank) id")
+    named = sorted({u for u in users if u.strip() and u.strip().casefold() in sentinels})
+    if named:
+        # Sentinels are placeholders from the configured list, not personal data: naming them helps the operator.
+        problems.append(
+            f"the request names placeholder id(s) {', '.join(repr(u) for u in named)} ([purge] sentinel_ids)"
+        )
+    return problems
 
 
 def build_report(
@@ -120,8 +169,14 @@ def build_report(
     request_id: str,
     pseudonymizer: Pseudonymizer,
     force: bool = False,
+    dead_letters: int = 0,
 ) -> Report:
-    """Look the users up and plan the erasure, refusing one that breaks a safety limit unless forced."""
+    """Look the users up and plan the erasure, refusing one that breaks a safety limit unless forced. The report
+    states every dataset's coverage; whether an incomplete one stops the request is the caller's decision."""
+    sentinel_problems = check_sentinels(settings, users)
+    if sentinel_problems and not force:
+        raise SafetyLimitExceeded("; ".join(sentinel_problems))
+    coverage = assess(settings, store.coverage(), dead_letters)
     hits = store.lookup_objects(users)
     objects = []
     for s3path in sorted(hits.objects):
@@ -140,21 +195,34 @@ def build_report(
                 lines=hit.lines,
             )
         )
-    datasets = _check_limits(store, settings, objects, force)
+    relational = count_relational(settings, users) if settings.relational else ()
+    datasets = _check_limits(store, settings, objects, relational, force)
+    versions = []
+    for s3path, version_ids in sorted(store.noncurrent_of(users).items()):
+        uri = S3Uri.parse(s3path)
+        dataset = settings.dataset_for(uri.bucket, uri.key)
+        if dataset is not None and version_ids:
+            versions.append(ReportVersions(s3path, dataset.name, tuple(sorted(version_ids))))
     return Report(
         request_id=request_id,
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
         user_hashes=tuple(pseudonymizer.many(users)),
         users_found=hits.users_found,
         objects=tuple(objects),
-        relational=count_relational(settings, users) if settings.relational else (),
+        relational=relational,
         forced=force,
         datasets=datasets,
+        versions=tuple(versions),
+        coverage=tuple(c.to_dict() for c in coverage),
     )
 
 
 def _check_limits(
-    store: IndexStore, settings: Settings, objects: list[ReportObject], force: bool
+    store: IndexStore,
+    settings: Settings,
+    objects: list[ReportObject],
+    relational: tuple[ReportTable, ...],
+    force: bool,
 ) -> dict[str, dict[str, int]]:
     limits = settings.purge
     per_dataset: dict[str, dict[str, int]] = defaultdict(lambda: {"objects": 0, "records": 0})
@@ -165,7 +233,8 @@ def _check_limits(
         per_dataset[obj.dataset]["records"] += erased
         if obj.lines != (WHOLE_OBJECT,) and limits.max_object_fraction < 1:
             indexed = store.get_object(obj.s3path)
-            if indexed is not None and indexed.records and erased / indexed.records > limits.max_object_fraction:
+            big_enough = indexed is not None and indexed.records >= limits.min_records_for_object_fraction
+            if indexed is not None and big_enough and erased / indexed.records > limits.max_object_fraction:
                 where = object_ref(obj.s3path, settings.dataset_named(obj.dataset))
                 problems.append(
                     f"{where}: {erased} of {indexed.records} records (max_object_fraction {limits.max_object_fraction})"
@@ -177,6 +246,12 @@ def _check_limits(
             problems.append(
                 f"dataset {name}: {counts['records']} of {total} records"
                 f" (max_dataset_fraction {limits.max_dataset_fraction})"
+            )
+    for table in relational:
+        if table.total_rows and table.rows / table.total_rows > limits.max_table_fraction:
+            problems.append(
+                f"table {table.name}: {table.rows} of {table.total_rows} rows"
+                f" (max_table_fraction {limits.max_table_fraction})"
             )
     if problems and not force:
         raise SafetyLimitExceeded("; ".join(problems[:20]) + ("; ..." if len(problems) > 20 else ""))

@@ -40,6 +40,11 @@ class ObjectHead:
         return {"VersionId": self.version_id} if self.version_id else {}
 
 
+def ever_versioned(s3: Any, bucket: str) -> bool:
+    """Whether the bucket has ever had versioning on: only then can noncurrent versions exist."""
+    return "Status" in s3.get_bucket_versioning(Bucket=bucket)
+
+
 def error_code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
@@ -68,6 +73,18 @@ def head_object(s3: Any, bucket: str, key: str) -> ObjectHead | None:
         if error_code(exc) in _MISSING:
             return None
         raise
+
+
+def head_version(s3: Any, bucket: str, key: str, version_id: str) -> ObjectHead | None:
+    """The head of one version, or None when that version (or the key) no longer exists or is a delete marker."""
+    try:
+        response = s3.head_object(Bucket=bucket, Key=key, VersionId=version_id)
+    except ClientError as exc:
+        if error_code(exc) in (*_MISSING, "NoSuchVersion", "400", "InvalidArgument"):
+            return None
+        raise
+    head = _head_from(bucket, key, response)
+    return head if head.version_id == version_id else None
 
 
 def get_current(s3: Any, bucket: str, key: str) -> tuple[ObjectHead, IO[bytes]] | None:

@@ -19,7 +19,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from lakepurge import aws, runtime
-from lakepurge.indexer import IndexOutcome, index_object
+from lakepurge.indexer import IndexOutcome, index_object, record_created_version
 
 logger = Logger(service="lakepurge")
 metrics = Metrics(namespace="lakepurge", service="lakepurge")
@@ -27,13 +27,27 @@ processor = BatchProcessor(event_type=EventType.SQS)
 
 
 def _index_s3_event(event: S3Event) -> list[IndexOutcome]:
-    # S3 URL-encodes keys in notifications.
-    return _index_keys([(r.s3.bucket.name, unquote_plus(r.s3.get_object.key)) for r in event.records])
+    # S3 URL-encodes keys in notifications. A created version is named so that, if it is overwritten before its event
+    # is handled, it is still indexed (as the noncurrent version it has become).
+    return _index_keys(
+        [
+            (
+                r.s3.bucket.name,
+                unquote_plus(r.s3.get_object.key),
+                r.s3.get_object.version_id if r.event_name.startswith("ObjectCreated") else None,
+            )
+            for r in event.records
+        ]
+    )
 
 
-def _index_keys(keys: list[tuple[str, str]]) -> list[IndexOutcome]:
+def _index_keys(keys: list[tuple[str, str, str | None]]) -> list[IndexOutcome]:
     outcomes = []
-    for bucket, key in keys:
+    for bucket, key, created_version in keys:
+        if created_version:
+            record_created_version(
+                aws.client("s3"), runtime.index_store(), runtime.settings(), bucket, key, created_version
+            )
         outcome = index_object(
             aws.client("s3"),
             runtime.index_store(),
@@ -58,7 +72,8 @@ def record_handler(record: SQSRecord) -> dict[str, int]:
     if body.get("source") == "aws.s3" and "detail" in body:
         # EventBridge names the key as it is (not URL-encoded).
         bridged = EventBridgeEvent(body)
-        outcomes = _index_keys([(bridged.detail["bucket"]["name"], bridged.detail["object"]["key"])])
+        created = bridged.detail["object"].get("version-id") if bridged.detail_type == "Object Created" else None
+        outcomes = _index_keys([(bridged.detail["bucket"]["name"], bridged.detail["object"]["key"], created)])
     elif "Records" in body:
         outcomes = _index_s3_event(S3Event(body))
     else:

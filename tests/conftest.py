@@ -29,8 +29,11 @@ def moto_server() -> Iterator[object]:
 @pytest.fixture
 def aws(moto_server: object) -> Iterator[object]:
     """A moto server with empty state for each test."""
+    from lakepurge import tableformats
+
     yield moto_server
     moto_server.reset()  # type: ignore[attr-defined]
+    tableformats.clear_cache()  # a detection is cached per process; the next test's lake is another
 
 
 @pytest.fixture(scope="session")
@@ -51,7 +54,9 @@ def pg_dsn(postgres_server: object) -> Iterator[str]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
             "DO $$ BEGIN IF to_regclass('user_rows') IS NOT NULL THEN"
-            " TRUNCATE user_rows, indexed_objects, unindexable_lines, erased_users; END IF; END $$"
+            " TRUNCATE user_rows, indexed_objects, unindexable_lines, erased_users; END IF;"
+            " IF to_regclass('noncurrent_versions') IS NOT NULL THEN"
+            " TRUNCATE noncurrent_versions, dataset_coverage; END IF; END $$"
         )
     yield dsn
 

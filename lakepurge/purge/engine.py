@@ -13,29 +13,46 @@ For each object named by the report:
 
 from __future__ import annotations
 
-import csv
 import io
 import tempfile
-from collections.abc import Callable, Container, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
 from typing import IO, Any, Literal
 
 import orjson
+from botocore.exceptions import ClientError
 
 from lakepurge.config import DatasetConfig, Settings
-from lakepurge.formats import CHUNK_BYTES, ByteSource, GzipReader, extract_ids, iter_lines, parse_paths
+from lakepurge.formats import (
+    CHUNK_BYTES,
+    ByteSource,
+    GzipReader,
+    csv_id_columns,
+    csv_ids,
+    csv_records,
+    extract_ids,
+    parse_paths,
+)
 from lakepurge.index.base import WHOLE_OBJECT, IndexStore, NewVersion, ObjectIndex
 from lakepurge.indexer import index_object, scan_object
 from lakepurge.logs import get_logger, object_ref
 from lakepurge.purge.s3write import WriteConflict, Written, delete_in_place, preserved_attributes, write_in_place
 from lakepurge.purge.splice import DROP, splice_lines
-from lakepurge.s3io import ObjectChanged, ObjectHead, get_current, head_object, open_body, open_seekable
+from lakepurge.s3io import (
+    ObjectChanged,
+    ObjectHead,
+    error_code,
+    ever_versioned,
+    get_current,
+    head_object,
+    open_body,
+    open_seekable,
+)
 from lakepurge.s3uri import S3Uri
 
 log = get_logger(__name__)
 
-Status = Literal["erased", "deleted", "nothing-to-erase", "gone", "failed"]
+Status = Literal["erased", "deleted", "versions-deleted", "nothing-to-erase", "gone", "failed"]
 BLANK = b"{}"
 
 
@@ -47,6 +64,10 @@ class PurgeTarget:
     dataset: str
     etag: str
     lines: tuple[int, ...]
+    # Only noncurrent versions hold the users (the object was overwritten or deleted since): the current version,
+    # if any, is left alone and every noncurrent version holding them is deleted. version_ids: those the index named.
+    versions_only: bool = False
+    version_ids: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -63,6 +84,8 @@ class ObjectOutcome:
     noncurrent_versions_deleted: int = 0
     error: str = ""
     erased_lines: list[int] = field(default_factory=list)
+    deleted_versions: list[str] = field(default_factory=list)  # ids of the noncurrent versions deleted
+    sidecar_versions_deleted: list[str] = field(default_factory=list)  # versions of the sidecar naming the user
     # False while the outcome is only an intent: recorded just before the write, so a run killed between the write
     # and its record can tell, when started again, that the erasure it finds done was its own.
     committed: bool = True
@@ -77,7 +100,7 @@ class _Ownership:
     def __init__(self, dataset: DatasetConfig, users: Container[str]) -> None:
         assert dataset.id_fields is not None
         self._paths = parse_paths(dataset.id_fields)
-        self._columns: list[int | None] | None = None
+        self._columns: list[tuple[str, int | None]] | None = None
         self._fields = dataset.id_fields
         self.users = users
         self.erased: list[int] = []
@@ -92,12 +115,14 @@ class _Ownership:
         return self._note(line, owned)
 
     def csv_header(self, header: list[str]) -> None:
-        self._columns = [header.index(c) if c in header else None for c in self._fields]
+        self._columns = csv_id_columns(header, self._fields)
 
     def csv_record(self, line: int, row: list[str]) -> bool:
+        """As the indexer reads the row: a row with an id it would not index (too long, NUL, invalid UTF-8) is
+        nobody's."""
         assert self._columns is not None
-        ids = {row[i] for i in self._columns if i is not None and i < len(row)}
-        return self._note(line, any(u in self.users for u in ids))
+        ids, problem = csv_ids(row, self._columns)
+        return self._note(line, problem is None and any(u in self.users for u in ids))
 
     def _note(self, line: int, owned: bool) -> bool:
         if owned:
@@ -165,28 +190,24 @@ def _rewrite_csv(
     source = LastByte(GzipReader(raw) if gz else raw)
 
     def output_lines() -> Iterator[bytes]:
-        record: list[bytes] = []
-        quotes = 0
-        for number, line in iter_lines(source, max_bytes):
-            if line is None:
-                raise ValueError(f"line {number} is longer than max_record_bytes; cannot rewrite it safely")
-            record.append(line)
-            quotes += line.count(b'"')
-            if quotes % 2:
-                continue  # inside a quoted field: the record goes on
-            start = number - len(record) + 1
-            if start == 0:
-                owner.csv_header(_csv_row(record))
-                yield from record
-            elif start in targets and owner.csv_record(start, _csv_row(record)):
+        # The indexer's own record grammar: a line it could not parse as a record's start is passed through as it
+        # is, and every record it indexed is found here at the same line.
+        header = True
+        for record in csv_records(source, max_bytes, rows_for=targets | {0}):
+            if header:
+                owner.csv_header(record.row or [])
+                header = False
+            elif record.line in targets and record.row is not None and owner.csv_record(record.line, record.row):
                 if not drop:
-                    carriage = b"\r" if record[0].endswith(b"\r") else b""
-                    yield b"," * max(len(_csv_row(record)) - 1, 0) + carriage
-                    yield from (b"" for _ in record[1:])
-            else:
-                yield from record
-            record, quotes = [], 0
-        yield from record  # an unterminated quoted field at the end: kept as it was
+                    first = record.lines[0] or b""
+                    carriage = b"\r" if first.endswith(b"\r") else b""
+                    yield b"," * max(len(record.row) - 1, 0) + carriage
+                    yield from (b"" for _ in record.lines[1:])
+                continue
+            for number, line in enumerate(record.lines, record.line):
+                if line is None:
+                    raise ValueError(f"line {number} is longer than max_record_bytes; cannot rewrite it safely")
+                yield line
 
     def terminated() -> Iterator[bytes]:
         batch: list[bytes] = []
@@ -203,11 +224,6 @@ def _rewrite_csv(
         yield b"".join(batch)
 
     return gzip_chunks(terminated()) if gz else terminated()
-
-
-def _csv_row(physical_lines: list[bytes]) -> list[str]:
-    text = b"\n".join(physical_lines).decode("utf-8", "surrogateescape")
-    return next(csv.reader([text]), [])
 
 
 def _rewrite_parquet(s3: Any, head: ObjectHead, users: Container[str], dataset: DatasetConfig) -> tuple[IO[bytes], int]:
@@ -321,6 +337,12 @@ class _PurgeStep:
     versioned: bool
 
     def run(self, target: PurgeTarget) -> ObjectOutcome:
+        if target.versions_only:
+            outcome = ObjectOutcome(target.s3path, "nothing-to-erase")
+            self._delete_noncurrent(None, outcome, target.version_ids)
+            if outcome.deleted_versions:
+                outcome.status = "versions-deleted"
+            return outcome
         # Line-based objects are read with one GET whose response is also the head (ETag, attributes, tag
         # count); Parquet needs ranged reads and owned objects no body, so those start from a HEAD.
         body: IO[bytes] | None = None
@@ -340,7 +362,8 @@ class _PurgeStep:
         if head is None:
             store.remove_object(target.s3path)
             outcome = ObjectOutcome(target.s3path, "gone")
-            outcome.noncurrent_versions_deleted = self._delete_noncurrent(None)
+            self._delete_noncurrent(None, outcome, target.version_ids)
+            self._delete_sidecar(outcome)
             return outcome
         outcome = ObjectOutcome(target.s3path, "nothing-to-erase", head.etag, head.version_id)
         stale = outcome.stale_index = head.etag != target.etag
@@ -353,7 +376,9 @@ class _PurgeStep:
                 self.before_write(replace(outcome, committed=False))
                 delete_in_place(s3, head)
                 store.remove_object(target.s3path)
-                outcome.noncurrent_versions_deleted = self._delete_noncurrent(None)
+                # The data versions first: a noncurrent one's owner is read from the sidecar, which goes last.
+                self._delete_noncurrent(None, outcome, target.version_ids)
+                self._delete_sidecar(outcome)
             else:
                 index_object(s3, store, self.settings, self.uri.bucket, self.uri.key)
             return outcome
@@ -371,7 +396,7 @@ class _PurgeStep:
             outcome.status = "erased"
             outcome.after_etag, outcome.after_version = written.etag, written.version_id
             self._reindex_written(head, written, outcome, stale)
-        outcome.noncurrent_versions_deleted = self._delete_noncurrent(written)
+        self._delete_noncurrent(written, outcome, target.version_ids)
         return outcome
 
     def _rewrite(
@@ -419,27 +444,50 @@ class _PurgeStep:
         re-scan.
         """
         if not stale and self.dataset.erase == "blank":
-            # The new version's LastModified is not in the PUT response. The read version's, plus a microsecond,
-            # is a lower bound of it: a concurrent writer's later version (LastModified >= ours) still wins the
-            # index's ordering, and the event of our own write is skipped by its ETag. No HEAD needed.
-            version = NewVersion(written.etag, written.version_id, before.last_modified + timedelta(microseconds=1))
+            # The new version's LastModified is not in the PUT response. The read version's is a lower bound of it,
+            # and no more: S3 reports whole seconds, so a later version written in the same second as the read one
+            # has the same LastModified, and must still win the index's ordering (a bound 1 µs above it refused that
+            # version's event and even a forced re-index: its rows were never indexed). The event of our own write
+            # is skipped by its ETag. No HEAD needed.
+            version = NewVersion(written.etag, written.version_id, before.last_modified)
             if self.store.apply_erasure(outcome.s3path, before.etag, version, outcome.erased_lines):
                 return
         index_object(self.s3, self.store, self.settings, self.uri.bucket, self.uri.key, force=True)
 
-    def _delete_noncurrent(self, written: Written | None) -> int:
-        """Delete the noncurrent versions that still hold any of the users' records; other versions stay."""
-        if not self.settings.purge.delete_noncurrent_versions or not self.versioned:
-            return 0
-        deleted = 0
+    def _delete_sidecar(self, outcome: ObjectOutcome) -> None:
+        """A one-user object's sidecar names its owner: every version of it that names one of the users goes with the
+        object (deleted by version id, so no version of it stays behind a delete marker)."""
+        for version in sidecar_versions_naming(self.s3, self.dataset, self.uri, self.users):
+            if self.versioned and version.version_id:
+                self.s3.delete_object(Bucket=version.bucket, Key=version.key, VersionId=version.version_id)
+            else:
+                self.s3.delete_object(Bucket=version.bucket, Key=version.key)
+            outcome.sidecar_versions_deleted.append(version.version_id or "null")
+
+    def _delete_noncurrent(self, written: Written | None, outcome: ObjectOutcome, named: Sequence[str] = ()) -> None:
+        """Delete the noncurrent versions that still hold any of the users' records (every one of the key, not only
+        those the index named); other versions stay. The index forgets the deleted versions, and those it named
+        that no longer exist (expired by a lifecycle rule, deleted by someone else)."""
+        if not self.versioned:
+            return
+        listed = set()
         for version in list(noncurrent_versions(self.s3, self.uri)):
+            listed.add(version.version_id)
             if written is not None and version.version_id == written.version_id:
                 continue
-            _, lines = find_user_lines(self.s3, self.settings, self.dataset, version, self.users)
+            if not self.settings.purge.delete_noncurrent_versions:
+                continue  # left to a lifecycle rule: verification reports them, the request is not certified
+            try:
+                _, lines = find_user_lines(self.s3, self.settings, self.dataset, version, self.users)
+            except ObjectChanged:
+                continue  # deleted since listed
             if lines:
                 self.s3.delete_object(Bucket=self.uri.bucket, Key=self.uri.key, VersionId=version.version_id)
-                deleted += 1
-        return deleted
+                outcome.deleted_versions.append(str(version.version_id))
+        outcome.noncurrent_versions_deleted = len(outcome.deleted_versions)
+        forget = [*outcome.deleted_versions, *(v for v in named if v not in listed)]
+        if forget:
+            self.store.forget_noncurrent(outcome.s3path, forget)
 
 
 def _nothing(outcome: ObjectOutcome) -> None:
@@ -453,11 +501,6 @@ def stage(chunks: Iterable[bytes]) -> IO[bytes]:
         staged.write(chunk)
     staged.seek(0)
     return staged
-
-
-def ever_versioned(s3: Any, bucket: str) -> bool:
-    """Whether the bucket has ever had versioning on: only then can noncurrent versions exist."""
-    return "Status" in s3.get_bucket_versioning(Bucket=bucket)
 
 
 def noncurrent_versions(s3: Any, uri: S3Uri) -> Iterator[ObjectHead]:
@@ -490,8 +533,9 @@ def verify_object(
     """Re-read the current version and every noncurrent version still present; report any that hold a user."""
     uri = S3Uri.parse(s3path)
     heads = [h for h in [head_object(s3, uri.bucket, uri.key)] if h is not None]
-    if settings.purge.delete_noncurrent_versions:
-        heads.extend(noncurrent_versions(s3, uri))
+    # Every noncurrent version too, whether or not the purge deletes them: a version left to a lifecycle rule still
+    # holds the data, and "verified" means nothing of the users is left.
+    heads.extend(noncurrent_versions(s3, uri))
     remaining = []
     for head in heads:
         try:
@@ -500,4 +544,32 @@ def verify_object(
             continue  # replaced or deleted between listing and reading: the new state is read on its own
         if lines:
             remaining.append(Remaining(s3path, head.version_id, len(lines)))
+    for sidecar in sidecar_versions_naming(s3, dataset, uri, users):
+        remaining.append(Remaining(sidecar.s3path, sidecar.version_id, 1))
     return remaining
+
+
+def sidecar_versions_naming(s3: Any, dataset: DatasetConfig, uri: S3Uri, users: Container[str]) -> list[ObjectHead]:
+    """Every version (current and noncurrent) of the object's sidecar whose id field names one of the users."""
+    if dataset.id_sidecar is None:
+        return []
+    key = uri.key + dataset.id_sidecar.suffix
+    paths = parse_paths([dataset.id_sidecar.field])
+    naming = []
+    for page in s3.get_paginator("list_object_versions").paginate(Bucket=uri.bucket, Prefix=key):
+        for version in page.get("Versions", []):
+            if version["Key"] != key:
+                continue
+            head = ObjectHead(uri.bucket, key, version["ETag"], version["VersionId"], version["LastModified"], 0)
+            try:
+                document = orjson.loads(s3.get_object(Bucket=uri.bucket, Key=key, **head.pinned())["Body"].read())
+                ids = extract_ids(document, paths) if isinstance(document, dict) else ()
+            except (orjson.JSONDecodeError, ValueError):
+                ids = ()
+            except ClientError as exc:
+                if error_code(exc) in ("NoSuchKey", "NoSuchVersion", "404"):
+                    continue  # deleted since listed
+                raise
+            if any(u in users for u in ids):
+                naming.append(head)
+    return naming

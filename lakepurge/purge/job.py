@@ -19,14 +19,15 @@ import orjson
 from botocore.exceptions import ClientError
 
 from lakepurge import aws
-from lakepurge.backfill import list_objects
+from lakepurge.backfill import list_noncurrent, list_objects
 from lakepurge.config import Settings
 from lakepurge.index import open_store
 from lakepurge.index.base import IndexStore
 from lakepurge.logs import get_logger, object_ref
 from lakepurge.privacy import HashedUsers, Pseudonymizer
-from lakepurge.purge.engine import ObjectOutcome, PurgeTarget, ever_versioned, purge_object, verify_object
+from lakepurge.purge.engine import ObjectOutcome, PurgeTarget, purge_object, verify_object
 from lakepurge.report import Report, ReportTable
+from lakepurge.s3io import ever_versioned
 from lakepurge.s3uri import S3Uri
 from lakepurge.sparkutil import apply_job_environment, job_environment, on_executors
 
@@ -40,6 +41,7 @@ class PurgeResult:
     remaining: tuple[dict[str, Any], ...]
     certificate: str
     relational: tuple[dict[str, Any], ...] = ()
+    coverage_gaps: tuple[str, ...] = ()  # datasets the index did not fully cover: never certified as verified
 
     @property
     def failed(self) -> tuple[ObjectOutcome, ...]:
@@ -47,7 +49,7 @@ class PurgeResult:
 
     @property
     def verified(self) -> bool:
-        return not self.remaining and not self.failed
+        return not self.remaining and not self.failed and not self.coverage_gaps
 
     @property
     def lines_erased(self) -> int:
@@ -56,6 +58,32 @@ class PurgeResult:
     @property
     def objects_rewritten(self) -> int:
         return sum(o.status in ("erased", "deleted") for o in self.outcomes)
+
+    @property
+    def versions_deleted(self) -> int:
+        return sum(len(o.deleted_versions) for o in self.outcomes)
+
+
+def purge_targets(report: Report) -> list[PurgeTarget]:
+    """The report's objects, then the keys of which only noncurrent versions hold the users (each key once)."""
+    versions = {v.s3path: v for v in report.versions}
+    targets = [
+        PurgeTarget(
+            o.s3path,
+            o.dataset,
+            o.etag,
+            o.lines,
+            version_ids=versions[o.s3path].version_ids if o.s3path in versions else (),
+        )
+        for o in report.objects
+    ]
+    current = {o.s3path for o in report.objects}
+    targets += [
+        PurgeTarget(v.s3path, v.dataset, "", (), versions_only=True, version_ids=v.version_ids)
+        for v in report.versions
+        if v.s3path not in current
+    ]
+    return targets
 
 
 def results_prefix(settings: Settings, request_id: str) -> S3Uri:
@@ -176,7 +204,8 @@ def run_purge(
     recorded = recorded_outcomes(s3, prefix)
     done = {path: o for path, o in recorded.items() if o.committed}
     intents = {path: o for path, o in recorded.items() if not o.committed}
-    pending = [PurgeTarget(o.s3path, o.dataset, o.etag, o.lines) for o in report.objects if o.s3path not in done]
+    targets = purge_targets(report)
+    pending = [t for t in targets if t.s3path not in done]
     relational = tuple(relational) or recorded_relational(s3, settings, report.request_id)
     env = job_environment(settings)
     hashes = report.user_hashes
@@ -184,12 +213,14 @@ def run_purge(
         spark, pending, lambda items: _purge_partition(settings, env, pseudonymizer_key, hashes, prefix, intents, items)
     )
     outcomes = {**done, **{d["s3path"]: ObjectOutcome(**d) for d in fresh}}
-    ordered = tuple(outcomes[o.s3path] for o in report.objects)
-    checks = [(o.s3path, o.dataset) for o in report.objects]
+    ordered = tuple(outcomes[t.s3path] for t in targets)
+    # Every version of every key the report names (current or noncurrent only) is re-read.
+    checks = [(t.s3path, t.dataset) for t in targets]
     remaining = _verify_on_executors(spark, settings, checks, pseudonymizer_key, hashes)
-    result = PurgeResult(report.request_id, ordered, tuple(remaining), "", tuple(relational))
+    gaps = tuple(g.dataset for g in report.gaps)
+    result = PurgeResult(report.request_id, ordered, tuple(remaining), "", tuple(relational), gaps)
     certificate = write_certificate(s3, settings, report, result, started, approved_by, report_sha256, approved_at)
-    return PurgeResult(report.request_id, ordered, tuple(remaining), certificate, tuple(relational))
+    return replace(result, certificate=certificate)
 
 
 def recorded_relational(s3: Any, settings: Settings, request_id: str) -> tuple[dict[str, Any], ...]:
@@ -222,6 +253,7 @@ def write_certificate(
 ) -> str:
     """The erasure certificate: what was erased, where, when, verified how; hashed ids only."""
     datasets = {d.name: d for d in settings.datasets}
+    targets = purge_targets(report)
     document = {
         "certificate_version": 1,
         "request_id": report.request_id,
@@ -231,32 +263,38 @@ def write_certificate(
         "approved_at": approved_at,
         "started_at": started.isoformat(timespec="seconds"),
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "coverage": list(report.coverage),
         "objects": [
             {
                 "object": object_ref(o.s3path, datasets[r.dataset]),
                 "dataset": r.dataset,
-                "erase": r.erase,
+                "erase": "noncurrent-versions" if r.versions_only else datasets[r.dataset].erase,
                 "status": o.status,
                 "before": {"etag": o.before_etag, "version_id": o.before_version},
                 "after": {"etag": o.after_etag, "version_id": o.after_version},
                 "lines_erased": o.lines_erased,
                 "stale_index": o.stale_index,
                 "noncurrent_versions_deleted": o.noncurrent_versions_deleted,
+                "deleted_version_ids": o.deleted_versions,
+                "sidecar_versions_deleted": o.sidecar_versions_deleted,
                 "error": o.error,
             }
-            for o, r in zip(result.outcomes, report.objects, strict=True)
+            for o, r in zip(result.outcomes, targets, strict=True)
         ],
         "relational": list(result.relational),
         "totals": {
             "objects_rewritten": result.objects_rewritten,
             "lines_erased": result.lines_erased,
             "objects_failed": len(result.failed),
+            "noncurrent_versions_deleted": result.versions_deleted,
             "relational_rows_deleted": sum(int(t.get("rows_deleted", 0)) for t in result.relational),
         },
         "verification": {
             "passed": result.verified,
-            "objects_checked": len(report.objects),
+            "objects_checked": len(targets),
+            "versions_checked": "every current and noncurrent version of each object",
             "remaining": list(result.remaining),
+            "coverage_gaps": list(result.coverage_gaps),
         },
     }
     uri = certificate_uri(settings, report.request_id)
@@ -295,12 +333,14 @@ def verify_everywhere(
     """Read every object of every dataset (and its noncurrent versions) for the users. Returns (objects checked,
     places where any of them remains)."""
     s3 = aws.client("s3")
-    items = [
-        (f"s3://{bucket}/{k}", dataset.name)
-        for dataset in settings.datasets
-        for bucket, k, _ in list_objects(s3, dataset)
-    ]
-    return len(items), _verify_on_executors(spark, settings, items, key, user_hashes)
+    items: dict[str, str] = {}
+    for dataset in settings.datasets:
+        for bucket, k, _ in list_objects(s3, dataset):
+            items[f"s3://{bucket}/{k}"] = dataset.name
+        if ever_versioned(s3, dataset.uri.bucket):  # deleted keys: only noncurrent versions, behind a marker
+            for version in list_noncurrent(s3, dataset):
+                items.setdefault(version.s3path, dataset.name)
+    return len(items), _verify_on_executors(spark, settings, list(items.items()), key, user_hashes)
 
 
 def _verify_on_executors(

@@ -34,7 +34,8 @@ def operator_lake(lake_factory, pg_dsn, spark, tmp_path, monkeypatch):
     case = lake_factory(index_toml("postgres", pg_dsn), objects=60, users=12, versioned=True)
     toml = case.toml.replace(
         "[[datasets]]",
-        f'[purge]\nmax_dataset_fraction = 1.0\n\n[[relational]]\nname = "crm"\ndsn = "{pg_dsn}"\n'
+        "[purge]\nmax_dataset_fraction = 1.0\nmax_table_fraction = 1.0\n\n"
+        f'[[relational]]\nname = "crm"\ndsn = "{pg_dsn}"\n'
         'table = "crm_contacts"\ncolumn = "customer_id"\n\n[[datasets]]',
         1,
     )

@@ -8,6 +8,7 @@ import pytest
 from lakepurge import aws, runtime
 from lakepurge.backfill import run_backfill
 from lakepurge.cli import main
+from lakepurge.index.base import WHOLE_OBJECT
 
 pytestmark = pytest.mark.integration
 
@@ -55,5 +56,9 @@ def test_given_an_unreadable_object_when_backfilled_then_it_is_reported_failed_a
 
     assert exit_code == 1
     document = orjson.loads(capsys.readouterr().out)
-    assert document["failed"] == [["s3://lake/events/corrupt.parquet", "ArrowInvalid"]]
+    [(path, reason)] = document["failed"]
+    assert path == "s3://lake/events/corrupt.parquet"
+    assert reason.startswith("object could not be indexed: ArrowInvalid: ")
     assert runtime.index_store().dump() == case.lake.truth
+    listed = [(p, u.line, u.reason) for p, u in runtime.index_store().unindexable()]
+    assert listed == [(path, WHOLE_OBJECT, reason)]

@@ -193,3 +193,35 @@ def test_given_s3_notifications_to_sqs_when_the_queue_is_drained_then_index_foll
     assert json.loads(messages[0]["Body"])  # moto delivers S3's JSON notification
     assert indexer_lambda.handler(event, LambdaContext())["batchItemFailures"] == []
     assert index_rows() == lake.rows()
+
+
+@pytest.fixture
+def versioned_lake(lake_factory, index_backend):
+    case = lake_factory(index_backend, objects=10, users=8, versioned=True)
+    deliver(*[s3_notification(s3_record("lake", o.key)) for o in case.lake.objects])
+    return case
+
+
+def created(key: str, version_id: str) -> dict:
+    record = s3_record("lake", key)
+    record["s3"]["object"]["versionId"] = version_id
+    return s3_notification(record)
+
+
+def test_given_an_object_overwritten_before_its_event_is_handled_when_both_events_arrive_then_the_first_version_is_kept(
+    versioned_lake,
+):
+    """S3 keeps the overwritten version, so the index must know whose records it holds, although by the time its
+    event was handled the indexer could only read the newer one."""
+    s3 = aws.client("s3")
+    key = "reviews/rapid.jsonl"
+    first = s3.put_object(Bucket="lake", Key=key, Body=lines_of(["rapid-alice", "rapid-bob"]))["VersionId"]
+    second = s3.put_object(Bucket="lake", Key=key, Body=lines_of(["rapid-bob"]))["VersionId"]
+
+    deliver(created(key, first), created(key, second))
+
+    store = runtime.index_store()
+    assert store.noncurrent_of(["rapid-alice"]) == {f"s3://lake/{key}": {first}}
+    assert store.lookup(["rapid-alice"]) == {}
+    assert [loc.lines for loc in store.lookup(["rapid-bob"])["rapid-bob"]] == [(0,)]
+    assert second not in store.noncurrent_of(["rapid-bob"]).get(f"s3://lake/{key}", set())

@@ -9,7 +9,8 @@ from lakepurge.config import Settings
 from lakepurge.index.base import IndexStore
 from lakepurge.indexer import index_object
 from lakepurge.privacy import Pseudonymizer
-from lakepurge.purge.engine import ObjectOutcome, PurgeTarget, purge_object
+from lakepurge.purge.engine import ObjectOutcome, purge_object
+from lakepurge.purge.job import purge_targets
 from lakepurge.report import Report, build_report
 from lakepurge.samples import SampleLake
 
@@ -30,7 +31,4 @@ def purge_report(
     store: IndexStore, settings: Settings, report: Report, users: set[str], s3: Any = None
 ) -> list[ObjectOutcome]:
     s3 = s3 or aws.client("s3")
-    return [
-        purge_object(s3, store, settings, PurgeTarget(o.s3path, o.dataset, o.etag, o.lines), frozenset(users))
-        for o in report.objects
-    ]
+    return [purge_object(s3, store, settings, target, frozenset(users)) for target in purge_targets(report)]

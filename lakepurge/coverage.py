@@ -1,0 +1,95 @@
+"""Coverage: whether the index can be trusted to name every place a person's records are.
+
+An index only knows what it was shown. A dataset that was never backfilled, was moved, had objects that could not
+be indexed, or drifted from the lake (missed events, a dead-letter queue holding some) would make a lookup answer
+"nothing here" while the person's records are there. A request is certified only when every dataset it covers (every
+configured dataset: a person's records may be anywhere) is complete. The check reads recorded facts, never the lake,
+so its cost per request does not grow with the lake.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from lakepurge.config import Settings
+from lakepurge.index.base import Coverage
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetCoverage:
+    """One dataset's coverage as a report states it."""
+
+    dataset: str
+    complete: bool
+    reason: str  # why it is not complete ("" when it is)
+    fix: str  # the command that makes it complete ("" when it is)
+    method: str | None = None  # "backfill" or "reconcile"
+    indexed_from: str | None = None  # when the last full listing began (ISO-8601)
+    indexed_at: str | None = None  # when it finished
+    objects: int = 0
+    versions: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class IndexIncomplete(Exception):
+    """A request covers datasets the index does not fully cover: it cannot be certified."""
+
+    def __init__(self, gaps: list[DatasetCoverage]) -> None:
+        self.gaps = gaps
+        super().__init__(describe_gaps(gaps))
+
+
+def describe_gaps(gaps: list[DatasetCoverage]) -> str:
+    return "; ".join(f"dataset {g.dataset}: {g.reason} (run: {g.fix})" for g in gaps)
+
+
+def assess(settings: Settings, recorded: Mapping[str, Coverage], dead_letters: int = 0) -> list[DatasetCoverage]:
+    """Each configured dataset's coverage, from what the index recorded and the indexer's dead-letter count."""
+    assessed = []
+    for dataset in settings.datasets:
+        record = recorded.get(dataset.name)
+        backfill = f"lakepurge index backfill --dataset {dataset.name}"
+        reconcile = f"lakepurge index reconcile --dataset {dataset.name}"
+        reason, fix = "", ""
+        if record is None:
+            reason, fix = "never fully indexed (no backfill or reconciliation recorded)", backfill
+        elif record.location != dataset.location:
+            reason, fix = f"indexed at another location ({record.location})", backfill
+        elif record.failed:
+            reason = f"{record.failed} object(s) could not be indexed (listed by lakepurge status)"
+            fix = f"fix or remove them, then {reconcile}"
+        elif record.drift:
+            reason, fix = f"{record.drift} difference(s) between the lake and the index not reconciled", reconcile
+        elif dead_letters:
+            reason = f"{dead_letters} S3 event(s) in the indexer's dead-letter queue were never indexed"
+            fix = f"{reconcile}, then empty the dead-letter queue"
+        assessed.append(
+            DatasetCoverage(
+                dataset=dataset.name,
+                complete=not reason,
+                reason=reason,
+                fix=fix,
+                method=record.method if record else None,
+                indexed_from=record.started_at.isoformat(timespec="seconds") if record else None,
+                indexed_at=record.finished_at.isoformat(timespec="seconds") if record else None,
+                objects=record.objects if record else 0,
+                versions=record.versions if record else 0,
+            )
+        )
+    return assessed
+
+
+def dead_letter_count(sqs: Any, queue_url: str | None) -> int:
+    """Messages waiting in the indexer's dead-letter queue (events that were never indexed)."""
+    if not queue_url:
+        return 0
+    attributes = sqs.get_queue_attributes(
+        QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+    )["Attributes"]
+    return int(attributes.get("ApproximateNumberOfMessages", 0)) + int(
+        attributes.get("ApproximateNumberOfMessagesNotVisible", 0)
+    )
