@@ -8,7 +8,9 @@ is served on 127.0.0.1 by the same handler API Gateway calls on AWS; Spark runs 
    generates a sample lake and uploads it;
 3. indexes it through that S3-event path: SQS batches go to ``lambdas.indexer.handler`` as Lambda's event source
    mapping would hand them (failed records stay in the queue, then reach the DLQ); optionally (``backfill``) the
-   Spark backfill rebuilds the index too; both are checked against the generator's ground truth;
+   Spark backfill rebuilds the index too; both are checked against the generator's ground truth; then the index
+   is reconciled with the lake, which records each dataset's coverage: without it the request could not be
+   certified and would end INDEX_INCOMPLETE (the empty DLQ is part of that check);
 4. files a deletion request for three users (stored encrypted; the execution carries only its id);
 5. approves it: automatically (the link fetched with GET, then Approve POSTed, as a browser does) or, interactive,
    by a person clicking the link in a browser;
@@ -204,6 +206,9 @@ def run_demo(
         toml = settings_toml(LAKE_BUCKET, 'backend = "dynamodb"\ntable = "lakepurge-index"', f"s3://{REPORTS_BUCKET}/")
         # A sample lake is small: three users are a large share of a dataset, so the dataset limit is relaxed.
         toml += "\n[purge]\nmax_dataset_fraction = 0.5\n\n" + workflow_toml
+        # Events in the DLQ were never indexed: no request is certified while it holds any.
+        dlq_url = aws.client("sqs").get_queue_url(QueueName=EVENTS_DLQ)["QueueUrl"]
+        toml += f'\n[indexing]\ndead_letter_queue_url = "{dlq_url}"\n'
         config = workdir / "lakepurge.toml"
         config.write_text(toml)
         os.environ["LAKEPURGE_CONFIG"] = str(config)  # what the in-process Lambda handlers read
@@ -247,6 +252,14 @@ def run_demo(
                 f"{document['backfill']['objects']} objects, equals ground truth: "
                 f"{document['backfill']['index_matches_ground_truth']}",
             )
+        mark = time.monotonic()
+        document["reconcile"] = _reconcile(settings, say)
+        run.add(
+            "index reconciled",
+            mark,
+            f"{document['reconcile']['drift']} difference(s) with the lake, coverage recorded for"
+            f" {document['reconcile']['datasets']} dataset(s)",
+        )
 
         mark = time.monotonic()
         present = {user for user, _, _ in lake.truth}
@@ -431,6 +444,21 @@ def _backfill(settings: Settings, lake: SampleLake, say: Say) -> dict[str, Any]:
     return {"objects": result.scanned, "failed": len(result.failed), "index_matches_ground_truth": exact}
 
 
+def _reconcile(settings: Settings, say: Say) -> dict[str, Any]:
+    """Compare the lake's listing with the index (reading only what differs) and record every dataset's coverage:
+    what lets the request be certified. A lake indexed only through events is not known to be complete."""
+    from lakepurge.backfill import run_reconcile
+
+    results = run_reconcile(None, settings)
+    found = sum(r.missing + r.changed + r.gone for r in results)
+    failed = sum(len(r.failed) for r in results)
+    say(
+        f"    reconciled with the lake: {sum(r.objects for r in results)} objects listed in {len(results)} dataset(s),"
+        f" {found} difference(s) found, {failed} failed; coverage recorded (lakepurge index reconcile)"
+    )
+    return {"datasets": len(results), "found": found, "failed": failed, "drift": sum(r.drift for r in results)}
+
+
 def _index_locations(settings: Settings, users: list[str]) -> int:
     store = open_store(settings.index)
     try:
@@ -545,7 +573,7 @@ def _erase_through_workflow(
     }
 
 
-_FAILURES = {"Rejected": "REJECTED", "ApprovalTimedOut": "APPROVAL_TIMED_OUT"}
+_FAILURES = {"Rejected": "REJECTED", "ApprovalTimedOut": "APPROVAL_TIMED_OUT", "IndexIncomplete": "INDEX_INCOMPLETE"}
 
 
 def _failed_outcome(execution: dict[str, Any]) -> str | None:

@@ -23,5 +23,11 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     logger.set_correlation_id(task.request_id)
     clients = steps.Clients.from_environment()
     return steps.request_approval(
-        runtime.settings(), clients, aws.client("ses"), task.request_id, task.report.model_dump(), task.task_token
+        runtime.settings(),
+        clients,
+        aws.client("ses"),
+        task.request_id,
+        task.report.model_dump(),
+        task.task_token,
+        task.wait_began_at,
     )

@@ -2,8 +2,11 @@
 
 Each configured approver gets a link carrying a one-time secret of their own; the server keeps only its SHA-256
 (``approval.json``). Following the link (GET) shows the report summary and never decides: mail scanners fetch
-links. A POST with the secret decides once: the decision is written with If-None-Match (a replay finds it there),
-bound to the report's SHA-256, and handed to the waiting state machine (SendTaskSuccess / SendTaskFailure).
+links. A POST with the secret decides once: the decision is claimed with If-None-Match (a second approver finds it
+there), bound to the report's SHA-256, and handed to the waiting state machine (SendTaskSuccess / SendTaskFailure).
+It stands only if the state machine took it: when the execution no longer waits (timed out, stopped) the claim is
+withdrawn and the request's ending is left as it is; after a transient error the same approver's retry delivers it.
+The links expire a margin before the wait does, counted from when the wait began.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from lakepurge.workflow.store import (
     ErasureRequest,
     RequestNotFound,
     RequestStore,
+    StateIsFinal,
     now_iso,
     workflow_settings,
 )
@@ -60,6 +64,13 @@ class PendingApproval:
     expires_at: str
 
 
+def expiry(wait_began_at: datetime, timeout_seconds: int) -> datetime:
+    """When the links stop deciding: before the state machine's wait times out, with a margin for clock skew and the
+    time the decision takes to reach it (a tenth of the wait, at most five minutes)."""
+    margin = min(300.0, timeout_seconds / 10)
+    return wait_began_at + timedelta(seconds=timeout_seconds - margin)
+
+
 def _digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
@@ -71,15 +82,15 @@ def open_approval(
     report_uri: str,
     report_sha256: str,
     task_token: str,
+    wait_began_at: datetime | None = None,
 ) -> tuple[list[ApprovalLink], str]:
     """Record what is to be approved and mint one secret per approver; returns the links and when they expire.
     Opening again (a retried Task) replaces the secrets, so only the newest email's links work."""
     workflow = workflow_settings(settings)
     if store.document(request_id, "decision.json") is not None:
         raise ApprovalRefused(409, f"request {request_id} is already decided")
-    expires_at = (datetime.now(UTC) + timedelta(seconds=workflow.approval_timeout_seconds)).isoformat(
-        timespec="seconds"
-    )
+    began = wait_began_at.astimezone(UTC) if wait_began_at is not None else datetime.now(UTC)
+    expires_at = expiry(began, workflow.approval_timeout_seconds).isoformat(timespec="seconds")
     links, approvers = [], []
     for index, approver in enumerate(workflow.approvers):
         secret = secrets.token_urlsafe(32)
@@ -114,9 +125,12 @@ def _check(store: RequestStore, request_id: str, approver_index: str, secret: st
         raise ApprovalRefused(403, "this link is not valid")
     if datetime.fromisoformat(approval["expires_at"]) < datetime.now(UTC):
         raise ApprovalRefused(410, "this link has expired; the request was not approved")
+    return approval, str(entry["email"])
+
+
+def _undecided(store: RequestStore, request_id: str) -> None:
     if store.document(request_id, "decision.json") is not None:
         raise ApprovalRefused(409, "this request has already been decided")
-    return approval, str(entry["email"])
 
 
 def pending(
@@ -124,6 +138,7 @@ def pending(
 ) -> PendingApproval:
     """What the confirmation page shows (a GET: reads only)."""
     approval, approver = _check(store, request_id, approver_index, secret)
+    _undecided(store, request_id)
     try:
         report = read_report(s3, approval["report_uri"], approval["report_sha256"])
     except ReportTampered:
@@ -147,37 +162,61 @@ def decide(
 ) -> dict[str, Any]:
     """Decide once and wake the state machine. Returns the recorded decision."""
     approval, approver = _check(store, request_id, approver_index, secret)
+    verdict = "approved" if decision == "approve" else "rejected"
+    claimed = store.document(request_id, "decision.json")
+    if claimed is not None:
+        # The same approver's same decision, not yet taken by the state machine (a transient error): deliver it now.
+        retry = claimed.get("delivered_at") is None and claimed["decision"] == verdict and claimed.get("by") == approver
+        if not retry:
+            raise ApprovalRefused(409, "this request has already been decided")
+        record = claimed
+    else:
+        try:
+            read_report(s3, approval["report_uri"], approval["report_sha256"])
+        except ReportTampered:
+            sfn.send_task_failure(
+                taskToken=approval["task_token"],
+                error="ReportTampered",
+                cause="the report changed between the approval email and the decision",
+            )
+            raise ApprovalRefused(409, "the report changed after this email was sent; it cannot be approved") from None
+        record = {
+            "decision": verdict,
+            "approved_by" if decision == "approve" else "rejected_by": approver,
+            "by": approver,
+            "decided_at": now_iso(),
+            "report_uri": approval["report_uri"],
+            "report_sha256": approval["report_sha256"],
+        }
+        try:
+            store.put_document(request_id, "decision.json", record, only_once=True)
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] in ("PreconditionFailed", "ConditionalRequestConflict"):
+                raise ApprovalRefused(409, "this request has already been decided") from None
+            raise
+    _deliver(store, sfn, request_id, approval, record)
+    record = {**record, "delivered_at": now_iso()}
+    store.put_document(request_id, "decision.json", record)
+    log.info("approval decided", extra={"request_id": request_id, "decision": record["decision"]})
+    return record
+
+
+_NOT_WAITING = ("TaskTimedOut", "InvalidToken", "TaskDoesNotExist")
+
+
+def _deliver(store: RequestStore, sfn: Any, request_id: str, approval: dict[str, Any], record: dict[str, Any]) -> None:
+    """Hand the claimed decision to the waiting execution. If it no longer waits, or the request already ended, the
+    claim is withdrawn (the decision took no effect, and no document may say otherwise); any other error leaves the
+    claim for the same approver's retry."""
     try:
-        read_report(s3, approval["report_uri"], approval["report_sha256"])
-    except ReportTampered:
-        sfn.send_task_failure(
-            taskToken=approval["task_token"],
-            error="ReportTampered",
-            cause="the report changed between the approval email and the decision",
-        )
-        raise ApprovalRefused(409, "the report changed after this email was sent; it cannot be approved") from None
-    record = {
-        "decision": "approved" if decision == "approve" else "rejected",
-        "approved_by" if decision == "approve" else "rejected_by": approver,
-        "decided_at": now_iso(),
-        "report_uri": approval["report_uri"],
-        "report_sha256": approval["report_sha256"],
-    }
-    try:
-        store.put_document(request_id, "decision.json", record, only_once=True)
-    except ClientError as exc:
-        if exc.response["Error"]["Code"] in ("PreconditionFailed", "ConditionalRequestConflict"):
-            raise ApprovalRefused(409, "this request has already been decided") from None
-        raise
-    try:
-        if decision == "approve":
+        if record["decision"] == "approved":
             store.set_state(request_id, APPROVED, approved_at=record["decided_at"])
             sfn.send_task_success(
                 taskToken=approval["task_token"],
                 output=orjson.dumps(
                     {
                         "decision": "approved",
-                        "approved_by": approver,
+                        "approved_by": record["approved_by"],
                         "approved_at": record["decided_at"],
                         "report_sha256": approval["report_sha256"],
                     }
@@ -185,10 +224,11 @@ def decide(
             )
         else:
             sfn.send_task_failure(taskToken=approval["task_token"], error="Rejected", cause="rejected by an approver")
+    except StateIsFinal:
+        store.delete_document(request_id, "decision.json")
+        raise ApprovalRefused(410, "the request has already ended; this decision was not taken") from None
     except ClientError as exc:
-        # The execution no longer waits (timed out, stopped): the decision stays recorded but decides nothing.
-        if exc.response["Error"]["Code"] in ("TaskTimedOut", "InvalidToken", "TaskDoesNotExist"):
+        if exc.response["Error"]["Code"] in _NOT_WAITING:
+            store.delete_document(request_id, "decision.json")
             raise ApprovalRefused(410, "the request is no longer waiting for a decision") from None
         raise
-    log.info("approval decided", extra={"request_id": request_id, "decision": record["decision"]})
-    return record

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -25,6 +26,7 @@ class RequestTask(_Task):
 class ApprovalTask(_Task):
     report: ReportRef
     task_token: str
+    wait_began_at: datetime | None = None  # $$.State.EnteredTime: the approval expires relative to it
 
 
 class PurgeTask(_Task):
@@ -44,6 +46,7 @@ class VerifyTask(_Task):
 Outcome = Literal[
     "ERASED",
     "NOTHING_FOUND",
+    "INDEX_INCOMPLETE",
     "REJECTED",
     "APPROVAL_TIMED_OUT",
     "JOB_FAILED",

@@ -43,7 +43,7 @@ def file_request(
         raise ConfigError("workflow.state_machine_arn: needed to start the purge workflow")
     if not _REQUEST_ID.match(request_id):
         raise ValueError(f"request id {request_id!r}: use 1-80 letters, digits, '-' or '_'")
-    users = [u.strip() for u in users if u.strip()]
+    users = [u for u in users if u]  # exactly as given: the index matches ids exactly (" bob" is not "bob")
     store = RequestStore(settings, clients.s3, clients.kms)
     request = store.create(request_id, users, requester, received_at or datetime.now(UTC), pseudonymizer)
     try:

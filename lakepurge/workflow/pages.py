@@ -17,8 +17,11 @@ def _plan_lines(summary: dict[str, Any]) -> list[str]:
     ]
     for name, counts in sorted(summary["datasets"].items()):
         lines.append(f"  dataset {name}: {counts['records']} record(s) in {counts['objects']} object(s)")
+    totals = summary.get("relational_totals", {})
     for name, rows in sorted(summary["relational_rows"].items()):
-        lines.append(f"  table {name}: {rows} row(s)")
+        total = totals.get(name)
+        share = f" of {total} ({rows / total:.1%})" if total else ""
+        lines.append(f"  table {name}: {rows} row(s){share}")
     return lines
 
 

@@ -7,6 +7,7 @@ id: tasks that need the ids (the report, the relational DELETEs) decrypt them fr
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -14,6 +15,7 @@ from botocore.exceptions import ClientError
 
 from lakepurge import aws
 from lakepurge.config import Settings
+from lakepurge.coverage import DatasetCoverage, dead_letter_count, describe_gaps
 from lakepurge.index.base import IndexStore
 from lakepurge.launch import PurgeJobSpec, inline_fits, launcher_for, run_inline
 from lakepurge.logs import get_logger
@@ -25,7 +27,7 @@ from lakepurge.s3io import head_object
 from lakepurge.s3uri import S3Uri
 from lakepurge.workflow.approval import open_approval
 from lakepurge.workflow.pages import approval_email
-from lakepurge.workflow.store import PURGING, REPORTED, RequestStore, workflow_settings
+from lakepurge.workflow.store import PURGING, REPORTED, RequestStore, StateIsFinal, workflow_settings
 
 log = get_logger(__name__)
 
@@ -38,17 +40,22 @@ class NotApproved(Exception):
 class Clients:
     s3: Any
     kms: Any
+    sqs: Any = None  # reads the indexer's dead-letter queue; None: the process's SQS client when it is needed
 
     @classmethod
     def from_environment(cls) -> Clients:
-        """The process's S3 and KMS clients (boto3's standard settings, AWS_ENDPOINT_URL locally)."""
-        return cls(aws.client("s3"), aws.client("kms"))
+        """The process's S3, KMS and SQS clients (boto3's standard settings, AWS_ENDPOINT_URL locally)."""
+        return cls(aws.client("s3"), aws.client("kms"), aws.client("sqs"))
 
 
 def generate_report(
     settings: Settings, clients: Clients, index: IndexStore, pseudonymizer: Pseudonymizer, request_id: str
 ) -> dict[str, Any]:
-    """Look the request's users up and write its report (once: a retried Task reuses the first one)."""
+    """Look the request's users up and write its report (once: a retried Task reuses the first one).
+
+    The report states every dataset's coverage, the indexer's dead-letter queue counted: while any dataset is not
+    completely indexed, ``coverage_complete`` is false and the state machine ends the request INDEX_INCOMPLETE
+    (a lookup there could miss the users' records, so neither "nothing found" nor "erased" can be certified)."""
     requests = RequestStore(settings, clients.s3, clients.kms)
     request = requests.get(request_id)
     location = report_uri(settings, request_id)
@@ -59,7 +66,9 @@ def generate_report(
         if exc.response["Error"]["Code"] not in ("NoSuchKey", "404"):
             raise
         users, _ = requests.open(request)
-        report = build_report(index, settings, users, request_id, pseudonymizer)
+        queue_url = settings.indexing.dead_letter_queue_url
+        dead_letters = dead_letter_count(clients.sqs or aws.client("sqs"), queue_url) if queue_url else 0
+        report = build_report(index, settings, users, request_id, pseudonymizer, dead_letters=dead_letters)
         uri, digest = write_report(clients.s3, settings, report)
     summary = report.summary()
     requests.set_state(request_id, REPORTED, objects=summary["objects"], lines=summary["lines"])
@@ -72,19 +81,35 @@ def generate_report(
         "lines": summary["lines"],
         "relational_rows": sum(summary["relational_rows"].values()),
         "empty": report.empty,
+        "coverage_complete": coverage_complete(report),
+        "coverage_gaps": [gap.dataset for gap in report.gaps],  # dataset names only
         "approval_timeout_seconds": workflow_settings(settings).approval_timeout_seconds,
     }
 
 
+def coverage_complete(report: Report) -> bool:
+    """Whether the report may certify its request: every dataset completely indexed when it was made. A report
+    written before coverage was recorded in reports (version 1) states none, so it certifies nothing."""
+    return report.version >= 2 and not report.gaps
+
+
 def request_approval(
-    settings: Settings, clients: Clients, ses: Any, request_id: str, report: dict[str, Any], task_token: str
+    settings: Settings,
+    clients: Clients,
+    ses: Any,
+    request_id: str,
+    report: dict[str, Any],
+    task_token: str,
+    wait_began_at: datetime | None = None,
 ) -> dict[str, Any]:
     """Mint the approvers' links and email them; the state machine then waits for the decision."""
     workflow = workflow_settings(settings)
     requests = RequestStore(settings, clients.s3, clients.kms)
     request = requests.get(request_id)
     summary = read_report(clients.s3, report["uri"], report["sha256"]).summary()
-    links, expires_at = open_approval(settings, requests, request_id, report["uri"], report["sha256"], task_token)
+    links, expires_at = open_approval(
+        settings, requests, request_id, report["uri"], report["sha256"], task_token, wait_began_at
+    )
     for link in links:
         subject, body = approval_email(request, summary, link, expires_at)
         ses.send_email(
@@ -180,6 +205,7 @@ def erased_before_failure(
     done = [o for o in recorded if o.committed or _moved_on(clients.s3, o.s3path, o.before_etag)]
     users = HashedUsers(planned.user_hashes, Pseudonymizer(key))
     datasets = {o.s3path: o.dataset for o in planned.objects}
+    datasets.update((v.s3path, v.dataset) for v in planned.versions)
     verified = 0
     for outcome in done:
         dataset = settings.dataset_named(datasets[outcome.s3path])
@@ -188,7 +214,37 @@ def erased_before_failure(
     return {"objects_erased": len(done), "objects_verified": verified, "objects_planned": len(planned.objects)}
 
 
-def _ended(request_id: str, outcome: str, state: dict[str, Any], decision: dict[str, Any] | None) -> str:
+def _coverage_gaps(clients: Clients, report: dict[str, Any]) -> list[DatasetCoverage]:
+    """The incomplete datasets as the report states them; by name only when the report cannot be read back."""
+    try:
+        return read_report(clients.s3, report["uri"], report["sha256"]).gaps
+    except (ClientError, KeyError, ReportTampered, ValueError) as exc:
+        log.warning("the report could not be read for the notification", extra={"error": type(exc).__name__})
+        return [
+            DatasetCoverage(str(name), False, "not completely indexed (see the report)", "lakepurge status")
+            for name in report.get("coverage_gaps") or []
+        ]
+
+
+def _incomplete(request_id: str, report: dict[str, Any], gaps: list[DatasetCoverage], deadline: str) -> str:
+    where = describe_gaps(gaps) if gaps else "the report predates coverage checks (no dataset's coverage is stated)"
+    return (
+        f"Request {request_id} cannot be answered yet: the index does not completely cover {len(gaps)} dataset(s),"
+        f" so a lookup could miss the user(s)' records there. {where}. NOTHING was erased and nothing is"
+        f" certified. The request is still open against its legal deadline ({deadline or 'see lakepurge status'}):"
+        f" once lakepurge status shows the index complete, file the request again under a new request id."
+        f" Report: {report.get('uri')}"
+    )
+
+
+def _ended(
+    request_id: str,
+    outcome: str,
+    state: dict[str, Any],
+    decision: dict[str, Any] | None,
+    gaps: list[DatasetCoverage] | None = None,
+    deadline: str = "",
+) -> str:
     report = state.get("report") or {}
     job = state.get("job") or {}
     checked = state.get("verification") or {}
@@ -204,6 +260,7 @@ def _ended(request_id: str, outcome: str, state: dict[str, Any], decision: dict[
             f"Request {request_id}: none of its {report.get('users_requested', 0)} user(s) has data in the index or"
             f" the relational tables. Nothing was erased. Report: {report.get('uri')}"
         ),
+        "INDEX_INCOMPLETE": _incomplete(request_id, report, gaps or [], deadline),
         "REJECTED": (
             f"Request {request_id} was REJECTED by {(decision or {}).get('rejected_by', 'an approver')}."
             " Nothing was erased."
@@ -237,8 +294,14 @@ def notify(
     """Tell the topic how the request ended and record its final state. Counts and ids of requests only."""
     requests = RequestStore(settings, clients.s3, clients.kms)
     decision = requests.document(request_id, "decision.json")
-    message = _ended(request_id, outcome, state, decision)
+    gaps, deadline = None, ""
+    if outcome == "INDEX_INCOMPLETE":
+        gaps = _coverage_gaps(clients, state.get("report") or {})
+        deadline = requests.get(request_id).deadline
+    message = _ended(request_id, outcome, state, decision, gaps, deadline)
     detail: dict[str, Any] = {}
+    if gaps is not None:
+        detail = {"coverage_gaps": [gap.dataset for gap in gaps]}  # dataset names, for lakepurge status
     if outcome == "JOB_FAILED" and state.get("report"):
         detail = erased_before_failure(settings, clients, key, request_id, state["report"])
         message += (
@@ -252,5 +315,9 @@ def notify(
         Message=message,
         MessageAttributes={"outcome": {"DataType": "String", "StringValue": outcome}},
     )
-    requests.set_state(request_id, outcome, **detail)
+    try:
+        requests.set_state(request_id, outcome, **detail)
+    except StateIsFinal:
+        # An ending was recorded first (a retried Notify after another ending): it stays; this message still went.
+        log.warning("request already ended; its state is kept", extra={"request_id": request_id, "outcome": outcome})
     return {"outcome": outcome, **detail}

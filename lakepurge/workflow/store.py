@@ -31,10 +31,17 @@ AWAITING_APPROVAL = "AWAITING_APPROVAL"
 APPROVED = "APPROVED"
 PURGING = "PURGING"
 FINAL_STATES: tuple[str, ...] = get_args(Outcome)  # how a request can end
+# Endings that leave the request to be answered within its legal deadline: the execution is over, nothing was
+# erased or certified (the index could not be trusted), so status keeps it open and flags it overdue.
+STILL_OPEN: tuple[str, ...] = ("INDEX_INCOMPLETE",)
 
 
 class RequestNotFound(LookupError):
     pass
+
+
+class StateIsFinal(Exception):
+    """The request already ended: an ending is never overwritten (a late approval, a retried Task)."""
 
 
 class RequestConflict(ValueError):
@@ -66,6 +73,11 @@ class RequestState:
     @property
     def final(self) -> bool:
         return self.state in FINAL_STATES
+
+    @property
+    def open(self) -> bool:
+        """Still to be answered: not ended, or ended without an answer (STILL_OPEN)."""
+        return not self.final or self.state in STILL_OPEN
 
 
 def workflow_settings(settings: Settings) -> WorkflowConfig:
@@ -157,8 +169,31 @@ class RequestStore:
         return list(document["users"]), str(document["requester"])
 
     def set_state(self, request_id: str, state: str, **detail: Any) -> None:
-        body = RequestState(state, now_iso(), detail)
-        self.put_document(request_id, "state.json", asdict(body))
+        """Move the request to a state, unless it already ended (StateIsFinal). Conditional on the state read, so a
+        concurrent writer (an ending written meanwhile) makes this one read again rather than overwrite it."""
+        body = orjson.dumps(asdict(RequestState(state, now_iso(), detail)))
+        key = self.key(request_id, "state.json")
+        for _ in range(5):
+            try:
+                current = self._s3.get_object(Bucket=self._bucket, Key=key)
+            except ClientError as exc:
+                if exc.response["Error"]["Code"] not in ("NoSuchKey", "404"):
+                    raise
+                condition = {"IfNoneMatch": "*"}
+            else:
+                previous = RequestState(**orjson.loads(current["Body"].read()))
+                if previous.final and previous.state != state:
+                    raise StateIsFinal(f"request {request_id} already ended {previous.state}")
+                condition = {"IfMatch": current["ETag"]}
+            try:
+                self._s3.put_object(
+                    Bucket=self._bucket, Key=key, Body=body, ContentType="application/json", **condition
+                )
+                return
+            except ClientError as exc:
+                if exc.response["Error"]["Code"] not in ("PreconditionFailed", "ConditionalRequestConflict", "412"):
+                    raise
+        raise StateIsFinal(f"request {request_id}: its state kept changing while being set to {state}")
 
     def state(self, request_id: str) -> RequestState:
         return RequestState(**self._read(request_id, "state.json"))
@@ -173,6 +208,9 @@ class RequestStore:
             ContentType="application/json",
             **extra,
         )
+
+    def delete_document(self, request_id: str, name: str) -> None:
+        self._s3.delete_object(Bucket=self._bucket, Key=self.key(request_id, name))
 
     def document(self, request_id: str, name: str) -> dict[str, Any] | None:
         try:
@@ -208,6 +246,7 @@ class RequestView:
     days_left: int
     overdue: bool
     updated_at: str
+    open: bool = True
 
 
 def list_requests(store: RequestStore, now: datetime | None = None) -> list[RequestView]:
@@ -221,10 +260,17 @@ def list_requests(store: RequestStore, now: datetime | None = None) -> list[Requ
         except RequestNotFound:
             state = RequestState(RECEIVED, request.received_at)
         days_left = request.days_left(now)
-        overdue = not state.final and datetime.fromisoformat(request.deadline) < now
+        overdue = state.open and datetime.fromisoformat(request.deadline) < now
         views.append(
             RequestView(
-                request_id, state.state, request.received_at, request.deadline, days_left, overdue, state.updated_at
+                request_id,
+                state.state,
+                request.received_at,
+                request.deadline,
+                days_left,
+                overdue,
+                state.updated_at,
+                state.open,
             )
         )
-    return sorted(views, key=lambda v: (v.state in FINAL_STATES, v.deadline))
+    return sorted(views, key=lambda v: (not v.open, v.deadline))

@@ -46,6 +46,9 @@ def test_demo_runs_a_request_through_the_workflow_and_prints_one_json_summary() 
     assert indexing["path"] == "s3-events" and indexing["failed"] == 0
     assert indexing["events"] >= summary["objects"]  # one per upload; sidecars are uploads, not indexed objects
     assert summary["index_matches_ground_truth"] is True
+    # Then reconciled with the lake, recording every dataset's coverage: the request can be certified.
+    assert summary["reconcile"] == {"datasets": 7, "found": 0, "failed": 0, "drift": 0}
+    assert "reconciled with the lake" in run.stderr and "INDEX_INCOMPLETE" not in run.stderr
     # The purge's own S3 events went back through the indexer and the erased users stayed out of the index.
     assert summary["index_after_purge"]["events"] >= summary["objects_rewritten"]
     assert summary["index_after_purge"]["erased_users_left"] == 0

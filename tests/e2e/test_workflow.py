@@ -11,7 +11,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 import orjson
@@ -19,6 +19,8 @@ import pytest
 
 from lakepurge import aws, runtime
 from lakepurge.local.workflow import FUNCTIONS, sent_emails
+from lakepurge.s3uri import S3Uri
+from tests.support.events import load
 from tests.support.invariant import assert_invariant, snapshot
 from tests.support.lakes import LakeCase
 from tests.support.purging import HASH_KEY
@@ -33,11 +35,12 @@ def workflow_case(
 ) -> Iterator[Callable[..., WorkflowCase]]:
     monkeypatch.setenv("LAKEPURGE_HASH_KEY", HASH_KEY)
 
-    def create(**options: Any) -> WorkflowCase:
+    def create(unindexed: Callable[[LakeCase], Collection[str]] | None = None, **options: Any) -> WorkflowCase:
+        """``unindexed`` picks, once the lake exists, datasets left out of the index and of its coverage."""
         from tests.support.lakes import index_toml
 
         lake = lake_factory(index_toml("postgres", pg_dsn), objects=24, users=30)
-        case = deploy_case(lake, **options)
+        case = deploy_case(lake, unindexed=unindexed(lake) if unindexed else (), **options)
         monkeypatch.setenv("LAKEPURGE_CONFIG_TOML", case.toml)
         runtime.reset()
         return case
@@ -178,6 +181,99 @@ def test_unanswered_approval_times_out_notifies_and_the_link_expires(
     _assert_no_raw_ids(case, request_id, users)
 
 
+def test_late_approval_the_link_still_accepts_never_rewrites_the_timed_out_ending(
+    workflow_case: Callable[..., WorkflowCase],
+) -> None:
+    """A decision that reaches the page after the wait timed out (a clock ahead of the state machine's) is not taken:
+    no decision is recorded and the ending stays APPROVAL_TIMED_OUT."""
+    from lakepurge.workflow.store import APPROVED, RequestStore, StateIsFinal
+
+    case = workflow_case(approval_timeout_seconds=3)
+    users = _users_with_data(case, 1)
+    request_id = case.file(users, "req-late")
+    link = link_in(case.emails(request_id)[0])
+    assert case.finish(request_id, timeout=60)["status"] == "FAILED"
+    store = RequestStore(case.settings, aws.client("s3"), aws.client("kms"))
+    approval = store.document(request_id, "approval.json")
+    assert approval is not None
+    store.put_document(request_id, "approval.json", {**approval, "expires_at": "2999-01-01T00:00:00+00:00"})
+
+    late = call_approval("POST", link, "approve")
+
+    assert late["statusCode"] == 410, late["body"]
+    assert store.document(request_id, "decision.json") is None
+    assert store.state(request_id).state == "APPROVAL_TIMED_OUT"
+    with pytest.raises(StateIsFinal):
+        store.set_state(request_id, APPROVED)
+    assert store.state(request_id).state == "APPROVAL_TIMED_OUT"
+
+
+def test_approval_links_expire_before_the_wait_counted_from_when_it_began(
+    workflow_case: Callable[..., WorkflowCase],
+) -> None:
+    from datetime import datetime
+
+    from lakepurge.workflow.store import RequestStore
+
+    case = workflow_case(approval_timeout_seconds=600)
+    request_id = case.file(_users_with_data(case, 1), "req-expiry")
+    case.emails(request_id)
+    store = RequestStore(case.settings, aws.client("s3"), aws.client("kms"))
+    approval = store.document(request_id, "approval.json")
+    assert approval is not None
+    entered = [
+        e
+        for e in case.history(request_id)
+        if e["type"] == "TaskStateEntered" and "RequestApproval" in json.dumps(e, default=str)
+    ]
+    began = entered[0]["timestamp"]
+    expires = datetime.fromisoformat(approval["expires_at"])
+    assert 0 < (began.timestamp() + 600) - expires.timestamp() <= 61, "no margin before the wait times out"
+    case.sfn.stop_execution(executionArn=case.execution_arn(request_id))
+
+
+def test_a_decision_hit_by_a_transient_error_is_completed_by_the_same_approvers_retry(
+    workflow_case: Callable[..., WorkflowCase], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from botocore.exceptions import ClientError
+
+    case = workflow_case()
+    users = _users_with_data(case, 1)
+    request_id = case.file(users, "req-transient")
+    link = link_in(case.emails(request_id)[0])
+    real_client = aws.client
+    failures = []
+
+    class Flaky:
+        def __init__(self, inner: Any) -> None:
+            self._inner = inner
+
+        def send_task_success(self, **kwargs: Any) -> Any:
+            if not failures:
+                failures.append(1)
+                raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "slow down"}}, "SendTaskSuccess")
+            return self._inner.send_task_success(**kwargs)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._inner, name)
+
+    monkeypatch.setattr(
+        aws,
+        "client",
+        lambda name, **kw: Flaky(real_client(name, **kw)) if name == "stepfunctions" else real_client(name, **kw),
+    )
+    with pytest.raises(ClientError):
+        call_approval("POST", link, "approve")
+    assert case.sfn.describe_execution(executionArn=case.execution_arn(request_id))["status"] == "RUNNING"
+
+    retried = call_approval("POST", link, "approve")
+
+    assert retried["statusCode"] == 200, retried["body"]
+    assert case.finish(request_id)["status"] == "SUCCEEDED"
+    other = call_approval("POST", link_in(case.emails(request_id)[1]), "reject")
+    assert other["statusCode"] == 409
+
+
 def test_request_for_unknown_users_ends_as_nothing_found_without_asking_anyone(
     workflow_case: Callable[..., WorkflowCase],
 ) -> None:
@@ -188,6 +284,151 @@ def test_request_for_unknown_users_ends_as_nothing_found_without_asking_anyone(
     assert not [m for m in sent_emails() if request_id in m["subject"]]
     [note] = case.notifications()
     assert "NOTHING_FOUND" in note["subject"] and "ERASED" not in note["subject"]
+
+
+def _datasets_of(lake: LakeCase, user: str) -> set[str]:
+    """The datasets holding records of a user, from the generator's ground truth."""
+    names = set()
+    for who, s3path, _ in lake.lake.truth:
+        uri = S3Uri.parse(s3path)
+        dataset = lake.settings.dataset_for(uri.bucket, uri.key)
+        if who == user and dataset is not None:
+            names.add(dataset.name)
+    return names
+
+
+def _first_user(lake: LakeCase) -> str:
+    return min(user for user, _, _ in lake.lake.truth)
+
+
+def _unindexed_datasets_of_first_user(lake: LakeCase) -> set[str]:
+    return _datasets_of(lake, _first_user(lake))
+
+
+def test_request_for_a_user_in_never_indexed_datasets_ends_index_incomplete_never_nothing_found(
+    workflow_case: Callable[..., WorkflowCase], tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lakepurge.backfill import run_reconcile
+    from lakepurge.cli import main
+    from lakepurge.index import open_store
+    from lakepurge.workflow.store import RequestStore
+
+    # GIVEN every dataset holding the user's records never indexed: the index has no row of the user and no
+    # coverage of those datasets; the others are indexed and reconciled
+    case = workflow_case(unindexed=_unindexed_datasets_of_first_user)
+    user = _first_user(case.lake)
+    missing = _datasets_of(case.lake, user)
+    covered = {d.name for d in case.settings.datasets} - missing
+    assert missing and covered
+    store = open_store(case.settings.index)
+    try:
+        assert store.lookup([user]) == {}, "the lookup alone would answer: nothing found"
+        assert set(store.coverage()) == covered
+    finally:
+        store.close()
+    s3 = aws.client("s3")
+    before = snapshot(s3, case.lake.lake.bucket)
+
+    # WHEN a request is filed for the user
+    request_id = case.file([user], "req-incomplete")
+    execution = case.finish(request_id)
+
+    # THEN it ends INDEX_INCOMPLETE, asking nobody and changing nothing
+    assert execution["status"] == "FAILED" and execution.get("error") == "IndexIncomplete", case.failures(request_id)
+    entered = [
+        e["stateEnteredEventDetails"]["name"] for e in case.history(request_id) if "stateEnteredEventDetails" in e
+    ]
+    assert "AnythingToErase" not in entered and "NothingFoundOutcome" not in entered
+    assert not [m for m in sent_emails() if request_id in m["subject"]]
+    assert snapshot(s3, case.lake.lake.bucket) == before
+    [report_exit] = [
+        json.loads(e["stateExitedEventDetails"]["output"])["report"]
+        for e in case.history(request_id)
+        if e["type"] == "TaskStateExited" and e["stateExitedEventDetails"]["name"] == "GenerateReport"
+    ]
+    assert report_exit["coverage_complete"] is False and set(report_exit["coverage_gaps"]) == missing
+    # the SNS message names each uncovered dataset, why, and the command; says nothing was erased and the
+    # deadline still runs; names no covered dataset and no user
+    [note] = case.notifications()
+    assert note["outcome"] == "INDEX_INCOMPLETE" and "INDEX_INCOMPLETE" in note["subject"]
+    message = note["message"]
+    for name in missing:
+        assert f"dataset {name}: never fully indexed" in message, message
+        assert f"lakepurge index backfill --dataset {name}" in message, message
+    for name in covered:
+        assert f"dataset {name}:" not in message, message
+    assert "NOTHING was erased" in message and "still open against its legal deadline" in message
+    assert "NOTHING_FOUND" not in note["subject"] and user not in message
+    _assert_no_raw_ids(case, request_id, [user])
+    # the request ended INDEX_INCOMPLETE, still open: status shows it
+    requests = RequestStore(case.settings, s3, aws.client("kms"))
+    state = requests.state(request_id)
+    assert state.state == "INDEX_INCOMPLETE" and state.final and state.open
+    assert set(state.detail["coverage_gaps"]) == missing
+    config = tmp_path / "lakepurge.toml"
+    config.write_text(case.toml)
+    assert main(["status", "--config", str(config), "--json"]) == 0
+    captured = capsys.readouterr()
+    [shown] = [r for r in orjson.loads(captured.out)["requests"] if r["request_id"] == request_id]
+    assert shown["state"] == "INDEX_INCOMPLETE" and shown["open"] and not shown["overdue"]
+    assert "INDEX_INCOMPLETE" in captured.err and "open 1" in captured.err
+
+    # once the datasets are reconciled (indexed, coverage recorded), the request filed again is erased
+    run_reconcile(None, case.settings, sorted(missing))
+    again = case.file([user], "req-incomplete-again")
+    assert call_approval("POST", link_in(case.emails(again)[0]), "approve")["statusCode"] == 200
+    execution = case.finish(again)
+    assert execution["status"] == "SUCCEEDED", case.failures(again)
+    [note] = case.notifications()
+    assert note["outcome"] == "ERASED"
+    assert_invariant(case.lake.lake, case.lake.settings, {user}, before, snapshot(s3, case.lake.lake.bucket))
+
+
+def test_events_in_the_indexer_dead_letter_queue_end_requests_index_incomplete_until_it_is_empty(
+    workflow_case: Callable[..., WorkflowCase],
+) -> None:
+    sqs = aws.client("sqs")
+    dead_letters = sqs.create_queue(QueueName="lakepurge-index-dlq")["QueueUrl"]
+    # GIVEN a lake indexed and reconciled, but an S3 event in the indexer's dead-letter queue
+    case = workflow_case(extra_toml=f'\n[indexing]\ndead_letter_queue_url = "{dead_letters}"\n')
+    sqs.send_message(QueueUrl=dead_letters, MessageBody=json.dumps(load("sqs_s3_notification.json")["Records"][0]))
+    s3 = aws.client("s3")
+    users = _users_with_data(case, 1)
+    before = snapshot(s3, case.lake.lake.bucket)
+
+    # WHEN a request is filed for a user with records, and one for unknown users
+    found = case.file(users, "req-dlq-found")
+    unknown = case.file(["nobody-1"], "req-dlq-unknown")
+
+    # THEN both end INDEX_INCOMPLETE (never NOTHING_FOUND), naming the queue's events and the command
+    for request_id in (found, unknown):
+        execution = case.finish(request_id)
+        assert execution["status"] == "FAILED" and execution.get("error") == "IndexIncomplete", case.failures(
+            request_id
+        )
+        assert not [m for m in sent_emails() if request_id in m["subject"]]
+    notes = case.notifications(wait_for=2)
+    assert sorted(n["outcome"] for n in notes) == ["INDEX_INCOMPLETE", "INDEX_INCOMPLETE"]
+    for note in notes:
+        assert "S3 event(s) in the indexer's dead-letter queue were never indexed" in note["message"]
+        for dataset in case.settings.datasets:
+            assert (
+                f"lakepurge index reconcile --dataset {dataset.name}, then empty the dead-letter queue"
+                in note["message"]
+            )
+        assert "NOTHING was erased" in note["message"] and users[0] not in note["message"]
+    assert snapshot(s3, case.lake.lake.bucket) == before
+    from lakepurge.workflow.store import RequestStore
+
+    requests = RequestStore(case.settings, s3, aws.client("kms"))
+    assert {requests.state(r).state for r in (found, unknown)} == {"INDEX_INCOMPLETE"}
+
+    # once the queue is empty, a request for unknown users can be certified: nothing found
+    sqs.purge_queue(QueueUrl=dead_letters)
+    execution = case.finish(case.file(["nobody-1"], "req-dlq-empty"))
+    assert execution["status"] == "SUCCEEDED"
+    [note] = case.notifications()
+    assert note["outcome"] == "NOTHING_FOUND"
 
 
 def test_report_changed_before_the_decision_cannot_be_approved(workflow_case: Callable[..., WorkflowCase]) -> None:
@@ -321,10 +562,15 @@ def test_cli_files_a_request_and_status_shows_deadlines_with_overdue_ones_standi
     store = RequestStore(case.settings, aws.client("s3"), aws.client("kms"))
     old = datetime.now(UTC) - timedelta(days=40)
     store.create("req-old", ["someone"], "cli", old, Pseudonymizer(HASH_KEY.encode()))
+    # ended INDEX_INCOMPLETE 40 days ago: the execution is over, the request is not answered
+    store.create("req-old-incomplete", ["someone"], "cli", old, Pseudonymizer(HASH_KEY.encode()))
+    store.set_state("req-old-incomplete", "INDEX_INCOMPLETE", coverage_gaps=["reviews"])
     assert main(["status", "--config", str(config), "--json"]) == 0
     captured = capsys.readouterr()
     requests = {r["request_id"]: r for r in orjson.loads(captured.out)["requests"]}
     assert requests["req-cli"]["state"] == "NOTHING_FOUND" and not requests["req-cli"]["overdue"]
     assert requests["req-old"]["overdue"] and requests["req-old"]["days_left"] < 0
+    assert requests["req-old-incomplete"]["overdue"] and requests["req-old-incomplete"]["open"]
+    assert not requests["req-cli"]["open"] and "open 2" in captured.err
     assert "req-old" in captured.err and "OVERDUE" in captured.err
     assert "someone" not in captured.err + captured.out

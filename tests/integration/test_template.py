@@ -187,6 +187,13 @@ def test_every_function_has_its_own_role(translated: dict[str, Any]) -> None:
         assert callable(getattr(importlib.import_module(module), attribute))
 
 
+def test_the_report_function_may_count_the_indexer_dead_letters(translated: dict[str, Any]) -> None:
+    """No request is certified while the indexer's dead-letter queue holds events: GenerateReport counts them."""
+    statements = _statements(translated["Resources"]["GenerateReportRole"])
+    granted = [s for _, s in statements if "sqs:GetQueueAttributes" in _as_list(s.get("Action"))]
+    assert [s["Resource"] for s in granted] == [{"Fn::GetAtt": ["IndexDeadLetterQueue", "Arn"]}]
+
+
 def test_reports_bucket_properties(translated: dict[str, Any]) -> None:
     bucket = translated["Resources"]["ReportsBucket"]
     properties = bucket["Properties"]
@@ -464,6 +471,7 @@ def test_stack_creates_on_moto(aws: object, translated: dict[str, Any]) -> None:
         assert settings.index.table == physical["IndexTable"]
         assert settings.reports.location == f"s3://{physical['ReportsBucket']}/"
         assert [d.name for d in settings.datasets] == ["events"]
+        assert settings.indexing.dead_letter_queue_url == physical["IndexDeadLetterQueue"]
         workflow = settings.workflow
         assert workflow is not None
         assert workflow.state_machine_arn == machine_arn

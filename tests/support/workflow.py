@@ -1,5 +1,6 @@
 """A deployed local workflow for tests: the real ASL on moto, the real handlers, a sample lake indexed in
-PostgreSQL, an SQS queue subscribed to the outcome topic, and the approval page driven with API Gateway events."""
+PostgreSQL and reconciled (so its coverage is recorded and requests can be certified), an SQS queue subscribed to the
+outcome topic, and the approval page driven with API Gateway events."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ import json
 import re
 import time
 import tomllib
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from lakepurge import aws
+from lakepurge.backfill import run_reconcile
 from lakepurge.config import Settings, parse_settings
 from lakepurge.index import open_store
 from lakepurge.local import workflow as local_workflow
@@ -103,9 +106,17 @@ class WorkflowCase:
         while len(found) < wait_for and time.monotonic() < deadline:
             for message in sqs.receive_message(QueueUrl=self.queue_url, MaxNumberOfMessages=10).get("Messages", []):
                 envelope = json.loads(message["Body"])
-                found.append({"subject": envelope.get("Subject", ""), "message": envelope["Message"]})
+                outcome = envelope.get("MessageAttributes", {}).get("outcome", {}).get("Value", "")
+                found.append(
+                    {"subject": envelope.get("Subject", ""), "message": envelope["Message"], "outcome": outcome}
+                )
                 sqs.delete_message(QueueUrl=self.queue_url, ReceiptHandle=message["ReceiptHandle"])
         return found
+
+
+def _dataset_of(settings: Settings, bucket: str, key: str) -> str | None:
+    dataset = settings.dataset_for(bucket, key)
+    return dataset.name if dataset is not None else None
 
 
 def link_in(email: dict[str, Any]) -> str:
@@ -137,16 +148,29 @@ def call_approval(method: str, link: str, decision: str | None = None) -> dict[s
 
 
 def deploy_case(
-    lake: LakeCase, approval_timeout_seconds: int = 600, inline_max_objects: int = 20, extra_toml: str = ""
+    lake: LakeCase,
+    approval_timeout_seconds: int = 600,
+    inline_max_objects: int = 20,
+    extra_toml: str = "",
+    unindexed: Collection[str] = (),
 ) -> WorkflowCase:
-    """Index the lake and deploy the workflow for it; the returned TOML is what handlers read."""
+    """Index the lake object by object, as S3 events would, then reconcile it (the path that records each dataset's
+    coverage), and deploy the workflow for it; the returned TOML is what handlers read. The ``unindexed`` datasets
+    are never indexed nor reconciled: the index has no coverage of them."""
     local_workflow.install_lambda_dispatch()
     local_workflow.enable_execution(aws.client("s3").meta.endpoint_url)
-    store = open_store(lake.settings.index)
+    settings = lake.settings
+    skipped = set(unindexed)
+    assert skipped <= {d.name for d in settings.datasets}, f"no such dataset: {skipped}"
+    objects = [o for o in lake.lake.objects if _dataset_of(settings, lake.lake.bucket, o.key) not in skipped]
+    store = open_store(settings.index)
     try:
-        index_lake(store, lake.settings, lake.lake)
+        index_lake(store, settings, replace(lake.lake, objects=objects))
     finally:
         store.close()
+    covered = [d.name for d in settings.datasets if d.name not in skipped]
+    if covered:  # run_reconcile with no dataset named reconciles them all
+        run_reconcile(None, settings, covered)
     deployed, workflow_toml = local_workflow.prepare(
         SENDER,
         APPROVERS,
@@ -155,7 +179,9 @@ def deploy_case(
         inline_max_objects=inline_max_objects,
     )
     # A test lake is small: any few users are a large share of a dataset.
-    toml = lake.toml + "\n[purge]\nmax_dataset_fraction = 1.0\n\n" + workflow_toml + extra_toml
+    toml = (
+        lake.toml + "\n[purge]\nmax_dataset_fraction = 1.0\nmax_table_fraction = 1.0\n\n" + workflow_toml + extra_toml
+    )
     sqs = aws.client("sqs")
     queue_url = sqs.create_queue(QueueName="outcomes")["QueueUrl"]
     queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]

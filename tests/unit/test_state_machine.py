@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 
 from lakepurge.local.workflow import ASL_PATH, FUNCTIONS
+from lakepurge.workflow.events import Outcome
 
 pytestmark = pytest.mark.unit
 
@@ -51,6 +52,34 @@ def test_only_the_erased_and_nothing_found_outcomes_end_in_success() -> None:
     succeeding = {c["StringEquals"] for c in STATES["Ended"]["Choices"] if STATES[c["Next"]]["Type"] == "Succeed"}
     assert succeeding == {"ERASED", "NOTHING_FOUND"}
     assert STATES[STATES["Ended"]["Default"]]["Type"] == "Fail"
+
+
+def test_only_a_completely_indexed_report_can_end_nothing_found_or_go_on_to_erase() -> None:
+    assert STATES["GenerateReport"]["Next"] == "IndexComplete"
+    gate = STATES["IndexComplete"]
+    assert gate["Type"] == "Choice" and gate["Default"] == "IndexIncompleteOutcome"
+    # a missing flag is incomplete; only an explicit true goes on
+    assert gate["Choices"][0] == {
+        "Variable": "$.report.coverage_complete",
+        "IsPresent": False,
+        "Next": "IndexIncompleteOutcome",
+    }
+    assert [c for c in gate["Choices"] if c["Next"] == "AnythingToErase"] == [
+        {"Variable": "$.report.coverage_complete", "BooleanEquals": True, "Next": "AnythingToErase"}
+    ]
+    reaching = {name for name, state in STATES.items() if "AnythingToErase" in _targets(state)}
+    assert reaching == {"IndexComplete"}
+    assert STATES["IndexIncompleteOutcome"]["Result"] == "INDEX_INCOMPLETE"
+    [route] = [c for c in STATES["Ended"]["Choices"] if c["StringEquals"] == "INDEX_INCOMPLETE"]
+    assert STATES[route["Next"]]["Type"] == "Fail"
+
+
+def test_every_outcome_is_set_by_a_pass_state_and_routed_to_an_ending_of_its_own() -> None:
+    outcomes = set(get_args(Outcome))
+    assert {s["Result"] for s in STATES.values() if s["Type"] == "Pass"} == outcomes
+    routed = [c["StringEquals"] for c in STATES["Ended"]["Choices"]]
+    assert set(routed) == outcomes - {"FAILED"} and len(routed) == len(set(routed))
+    assert len({c["Next"] for c in STATES["Ended"]["Choices"]} | {STATES["Ended"]["Default"]}) == len(outcomes)
 
 
 def test_the_approval_waits_for_its_token_with_a_timeout_and_routes_each_ending() -> None:
