@@ -22,6 +22,23 @@ from lakepurge.memory import collector_paused
 
 CHUNK_BYTES = 1 << 20
 
+
+class Inflation(NamedTuple):
+    """How far a compressed object may inflate before it is refused as a decompression bomb."""
+
+    max_bytes: int
+    max_ratio: float
+
+
+# A bomb is told from a well-compressible object by its ratio, but only once enough has come out to judge it.
+RATIO_JUDGED_AFTER = 64 * 1024 * 1024
+DEFAULT_INFLATION = Inflation(64 * 1024**3, 200.0)
+
+
+class InflationLimitExceeded(EOFError):
+    """The object inflates past the configured size or ratio: read no further (memory and time stay bounded)."""
+
+
 # The longest user id, in UTF-8 bytes, that is indexed. DynamoDB keys allow 2048 bytes and a PostgreSQL btree entry
 # about 2700, and every row key also holds the object path: a longer id (or one holding NUL, which PostgreSQL text
 # cannot store, or a lone surrogate, which is no UTF-8 at all) makes its record unindexable instead of failing the
@@ -144,7 +161,12 @@ def iter_line_batches(stream: ByteSource, max_bytes: int) -> Iterator[tuple[int,
         try:
             chunk = stream.read(CHUNK_BYTES)
         except (EOFError, zlib.error) as exc:
-            kind = "truncated gzip stream" if isinstance(exc, EOFError) else f"corrupt gzip stream ({exc})"
+            if isinstance(exc, InflationLimitExceeded):
+                kind = str(exc)
+            elif isinstance(exc, EOFError):
+                kind = "truncated gzip stream"
+            else:
+                kind = f"corrupt gzip stream ({exc})"
             raise TruncatedObject(number, kind) from None
         if not chunk:
             break
@@ -260,7 +282,14 @@ class Grouped(NamedTuple):
     unindexable: list[Unindexable]
 
 
-def group_records(raw: IO[bytes], key: str, fmt: str, id_fields: Sequence[str], max_bytes: int) -> Grouped:
+def group_records(
+    raw: IO[bytes],
+    key: str,
+    fmt: str,
+    id_fields: Sequence[str],
+    max_bytes: int,
+    inflation: Inflation = DEFAULT_INFLATION,
+) -> Grouped:
     """read_records, grouped by user id. The same answer as grouping read_records' items; for JSON Lines with one
     top-level id field, chunks of well-formed lines take a path without a Python step per line (the indexer's
     throughput is per line)."""
@@ -281,13 +310,13 @@ def group_records(raw: IO[bytes], key: str, fmt: str, id_fields: Sequence[str], 
                 unindexable.append(item)  # type: ignore[arg-type]
 
     if field is None:
-        add(read_records(raw, key, fmt, id_fields, max_bytes))
+        add(read_records(raw, key, fmt, id_fields, max_bytes, inflation))
         return Grouped(dict(lines_by_user), records, unindexable)
     # Thousands of new lists and, per line, a parsed record that is freed at once: none can form a cycle, and the
     # cyclic collector would otherwise run every few hundred lines (a fifth of the time).
     with collector_paused():
         try:
-            for first, lines in iter_line_batches(open_decompressed(raw, key), max_bytes):
+            for first, lines in iter_line_batches(open_decompressed(raw, key, inflation), max_bytes):
                 ids = _plain_ids(lines, field)
                 if ids is None:
                     add(_jsonl_items(first, lines, paths, max_bytes))
@@ -522,57 +551,91 @@ class GzipReader(io.RawIOBase):
     """Streaming gzip decompression that hands out every byte decoded before a truncation or corruption.
 
     (gzip.GzipFile discards the data of the read call that hits the break.) Concatenated members are read as
-    one stream, as gunzip does.
+    one stream, as gunzip does. Each step inflates at most CHUNK_BYTES (``decompress(max_length)``; the rest of the
+    input waits in ``unconsumed_tail``), so memory stays a few chunks whatever the object inflates to, and time
+    stays linear: output is handed out from an offset, never re-sliced. Past the ``inflation`` limits the stream
+    ends with InflationLimitExceeded.
     """
 
-    def __init__(self, raw: IO[bytes]) -> None:
+    def __init__(self, raw: IO[bytes], inflation: Inflation = DEFAULT_INFLATION) -> None:
         self._raw = raw
         self._inflate = zlib.decompressobj(wbits=31)
+        self._input = b""  # compressed bytes not yet inflated
         self._pending = b""
+        self._offset = 0
         self._broken: str | None = None
         self._done = False
+        self._inflation = inflation
+        self._read_in = 0
+        self._given_out = 0
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: Any) -> int:
-        while not self._pending and not self._done:
+        while self._offset >= len(self._pending) and not self._done:
             self._fill()
-        if not self._pending:
+        available = len(self._pending) - self._offset
+        if available <= 0:
             if self._broken is not None:
                 raise EOFError(self._broken)
             return 0
-        size = min(len(buffer), len(self._pending))
-        buffer[:size] = self._pending[:size]
-        self._pending = self._pending[size:]
+        size = min(len(buffer), available)
+        buffer[:size] = memoryview(self._pending)[self._offset : self._offset + size]
+        self._offset += size
         return size
 
+    def _read_raw(self) -> bytes:
+        data = self._raw.read(CHUNK_BYTES)
+        self._read_in += len(data)
+        return data
+
     def _fill(self) -> None:
-        compressed = self._inflate.unused_data if self._inflate.eof else b""
         if self._inflate.eof:
-            if not compressed:
-                compressed = self._raw.read(CHUNK_BYTES)
-                if not compressed:
-                    self._done = True
-                    return
-            self._inflate = zlib.decompressobj(wbits=31)
-        else:
-            compressed = self._raw.read(CHUNK_BYTES)
-            if not compressed:
+            following = self._inflate.unused_data or self._read_raw()
+            if not following:
+                self._done = True
+                return
+            self._inflate = zlib.decompressobj(wbits=31)  # the next member of a concatenated stream
+            self._input = following
+        if not self._input:
+            self._input = self._read_raw()
+            if not self._input:
                 self._done = True
                 self._broken = "compressed stream ended before its end marker"
                 return
         try:
-            self._pending = self._inflate.decompress(compressed)
+            self._pending = self._inflate.decompress(self._input, CHUNK_BYTES)
         except zlib.error as exc:
             self._done = True
             self._broken = str(exc)
             raise zlib.error(self._broken) from None
+        self._input = self._inflate.unconsumed_tail
+        self._offset = 0
+        self._given_out += len(self._pending)
+        self._check_inflation()
+
+    def _check_inflation(self) -> None:
+        limit = self._inflation
+        problem = None
+        if self._given_out > limit.max_bytes:
+            problem = f"inflates past indexing.max_decompressed_bytes ({limit.max_bytes} bytes)"
+        elif self._given_out > RATIO_JUDGED_AFTER and self._given_out > limit.max_ratio * max(self._read_in, 1):
+            problem = (
+                f"inflates more than indexing.max_compression_ratio ({limit.max_ratio:g}x) times its compressed"
+                " size: refused as a decompression bomb"
+            )
+        if problem is not None:
+            self._done = True
+            self._broken = problem
+            self._pending, self._offset = b"", 0
+            raise InflationLimitExceeded(problem)
 
 
-def open_decompressed(raw: IO[bytes], key: str) -> IO[bytes]:
+def open_decompressed(raw: IO[bytes], key: str, inflation: Inflation = DEFAULT_INFLATION) -> IO[bytes]:
     if key.endswith(".gz"):
-        return GzipReader(raw)  # type: ignore[return-value]  # a raw reader: short reads keep data before a break
+        # A raw reader: short reads keep the data before a break.
+        return GzipReader(raw, inflation)  # type: ignore[return-value]
     return raw
 
 
@@ -582,6 +645,7 @@ def read_records(
     fmt: str,
     id_fields: Sequence[str],
     max_bytes: int,
+    inflation: Inflation = DEFAULT_INFLATION,
 ) -> Iterator[Record | Unindexable]:
     """Dispatch on format and compression. A truncated or corrupt gzip stream ends the iteration with an
     Unindexable at the line where the readable data stopped (the rest of the object cannot be located)."""
@@ -589,7 +653,7 @@ def read_records(
     if fmt == "parquet":
         yield from read_parquet(raw, paths)
         return
-    stream = open_decompressed(raw, key)
+    stream = open_decompressed(raw, key, inflation)
     items: Iterable[Record | Unindexable] = (
         read_jsonl(stream, paths, max_bytes) if fmt == "jsonl" else read_csv(stream, id_fields, max_bytes)
     )

@@ -95,7 +95,10 @@ def scan_object(s3: Any, settings: Settings, dataset: DatasetConfig, head: Objec
     assert dataset.id_fields is not None
     raw = open_seekable(s3, head) if dataset.format == "parquet" else open_body(s3, head)
     try:
-        grouped = group_records(raw, head.key, dataset.format, dataset.id_fields, settings.indexing.max_record_bytes)
+        indexing = settings.indexing
+        grouped = group_records(
+            raw, head.key, dataset.format, dataset.id_fields, indexing.max_record_bytes, indexing.inflation
+        )
     finally:
         raw.close()
     result.lines_by_user = grouped.lines_by_user
