@@ -332,16 +332,36 @@ def cmd_vacuum(args: argparse.Namespace, out: Output) -> int:
 
     settings = _lake_settings(args)
     with spark_session("lakepurge-vacuum") as spark:
-        outcomes = run_vacuum(spark, settings, args.dataset)
-    failed = [o for o in outcomes if o.error]
-    removed = sum(o.lines_removed for o in outcomes)
+        run = run_vacuum(spark, settings, args.dataset, apply=args.yes)
+    verb = "removed" if run.applied else "would remove"
+    for outcome in run.outcomes:
+        if outcome.error and outcome.error != "gone":
+            out.say(f"  FAILED {outcome.s3path}: {outcome.error}")
+        elif outcome.placeholders or outcome.versions_deleted:
+            out.say(
+                f"  {outcome.s3path}: {outcome.placeholders} placeholder line(s),"
+                f" {len(outcome.versions_deleted)} version(s) holding erased users"
+            )
     out.say(
-        f"vacuumed {sum(o.lines_removed > 0 for o in outcomes)} of {len(outcomes)} object(s): {removed} placeholder"
-        f" line(s) removed, {sum(o.versions_deleted for o in outcomes)} superseded version(s) deleted,"
-        f" {len(failed)} failed"
+        f"vacuum {verb} {run.placeholders} placeholder line(s) from {len(run.outcomes) - len(run.failed)} object(s)"
+        f" and {'deleted' if run.applied else 'would delete'} {run.versions} noncurrent version(s) holding erased"
+        f" users; {len(run.failed)} failed"
     )
-    out.result({"objects": len(outcomes), "lines_removed": removed, "failed": [asdict(o) for o in failed]})
-    return 1 if failed else 0
+    if not run.applied:
+        out.say("dry run: nothing changed (run again with --yes to apply)")
+    elif run.record:
+        out.say(f"record {run.record}")
+    out.result(
+        {
+            "dry_run": not run.applied,
+            "objects": len(run.outcomes),
+            "lines_removed": run.placeholders,
+            "versions_deleted": run.versions,
+            "record": run.record,
+            "failed": [asdict(o) for o in run.failed],
+        }
+    )
+    return 1 if run.failed else 0
 
 
 def cmd_demo(args: argparse.Namespace, out: Output) -> int:
@@ -461,8 +481,11 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--users-file")
     verify.set_defaults(run=cmd_verify)
 
-    vacuum = commands.add_parser("vacuum", parents=[common], help="drop erased placeholders, re-index")
+    vacuum = commands.add_parser(
+        "vacuum", parents=[common], help="remove the placeholders purges wrote, re-index (dry run unless --yes)"
+    )
     vacuum.add_argument("--dataset", action="append", default=[], help="only this dataset (repeatable)")
+    vacuum.add_argument("--yes", action="store_true", help="apply (the default is a dry run that prints the plan)")
     vacuum.set_defaults(run=cmd_vacuum)
 
     status = commands.add_parser(

@@ -21,6 +21,7 @@ from pydantic import (
     model_validator,
 )
 
+from lakepurge.formats import Inflation
 from lakepurge.s3uri import S3Uri
 
 
@@ -217,9 +218,18 @@ def _hidden_reason(relative: str) -> str | None:
 class IndexingConfig(_Strict):
     # A line longer than this is reported as unindexable instead of being held in memory.
     max_record_bytes: Annotated[int, Field(gt=0)] = 16 * 1024 * 1024
+    # A compressed object inflating past this size, or past this ratio to its compressed size (judged after its
+    # first 64 MiB), is refused as a decompression bomb: reported unindexable, refused by the purge, never an
+    # out-of-memory error or a timeout. Well-compressed JSON Lines run at 5-20x; logs of repeated lines up to ~100x.
+    max_decompressed_bytes: Annotated[int, Field(gt=0)] = 64 * 1024**3
+    max_compression_ratio: Annotated[float, Field(gt=1)] = 200.0
     # The indexer's dead-letter queue: events in it were never indexed, so no request is certified while it holds
     # any (lakepurge.coverage). Unset: no queue is checked.
     dead_letter_queue_url: str | None = None
+
+    @property
+    def inflation(self) -> Inflation:
+        return Inflation(self.max_decompressed_bytes, self.max_compression_ratio)
 
 
 Fraction = Annotated[float, Field(gt=0, le=1)]
@@ -246,6 +256,13 @@ class PurgeConfig(_Strict):
     delete_noncurrent_versions: bool = True
     # Objects purged at once by each Spark task (S3 round trips dominate an object's purge).
     threads_per_task: Annotated[int, Field(ge=1, le=64)] = 4
+
+
+class VacuumConfig(_Strict):
+    # Noncurrent versions of a vacuumed object that hold a user on the suppression list (an erased user's old
+    # version left by a purge with delete_noncurrent_versions = false) are deleted; "none" keeps every version.
+    # A version holding only other people's data is never deleted.
+    delete_versions: Literal["erased-users", "none"] = "erased-users"
 
 
 class PrivacyConfig(_Strict):
@@ -321,6 +338,7 @@ class Settings(_Strict):
     relational: tuple[RelationalConfig, ...] = ()
     indexing: IndexingConfig = IndexingConfig()
     purge: PurgeConfig = PurgeConfig()
+    vacuum: VacuumConfig = VacuumConfig()
     privacy: PrivacyConfig = PrivacyConfig()
     workflow: WorkflowConfig | None = None
 

@@ -205,10 +205,17 @@ def _add_csv(lake: SampleLake, rng: random.Random, pool: list[str], key: str, ro
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(["customer_id", "name", "city", "note"])
     path = f"s3://{lake.bucket}/{key}"
+    line = 1
     for n in range(rows):
         user = rng.choice(pool)
-        writer.writerow([user, f"Name {n}", rng.choice(["Paris", "Zürich", "Oslo, NO"]), _text(rng, 5)])
-        lake.truth.add((user, path, n + 1))
+        note = _text(rng, 5)
+        if n % 7 == 3:
+            # A multi-line quoted note holding an empty line and a line of only commas: physical lines that must
+            # never be taken for records or placeholders.
+            note = f"{note}\n\n,,,\n{_text(rng, 2)}"
+        writer.writerow([user, f"Name {n}", rng.choice(["Paris", "Zürich", "Oslo, NO"]), note])
+        lake.truth.add((user, path, line))  # a record's position is the line it starts on
+        line += 1 + note.count("\n")
     lake.objects.append(SampleObject(key, out.getvalue().encode()))
 
 

@@ -1,6 +1,8 @@
-"""Vacuum entry point: ``spark-submit spark_jobs/vacuum.py [--config lakepurge.toml|s3://...] [--dataset N]``.
+"""Vacuum entry point:
+``spark-submit spark_jobs/vacuum.py [--config lakepurge.toml|s3://...] [--dataset N] [--yes]``.
 
-Drops the `{}` placeholders the purge left, re-indexes the objects and deletes their superseded versions.
+Removes the placeholders the purges recorded writing, re-indexes those objects and deletes the noncurrent versions
+that hold erased users (lakepurge.purge.vacuum). A dry run unless --yes.
 """
 
 from __future__ import annotations
@@ -21,13 +23,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="vacuum", description=__doc__)
     parser.add_argument("--config", default=None, help="TOML file or s3:// URI (default: LAKEPURGE_CONFIG[_TOML])")
     parser.add_argument("--dataset", action="append", default=[], help="only this dataset (repeatable)")
+    parser.add_argument("--yes", action="store_true", help="apply (the default is a dry run)")
     args = parser.parse_args(argv)
     root_logger(stream=sys.stderr)
-    outcomes = run_vacuum(get_session("lakepurge-vacuum"), runtime.settings_from(args.config), args.dataset)
-    failed = [asdict(o) for o in outcomes if o.error]
-    summary = {"objects": len(outcomes), "lines_removed": sum(o.lines_removed for o in outcomes), "failed": failed}
+    settings = runtime.settings_from(args.config)
+    run = run_vacuum(get_session("lakepurge-vacuum"), settings, args.dataset, apply=args.yes)
+    summary = {
+        "dry_run": not run.applied,
+        "objects": len(run.outcomes),
+        "lines_removed": run.placeholders,
+        "versions_deleted": run.versions,
+        "record": run.record,
+        "failed": [asdict(o) for o in run.failed],
+    }
     sys.stdout.write(orjson.dumps(summary).decode() + "\n")
-    return 1 if failed else 0
+    return 1 if run.failed else 0
 
 
 if __name__ == "__main__":

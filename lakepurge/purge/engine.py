@@ -25,8 +25,11 @@ from botocore.exceptions import ClientError
 from lakepurge.config import DatasetConfig, Settings
 from lakepurge.formats import (
     CHUNK_BYTES,
+    DEFAULT_INFLATION,
     ByteSource,
     GzipReader,
+    Inflation,
+    InflationLimitExceeded,
     csv_id_columns,
     csv_ids,
     csv_records,
@@ -36,6 +39,8 @@ from lakepurge.formats import (
 from lakepurge.index.base import WHOLE_OBJECT, IndexStore, NewVersion, ObjectIndex
 from lakepurge.indexer import index_object, scan_object
 from lakepurge.logs import get_logger, object_ref
+from lakepurge.purge.placeholders import PlaceholderRecord
+from lakepurge.purge.placeholders import write_record as write_placeholder_record
 from lakepurge.purge.s3write import WriteConflict, Written, delete_in_place, preserved_attributes, write_in_place
 from lakepurge.purge.splice import DROP, splice_lines
 from lakepurge.s3io import (
@@ -105,6 +110,7 @@ class _Ownership:
         self.users = users
         self.erased: list[int] = []
         self.not_matching = 0
+        self.lines_of: dict[int, int] = {}  # physical lines of each erased record that spans more than one
 
     def json_line(self, line: int, content: bytes) -> bool:
         try:
@@ -147,13 +153,20 @@ def gzip_chunks(chunks: Iterable[bytes]) -> Iterator[bytes]:
     yield deflate.flush()
 
 
-def _rewrite_jsonl(raw: IO[bytes], gz: bool, lines: Iterable[int], owner: _Ownership, drop: bool) -> Iterator[bytes]:
+def _rewrite_jsonl(
+    raw: IO[bytes],
+    gz: bool,
+    lines: Iterable[int],
+    owner: _Ownership,
+    drop: bool,
+    inflation: Inflation = DEFAULT_INFLATION,
+) -> Iterator[bytes]:
     def decide(line: int, content: bytes) -> bytes | None:
         if owner.json_line(line, content):
             return DROP if drop else BLANK
         return None
 
-    source: IO[bytes] = GzipReader(raw) if gz else raw  # type: ignore[assignment]
+    source: IO[bytes] = GzipReader(raw, inflation) if gz else raw  # type: ignore[assignment]
     spliced = splice_lines(_chunks(source), lines, decide)
     return gzip_chunks(spliced) if gz else spliced
 
@@ -181,13 +194,19 @@ class LastByte(io.RawIOBase):
 
 
 def _rewrite_csv(
-    raw: IO[bytes], gz: bool, lines: Iterable[int], owner: _Ownership, drop: bool, max_bytes: int
+    raw: IO[bytes],
+    gz: bool,
+    lines: Iterable[int],
+    owner: _Ownership,
+    drop: bool,
+    max_bytes: int,
+    inflation: Inflation = DEFAULT_INFLATION,
 ) -> Iterator[bytes]:
     """CSV, record by record (a quoted field may span lines). A blanked record keeps its line count: its first
     line becomes empty fields (`,,,`) and its continuation lines become empty lines, so every later record's line
     number still holds. The header (line 0) is never touched; every other record passes through byte for byte."""
     targets = set(lines)
-    source = LastByte(GzipReader(raw) if gz else raw)
+    source = LastByte(GzipReader(raw, inflation) if gz else raw)
 
     def output_lines() -> Iterator[bytes]:
         # The indexer's own record grammar: a line it could not parse as a record's start is passed through as it
@@ -203,6 +222,8 @@ def _rewrite_csv(
                     carriage = b"\r" if first.endswith(b"\r") else b""
                     yield b"," * max(len(record.row) - 1, 0) + carriage
                     yield from (b"" for _ in record.lines[1:])
+                    if len(record.lines) > 1:
+                        owner.lines_of[record.line] = len(record.lines)
                 continue
             for number, line in enumerate(record.lines, record.line):
                 if line is None:
@@ -320,7 +341,9 @@ def purge_object(
         return ObjectOutcome(target.s3path, "failed", error="kept changing under concurrent writes")
     except Exception as exc:  # reported per object; the job fails the request if any object failed
         log.exception("purge of an object failed", extra={"object": ref, "error": type(exc).__name__})
-        return ObjectOutcome(target.s3path, "failed", error=type(exc).__name__)
+        # A bomb's reason names the limit, never content: it tells the operator why the object was refused.
+        reason = f"{type(exc).__name__}: {exc}" if isinstance(exc, InflationLimitExceeded) else type(exc).__name__
+        return ObjectOutcome(target.s3path, "failed", error=reason)
 
 
 @dataclass
@@ -421,9 +444,10 @@ class _PurgeStep:
         drop = dataset.erase == "drop"
         try:
             if dataset.format == "jsonl":
-                chunks = _rewrite_jsonl(body, gz, lines, owner, drop)
+                chunks = _rewrite_jsonl(body, gz, lines, owner, drop, self.settings.indexing.inflation)
             else:
-                chunks = _rewrite_csv(body, gz, lines, owner, drop, self.settings.indexing.max_record_bytes)
+                indexing = self.settings.indexing
+                chunks = _rewrite_csv(body, gz, lines, owner, drop, indexing.max_record_bytes, indexing.inflation)
             staged = stage(chunks)
         finally:
             body.close()
@@ -434,7 +458,13 @@ class _PurgeStep:
             staged.close()
             return None
         self.before_write(replace(outcome, status="erased", committed=False))
-        return write_in_place(s3, head, file_chunks(staged), attributes)
+        written = write_in_place(s3, head, file_chunks(staged), attributes)
+        if not drop:
+            # What the vacuum may remove later, and nothing else: the placeholders this write left.
+            spans = tuple((line, owner.lines_of.get(line, 1)) for line in owner.erased)
+            record = PlaceholderRecord(outcome.s3path, written.etag, written.version_id, head.etag, spans)
+            write_placeholder_record(s3, self.settings, record)
+        return written
 
     def _reindex_written(self, before: ObjectHead, written: Written, outcome: ObjectOutcome, stale: bool) -> None:
         """Index the version just written, in the step that confirms the write.

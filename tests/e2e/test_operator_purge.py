@@ -34,7 +34,7 @@ def operator_lake(lake_factory, pg_dsn, spark, tmp_path, monkeypatch):
     case = lake_factory(index_toml("postgres", pg_dsn), objects=60, users=12, versioned=True)
     toml = case.toml.replace(
         "[[datasets]]",
-        "[purge]\nmax_dataset_fraction = 1.0\nmax_table_fraction = 1.0\n\n"
+        "[purge]\nmax_object_fraction = 1.0\nmax_dataset_fraction = 1.0\nmax_table_fraction = 1.0\n\n"
         f'[[relational]]\nname = "crm"\ndsn = "{pg_dsn}"\n'
         'table = "crm_contacts"\ncolumn = "customer_id"\n\n[[datasets]]',
         1,
@@ -108,26 +108,35 @@ def test_given_an_erased_user_restored_from_backup_when_indexed_then_status_flag
     assert run_cli(capsys, "status", "--config", config)[1]["index"]["objects_with_erased_users"] == 1
 
 
-def test_given_purged_objects_when_vacuumed_then_placeholders_and_superseded_versions_are_gone(
+def test_given_purged_objects_when_vacuumed_then_placeholders_go_and_the_index_equals_a_fresh_backfill(
     operator_lake, capsys, spark
 ):
     case, config, _ = operator_lake
     users = case.lake.users[:4]
     assert run_cli(capsys, "purge", *users, "--yes", "--config", config)[0] == 0
-
-    code, vacuumed = run_cli(capsys, "vacuum", "--config", config)
-
-    assert code == 0 and vacuumed["lines_removed"] > 0
     s3 = aws.client("s3")
+    purged = every_version(s3, "lake")
+
+    code, plan = run_cli(capsys, "vacuum", "--config", config)
+    assert code == 0 and plan["dry_run"] is True and plan["lines_removed"] > 0
+    assert every_version(s3, "lake") == purged, "a dry run changed the lake"
+
+    code, vacuumed = run_cli(capsys, "vacuum", "--yes", "--config", config)
+
+    assert code == 0 and vacuumed["lines_removed"] == plan["lines_removed"]
+    assert vacuumed["record"].startswith("s3://lake-reports/vacuum/")
     for obj in case.lake.objects:
         key = obj.key
         if not key.endswith((".jsonl", ".jsonl.gz")):
             continue
         body = s3.get_object(Bucket="lake", Key=key)["Body"].read()
         text = gzip.decompress(body) if key.endswith(".gz") else body
-        assert b"{}" not in text.split(b"\n"), key
-        versions = s3.list_object_versions(Bucket="lake", Prefix=key).get("Versions", [])
-        assert len([v for v in versions if v["Key"] == key]) == 1, key
+        original = gzip.decompress(obj.body) if key.endswith(".gz") else obj.body
+        # The purge's placeholders are gone; `{}` lines the lake already had are not the vacuum's to remove.
+        assert text.split(b"\n").count(b"{}") == original.split(b"\n").count(b"{}"), key
+    for (key, _), body in every_version(s3, "lake").items():
+        text = gzip.decompress(body) if key.endswith(".gz") else body
+        assert not any(user.encode() in text for user in users), f"{key}: a version still holds an erased user"
     # The index equals a fresh backfill of the vacuumed lake (into a separate, empty DynamoDB index).
     fresh = case.settings.model_copy(
         update={
@@ -138,6 +147,16 @@ def test_given_purged_objects_when_vacuumed_then_placeholders_and_superseded_ver
     )
     run_backfill(spark, fresh)
     assert open_store(case.settings.index).dump() == open_store(fresh.index).dump()
+
+
+def every_version(s3, bucket: str) -> dict[tuple[str, str], bytes]:
+    found = {}
+    for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket):
+        for version in page.get("Versions", []):
+            found[version["Key"], version["VersionId"]] = s3.get_object(
+                Bucket=bucket, Key=version["Key"], VersionId=version["VersionId"]
+            )["Body"].read()
+    return found
 
 
 def test_given_a_request_over_the_safety_limit_when_purging_then_it_is_refused_and_nothing_changes(

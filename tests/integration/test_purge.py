@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 from lakepurge import aws
 from lakepurge.config import parse_settings
 from lakepurge.index import open_store
+from lakepurge.purge.vacuum import run_vacuum
 from lakepurge.samples import generate_lake, settings_toml
-from tests.support.invariant import assert_invariant, snapshot
+from tests.support.invariant import assert_invariant, assert_vacuumed, snapshot
 from tests.support.lakes import index_toml
 from tests.support.purging import index_lake, purge_report, report_for
 
@@ -62,6 +63,11 @@ def test_given_any_lake_and_request_when_purged_then_the_invariant_holds(backend
         assert [o for o in outcomes if o.status == "failed"] == []
         assert_invariant(lake, cfg, users, before, snapshot(s3, lake.bucket))
         assert store.lookup(sorted(users)) == {}
+        assert not any(user in users for user, _, _ in store.dump())
+
+        vacuumed = run_vacuum(None, cfg, apply=True)
+        assert vacuumed.failed == []
+        assert_vacuumed(lake, cfg, users, before, snapshot(s3, lake.bucket))
         assert not any(user in users for user, _, _ in store.dump())
     finally:
         store.close()

@@ -5,6 +5,7 @@ Checked against the generator's ground truth, never against lakepurge's own read
 
 from __future__ import annotations
 
+import csv
 import gzip
 import io
 from typing import Any
@@ -67,11 +68,48 @@ def assert_invariant(
         assert len(new_lines) == len(old_lines), f"{key}: line count changed"
         if key.endswith(".gz"):
             assert new[:2] == b"\x1f\x8b", f"{key}: gzip written back uncompressed"
+        spans = record_spans(_text(key, old)) if dataset.format == "csv" else {}
+        continuation = {line for start in targets[path] for line in range(start + 1, start + spans.get(start, 1))}
         for number, (was, now) in enumerate(zip(old_lines, new_lines, strict=True)):
             if number in targets[path]:
                 carriage = b"\r" if was.endswith(b"\r") else b""
                 # CSV: as many empty fields as the header has columns (the generator writes no quoted header).
                 blank = b"{}" if dataset.format == "jsonl" else b"," * old_lines[0].count(b",")
                 assert now == blank + carriage, f"{key}:{number} not blanked"
+            elif number in continuation:
+                assert now == b"", f"{key}:{number} is a continuation line of an erased record and not emptied"
             else:
                 assert now == was, f"{key}:{number} changed but is not the erased users'"
+
+
+def record_spans(text: bytes) -> dict[int, int]:
+    """CSV record start line -> its physical lines, by the standard library's reader (the ground truth grammar)."""
+    lines = iter(text.decode().splitlines(keepends=True))
+    reader = csv.reader(lines)
+    spans: dict[int, int] = {}
+    start = 0
+    for _ in reader:
+        spans[start] = reader.line_num - start
+        start = reader.line_num
+    return spans
+
+
+def assert_vacuumed(
+    lake: SampleLake, settings: Settings, users: set[str], before: dict[str, bytes], after: dict[str, bytes]
+) -> None:
+    """After purge and vacuum: each line-based object is the original without exactly the erased users' records
+    (all their physical lines); everything else is byte-identical."""
+    targets = erased_lines(lake, users)
+    for key, old in before.items():
+        path = f"s3://{lake.bucket}/{key}"
+        dataset = settings.dataset_for(lake.bucket, key)
+        if dataset is None or dataset.format == "parquet" or dataset.per_object or path not in targets:
+            continue
+        text = _text(key, old)
+        spans = record_spans(text) if dataset.format == "csv" else {}
+        gone = {line for start in targets[path] for line in range(start, start + spans.get(start, 1))}
+        lines = text.split(b"\n")
+        kept = [line for number, line in enumerate(lines) if number not in gone]
+        if lines[-1] == b"" and kept and kept[-1] != b"":
+            kept.append(b"")  # the final newline stays
+        assert _text(key, after[key]) == b"\n".join(kept), f"{key}: not exactly the erased records removed"

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from lakepurge import aws
+from lakepurge.backfill import run_reconcile
 from lakepurge.config import Settings
 from lakepurge.index.base import IndexStore
 from lakepurge.indexer import index_object
@@ -17,10 +19,17 @@ from lakepurge.samples import SampleLake
 HASH_KEY = "test-hash-key-0123456789"
 
 
-def index_lake(store: IndexStore, settings: Settings, lake: SampleLake) -> None:
+def index_lake(
+    store: IndexStore, settings: Settings, lake: SampleLake, datasets: Collection[str] | None = None
+) -> None:
+    """Index every object as the S3 events would, then reconcile (which finds nothing missed and records the
+    coverage a certified purge needs) the given datasets, or all of them."""
     s3 = aws.client("s3")
     for obj in lake.objects:
         index_object(s3, store, settings, lake.bucket, obj.key)
+    names = list(datasets) if datasets is not None else [d.name for d in settings.datasets]
+    if names:  # run_reconcile with no dataset named reconciles them all
+        run_reconcile(None, settings, names)
 
 
 def report_for(store: IndexStore, settings: Settings, users: list[str], request_id: str = "req-test") -> Report:

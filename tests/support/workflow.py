@@ -16,7 +16,6 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from lakepurge import aws
-from lakepurge.backfill import run_reconcile
 from lakepurge.config import Settings, parse_settings
 from lakepurge.index import open_store
 from lakepurge.local import workflow as local_workflow
@@ -165,12 +164,10 @@ def deploy_case(
     objects = [o for o in lake.lake.objects if _dataset_of(settings, lake.lake.bucket, o.key) not in skipped]
     store = open_store(settings.index)
     try:
-        index_lake(store, settings, replace(lake.lake, objects=objects))
+        covered = [d.name for d in settings.datasets if d.name not in skipped]
+        index_lake(store, settings, replace(lake.lake, objects=objects), covered)
     finally:
         store.close()
-    covered = [d.name for d in settings.datasets if d.name not in skipped]
-    if covered:  # run_reconcile with no dataset named reconciles them all
-        run_reconcile(None, settings, covered)
     deployed, workflow_toml = local_workflow.prepare(
         SENDER,
         APPROVERS,
