@@ -39,7 +39,9 @@ def prepare(bucket: str, pg_dsn: str, tmp_path: Path):
     lake = generate_lake(bucket=bucket, objects=160, users=20, records_per_object=60, seed=3)
     lake.upload(s3)
     toml = settings_toml(bucket, index_toml("postgres", pg_dsn), f"s3://{bucket}-reports/")
-    toml = toml.replace("[[datasets]]", "[purge]\nmax_dataset_fraction = 1.0\n\n[[datasets]]", 1)
+    toml = toml.replace(
+        "[[datasets]]", "[purge]\nmax_object_fraction = 1.0\nmax_dataset_fraction = 1.0\n\n[[datasets]]", 1
+    )
     config = tmp_path / f"{bucket}.toml"
     config.write_text(toml)
     settings = parse_settings(tomllib.loads(toml))

@@ -61,6 +61,7 @@ def test_given_a_write_in_the_same_second_as_the_purged_version_when_its_event_a
     s3 = aws.client("s3")
     bucket, key = "same-second", "reviews/dt=2026-01/part-00000.jsonl"
     s3.create_bucket(Bucket=bucket)
+    s3.create_bucket(Bucket="same-second-reports")
     settings = parse_settings(tomllib.loads(settings_toml(bucket, index_backend, "s3://same-second-reports/")))
     store = open_store(settings.index)
     try:

@@ -307,6 +307,7 @@ class Stress:
         self.bucket = f"stress-{uuid.uuid4().hex[:10]}"
         s3 = aws.client("s3")
         s3.create_bucket(Bucket=self.bucket)
+        s3.create_bucket(Bucket=f"{self.bucket}-reports")  # the purge records its placeholders there
         if versioned:
             s3.put_bucket_versioning(Bucket=self.bucket, VersioningConfiguration={"Status": "Enabled"})
         lake = generate_lake(bucket=self.bucket, objects=options.objects, users=options.users, seed=seed)
