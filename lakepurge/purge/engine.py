@@ -512,6 +512,9 @@ class _PurgeStep:
             except ObjectChanged:
                 continue  # deleted since listed
             if lines:
+                # Recorded first: a run killed right after the delete still lists the version on its rerun.
+                intent = [*outcome.deleted_versions, str(version.version_id)]
+                self.before_write(replace(outcome, committed=False, deleted_versions=intent))
                 self.s3.delete_object(Bucket=self.uri.bucket, Key=self.uri.key, VersionId=version.version_id)
                 outcome.deleted_versions.append(str(version.version_id))
         outcome.noncurrent_versions_deleted = len(outcome.deleted_versions)

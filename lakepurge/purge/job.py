@@ -106,19 +106,24 @@ def recorded_outcomes(s3: Any, prefix: S3Uri) -> dict[str, ObjectOutcome]:
 
 
 def _settle(outcome: ObjectOutcome, intent: ObjectOutcome | None) -> ObjectOutcome:
-    """A rerun finding nothing left to erase where an earlier run recorded the intent to write: the earlier run's
-    write happened (the object is no longer the version it read), so its erasure is the outcome."""
-    unchanged = intent is None or outcome.before_etag == intent.before_etag
-    if unchanged or outcome.status not in ("nothing-to-erase", "gone"):
+    """A rerun's outcome, completed with what an earlier, killed run recorded doing. Finding nothing left to erase
+    where the earlier run recorded the intent to write means that write happened (the object is no longer the
+    version it read): its erasure is the outcome. Versions the earlier run recorded deleting were deleted by it."""
+    if intent is None:
         return outcome
-    assert intent is not None
-    return replace(
-        intent,
-        committed=True,
-        after_etag=outcome.before_etag,
-        after_version=outcome.before_version,
-        noncurrent_versions_deleted=intent.noncurrent_versions_deleted + outcome.noncurrent_versions_deleted,
-    )
+    unchanged = outcome.before_etag == intent.before_etag
+    if unchanged or outcome.status not in ("nothing-to-erase", "gone"):
+        settled = replace(outcome)
+    else:
+        settled = replace(intent, committed=True, after_etag=outcome.before_etag, after_version=outcome.before_version)
+    earlier = [v for v in intent.deleted_versions if v not in outcome.deleted_versions]
+    settled.deleted_versions = earlier + outcome.deleted_versions
+    settled.noncurrent_versions_deleted = len(settled.deleted_versions)
+    sidecars = [v for v in intent.sidecar_versions_deleted if v not in outcome.sidecar_versions_deleted]
+    settled.sidecar_versions_deleted = sidecars + outcome.sidecar_versions_deleted
+    if settled.status == "nothing-to-erase" and settled.deleted_versions:
+        settled.status = "versions-deleted"
+    return settled
 
 
 def _purge_partition(
