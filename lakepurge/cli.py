@@ -284,6 +284,7 @@ def cmd_purge(args: argparse.Namespace, out: Output) -> int:
             say=out.say,
             report_id=args.report,
             report_sha256=args.sha256,
+            engine=args.engine,
         )
     except SafetyLimitExceeded as exc:
         out.say(f"lakepurge purge: refused by the safety limits ([purge] in the configuration): {exc}")
@@ -468,6 +469,13 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--dry-run", action="store_true", help="only write the report (the default)")
     mode.add_argument("--yes", action="store_true", help="erase for real")
     purge.add_argument("--force", action="store_true", help="go past the [purge] safety limits")
+    purge.add_argument(
+        "--engine",
+        choices=("auto", "inline", "spark"),
+        default="auto",
+        help="auto: in this process when the report has at most workflow.inline_max_objects objects (20 by"
+        " default), else local Spark",
+    )
     purge.add_argument(
         "--report",
         metavar="REQUEST_ID",

@@ -10,12 +10,13 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from lakepurge import aws
 from lakepurge.config import Settings
 from lakepurge.coverage import IndexIncomplete, dead_letter_count
 from lakepurge.index import open_store
+from lakepurge.launch import inline_fits
 from lakepurge.privacy import Pseudonymizer, hash_key
 from lakepurge.purge.job import PurgeResult, purge_relational, run_purge, verify_everywhere
 from lakepurge.report import (
@@ -27,6 +28,8 @@ from lakepurge.report import (
     write_report,
 )
 from lakepurge.sparkutil import spark_session
+
+Engine = Literal["auto", "inline", "spark"]
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,7 @@ def purge_users(
     say: Callable[[str], None] = print,
     report_id: str | None = None,
     report_sha256: str | None = None,
+    engine: Engine = "auto",
 ) -> OperatorRun:
     """Report -> purge -> verify -> certificate. With report_id, the report a dry run wrote (and an operator
     reviewed) is executed exactly, instead of a new one being built."""
@@ -133,7 +137,10 @@ def purge_users(
             say(f"  lakepurge purge USER... --report {request_id} --sha256 {digest} --yes")
             return OperatorRun(request_id, report, uri, digest, None, time.monotonic() - started)
         relational = purge_relational(settings, users, report.relational)
-        if report.empty:  # every dataset covered and nothing found: certify that without starting Spark
+        # A small report (workflow.inline_max_objects, the workflow's own rule) is purged in this process: the
+        # engine needs milliseconds per object, Spark's start seconds. Nothing found never starts Spark.
+        inline = report.empty or (engine == "inline") or (engine == "auto" and inline_fits(settings, report))
+        if inline:
             result = run_purge(None, settings, report, key, relational, approved_by, digest)
         else:
             with spark_session("lakepurge-purge") as spark:
