@@ -352,16 +352,7 @@ def cmd_vacuum(args: argparse.Namespace, out: Output) -> int:
         out.say("dry run: nothing changed (run again with --yes to apply)")
     elif run.record:
         out.say(f"record {run.record}")
-    out.result(
-        {
-            "dry_run": not run.applied,
-            "objects": len(run.outcomes),
-            "lines_removed": run.placeholders,
-            "versions_deleted": run.versions,
-            "record": run.record,
-            "failed": [asdict(o) for o in run.failed],
-        }
-    )
+    out.result(run.summary())
     return 1 if run.failed else 0
 
 

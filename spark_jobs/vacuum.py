@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import asdict
 
 import orjson
 
@@ -28,15 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     root_logger(stream=sys.stderr)
     settings = runtime.settings_from(args.config)
     run = run_vacuum(get_session("lakepurge-vacuum"), settings, args.dataset, apply=args.yes)
-    summary = {
-        "dry_run": not run.applied,
-        "objects": len(run.outcomes),
-        "lines_removed": run.placeholders,
-        "versions_deleted": run.versions,
-        "record": run.record,
-        "failed": [asdict(o) for o in run.failed],
-    }
-    sys.stdout.write(orjson.dumps(summary).decode() + "\n")
+    sys.stdout.write(orjson.dumps(run.summary()).decode() + "\n")
     return 1 if run.failed else 0
 
 

@@ -856,22 +856,8 @@ class DynamoIndexStore:
         pointer recorded a moment before may be missed; versions are forgotten long after they were recorded)."""
 
         def keys(version_id: str) -> list[Item]:
-            found: list[Item] = []
-            start: Item | None = None
-            while True:
-                extra: dict[str, Any] = {"ExclusiveStartKey": start} if start else {}
-                page = self._client.query(
-                    TableName=self._table,
-                    IndexName=GSI_NAME,
-                    KeyConditionExpression="#p = :p",
-                    ExpressionAttributeNames={"#p": "s3path"},
-                    ExpressionAttributeValues={":p": {"S": _noncurrent_partition(s3path, version_id)}},
-                    **extra,
-                )
-                found.extend(_key(item["userid"]["S"], item["location"]["S"]) for item in page.get("Items", []))
-                start = page.get("LastEvaluatedKey")
-                if not start:
-                    return found
+            items = self._by_object(_noncurrent_partition(s3path, version_id))
+            return [_key(item["userid"]["S"], item["location"]["S"]) for item in items]
 
         doomed = [key for found in _parallel(keys, list(dict.fromkeys(version_ids))) for key in found]
         self._batch_write([{"DeleteRequest": {"Key": key}} for key in doomed])
@@ -999,6 +985,17 @@ class DynamoIndexStore:
     def _object_keys(self, s3path: str) -> list[_RowKey]:
         """Every row item of an object, any ETag (through the GSI: eventually consistent)."""
         keys: list[_RowKey] = []
+        for item in self._by_object(s3path):
+            location = item["location"]["S"]
+            if location in RESERVED_SORT_KEYS:
+                continue
+            etag = item["etag"]["S"] if "etag" in item else location.rsplit(SEPARATOR, 2)[1]
+            written_at = int(item["written_at"]["N"]) if "written_at" in item else 0
+            keys.append(_RowKey(item["userid"]["S"], location, etag, written_at))
+        return keys
+
+    def _by_object(self, partition: str) -> Iterator[Item]:
+        """Every item of one by_object GSI partition (an object's rows, or a noncurrent version's pointers)."""
         start: Item | None = None
         while True:
             extra: dict[str, Any] = {"ExclusiveStartKey": start} if start else {}
@@ -1007,19 +1004,13 @@ class DynamoIndexStore:
                 IndexName=GSI_NAME,
                 KeyConditionExpression="#p = :p",
                 ExpressionAttributeNames={"#p": "s3path"},
-                ExpressionAttributeValues={":p": {"S": s3path}},
+                ExpressionAttributeValues={":p": {"S": partition}},
                 **extra,
             )
-            for item in page.get("Items", []):
-                location = item["location"]["S"]
-                if location in RESERVED_SORT_KEYS:
-                    continue
-                etag = item["etag"]["S"] if "etag" in item else location.rsplit(SEPARATOR, 2)[1]
-                written_at = int(item["written_at"]["N"]) if "written_at" in item else 0
-                keys.append(_RowKey(item["userid"]["S"], location, etag, written_at))
+            yield from page.get("Items", [])
             start = page.get("LastEvaluatedKey")
             if not start:
-                return keys
+                return
 
     def _noncurrent_pointers(self, user: str) -> list[Item]:
         """A user's noncurrent pointer items (their own partition: reading a user's rows never reads them)."""

@@ -211,6 +211,17 @@ class VacuumRun:
     def failed(self) -> list[VacuumOutcome]:
         return [o for o in self.outcomes if o.error and o.error != "gone"]
 
+    def summary(self) -> dict[str, Any]:
+        """The run as the CLI and the Spark job print it (counts and the record's URI, never a record's content)."""
+        return {
+            "dry_run": not self.applied,
+            "objects": len(self.outcomes),
+            "lines_removed": self.placeholders,
+            "versions_deleted": self.versions,
+            "record": self.record,
+            "failed": [asdict(o) for o in self.failed],
+        }
+
 
 def run_vacuum(spark: Any, settings: Settings, datasets: Iterable[str] = (), apply: bool = False) -> VacuumRun:
     """Vacuum every object of which a purge recorded placeholders (blank-mode JSON Lines and CSV datasets)."""
