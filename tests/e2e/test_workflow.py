@@ -35,11 +35,13 @@ def workflow_case(
 ) -> Iterator[Callable[..., WorkflowCase]]:
     monkeypatch.setenv("LAKEPURGE_HASH_KEY", HASH_KEY)
 
-    def create(unindexed: Callable[[LakeCase], Collection[str]] | None = None, **options: Any) -> WorkflowCase:
+    def create(
+        unindexed: Callable[[LakeCase], Collection[str]] | None = None, versioned: bool = False, **options: Any
+    ) -> WorkflowCase:
         """``unindexed`` picks, once the lake exists, datasets left out of the index and of its coverage."""
         from tests.support.lakes import index_toml
 
-        lake = lake_factory(index_toml("postgres", pg_dsn), objects=24, users=30)
+        lake = lake_factory(index_toml("postgres", pg_dsn), objects=24, users=30, versioned=versioned)
         case = deploy_case(lake, unindexed=unindexed(lake) if unindexed else (), **options)
         monkeypatch.setenv("LAKEPURGE_CONFIG_TOML", case.toml)
         runtime.reset()
@@ -179,6 +181,39 @@ def test_unanswered_approval_times_out_notifies_and_the_link_expires(
     assert late["statusCode"] == 410
     assert snapshot(s3, case.lake.lake.bucket) == before
     _assert_no_raw_ids(case, request_id, users)
+
+
+def test_an_id_with_spaces_held_only_by_an_old_version_is_erased_from_every_version_and_certified(
+    workflow_case: Callable[..., WorkflowCase],
+) -> None:
+    from lakepurge.indexer import index_object
+
+    case = workflow_case(versioned=True)
+    s3 = aws.client("s3")
+    bucket, key = case.lake.lake.bucket, "reviews/dt=2026-01/compacted.jsonl"
+    spaced = " spaced id "  # stored with its spaces: it must be erased exactly as it is
+
+    def put(*users: str) -> str:
+        body = b"".join(orjson.dumps({"user_id": u, "text": "synthetic"}) + b"\n" for u in users)
+        version: str = s3.put_object(Bucket=bucket, Key=key, Body=body)["VersionId"]
+        index_object(s3, runtime.index_store(), case.settings, bucket, key)  # what the S3 event does
+        return version
+
+    old = put(spaced, "bystander")
+    kept = put("bystander")  # a compaction drops the record; S3 keeps the old version
+    request_id = case.file([spaced], "req-old-version")
+    decided = call_approval("POST", link_in(case.emails(request_id)[0]), "approve")
+    assert decided["statusCode"] == 200, decided["body"]
+
+    assert case.finish(request_id)["status"] == "SUCCEEDED"
+    versions = {v["VersionId"] for v in s3.list_object_versions(Bucket=bucket, Prefix=key).get("Versions", [])}
+    assert versions == {kept}, "the old version holding the user is still there, or another version went"
+    certificate = orjson.loads(
+        s3.get_object(Bucket="lake-reports", Key=f"certificates/{request_id}.json")["Body"].read()
+    )
+    assert certificate["verification"]["passed"] is True
+    deleted = [v for o in certificate["objects"] for v in o["deleted_version_ids"]]
+    assert old in deleted
 
 
 def test_late_approval_the_link_still_accepts_never_rewrites_the_timed_out_ending(
