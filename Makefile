@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo test lint format bench package clean
+.PHONY: help install demo test unit lint format bench package clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -34,6 +34,9 @@ lint: $(STAMP) ## ruff, ruff format --check, mypy, cfn-lint (the SAM template, t
 
 test: lint ## lint, then unit, integration and e2e tests (starts its own PostgreSQL, moto server, Spark)
 	$(BIN)/pytest -q
+
+unit: $(STAMP) ## the unit tier only: domain rules on an in-memory index, no network, in seconds
+	$(BIN)/pytest -q tests/unit -p no:cacheprovider
 
 format: $(STAMP) ## apply ruff's fixes and formatting
 	$(BIN)/ruff check --fix .

@@ -1,4 +1,5 @@
-"""The IndexStore contract: PostgreSQL and DynamoDB give the same answers to the same sequence of operations."""
+"""The IndexStore contract: PostgreSQL, DynamoDB and the in-memory store give the same answers to the same sequence
+of operations."""
 
 from __future__ import annotations
 
@@ -57,13 +58,17 @@ def version(
     )
 
 
-@pytest.fixture(params=["postgres", "dynamodb"])
+@pytest.fixture(params=["postgres", "dynamodb", "memory"])
 def store(request: pytest.FixtureRequest):
     index: IndexStore
     if request.param == "postgres":
         from lakepurge.index.postgres import PostgresIndexStore
 
         index = PostgresIndexStore(request.getfixturevalue("pg_dsn"))
+    elif request.param == "memory":  # no server: the reference the unit tier's rules are tested against
+        from lakepurge.index.memory import MemoryIndexStore
+
+        index = MemoryIndexStore()
     else:
         from lakepurge.index.dynamodb import DynamoIndexStore
 

@@ -1,0 +1,214 @@
+"""Purge rules without S3: settling a killed run's outcome, rewriting CSV records, vacuuming placeholders."""
+
+from __future__ import annotations
+
+import gzip
+import io
+
+import pytest
+
+from lakepurge.config import DatasetConfig
+from lakepurge.purge.engine import LastByte, ObjectOutcome, _Ownership, _rewrite_csv
+from lakepurge.purge.job import _settle
+from lakepurge.purge.vacuum import PlaceholderMismatch, _is_placeholder, _placeholder_lines, _without
+
+pytestmark = pytest.mark.unit
+
+PATH = "s3://lake/reviews/a.jsonl"
+MAX = 1 << 20
+
+
+# -- a rerun settling what a killed run did -------------------------------------------------------------------------
+
+
+def intent(**changes: object) -> ObjectOutcome:
+    """What a run records just before writing: the erasure it is about to make, not yet committed."""
+    fields: dict[str, object] = {
+        "s3path": PATH,
+        "status": "erased",
+        "before_etag": '"e1"',
+        "before_version": "v1",
+        "lines_erased": 2,
+        "erased_lines": [3, 8],
+        "committed": False,
+    }
+    return ObjectOutcome(**(fields | changes))  # type: ignore[arg-type]
+
+
+def test_given_no_earlier_run_when_settling_then_the_reruns_outcome_stands() -> None:
+    outcome = ObjectOutcome(PATH, "erased", '"e1"', "v1", '"e2"', "v2", lines_erased=2)
+    assert _settle(outcome, None) is outcome
+
+
+def test_given_a_run_killed_after_its_write_when_the_rerun_finds_nothing_then_the_earlier_erasure_is_the_outcome():
+    rerun = ObjectOutcome(PATH, "nothing-to-erase", before_etag='"e2"', before_version="v2")
+    settled = _settle(rerun, intent())
+    assert (settled.status, settled.committed, settled.lines_erased, settled.erased_lines) == (
+        "erased",
+        True,
+        2,
+        [3, 8],
+    )
+    assert (settled.before_etag, settled.after_etag, settled.after_version) == ('"e1"', '"e2"', "v2")
+
+
+def test_given_a_run_killed_after_its_write_when_the_object_is_gone_now_then_the_erasure_is_still_counted() -> None:
+    settled = _settle(ObjectOutcome(PATH, "gone", before_etag=None), intent())
+    assert (settled.status, settled.lines_erased, settled.after_etag) == ("erased", 2, None)
+
+
+def test_given_a_run_killed_before_its_write_when_settling_then_the_reruns_own_erasure_is_the_outcome() -> None:
+    rerun = ObjectOutcome(PATH, "erased", '"e1"', "v1", '"e3"', "v3", lines_erased=2, erased_lines=[3, 8])
+    settled = _settle(rerun, intent())
+    assert settled == rerun
+    assert settled is not rerun
+
+
+def test_given_a_rerun_that_failed_on_a_changed_object_when_settling_then_the_failure_is_not_hidden() -> None:
+    rerun = ObjectOutcome(PATH, "failed", before_etag='"e9"', error="AccessDenied")
+    settled = _settle(rerun, intent())
+    assert (settled.status, settled.error, settled.lines_erased) == ("failed", "AccessDenied", 0)
+
+
+def test_given_versions_deleted_by_both_runs_when_settling_then_each_is_counted_once() -> None:
+    earlier = intent(deleted_versions=["v0", "va"], sidecar_versions_deleted=["s0"])
+    rerun = ObjectOutcome(
+        PATH, "erased", '"e1"', "v1", '"e2"', "v2", deleted_versions=["va", "vb"], sidecar_versions_deleted=["s0"]
+    )
+    settled = _settle(rerun, earlier)
+    assert settled.deleted_versions == ["v0", "va", "vb"]
+    assert settled.noncurrent_versions_deleted == 3
+    assert settled.sidecar_versions_deleted == ["s0"]
+
+
+def test_given_only_versions_deleted_by_the_killed_run_when_settling_then_the_status_says_versions_deleted() -> None:
+    rerun = ObjectOutcome(PATH, "nothing-to-erase", before_etag='"e1"', before_version="v1")
+    settled = _settle(rerun, intent(status="nothing-to-erase", lines_erased=0, deleted_versions=["v0"]))
+    assert (settled.status, settled.deleted_versions, settled.noncurrent_versions_deleted) == (
+        "versions-deleted",
+        ["v0"],
+        1,
+    )
+
+
+# -- CSV rewrite ----------------------------------------------------------------------------------------------------
+
+PROFILES = DatasetConfig(name="profiles", location="s3://lake/profiles/", format="csv", id_fields=("customer_id",))
+CSV = (
+    b"customer_id,name,note\n"  # 0: header
+    b'alice,Alice,"two\nlines"\n'  # 1-2: one record over two lines
+    b"bob,Bob,plain\n"  # 3
+    b"alice,A. Martin,crlf\r\n"  # 4
+    b'carol,Carol,"said ""hi"""\n'  # 5
+    b"alice,again,not planned"  # 6: no final newline
+)
+
+
+def rewrite(raw: bytes, lines: list[int], users: set[str], gz: bool = False, drop: bool = False):
+    owner = _Ownership(PROFILES, users)
+    out = b"".join(_rewrite_csv(io.BytesIO(raw), gz, lines, owner, drop, MAX))
+    return out, owner
+
+
+def test_given_planned_csv_records_when_rewriting_then_exactly_they_are_blanked_keeping_every_line_number() -> None:
+    out, owner = rewrite(CSV, [1, 4], {"alice"})
+    assert out == (
+        b"customer_id,name,note\n"
+        b",,\n"
+        b"\n"
+        b"bob,Bob,plain\n"
+        b",,\r\n"
+        b'carol,Carol,"said ""hi"""\n'
+        b"alice,again,not planned"  # not in the plan: untouched (verification would find it)
+    )
+    assert out.count(b"\n") == CSV.count(b"\n")
+    assert owner.erased == [1, 4]
+    assert owner.lines_of == {1: 2}
+    assert owner.not_matching == 0
+
+
+def test_given_a_plan_naming_other_peoples_records_when_rewriting_then_they_are_left_byte_for_byte() -> None:
+    out, owner = rewrite(CSV, [0, 2, 3, 5, 99], {"alice"})  # header, a continuation line, bob, carol, past the end
+    assert out == CSV
+    assert owner.erased == []
+    assert owner.not_matching == 2  # bob's and carol's records were read and were not alice's
+
+
+def test_given_a_gzipped_csv_when_rewriting_then_the_output_is_gzip_of_the_same_rewrite() -> None:
+    plain, _ = rewrite(CSV, [1, 4], {"alice"})
+    zipped, owner = rewrite(gzip.compress(CSV), [1, 4], {"alice"}, gz=True)
+    assert gzip.decompress(zipped) == plain
+    assert owner.erased == [1, 4]
+
+
+def test_given_drop_mode_when_rewriting_then_the_records_lines_are_removed() -> None:
+    out, _ = rewrite(CSV, [1, 6], {"alice"}, drop=True)
+    # The object had no final newline: neither has the rewritten one, whose last line is now carol's.
+    assert out == b'customer_id,name,note\nbob,Bob,plain\nalice,A. Martin,crlf\r\ncarol,Carol,"said ""hi"""'
+
+
+def test_given_an_id_column_missing_from_the_header_when_rewriting_then_nothing_is_erased() -> None:
+    other = b"id,name\nalice,Alice\n"
+    out, owner = rewrite(other, [1], {"alice"})
+    assert out == other
+    assert owner.erased == []
+
+
+# -- vacuum ---------------------------------------------------------------------------------------------------------
+
+
+def test_given_recorded_spans_when_listing_placeholder_lines_then_first_lines_are_marked_apart() -> None:
+    assert _placeholder_lines([]) == {}
+    assert _placeholder_lines([(1, 1), (4, 3)]) == {1: True, 4: True, 5: False, 6: False}
+
+
+@pytest.mark.parametrize(
+    ("content", "first", "csv", "expected"),
+    [
+        (b"{}", True, False, True),
+        (b"{}\r", True, False, True),
+        (b"{ }", True, False, False),
+        (b'{"user_id":"bob"}', True, False, False),
+        (b",,,", True, True, True),
+        (b",,\r", True, True, True),
+        (b"", True, True, True),  # a one-column record blanked
+        (b",a,", True, True, False),
+        (b"", False, True, True),
+        (b"\r", False, False, True),
+        (b" ", False, True, False),
+        (b",", False, True, False),  # a continuation line is empty, never commas
+    ],
+)
+def test_given_a_line_when_checking_it_against_a_recorded_placeholder_then_only_the_exact_placeholder_matches(
+    content: bytes, first: bool, csv: bool, expected: bool
+) -> None:
+    assert _is_placeholder(content, first, csv) is expected
+
+
+def vacuum(body: bytes, spans: list[tuple[int, int]], csv: bool = False) -> bytes:
+    return b"".join(_without(LastByte(io.BytesIO(body)), _placeholder_lines(spans), csv, MAX))
+
+
+def test_given_recorded_placeholders_when_vacuuming_then_only_they_go_and_a_real_empty_record_stays() -> None:
+    body = b'{"user_id":"bob"}\n{}\n{"user_id":"carol"}\n{}\n{}\n'
+    # Lines 1 and 3 are placeholders a purge wrote; line 4 is someone's real (empty) record.
+    assert vacuum(body, [(1, 1), (3, 1)]) == b'{"user_id":"bob"}\n{"user_id":"carol"}\n{}\n'
+
+
+def test_given_a_csv_placeholder_over_two_lines_when_vacuuming_then_both_lines_go() -> None:
+    blanked, _ = rewrite(CSV, [1, 4], {"alice"})
+    assert vacuum(blanked, [(1, 2), (4, 1)], csv=True) == (
+        b'customer_id,name,note\nbob,Bob,plain\ncarol,Carol,"said ""hi"""\nalice,again,not planned'
+    )
+
+
+def test_given_a_recorded_placeholder_that_changed_when_vacuuming_then_the_object_is_refused() -> None:
+    with pytest.raises(PlaceholderMismatch, match="line 1 is no longer the placeholder"):
+        vacuum(b'{"a":1}\n{"user_id":"new"}\n', [(1, 1)])
+    with pytest.raises(PlaceholderMismatch, match="line 2 is no longer"):
+        vacuum(b"id,note\n,,\nnot empty\n", [(1, 2)], csv=True)  # the span's continuation line holds data
+
+
+def test_given_a_recorded_placeholder_past_the_end_when_vacuuming_then_the_object_is_refused() -> None:
+    with pytest.raises(PlaceholderMismatch, match="1 recorded placeholder line"):
+        vacuum(b"{}\n", [(0, 1), (5, 1)])
