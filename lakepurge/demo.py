@@ -348,8 +348,9 @@ def drain_index_events(sqs: Any, queue_url: str, bar: Progress | None = None, ba
     """Hand the queue's S3 notifications to lambdas.indexer.handler in SQS batches, as Lambda's event source
     mapping does: records the handler reports in batchItemFailures stay in the queue; the others are deleted.
     Stops when the queue has nothing visible left."""
-    from lakepurge.local.workflow import LocalContext
-    from lambdas import indexer
+    from lakepurge.local.workflow import LocalContext, handler
+
+    indexer = handler("lakepurge-indexer")
 
     queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     region = queue_arn.split(":")[3]
@@ -378,7 +379,7 @@ def drain_index_events(sqs: Any, queue_url: str, bar: Progress | None = None, ba
         }
         context = LocalContext("lakepurge-indexer", str(uuid.uuid4()))
         with contextlib.redirect_stdout(io.StringIO()):  # its CloudWatch metrics (EMF lines): not for this terminal
-            response = indexer.handler(event, context)
+            response = indexer(event, context)
         failed = {f["itemIdentifier"] for f in response.get("batchItemFailures", [])}
         done = [m for m in messages if m["MessageId"] not in failed]
         if done:

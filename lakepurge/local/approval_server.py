@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from lakepurge.local.workflow import LocalContext
+from lakepurge.local.workflow import LocalContext, handler
 
 PATH = "/approval"
 
@@ -59,13 +59,12 @@ def http_api_event(method: str, target: str, headers: dict[str, str], body: byte
 
 class _Handler(BaseHTTPRequestHandler):
     def _serve(self, method: str) -> None:
-        from lambdas import approval_api
-
+        approval_api = handler("lakepurge-approval-api")
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
         event = http_api_event(method, self.path, dict(self.headers.items()), body, self.client_address[0])
         context = LocalContext("lakepurge-approval-api", event["requestContext"]["requestId"])
-        response = approval_api.handler(event, context)  # type: ignore[arg-type]
+        response = approval_api(event, context)
         payload = response.get("body") or ""
         data = base64.b64decode(payload) if response.get("isBase64Encoded") else payload.encode()
         self.send_response(int(response["statusCode"]))

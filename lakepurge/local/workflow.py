@@ -1,10 +1,11 @@
 """The purge workflow on the local moto server: the real ASL, executed by moto, calling the real handlers.
 
 moto runs Lambda functions only through Docker. Here its Lambda backend dispatches each invocation to the
-``lambdas/`` handler of that function name, in this process; an exception becomes the error response Lambda
-gives (``x-amz-function-error: Unhandled`` with ``errorType``), so the ASL's Retry and Catch see what they would
-see on AWS. moto does not start executions from EventBridge or call Lambda from API Gateway: locally a request
-goes straight to StartExecution, and the approval page is served by :mod:`lakepurge.local.approval_server`.
+handler of that function name (:data:`lakepurge.workflow.deployment.HANDLERS`, imported by module path at run
+time), in this process; an exception becomes the error response Lambda gives (``x-amz-function-error: Unhandled``
+with ``errorType``), so the ASL's Retry and Catch see what they would see on AWS. moto does not start executions
+from EventBridge or call Lambda from API Gateway: locally a request goes straight to StartExecution, and the
+approval page is served by :mod:`lakepurge.local.approval_server`.
 """
 
 from __future__ import annotations
@@ -16,27 +17,16 @@ import traceback
 import uuid
 import zipfile
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import requests
 
 from lakepurge import aws
 from lakepurge.logs import get_logger
+from lakepurge.workflow.deployment import FUNCTIONS, HANDLERS, TOPIC_SUBSTITUTION, definition
 
 log = get_logger(__name__)
 
-ASL_PATH = Path(__file__).resolve().parents[2] / "statemachine" / "purge.asl.json"
-
-# Function name -> handler module; the ASL substitution that names each function.
-FUNCTIONS = {
-    "lakepurge-generate-report": ("lambdas.generate_report", "GenerateReportFunctionArn"),
-    "lakepurge-request-approval": ("lambdas.request_approval", "RequestApprovalFunctionArn"),
-    "lakepurge-start-purge": ("lambdas.start_purge", "StartPurgeFunctionArn"),
-    "lakepurge-purge-status": ("lambdas.purge_status", "PurgeStatusFunctionArn"),
-    "lakepurge-verify-purge": ("lambdas.verify_purge", "VerifyPurgeFunctionArn"),
-    "lakepurge-notify": ("lambdas.notify", "NotifyFunctionArn"),
-}
 ROLE_NAME = "lakepurge-local"
 
 
@@ -53,13 +43,18 @@ class LocalContext:
         return 900_000
 
 
+def handler(function_name: str) -> Any:
+    """The Lambda handler of that function name, its module imported now (the library names entry points, it
+    does not import them)."""
+    return importlib.import_module(HANDLERS[function_name]).handler
+
+
 def _invoke_in_process(function: Any, body: str, request_headers: Any, response_headers: Any) -> bytes:
-    module_name, _ = FUNCTIONS[function.function_name]
-    handler = importlib.import_module(module_name).handler
+    run = handler(function.function_name)
     event = json.loads(body) if body else {}
     context = LocalContext(function.function_name, str(uuid.uuid4()), invoked_function_arn=function.function_arn)
     try:
-        result = handler(event, context)
+        result = run(event, context)
     except Exception as exc:  # reported the way Lambda reports an unhandled error
         response_headers["x-amz-function-error"] = "Unhandled"
         error = {"errorType": type(exc).__name__, "errorMessage": str(exc), "stackTrace": []}
@@ -69,7 +64,7 @@ def _invoke_in_process(function: Any, body: str, request_headers: Any, response_
 
 
 def install_lambda_dispatch() -> None:
-    """Make moto's Lambda backend run the lambdas/ handlers in this process (idempotent)."""
+    """Make moto's Lambda backend run the functions' handlers in this process (idempotent)."""
     from moto.awslambda.models import LambdaFunction
 
     LambdaFunction.invoke = _invoke_in_process  # type: ignore[method-assign,assignment]
@@ -116,14 +111,6 @@ def _placeholder_zip() -> bytes:
     return buffer.getvalue()
 
 
-def definition(substitutions: dict[str, str]) -> str:
-    """The ASL with ``${Name}`` replaced, as CloudFormation's DefinitionSubstitutions does."""
-    text = ASL_PATH.read_text(encoding="utf-8")
-    for name, value in substitutions.items():
-        text = text.replace("${" + name + "}", value)
-    return text
-
-
 def deploy(topic_name: str = "lakepurge-outcomes", state_machine_name: str = "lakepurge-purge") -> LocalWorkflow:
     """Create the functions, the topic and the state machine on the moto server (after install_lambda_dispatch
     and enable_execution)."""
@@ -144,7 +131,8 @@ def deploy(topic_name: str = "lakepurge-outcomes", state_machine_name: str = "la
             )["FunctionArn"]
         functions[name] = arn
     topic_arn = aws.client("sns").create_topic(Name=topic_name)["TopicArn"]
-    substitutions = {FUNCTIONS[name][1]: arn for name, arn in functions.items()} | {"TopicArn": topic_arn}
+    substitutions = {FUNCTIONS[name].substitution: arn for name, arn in functions.items()}
+    substitutions[TOPIC_SUBSTITUTION] = topic_arn
     sfn = aws.client("stepfunctions")
     machine = sfn.create_state_machine(name=state_machine_name, definition=definition(substitutions), roleArn=role)
     return LocalWorkflow(machine["stateMachineArn"], topic_arn, functions)

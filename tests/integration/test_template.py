@@ -38,7 +38,7 @@ import pytest
 import requests
 
 from lakepurge.config import parse_settings
-from lakepurge.local.workflow import ASL_PATH, FUNCTIONS, definition
+from lakepurge.workflow.deployment import ASL_RESOURCE, FUNCTIONS, TOPIC_SUBSTITUTION, asl_text, definition
 
 pytestmark = pytest.mark.integration
 
@@ -84,7 +84,7 @@ HANDLERS = {
     "NotifyFunction": "lambdas.notify.handler",
 }
 
-ASL_VARIABLES = set(re.findall(r"\$\{(\w+)\}", ASL_PATH.read_text(encoding="utf-8")))
+ASL_VARIABLES = set(re.findall(r"\$\{(\w+)\}", asl_text()))
 
 
 @pytest.fixture(scope="module")
@@ -109,10 +109,12 @@ def translated(localized: dict[str, Any]) -> dict[str, Any]:
 
 def test_every_asl_variable_has_a_definition_substitution(sam_template: dict[str, Any]) -> None:
     machine = sam_template["Resources"]["PurgeStateMachine"]["Properties"]
-    assert machine["DefinitionUri"] == "../statemachine/purge.asl.json"
-    assert (Path(translate.HERE) / machine["DefinitionUri"]).resolve() == ASL_PATH
+    assert machine["DefinitionUri"] == f"../lakepurge/workflow/{ASL_RESOURCE}"  # the package data itself
+    deployed = (Path(translate.HERE) / machine["DefinitionUri"]).resolve()
+    assert deployed == (ROOT / "lakepurge" / "workflow" / ASL_RESOURCE).resolve()
+    assert deployed.read_text(encoding="utf-8") == asl_text()
     substitutions = set(machine["DefinitionSubstitutions"])
-    assert {arn for _, arn in FUNCTIONS.values()} | {"TopicArn"} == ASL_VARIABLES
+    assert {function.substitution for function in FUNCTIONS.values()} | {TOPIC_SUBSTITUTION} == ASL_VARIABLES
     assert substitutions == ASL_VARIABLES, (
         f"missing {ASL_VARIABLES - substitutions}, extra {substitutions - ASL_VARIABLES}"
     )
@@ -123,7 +125,7 @@ def test_the_translated_state_machine_keeps_the_definition_and_substitutions(tra
     assert machine["Type"] == "AWS::StepFunctions::StateMachine"
     assert set(machine["Properties"]["DefinitionSubstitutions"]) == ASL_VARIABLES
     lines = machine["Properties"]["DefinitionString"]["Fn::Join"][1]
-    assert json.loads("\n".join(lines)) == json.loads(ASL_PATH.read_text(encoding="utf-8"))
+    assert json.loads("\n".join(lines)) == json.loads(asl_text())
 
 
 # -- (b) no wildcard actions ----------------------------------------------------------------------------------------

@@ -8,12 +8,12 @@ from typing import Any, get_args
 
 import pytest
 
-from lakepurge.local.workflow import ASL_PATH, FUNCTIONS
+from lakepurge.workflow.deployment import FUNCTIONS, TOPIC_SUBSTITUTION, asl_text
 from lakepurge.workflow.events import Outcome
 
 pytestmark = pytest.mark.unit
 
-ASL: dict[str, Any] = json.loads(ASL_PATH.read_text())
+ASL: dict[str, Any] = json.loads(asl_text())
 STATES: dict[str, dict[str, Any]] = ASL["States"]
 
 
@@ -25,8 +25,8 @@ def _targets(state: dict[str, Any]) -> set[str]:
 
 
 def test_every_substitution_in_the_asl_is_one_the_deployments_provide() -> None:
-    used = set(re.findall(r"\$\{(\w+)\}", ASL_PATH.read_text()))
-    provided = {substitution for _, substitution in FUNCTIONS.values()} | {"TopicArn"}
+    used = set(re.findall(r"\$\{(\w+)\}", asl_text()))
+    provided = {function.substitution for function in FUNCTIONS.values()} | {TOPIC_SUBSTITUTION}
     assert used == provided
 
 
@@ -94,4 +94,4 @@ def test_the_approval_waits_for_its_token_with_a_timeout_and_routes_each_ending(
 
 def test_the_asl_uses_jsonpath_only() -> None:
     assert ASL.get("QueryLanguage", "JSONPath") == "JSONPath"
-    assert "{%" not in ASL_PATH.read_text(), "JSONata expressions are not allowed"
+    assert "{%" not in asl_text(), "JSONata expressions are not allowed"

@@ -1,0 +1,57 @@
+"""The workflow's deployment facts: the state machine (``purge.asl.json``, package data of this package: a symlink to
+``statemachine/purge.asl.json``, so there is one file and a wheel carries it) and the
+table of Lambda functions, each named with its handler's module path and the ASL substitution that names it.
+
+Handlers are module paths, strings: the library never imports its entry points (``lambdas/``); the local stack
+imports them at run time (:func:`lakepurge.local.workflow.handler`). ``infra/template.yaml`` deploys the same ASL
+file (``DefinitionUri: ../statemachine/purge.asl.json``); tests check that the two agree.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import NamedTuple
+
+ASL_RESOURCE = "purge.asl.json"
+
+
+class TaskFunction(NamedTuple):
+    """A function the state machine calls: unpacks as ``(handler, substitution)``."""
+
+    handler: str  # the module whose ``handler`` Lambda runs
+    substitution: str  # the ASL's ``${...}`` variable that receives the function's ARN
+
+
+# The state machine's Task functions: function name -> handler module and ASL substitution.
+FUNCTIONS: dict[str, TaskFunction] = {
+    "lakepurge-generate-report": TaskFunction("lambdas.generate_report", "GenerateReportFunctionArn"),
+    "lakepurge-request-approval": TaskFunction("lambdas.request_approval", "RequestApprovalFunctionArn"),
+    "lakepurge-start-purge": TaskFunction("lambdas.start_purge", "StartPurgeFunctionArn"),
+    "lakepurge-purge-status": TaskFunction("lambdas.purge_status", "PurgeStatusFunctionArn"),
+    "lakepurge-verify-purge": TaskFunction("lambdas.verify_purge", "VerifyPurgeFunctionArn"),
+    "lakepurge-notify": TaskFunction("lambdas.notify", "NotifyFunctionArn"),
+}
+
+# Every function the local stack can run in-process: function name -> handler module. Besides the Tasks: the
+# indexer (S3 events through SQS), the intake (EventBridge) and the approval page (HTTP API).
+HANDLERS: dict[str, str] = {name: function.handler for name, function in FUNCTIONS.items()} | {
+    "lakepurge-indexer": "lambdas.indexer",
+    "lakepurge-intake": "lambdas.intake",
+    "lakepurge-approval-api": "lambdas.approval_api",
+}
+
+# The substitution the ASL uses for the outcome topic (not a function).
+TOPIC_SUBSTITUTION = "TopicArn"
+
+
+def asl_text() -> str:
+    """The state machine's definition as shipped, its ``${...}`` substitutions still in place."""
+    return resources.files("lakepurge.workflow").joinpath(ASL_RESOURCE).read_text(encoding="utf-8")
+
+
+def definition(substitutions: dict[str, str]) -> str:
+    """The ASL with ``${Name}`` replaced, as CloudFormation's DefinitionSubstitutions does."""
+    text = asl_text()
+    for name, value in substitutions.items():
+        text = text.replace("${" + name + "}", value)
+    return text
