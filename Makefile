@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## create .venv with lakepurge and its development tools
 
-demo: $(STAMP) ## the whole pipeline on a local stack: sample lake, Spark backfill, request, approval, purge, certificate
+demo: $(STAMP) ## the whole pipeline on a local stack: sample lake indexed by S3 events, reconcile, request, approval, purge, certificate
 	$(BIN)/lakepurge demo
 
 lint: $(STAMP) ## ruff, ruff format --check, mypy, cfn-lint (the SAM template, then its translation with the ASL inlined)

@@ -109,7 +109,7 @@ def translated(localized: dict[str, Any]) -> dict[str, Any]:
 
 def test_every_asl_variable_has_a_definition_substitution(sam_template: dict[str, Any]) -> None:
     machine = sam_template["Resources"]["PurgeStateMachine"]["Properties"]
-    assert machine["DefinitionUri"] == f"../lakepurge/workflow/{ASL_RESOURCE}"  # the package data itself
+    assert machine["DefinitionUri"] == "../statemachine/purge.asl.json"  # the package data links to it
     deployed = (Path(translate.HERE) / machine["DefinitionUri"]).resolve()
     assert deployed == (ROOT / "lakepurge" / "workflow" / ASL_RESOURCE).resolve()
     assert deployed.read_text(encoding="utf-8") == asl_text()
