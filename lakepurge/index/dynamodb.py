@@ -22,7 +22,7 @@ Object meta item: one per indexed object, the item that says which version of th
 * ``s3path``, ``dataset``, ``etag``, ``version_id`` (absent when None), ``last_modified`` (ISO-8601 UTC with
   microseconds: compares as a string), ``records``, ``row_items``, ``rows``, ``unindexable`` (count),
   ``unindexable_lines`` (the first 100 as maps ``{line, reason}``), ``reappeared`` (how many of the object's users
-  are on the suppression list; absent on items written before it existed, read as 0), ``indexed_at``.
+  are on the suppression list), ``indexed_at``.
 
 Suppression item: one per erased user (``record_erased``), never a raw user id.
 
@@ -727,7 +727,7 @@ class DynamoIndexStore:
             lines_by_user=self._current_rows(meta),
             records=int(item["records"]["N"]),
             unindexable=sorted(unindexable, key=lambda entry: entry.line),
-            reappeared=int(item.get("reappeared", {"N": "0"})["N"]),
+            reappeared=int(item["reappeared"]["N"]),
         )
 
     def dataset_records(self) -> dict[str, int]:
@@ -933,9 +933,7 @@ class DynamoIndexStore:
             rows=rows,
             unindexable_lines=sum(unindexable),
             objects_with_unindexable=sum(1 for count in unindexable if count > 0),
-            objects_with_erased_users=sum(
-                1 for meta in metas.values() if int(meta.get("reappeared", {"N": "0"})["N"]) > 0
-            ),
+            objects_with_erased_users=sum(1 for meta in metas.values() if int(meta["reappeared"]["N"]) > 0),
         )
 
     def dump(self) -> set[tuple[str, str, int]]:

@@ -46,7 +46,6 @@ CREATE TABLE IF NOT EXISTS indexed_objects (
     indexed_at    TIMESTAMPTZ NOT NULL DEFAULT now(),
     object_id     BIGINT      NOT NULL GENERATED ALWAYS AS IDENTITY   -- kept while the object stays indexed
 );
-ALTER TABLE indexed_objects ADD COLUMN IF NOT EXISTS reappeared INTEGER NOT NULL DEFAULT 0;
 -- One row per (user, line). The version the line numbers belong to is the object's, in indexed_objects, so erasing
 -- lines from an object touches only those rows. Integers first: no alignment padding.
 CREATE TABLE IF NOT EXISTS user_rows (
@@ -99,7 +98,6 @@ JOIN unnest(%s::bigint[], %s::text[], %s::text[], %s::text[]) AS v(object_id, s3
 ON CONFLICT DO NOTHING
 """
 
-# Indexes, created after an upgrade has copied the rows (building them once is faster than maintaining them).
 INDEXES = """
 CREATE UNIQUE INDEX IF NOT EXISTS indexed_objects_object_id ON indexed_objects (object_id);
 -- Covering: a lookup is an index-only scan.
@@ -109,7 +107,7 @@ CREATE INDEX IF NOT EXISTS user_rows_object_line ON user_rows (object_id, record
 """
 
 VIEW = """
-CREATE VIEW user_objects AS
+CREATE OR REPLACE VIEW user_objects AS
     SELECT r.userid, o.s3path, r.recordline FROM user_rows r JOIN indexed_objects o USING (object_id)
 """
 
@@ -256,37 +254,11 @@ class PostgresIndexStore:
 
     def ensure_schema(self) -> None:
         with self._conn.transaction(), self._conn.cursor() as cur:
-            # Concurrent first starts (several Lambdas, several executors) must not race on CREATE or the upgrade.
+            # Concurrent first starts (several Lambdas, several executors) must not race on CREATE.
             cur.execute("SELECT pg_advisory_xact_lock(7411)")
             cur.execute(SCHEMA)
-            cur.execute(
-                "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()"
-                " AND table_name = 'indexed_objects' AND column_name = 'object_id'"
-            )
-            if cur.fetchone() is None:  # created by a version before object ids: number the objects
-                cur.execute(
-                    "ALTER TABLE indexed_objects ADD COLUMN object_id BIGINT NOT NULL GENERATED ALWAYS AS IDENTITY"
-                )
-            cur.execute("SELECT c.relkind FROM pg_class c WHERE c.oid = to_regclass('user_objects')")
-            found = cur.fetchone()
-            upgraded = 0
-            if found is not None and found[0] == "r":
-                # An index created before object ids: user_objects is the table of rows. Move them (rows of no
-                # indexed object were never returned by a lookup: they are left behind), then the view replaces it.
-                cur.execute(
-                    "INSERT INTO user_rows (object_id, recordline, userid)"
-                    " SELECT o.object_id, u.recordline, u.userid"
-                    " FROM user_objects u JOIN indexed_objects o USING (s3path)"
-                )
-                upgraded = cur.rowcount
-                cur.execute("DROP TABLE user_objects")
-                found = None
             cur.execute(INDEXES)
-            if found is None:
-                cur.execute(VIEW)
-            if upgraded:
-                cur.execute("ANALYZE user_rows")
-                log.info("index upgraded to object ids", extra={"rows": upgraded})
+            cur.execute(VIEW)
 
     def replace_objects(self, objects: Sequence[ObjectIndex], force: bool = False) -> int:
         if not objects:
