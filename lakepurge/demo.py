@@ -47,7 +47,8 @@ import orjson
 from lakepurge import aws
 from lakepurge.config import Settings, parse_settings
 from lakepurge.index import open_store
-from lakepurge.logs import object_ref, user_ref
+from lakepurge.logs import object_ref
+from lakepurge.privacy import Pseudonymizer
 from lakepurge.s3uri import S3Uri
 from lakepurge.samples import SampleLake, generate_lake, settings_toml
 
@@ -410,7 +411,9 @@ def _check_index(settings: Settings, lake: SampleLake, events: EventRun, say: Sa
         f" unindexable lines: {status.unindexable_lines}"
     )
     say(f"    index equals the generator's ground truth: {exact}")
-    say(f"    lookup of one user ({user_ref(user)}): {len(found)} object(s)")
+    # The keyed pseudonym reports, certificates and the suppression list use: the demo names nobody.
+    reference = "u:" + Pseudonymizer.from_config(settings.privacy)(user)[:12]
+    say(f"    lookup of one user ({reference}): {len(found)} object(s)")
     for location in found[:5]:
         where = "whole object" if location.whole_object else f"lines {list(location.lines)}"
         uri = S3Uri.parse(location.s3path)
@@ -424,7 +427,7 @@ def _check_index(settings: Settings, lake: SampleLake, events: EventRun, say: Sa
         "unindexable_lines": status.unindexable_lines,
         "index_matches_ground_truth": exact,
         "indexing": {"path": "s3-events", "events": events.records, "failed": events.failed},
-        "lookup": {"user": user_ref(user), "objects": len(found)},
+        "lookup": {"user": reference, "objects": len(found)},
     }
 
 
@@ -483,7 +486,6 @@ def _erase_through_workflow(
     run: DemoRun,
 ) -> dict[str, Any]:
     from lakepurge.local.workflow import sent_emails
-    from lakepurge.privacy import Pseudonymizer
     from lakepurge.purge.job import results_prefix
     from lakepurge.workflow.intake import file_request
     from lakepurge.workflow.steps import Clients

@@ -1,7 +1,8 @@
 """Logging through Powertools: structured JSON, one service name, child loggers in library modules.
 
-Nothing that identifies a person is logged: user ids go through :func:`user_ref`, and keys of one-user-per-object
-datasets (whose key names the user) through :func:`object_ref`.
+Nothing that identifies a person is logged: user ids only as the keyed pseudonym of lakepurge.privacy (HMAC-SHA256,
+never a plain hash, which a dictionary of emails or numeric ids reverses), and keys of one-user-per-object datasets
+(whose key names the user) through :func:`object_ref`.
 """
 
 from __future__ import annotations
@@ -26,11 +27,6 @@ def get_logger(module: str) -> Logger:
 def root_logger(level: str = "INFO", stream: IO[str] | None = None) -> Logger:
     """The parent logger of a process; the CLI passes stderr so stdout carries only its JSON result."""
     return Logger(service=SERVICE, level=level, stream=stream)
-
-
-def user_ref(user_id: str) -> str:
-    """A short, stable, non-reversible stand-in for a user id in logs."""
-    return "u:" + hashlib.sha256(user_id.encode()).hexdigest()[:12]
 
 
 def object_ref(s3path: str, dataset: DatasetConfig) -> str:

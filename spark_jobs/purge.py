@@ -3,7 +3,8 @@
 
 Refuses a report whose SHA-256 differs from the approved one, erases its objects on executors, verifies every
 touched object and writes the certificate. Idempotent: run again after a kill, it finishes the same purge.
-Relational tables need the raw ids, which this job never receives: the caller erases them (see lakepurge.operator).
+Relational tables need the raw ids, which this job never receives: whoever starts it erases them first
+(lakepurge.workflow.steps.start_purge, or lakepurge.operator.purge_users from the CLI).
 
 The configuration is a local TOML file, an ``s3://`` URI of one (how EMR Serverless jobs get it), or, without
 ``--config``, the environment (``LAKEPURGE_CONFIG`` / ``LAKEPURGE_CONFIG_TOML``, see lakepurge.runtime).
