@@ -36,7 +36,7 @@ def prepare(bucket: str, pg_dsn: str, tmp_path: Path):
     s3.create_bucket(Bucket=bucket)
     s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
     s3.create_bucket(Bucket=f"{bucket}-reports")
-    lake = generate_lake(bucket=bucket, objects=160, users=20, records_per_object=60, seed=3)
+    lake = generate_lake(bucket=bucket, objects=80, users=20, records_per_object=60, seed=3)
     lake.upload(s3)
     toml = settings_toml(bucket, index_toml("postgres", pg_dsn), f"s3://{bucket}-reports/")
     toml = toml.replace(

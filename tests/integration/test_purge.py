@@ -20,7 +20,7 @@ from tests.support.purging import index_lake, purge_report, report_for
 pytestmark = pytest.mark.integration
 
 
-def fresh_lake(index: str, versioned: bool = False, seed: int = 7, objects: int = 40, users: int = 15):
+def fresh_lake(index: str, versioned: bool = False, seed: int = 7, objects: int = 24, users: int = 15):
     import tomllib
 
     bucket = f"lake-{uuid.uuid4().hex[:10]}"
