@@ -591,19 +591,6 @@ def test_given_reappeared_users_when_replacing_then_the_meta_item_holds_the_coun
     assert store.status().objects_with_erased_users == 1
 
 
-def test_given_meta_item_written_before_reappeared_existed_when_reading_then_it_counts_as_zero(store):
-    path = "s3://lake/x.jsonl"
-    store.replace_objects([replace(version(path, '"e"', 0, {"alice": [0]}), reappeared=4)])
-    aws_client("dynamodb").update_item(
-        TableName=TABLE,
-        Key={"userid": {"S": "#object#" + path}, "location": {"S": "#meta"}},
-        UpdateExpression="REMOVE reappeared",
-    )
-    got = store.get_object(path)
-    assert got is not None and got.reappeared == 0
-    assert store.status().objects_with_erased_users == 0
-
-
 def test_given_a_suppression_list_when_truncating_then_it_is_emptied_too(store):
     store.record_erased([keyed("alice")], "req-1")
     store.truncate()

@@ -43,7 +43,7 @@ def backend(request, moto_server):
 
 
 @settings(
-    max_examples=5,
+    max_examples=4,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
     phases=[Phase.explicit, Phase.reuse, Phase.generate],  # shrinking a lake takes minutes; the seed is enough

@@ -221,7 +221,7 @@ def test_given_nothing_found_in_a_covered_lake_when_purged_then_certified_withou
 
 
 @settings(
-    max_examples=6,
+    max_examples=4,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
     phases=[Phase.explicit, Phase.reuse, Phase.generate],
