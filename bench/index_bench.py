@@ -41,7 +41,7 @@ import orjson
 from lakepurge.formats import read_records
 from lakepurge.index.base import Hits, Location, ObjectHits, ObjectIndex
 from lakepurge.local.moto import DUMMY_CREDENTIALS
-from lakepurge.samples import review_record, user_id
+from lakepurge.local.samples import review_record, user_id
 
 RESULTS = Path(__file__).resolve().parent / "results" / "index_bench.json"
 BUCKET = "lake"

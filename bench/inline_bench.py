@@ -87,7 +87,7 @@ def start_moto_process() -> Any:
 
 
 def make_lake(records: int, lines_per_object: int, seed: int = 11) -> dict[str, bytes]:
-    from lakepurge.samples import review_record, user_id
+    from lakepurge.local.samples import review_record, user_id
 
     rng = random.Random(seed)
     bodies = {}

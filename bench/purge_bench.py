@@ -282,7 +282,7 @@ def generate_lake(scale: Scale, seed: int = 20260) -> Lake:
     round-robin over objects_per_user random objects; the last clustered_share of the users keep theirs in
     clustered_objects objects. Texts come from a pool of 20,000 generated records; the review id and the user id
     are set per line."""
-    from lakepurge.samples import review_record, user_id
+    from lakepurge.local.samples import review_record, user_id
 
     rng = random.Random(seed)
     tails = []
@@ -852,9 +852,9 @@ def e2e_child(spec: dict[str, Any]) -> dict[str, Any]:
     started = time.perf_counter()
     from pyspark import RDD
 
-    import lakepurge.operator as operator
+    import lakepurge.operator_purge as operator
 
-    phases["imports (lakepurge.operator, pyspark)"] = time.perf_counter() - started
+    phases["imports (lakepurge.operator_purge, pyspark)"] = time.perf_counter() - started
 
     def timer(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def wrapped(*args: Any, **kwargs: Any) -> Any:

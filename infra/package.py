@@ -1,6 +1,6 @@
 """Build what infra/template.yaml and EMR Serverless deploy, into build/ (`make package` runs both parts).
 
-    python infra/package.py lambda [--arch x86_64|arm64]     build/lambda/code  (lakepurge + lambdas: CodeUri)
+    python infra/package.py lambda [--arch x86_64|arm64]     build/lambda/code  (lakepurge + lakepurge_lambdas: CodeUri)
                                                               build/lambda/layer (dependencies: ContentUri)
     python infra/package.py spark [--python python3.11]      build/spark/lakepurge-env.tar.gz + entry points
 
@@ -70,7 +70,7 @@ def build_lambda(arch: str) -> None:
     shutil.rmtree(out, ignore_errors=True)
     code, site = out / "code", out / "layer" / "python"
     code.mkdir(parents=True)
-    copy_sources(code, ("lakepurge", "lambdas"))
+    copy_sources(code, ("lakepurge", "lakepurge_lambdas"))
     platforms = [arg for platform in PLATFORMS[arch] for arg in ("--platform", platform)]
     pip = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-warn-conflicts"]
     wheels = ["--implementation", "cp", "--python-version", LAMBDA_PYTHON, "--only-binary=:all:", *platforms]
@@ -158,7 +158,7 @@ def build_spark(python: str) -> None:
         for path in sorted(env.iterdir()):
             tar.add(path, arcname=path.name)
     for name in SPARK_ENTRY_POINTS:
-        shutil.copy2(ROOT / "spark_jobs" / name, out / name)
+        shutil.copy2(ROOT / "lakepurge_jobs" / name, out / name)
     shutil.rmtree(env)
     print(f"{archive.relative_to(ROOT)}: {archive.stat().st_size / 2**20:.0f} MiB (Python {version})", file=sys.stderr)
 

@@ -270,7 +270,7 @@ def cmd_request(args: argparse.Namespace, out: Output) -> int:
 
 def cmd_purge(args: argparse.Namespace, out: Output) -> int:
     from lakepurge.coverage import IndexIncomplete
-    from lakepurge.operator import ReviewedReportMismatch, purge_users
+    from lakepurge.operator_purge import ReviewedReportMismatch, purge_users
     from lakepurge.report import ReportTampered, SafetyLimitExceeded
 
     settings = _lake_settings(args)
@@ -313,7 +313,7 @@ def cmd_purge(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_verify(args: argparse.Namespace, out: Output) -> int:
-    from lakepurge.operator import verify_users
+    from lakepurge.operator_purge import verify_users
 
     settings = _lake_settings(args)
     document = verify_users(settings, _read_users(args))
@@ -357,7 +357,7 @@ def cmd_vacuum(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_demo(args: argparse.Namespace, out: Output) -> int:
-    from lakepurge.demo import DemoError, run_demo
+    from lakepurge.local.demo import DemoError, run_demo
 
     if args.objects < 1 or args.users < 1:
         raise ConfigError("--objects and --users must be at least 1")

@@ -295,7 +295,7 @@ class EmrServerlessLauncherConfig(_Strict):
     kind: Literal["emr-serverless"]
     application_id: Annotated[str, Field(min_length=1)]
     execution_role_arn: Annotated[str, Field(pattern=r"^arn:aws[a-z-]*:iam::\d{12}:role/.+")]
-    entry_point: str  # s3:// URI of spark_jobs/purge.py
+    entry_point: str  # s3:// URI of lakepurge_jobs/purge.py
     archive: str  # s3:// URI of the packaged Python environment (venv-pack tar.gz) holding lakepurge
     config_uri: str  # s3:// URI of this configuration as the job reads it
     log_uri: str | None = None  # s3:// prefix for the driver and executor logs

@@ -55,7 +55,7 @@ class PurgeJobSpec:
     approved_at: str | None = None  # ISO timestamp
 
     def arguments(self, config: str | None) -> list[str]:
-        """spark_jobs/purge.py's arguments (config None: the job reads its settings from the environment)."""
+        """lakepurge_jobs/purge.py's arguments (config None: the job reads its settings from the environment)."""
         args = [] if config is None else ["--config", config]
         args += ["--report", self.report_uri, "--sha256", self.report_sha256]
         if self.approved_by is not None:
@@ -115,7 +115,7 @@ def inline_fits(settings: Settings, report: Report) -> bool:
 def run_inline(settings: Settings, spec: PurgeJobSpec) -> PurgeResult:
     """The Spark job's purge, in this process: the report is read and its hash checked first (ReportTampered),
     then each object goes through the same engine on a few threads, every touched object is verified and the
-    certificate written, exactly as spark_jobs/purge.py does on executors."""
+    certificate written, exactly as lakepurge_jobs/purge.py does on executors."""
     key = hash_key(settings.privacy)
     report = read_report(aws.client("s3"), spec.report_uri, spec.report_sha256)
     result = run_purge(
@@ -172,9 +172,9 @@ def spark_submit() -> Path:
 
 
 def purge_entry_point() -> Path:
-    spec = importlib.util.find_spec("spark_jobs.purge")
+    spec = importlib.util.find_spec("lakepurge_jobs.purge")
     if spec is None or spec.origin is None:
-        raise ConfigError("spark_jobs.purge not found: install lakepurge with its spark_jobs package")
+        raise ConfigError("lakepurge_jobs.purge not found: install lakepurge with its lakepurge_jobs package")
     return Path(spec.origin)
 
 

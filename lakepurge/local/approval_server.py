@@ -1,7 +1,7 @@
 """The approval page on 127.0.0.1: what API Gateway's HTTP API does on AWS, locally.
 
-Each browser request becomes an HTTP API (payload 2.0) event for ``lambdas.approval_api.handler`` and its response
-is written back, so the page a person clicks locally runs the same handler as the deployed one.
+Each browser request becomes an HTTP API (payload 2.0) event for ``lakepurge_lambdas.approval_api.handler`` and
+its response is written back, so the page a person clicks locally runs the same handler as the deployed one.
 """
 
 from __future__ import annotations

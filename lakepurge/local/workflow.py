@@ -107,7 +107,7 @@ def _role_arn() -> str:
 def _placeholder_zip() -> bytes:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
-        archive.writestr("handler.py", "# the local stack runs lambdas/ in-process\n")
+        archive.writestr("handler.py", "# the local stack runs lakepurge_lambdas/ in-process\n")
     return buffer.getvalue()
 
 

@@ -2,7 +2,7 @@
 ``statemachine/purge.asl.json``, so there is one file and a wheel carries it) and the
 table of Lambda functions, each named with its handler's module path and the ASL substitution that names it.
 
-Handlers are module paths, strings: the library never imports its entry points (``lambdas/``); the local stack
+Handlers are module paths, strings: the library never imports its entry points (``lakepurge_lambdas/``); the local stack
 imports them at run time (:func:`lakepurge.local.workflow.handler`). ``infra/template.yaml`` deploys the same ASL
 file (``DefinitionUri: ../statemachine/purge.asl.json``); tests check that the two agree.
 """
@@ -24,20 +24,20 @@ class TaskFunction(NamedTuple):
 
 # The state machine's Task functions: function name -> handler module and ASL substitution.
 FUNCTIONS: dict[str, TaskFunction] = {
-    "lakepurge-generate-report": TaskFunction("lambdas.generate_report", "GenerateReportFunctionArn"),
-    "lakepurge-request-approval": TaskFunction("lambdas.request_approval", "RequestApprovalFunctionArn"),
-    "lakepurge-start-purge": TaskFunction("lambdas.start_purge", "StartPurgeFunctionArn"),
-    "lakepurge-purge-status": TaskFunction("lambdas.purge_status", "PurgeStatusFunctionArn"),
-    "lakepurge-verify-purge": TaskFunction("lambdas.verify_purge", "VerifyPurgeFunctionArn"),
-    "lakepurge-notify": TaskFunction("lambdas.notify", "NotifyFunctionArn"),
+    "lakepurge-generate-report": TaskFunction("lakepurge_lambdas.generate_report", "GenerateReportFunctionArn"),
+    "lakepurge-request-approval": TaskFunction("lakepurge_lambdas.request_approval", "RequestApprovalFunctionArn"),
+    "lakepurge-start-purge": TaskFunction("lakepurge_lambdas.start_purge", "StartPurgeFunctionArn"),
+    "lakepurge-purge-status": TaskFunction("lakepurge_lambdas.purge_status", "PurgeStatusFunctionArn"),
+    "lakepurge-verify-purge": TaskFunction("lakepurge_lambdas.verify_purge", "VerifyPurgeFunctionArn"),
+    "lakepurge-notify": TaskFunction("lakepurge_lambdas.notify", "NotifyFunctionArn"),
 }
 
 # Every function the local stack can run in-process: function name -> handler module. Besides the Tasks: the
 # indexer (S3 events through SQS), the intake (EventBridge) and the approval page (HTTP API).
 HANDLERS: dict[str, str] = {name: function.handler for name, function in FUNCTIONS.items()} | {
-    "lakepurge-indexer": "lambdas.indexer",
-    "lakepurge-intake": "lambdas.intake",
-    "lakepurge-approval-api": "lambdas.approval_api",
+    "lakepurge-indexer": "lakepurge_lambdas.indexer",
+    "lakepurge-intake": "lakepurge_lambdas.intake",
+    "lakepurge-approval-api": "lakepurge_lambdas.approval_api",
 }
 
 # The substitution the ASL uses for the outcome topic (not a function).

@@ -1,4 +1,4 @@
-"""The domain function behind each state-machine Task. Handlers in lambdas/ parse the event and call these.
+"""The domain function behind each state-machine Task. Handlers in lakepurge_lambdas/ parse the event and call these.
 
 Every input and output here is what Step Functions records in the execution history, so none carries a raw user
 id: tasks that need the ids (the report, the relational DELETEs) decrypt them from the request store themselves.

@@ -174,7 +174,7 @@ def test_given_a_request_over_the_safety_limit_when_purging_then_it_is_refused_a
 
 
 def test_given_a_report_changed_after_approval_when_the_purge_job_runs_then_it_refuses(operator_lake, capsys):
-    from spark_jobs.purge import main as purge_job
+    from lakepurge_jobs.purge import main as purge_job
 
     case, config, _ = operator_lake
     code, summary = run_cli(capsys, "purge", case.lake.users[0], "--config", config)  # dry run: report only

@@ -1,4 +1,5 @@
-"""spark_jobs/purge.py killed half-way (SIGKILL to its process group) and run again ends where one clean run does."""
+"""lakepurge_jobs/purge.py killed half-way (SIGKILL to its process group), then run again, ends where one clean run
+does."""
 
 from __future__ import annotations
 
@@ -20,9 +21,9 @@ import pytest
 from lakepurge import aws
 from lakepurge.config import parse_settings
 from lakepurge.index import open_store
+from lakepurge.local.samples import generate_lake, settings_toml
 from lakepurge.privacy import Pseudonymizer
 from lakepurge.report import build_report, write_report
-from lakepurge.samples import generate_lake, settings_toml
 from tests.support.lakes import index_toml
 from tests.support.purging import HASH_KEY, index_lake
 
@@ -57,7 +58,7 @@ def job(config: Path, uri: str, digest: str) -> subprocess.Popen:
     return subprocess.Popen(
         [
             sys.executable,
-            str(ROOT / "spark_jobs" / "purge.py"),
+            str(ROOT / "lakepurge_jobs" / "purge.py"),
             "--config",
             str(config),
             "--report",

@@ -553,7 +553,7 @@ def test_eventbridge_request_is_stored_encrypted_and_started_once_with_its_id_on
     workflow_case: Callable[..., WorkflowCase],
 ) -> None:
     from lakepurge.workflow.store import RequestStore
-    from lambdas import intake
+    from lakepurge_lambdas import intake
     from tests.support.events import LambdaContext, load
 
     case = workflow_case()

@@ -10,7 +10,7 @@ import pytest
 
 from lakepurge import aws, runtime
 from lakepurge.cli import main
-from lambdas import indexer as indexer_lambda
+from lakepurge_lambdas import indexer as indexer_lambda
 from tests.support.events import LambdaContext, s3_notification, s3_record, sqs_event
 
 pytestmark = pytest.mark.integration

@@ -54,8 +54,8 @@ def test_given_a_write_in_the_same_second_as_the_purged_version_when_its_event_a
     from lakepurge.config import parse_settings
     from lakepurge.index import open_store
     from lakepurge.indexer import index_object
+    from lakepurge.local.samples import settings_toml
     from lakepurge.purge.engine import PurgeTarget, purge_object
-    from lakepurge.samples import settings_toml
     from tests.support.stress import fresh_index
 
     s3 = aws.client("s3")

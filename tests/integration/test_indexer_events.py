@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from lakepurge import aws, runtime
-from lambdas import indexer as indexer_lambda
+from lakepurge_lambdas import indexer as indexer_lambda
 from tests.support.events import LambdaContext, load, s3_notification, s3_record, sqs_event
 
 pytestmark = pytest.mark.integration

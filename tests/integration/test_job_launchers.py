@@ -1,6 +1,6 @@
 """Purge job launchers: a real detached spark-submit, EMR Serverless requests, and the inline purge of small reports.
 
-The local launcher runs spark_jobs/purge.py through pyspark's spark-submit against the moto server and PostgreSQL
+The local launcher runs lakepurge_jobs/purge.py through pyspark's spark-submit against the moto server and PostgreSQL
 of the session; the job reads its configuration from the LAKEPURGE_CONFIG_TOML it inherits.
 """
 
@@ -235,7 +235,7 @@ def emr_config(application_id: str, log_uri: str | None = "s3://lake-logs/emr/")
         kind="emr-serverless",
         application_id=application_id,
         execution_role_arn=f"arn:aws:iam::{ACCOUNT}:role/lakepurge-purge",
-        entry_point="s3://lake-artifacts/spark_jobs/purge.py",
+        entry_point="s3://lake-artifacts/lakepurge_jobs/purge.py",
         archive="s3://lake-artifacts/lakepurge-env.tar.gz",
         config_uri="s3://lake-artifacts/lakepurge.toml",
         log_uri=log_uri,
@@ -260,7 +260,7 @@ def test_given_an_emr_serverless_launcher_when_starting_then_the_job_run_carries
     assert run["executionRole"] == f"arn:aws:iam::{ACCOUNT}:role/lakepurge-purge"
     assert run["name"] == "lakepurge-purge-req-emr-1"
     submit = run["jobDriver"]["sparkSubmit"]
-    assert submit["entryPoint"] == "s3://lake-artifacts/spark_jobs/purge.py"
+    assert submit["entryPoint"] == "s3://lake-artifacts/lakepurge_jobs/purge.py"
     assert submit["entryPointArguments"] == [
         "--config",
         "s3://lake-artifacts/lakepurge.toml",
@@ -342,7 +342,7 @@ def test_given_an_emr_job_run_state_when_asking_the_status_then_it_maps_to_the_w
         "state": emr_state,
         "stateDetails": details,
         "releaseLabel": "emr-7.1.0",
-        "jobDriver": {"sparkSubmit": {"entryPoint": "s3://lake-artifacts/spark_jobs/purge.py"}},
+        "jobDriver": {"sparkSubmit": {"entryPoint": "s3://lake-artifacts/lakepurge_jobs/purge.py"}},
     }
     with Stubber(client) as stub:
         stub.add_response("get_job_run", {"jobRun": job_run}, {"applicationId": "00fabc", "jobRunId": "run-9"})

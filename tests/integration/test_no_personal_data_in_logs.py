@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from lakepurge import aws
-from lambdas import indexer as indexer_lambda
+from lakepurge_lambdas import indexer as indexer_lambda
 from tests.support.events import LambdaContext, s3_notification, s3_record, sqs_event
 from tests.support.lakes import index_toml
 

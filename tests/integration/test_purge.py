@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from lakepurge import aws
 from lakepurge.config import parse_settings
 from lakepurge.index import open_store
+from lakepurge.local.samples import generate_lake, settings_toml
 from lakepurge.purge.vacuum import run_vacuum
-from lakepurge.samples import generate_lake, settings_toml
 from tests.support.invariant import assert_invariant, assert_vacuumed, snapshot
 from tests.support.lakes import index_toml
 from tests.support.purging import index_lake, purge_report, report_for

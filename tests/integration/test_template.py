@@ -73,15 +73,15 @@ STAND_INS: dict[tuple[str, str | None], str] = {
 }
 
 HANDLERS = {
-    "IndexerFunction": "lambdas.indexer.handler",
-    "IntakeFunction": "lambdas.intake.handler",
-    "ApprovalApiFunction": "lambdas.approval_api.handler",
-    "GenerateReportFunction": "lambdas.generate_report.handler",
-    "RequestApprovalFunction": "lambdas.request_approval.handler",
-    "StartPurgeFunction": "lambdas.start_purge.handler",
-    "PurgeStatusFunction": "lambdas.purge_status.handler",
-    "VerifyPurgeFunction": "lambdas.verify_purge.handler",
-    "NotifyFunction": "lambdas.notify.handler",
+    "IndexerFunction": "lakepurge_lambdas.indexer.handler",
+    "IntakeFunction": "lakepurge_lambdas.intake.handler",
+    "ApprovalApiFunction": "lakepurge_lambdas.approval_api.handler",
+    "GenerateReportFunction": "lakepurge_lambdas.generate_report.handler",
+    "RequestApprovalFunction": "lakepurge_lambdas.request_approval.handler",
+    "StartPurgeFunction": "lakepurge_lambdas.start_purge.handler",
+    "PurgeStatusFunction": "lakepurge_lambdas.purge_status.handler",
+    "VerifyPurgeFunction": "lakepurge_lambdas.verify_purge.handler",
+    "NotifyFunction": "lakepurge_lambdas.notify.handler",
 }
 
 ASL_VARIABLES = set(re.findall(r"\$\{(\w+)\}", asl_text()))
@@ -364,7 +364,7 @@ def _code_locations(node: Any) -> set[tuple[str, str]]:
 def _zip() -> bytes:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
-        archive.writestr("lambdas/__init__.py", "")
+        archive.writestr("lakepurge_lambdas/__init__.py", "")
     return buffer.getvalue()
 
 

@@ -212,7 +212,7 @@ def test_given_nothing_found_in_a_covered_lake_when_purged_then_certified_withou
     def no_spark(*args, **kwargs):
         raise AssertionError("Spark started for a report with nothing to erase")
 
-    monkeypatch.setattr("lakepurge.operator.spark_session", no_spark)
+    monkeypatch.setattr("lakepurge.operator_purge.spark_session", no_spark)
     capsys.readouterr()
     assert main(["purge", "alice", "--yes", "--config", config, "--json"]) == 0
     summary = orjson.loads(capsys.readouterr().out)

@@ -11,7 +11,7 @@ import io
 from typing import Any
 
 from lakepurge.config import Settings
-from lakepurge.samples import SampleLake
+from lakepurge.local.samples import SampleLake
 
 
 def snapshot(s3: Any, bucket: str) -> dict[str, bytes]:

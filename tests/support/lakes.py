@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from lakepurge import aws
 from lakepurge.config import Settings, parse_settings
-from lakepurge.samples import SampleLake, generate_lake, settings_toml
+from lakepurge.local.samples import SampleLake, generate_lake, settings_toml
 
 REPORTS = "s3://lake-reports/"
 

@@ -10,11 +10,11 @@ from lakepurge.backfill import run_reconcile
 from lakepurge.config import Settings
 from lakepurge.index.base import IndexStore
 from lakepurge.indexer import index_object
+from lakepurge.local.samples import SampleLake
 from lakepurge.privacy import Pseudonymizer
 from lakepurge.purge.engine import ObjectOutcome, purge_object
 from lakepurge.purge.job import purge_targets
 from lakepurge.report import Report, build_report
-from lakepurge.samples import SampleLake
 
 HASH_KEY = "test-hash-key-0123456789"
 

@@ -34,9 +34,9 @@ from lakepurge.config import Settings, parse_settings
 from lakepurge.index import open_store
 from lakepurge.index.base import IndexStore
 from lakepurge.indexer import index_object, scan_object
+from lakepurge.local.samples import generate_lake, review_record, settings_toml
 from lakepurge.purge.engine import PurgeTarget, purge_object
 from lakepurge.s3io import ObjectChanged, head_object
-from lakepurge.samples import generate_lake, review_record, settings_toml
 
 Row = tuple[str, str, int]
 

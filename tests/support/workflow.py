@@ -137,7 +137,7 @@ def approval_event(method: str, link: str, form: dict[str, str] | None = None) -
 
 
 def call_approval(method: str, link: str, decision: str | None = None) -> dict[str, Any]:
-    from lambdas import approval_api
+    from lakepurge_lambdas import approval_api
 
     form = None
     if method == "POST":

@@ -7,7 +7,7 @@ import tomllib
 import pytest
 
 from lakepurge.config import ConfigError, load_settings, parse_settings
-from lakepurge.samples import settings_toml
+from lakepurge.local.samples import settings_toml
 
 pytestmark = pytest.mark.unit
 

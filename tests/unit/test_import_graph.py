@@ -5,9 +5,9 @@ LAYERS is docs/ARCHITECTURE.md's "Module map" as data. The two are kept in sync 
 
 What counts:
 
-- entry points: any import of ``lambdas`` or ``spark_jobs`` anywhere in a module (module level or inside a
+- entry points: any import of ``lakepurge_lambdas`` or ``lakepurge_jobs`` anywhere in a module (module level or inside a
   function) fails; naming one in a string (``lakepurge.workflow.deployment.HANDLERS``, ``launch``'s
-  ``find_spec("spark_jobs.purge")``) is how the library refers to them;
+  ``find_spec("lakepurge_jobs.purge")``) is how the library refers to them;
 - entry points import ``lakepurge``, never each other;
 - cycles: module-level imports only. An import inside a function body (run when called, after every module
   has loaded) or under ``if TYPE_CHECKING:`` may close a cycle; that is the sanctioned way to break one. A
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "lakepurge"
-ENTRY_POINTS = ("lambdas", "spark_jobs")
+ENTRY_POINTS = ("lakepurge_lambdas", "lakepurge_jobs")
 
 # Group -> the modules in it (a name covers a module and, for a package, everything under it).
 GROUPS: dict[str, tuple[str, ...]] = {
@@ -47,11 +47,17 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "lakepurge.tableformats",
     ),
     "index": ("lakepurge.index",),
-    "domain": ("lakepurge.indexer", "lakepurge.backfill", "lakepurge.coverage", "lakepurge.report"),
+    "domain": (
+        "lakepurge.indexer",
+        "lakepurge.backfill",
+        "lakepurge.coverage",
+        "lakepurge.report",
+        "lakepurge.runtime",
+    ),
     "purge": ("lakepurge.purge", "lakepurge.launch"),
     "workflow": ("lakepurge.workflow",),
-    "local": ("lakepurge.local", "lakepurge.samples"),
-    "apps": ("lakepurge.cli", "lakepurge.demo", "lakepurge.operator", "lakepurge.runtime"),
+    "local": ("lakepurge.local",),
+    "apps": ("lakepurge.cli", "lakepurge.operator_purge"),
 }
 
 # Group -> the groups its modules may import (always including itself). Same table as the Module map.
@@ -136,7 +142,9 @@ def test_the_library_never_imports_its_entry_points() -> None:
         for imported, line, _ in found
         if imported.split(".")[0] in ENTRY_POINTS
     ]
-    assert not found, "lakepurge/ must not import lambdas/ or spark_jobs/ (name them as strings):\n" + "\n".join(found)
+    assert not found, (
+        "lakepurge/ must not import lakepurge_lambdas/ or lakepurge_jobs/ (name them as strings):\n" + "\n".join(found)
+    )
 
 
 def test_entry_points_import_the_library_not_each_other() -> None:

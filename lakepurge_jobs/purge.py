@@ -1,10 +1,10 @@
-"""Purge entry point: ``spark-submit spark_jobs/purge.py [--config lakepurge.toml|s3://...] --report s3://...
+"""Purge entry point: ``spark-submit lakepurge_jobs/purge.py [--config lakepurge.toml|s3://...] --report s3://...
 --sha256 HEX [--approved-by WHO] [--approved-at ISO]``.
 
 Refuses a report whose SHA-256 differs from the approved one, erases its objects on executors, verifies every
 touched object and writes the certificate. Idempotent: run again after a kill, it finishes the same purge.
 Relational tables need the raw ids, which this job never receives: whoever starts it erases them first
-(lakepurge.workflow.steps.start_purge, or lakepurge.operator.purge_users from the CLI).
+(lakepurge.workflow.steps.start_purge, or lakepurge.operator_purge.purge_users from the CLI).
 
 The configuration is a local TOML file, an ``s3://`` URI of one (how EMR Serverless jobs get it), or, without
 ``--config``, the environment (``LAKEPURGE_CONFIG`` / ``LAKEPURGE_CONFIG_TOML``, see lakepurge.runtime).

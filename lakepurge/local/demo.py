@@ -3,14 +3,14 @@
 A moto server on 127.0.0.1 stands in for S3, SQS, DynamoDB, KMS, SES, SNS and Step Functions; the approval page
 is served on 127.0.0.1 by the same handler API Gateway calls on AWS; Spark runs in local mode. The demo:
 
-1. starts the stack and deploys ``statemachine/purge.asl.json`` with the ``lambdas/`` handlers in-process;
+1. starts the stack and deploys ``statemachine/purge.asl.json`` with the ``lakepurge_lambdas/`` handlers in-process;
 2. configures the lake bucket's notifications (ObjectCreated/ObjectRemoved -> SQS, with a dead-letter queue),
    generates a sample lake and uploads it;
-3. indexes it through that S3-event path: SQS batches go to ``lambdas.indexer.handler`` as Lambda's event source
-   mapping would hand them (failed records stay in the queue, then reach the DLQ); optionally (``backfill``) the
-   Spark backfill rebuilds the index too; both are checked against the generator's ground truth; then the index
-   is reconciled with the lake, which records each dataset's coverage: without it the request could not be
-   certified and would end INDEX_INCOMPLETE (the empty DLQ is part of that check);
+3. indexes it through that S3-event path: SQS batches go to ``lakepurge_lambdas.indexer.handler`` as Lambda's
+   event source mapping would hand them (failed records stay in the queue, then reach the DLQ); optionally
+   (``backfill``) the Spark backfill rebuilds the index too; both are checked against the generator's ground
+   truth; then the index is reconciled with the lake, which records each dataset's coverage: without it the
+   request could not be certified and would end INDEX_INCOMPLETE (the empty DLQ is part of that check);
 4. files a deletion request for three users (stored encrypted; the execution carries only its id);
 5. approves it: automatically (the link fetched with GET, then Approve POSTed, as a browser does) or, interactive,
    by a person clicking the link in a browser;
@@ -47,10 +47,10 @@ import orjson
 from lakepurge import aws
 from lakepurge.config import Settings, parse_settings
 from lakepurge.index import open_store
+from lakepurge.local.samples import SampleLake, generate_lake, settings_toml
 from lakepurge.logs import object_ref
 from lakepurge.privacy import Pseudonymizer
 from lakepurge.s3uri import S3Uri
-from lakepurge.samples import SampleLake, generate_lake, settings_toml
 
 Say = Callable[[str], None]
 
@@ -232,7 +232,7 @@ def run_demo(
         bar.close()
         run.add("sample lake", mark, f"{len(lake.objects)} objects, {lake.total_bytes / 1e6:.1f} MB uploaded")
 
-        say("3/6 indexing through the S3-event path: S3 -> SQS -> lambdas/indexer.py (batches of 10)")
+        say("3/6 indexing through the S3-event path: S3 -> SQS -> lakepurge_lambdas/indexer.py (batches of 10)")
         mark = time.monotonic()
         bar = Progress("S3 events indexed", len(lake.objects), enabled=progress)
         events = drain_index_events(aws.client("sqs"), queue_url, bar)
@@ -346,7 +346,7 @@ class EventRun:
 
 
 def drain_index_events(sqs: Any, queue_url: str, bar: Progress | None = None, batch: int = 10) -> EventRun:
-    """Hand the queue's S3 notifications to lambdas.indexer.handler in SQS batches, as Lambda's event source
+    """Hand the queue's S3 notifications to lakepurge_lambdas.indexer.handler in SQS batches, as Lambda's event source
     mapping does: records the handler reports in batchItemFailures stay in the queue; the others are deleted.
     Stops when the queue has nothing visible left."""
     from lakepurge.local.workflow import LocalContext, handler

@@ -1,5 +1,5 @@
 """Vacuum entry point:
-``spark-submit spark_jobs/vacuum.py [--config lakepurge.toml|s3://...] [--dataset N] [--yes]``.
+``spark-submit lakepurge_jobs/vacuum.py [--config lakepurge.toml|s3://...] [--dataset N] [--yes]``.
 
 Removes the placeholders the purges recorded writing, re-indexes those objects and deletes the noncurrent versions
 that hold erased users (lakepurge.purge.vacuum). A dry run unless --yes.

@@ -1,5 +1,4 @@
-"""VerifyPurge Task: accept the purge only on a passed certificate for the approved report; record the users in
-the suppression list."""
+"""GenerateReport Task: look the request's users up and write its report. Returns counts, URI and SHA-256."""
 
 from __future__ import annotations
 
@@ -10,8 +9,8 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from lakepurge import runtime
 from lakepurge.workflow import steps
-from lakepurge.workflow.events import VerifyTask
-from lakepurge.workflow.tasks import sanitized_errors
+from lakepurge.workflow.errors import sanitized_errors
+from lakepurge.workflow.events import RequestTask
 
 logger = Logger(service="lakepurge")
 
@@ -19,7 +18,9 @@ logger = Logger(service="lakepurge")
 @logger.inject_lambda_context(clear_state=True)
 @sanitized_errors
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    task = VerifyTask.model_validate(event)
+    task = RequestTask.model_validate(event)
     logger.set_correlation_id(task.request_id)
     clients = steps.Clients.from_environment()
-    return steps.verify(runtime.settings(), clients, runtime.index_store(), task.request_id, task.report.model_dump())
+    return steps.generate_report(
+        runtime.settings(), clients, runtime.index_store(), runtime.require_pseudonymizer(), task.request_id
+    )

@@ -1,5 +1,5 @@
 """Reconciliation entry point (schedule it, e.g. nightly on EMR Serverless):
-``spark-submit spark_jobs/reconcile.py [--config lakepurge.toml|s3://...] [--dataset N] [--report-only]``.
+``spark-submit lakepurge_jobs/reconcile.py [--config lakepurge.toml|s3://...] [--dataset N] [--report-only]``.
 
 Lists each dataset, compares keys, ETags and noncurrent versions with the index, indexes the differences on the
 executors and records the dataset's coverage. Exit 1 while any difference is left."""

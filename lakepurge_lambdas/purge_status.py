@@ -1,5 +1,4 @@
-"""StartPurge Task: check the approval and the report's hash, erase relational rows, then purge inline (small
-reports) or start the Spark job. Returns the job to poll."""
+"""PurgeStatus Task: the purge job's state (RUNNING, SUCCEEDED, FAILED) for the Wait/Choice loop."""
 
 from __future__ import annotations
 
@@ -10,8 +9,8 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from lakepurge import runtime
 from lakepurge.workflow import steps
-from lakepurge.workflow.events import PurgeTask
-from lakepurge.workflow.tasks import sanitized_errors
+from lakepurge.workflow.errors import sanitized_errors
+from lakepurge.workflow.events import StatusTask
 
 logger = Logger(service="lakepurge")
 
@@ -19,7 +18,7 @@ logger = Logger(service="lakepurge")
 @logger.inject_lambda_context(clear_state=True)
 @sanitized_errors
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    task = PurgeTask.model_validate(event)
+    task = StatusTask.model_validate(event)
     logger.set_correlation_id(task.request_id)
     clients = steps.Clients.from_environment()
-    return steps.start_purge(runtime.settings(), clients, task.request_id, task.report.model_dump(), task.approval)
+    return steps.purge_status(runtime.settings(), clients, task.job, task.report.model_dump())

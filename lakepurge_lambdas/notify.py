@@ -10,8 +10,8 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from lakepurge import aws, runtime
 from lakepurge.privacy import hash_key
 from lakepurge.workflow import steps
+from lakepurge.workflow.errors import sanitized_errors
 from lakepurge.workflow.events import NotifyTask
-from lakepurge.workflow.tasks import sanitized_errors
 
 logger = Logger(service="lakepurge")
 

@@ -1,4 +1,5 @@
-"""PurgeStatus Task: the purge job's state (RUNNING, SUCCEEDED, FAILED) for the Wait/Choice loop."""
+"""VerifyPurge Task: accept the purge only on a passed certificate for the approved report; record the users in
+the suppression list."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from lakepurge import runtime
 from lakepurge.workflow import steps
-from lakepurge.workflow.events import StatusTask
-from lakepurge.workflow.tasks import sanitized_errors
+from lakepurge.workflow.errors import sanitized_errors
+from lakepurge.workflow.events import VerifyTask
 
 logger = Logger(service="lakepurge")
 
@@ -18,7 +19,7 @@ logger = Logger(service="lakepurge")
 @logger.inject_lambda_context(clear_state=True)
 @sanitized_errors
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    task = StatusTask.model_validate(event)
+    task = VerifyTask.model_validate(event)
     logger.set_correlation_id(task.request_id)
     clients = steps.Clients.from_environment()
-    return steps.purge_status(runtime.settings(), clients, task.job, task.report.model_dump())
+    return steps.verify(runtime.settings(), clients, runtime.index_store(), task.request_id, task.report.model_dump())

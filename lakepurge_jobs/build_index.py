@@ -1,5 +1,5 @@
 """Backfill entry point:
-``spark-submit spark_jobs/build_index.py [--config lakepurge.toml|s3://...] [--force] [--dataset N]``."""
+``spark-submit lakepurge_jobs/build_index.py [--config lakepurge.toml|s3://...] [--force] [--dataset N]``."""
 
 from __future__ import annotations
 

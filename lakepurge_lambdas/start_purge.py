@@ -1,4 +1,5 @@
-"""GenerateReport Task: look the request's users up and write its report. Returns counts, URI and SHA-256."""
+"""StartPurge Task: check the approval and the report's hash, erase relational rows, then purge inline (small
+reports) or start the Spark job. Returns the job to poll."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from lakepurge import runtime
 from lakepurge.workflow import steps
-from lakepurge.workflow.events import RequestTask
-from lakepurge.workflow.tasks import sanitized_errors
+from lakepurge.workflow.errors import sanitized_errors
+from lakepurge.workflow.events import PurgeTask
 
 logger = Logger(service="lakepurge")
 
@@ -18,9 +19,7 @@ logger = Logger(service="lakepurge")
 @logger.inject_lambda_context(clear_state=True)
 @sanitized_errors
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    task = RequestTask.model_validate(event)
+    task = PurgeTask.model_validate(event)
     logger.set_correlation_id(task.request_id)
     clients = steps.Clients.from_environment()
-    return steps.generate_report(
-        runtime.settings(), clients, runtime.index_store(), runtime.require_pseudonymizer(), task.request_id
-    )
+    return steps.start_purge(runtime.settings(), clients, task.request_id, task.report.model_dump(), task.approval)
