@@ -881,24 +881,16 @@ class DynamoIndexStore:
     def coverage(self) -> dict[str, Coverage]:
         """Every coverage item: one Query of their partition (never a scan of the table)."""
         found: dict[str, Coverage] = {}
-        start: Item | None = None
-        while True:
-            extra: dict[str, Any] = {"ExclusiveStartKey": start} if start else {}
-            page = self._client.query(
-                TableName=self._table,
-                KeyConditionExpression="#u = :u AND begins_with(#l, :prefix)",
-                ExpressionAttributeNames={"#u": "userid", "#l": "location"},
-                ExpressionAttributeValues={":u": {"S": COVERAGE_PARTITION}, ":prefix": {"S": COVERAGE_SORT_PREFIX}},
-                ConsistentRead=True,
-                **extra,
-            )
-            for item in page.get("Items", []):
-                if item.get("kind", {}).get("S") == "coverage":
-                    coverage = _parse_coverage(item)
-                    found[coverage.dataset] = coverage
-            start = page.get("LastEvaluatedKey")
-            if not start:
-                return found
+        for item in self._query(
+            KeyConditionExpression="#u = :u AND begins_with(#l, :prefix)",
+            ExpressionAttributeNames={"#u": "userid", "#l": "location"},
+            ExpressionAttributeValues={":u": {"S": COVERAGE_PARTITION}, ":prefix": {"S": COVERAGE_SORT_PREFIX}},
+            ConsistentRead=True,
+        ):
+            if item.get("kind", {}).get("S") == "coverage":
+                coverage = _parse_coverage(item)
+                found[coverage.dataset] = coverage
+        return found
 
     def status(self) -> IndexStatus:
         items = list(
@@ -962,23 +954,14 @@ class DynamoIndexStore:
     # -- helpers --------------------------------------------------------------------------------------------------
 
     def _user_rows(self, user: str) -> list[_Row]:
-        rows: list[_Row] = []
-        start: Item | None = None
-        while True:
-            extra: dict[str, Any] = {"ExclusiveStartKey": start} if start else {}
-            page = self._client.query(
-                TableName=self._table,
-                KeyConditionExpression="#u = :u",
-                FilterExpression="attribute_not_exists(#k)",  # rows only (meta and other items have a kind)
-                ExpressionAttributeNames={"#u": "userid", "#k": "kind"},
-                ExpressionAttributeValues={":u": {"S": user}},
-                ConsistentRead=True,
-                **extra,
-            )
-            rows.extend(_parse_row(item) for item in page.get("Items", []) if _is_row(item))
-            start = page.get("LastEvaluatedKey")
-            if not start:
-                return rows
+        items = self._query(
+            KeyConditionExpression="#u = :u",
+            FilterExpression="attribute_not_exists(#k)",  # rows only (meta and other items have a kind)
+            ExpressionAttributeNames={"#u": "userid", "#k": "kind"},
+            ExpressionAttributeValues={":u": {"S": user}},
+            ConsistentRead=True,
+        )
+        return [_parse_row(item) for item in items if _is_row(item)]
 
     def _object_keys(self, s3path: str) -> list[_RowKey]:
         """Every row item of an object, any ETag (through the GSI: eventually consistent)."""
@@ -994,30 +977,17 @@ class DynamoIndexStore:
 
     def _by_object(self, partition: str) -> Iterator[Item]:
         """Every item of one by_object GSI partition (an object's rows, or a noncurrent version's pointers)."""
-        start: Item | None = None
-        while True:
-            extra: dict[str, Any] = {"ExclusiveStartKey": start} if start else {}
-            page = self._client.query(
-                TableName=self._table,
-                IndexName=GSI_NAME,
-                KeyConditionExpression="#p = :p",
-                ExpressionAttributeNames={"#p": "s3path"},
-                ExpressionAttributeValues={":p": {"S": partition}},
-                **extra,
-            )
-            yield from page.get("Items", [])
-            start = page.get("LastEvaluatedKey")
-            if not start:
-                return
+        return self._query(
+            IndexName=GSI_NAME,
+            KeyConditionExpression="#p = :p",
+            ExpressionAttributeNames={"#p": "s3path"},
+            ExpressionAttributeValues={":p": {"S": partition}},
+        )
 
     def _noncurrent_pointers(self, user: str) -> list[Item]:
         """A user's noncurrent pointer items (their own partition: reading a user's rows never reads them)."""
-        items: list[Item] = []
-        start: Item | None = None
-        while True:
-            extra: dict[str, Any] = {"ExclusiveStartKey": start} if start else {}
-            page = self._client.query(
-                TableName=self._table,
+        return list(
+            self._query(
                 KeyConditionExpression="#u = :u AND begins_with(#l, :prefix)",
                 FilterExpression="#k = :noncurrent",
                 ProjectionExpression="#o, #v",
@@ -1034,12 +1004,8 @@ class DynamoIndexStore:
                     ":noncurrent": {"S": "noncurrent"},
                 },
                 ConsistentRead=True,
-                **extra,
             )
-            items.extend(page.get("Items", []))
-            start = page.get("LastEvaluatedKey")
-            if not start:
-                return items
+        )
 
     def _get_meta(self, s3path: str) -> _Meta | None:
         item = self._client.get_item(TableName=self._table, Key=_meta_key(s3path), ConsistentRead=True).get("Item")
@@ -1071,10 +1037,17 @@ class DynamoIndexStore:
         return [_parse_meta(item) for item in items]
 
     def _scan(self, **kwargs: Any) -> Iterator[Item]:
+        return self._pages(self._client.scan, ConsistentRead=True, **kwargs)
+
+    def _query(self, **kwargs: Any) -> Iterator[Item]:
+        return self._pages(self._client.query, **kwargs)
+
+    def _pages(self, operation: Any, **kwargs: Any) -> Iterator[Item]:
+        """Every item of a Query or Scan, following LastEvaluatedKey page by page."""
         start: Item | None = None
         while True:
             extra: dict[str, Any] = {"ExclusiveStartKey": start} if start else {}
-            page = self._client.scan(TableName=self._table, ConsistentRead=True, **kwargs, **extra)
+            page = operation(TableName=self._table, **kwargs, **extra)
             yield from page.get("Items", [])
             start = page.get("LastEvaluatedKey")
             if not start:

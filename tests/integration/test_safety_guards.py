@@ -72,6 +72,22 @@ def cli(capsys, *args: str) -> tuple[int, dict]:
 
 
 @pytest.mark.parametrize("placeholder", ["0", "NULL", "n/a", "", "  "])
+def execute_reviewed(capsys, user: str, plan: dict, config: str) -> tuple[int, dict]:
+    """`purge USER --report ID --sha256 H --yes`: execute the dry run's report, as reviewed."""
+    return cli(
+        capsys,
+        "purge",
+        user,
+        "--report",
+        plan["request_id"],
+        "--sha256",
+        plan["report_sha256"],
+        "--yes",
+        "--config",
+        config,
+    )
+
+
 def test_given_a_placeholder_id_when_purged_without_force_then_refused_and_nothing_deleted(
     guarded_lake, capsys, placeholder
 ):
@@ -117,18 +133,7 @@ def test_given_a_reviewed_dry_run_when_executed_by_report_id_then_exactly_that_r
     assert plan["plan"]["relational_rows"] == {"accounts": 1}
     assert plan["plan"]["relational_totals"] == {"accounts": 1000}
 
-    code, done = cli(
-        capsys,
-        "purge",
-        "alice",
-        "--report",
-        plan["request_id"],
-        "--sha256",
-        plan["report_sha256"],
-        "--yes",
-        "--config",
-        config,
-    )
+    code, done = execute_reviewed(capsys, "alice", plan, config)
 
     assert code == 0, done
     assert done["request_id"] == plan["request_id"]
@@ -148,18 +153,7 @@ def test_given_a_reviewed_report_changed_afterwards_when_executed_then_refused_a
     s3.put_object(Bucket="glake-reports", Key=key, Body=orjson.dumps(report))  # a changed plan (the hash is not)
     before = lake_bytes(s3)
 
-    code, document = cli(
-        capsys,
-        "purge",
-        "alice",
-        "--report",
-        plan["request_id"],
-        "--sha256",
-        plan["report_sha256"],
-        "--yes",
-        "--config",
-        config,
-    )
+    code, document = execute_reviewed(capsys, "alice", plan, config)
 
     assert code == 3
     assert document["status"] == "REFUSED"
