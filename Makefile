@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo test unit lint format bench package clean
+.PHONY: help install demo test unit lint format bench package wheel-check clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -37,6 +37,9 @@ test: lint ## lint, then unit, integration and e2e tests (starts its own Postgre
 
 unit: $(STAMP) ## the unit tier only: domain rules on an in-memory index, no network, in seconds
 	$(BIN)/pytest -q tests/unit -p no:cacheprovider
+
+wheel-check: $(STAMP) ## build the wheel, install it in a fresh venv outside the checkout, run `lakepurge demo --json` there
+	$(BIN)/python infra/wheel_check.py
 
 format: $(STAMP) ## apply ruff's fixes and formatting
 	$(BIN)/ruff check --fix .
