@@ -155,8 +155,9 @@ class Bench:
 
     def spec(self, size: int, request_id: str) -> tuple[Any, list[str]]:
         from lakepurge.launch import PurgeJobSpec
+        from lakepurge.layout import write_report
         from lakepurge.privacy import Pseudonymizer
-        from lakepurge.report import build_report, write_report
+        from lakepurge.report import build_report
 
         if self.full_report is None:  # built once from the freshly indexed lake; restored objects keep its ETags
             self.full_report = build_report(

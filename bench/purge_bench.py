@@ -719,8 +719,10 @@ def prototype_purge(s3: Any, store: Any, settings: Any, target: Any, users: froz
     write is skipped by its ETag). Neither choice changes the cost measured here beyond the tagging request.
     """
     from lakepurge.index.base import NewVersion
-    from lakepurge.purge.engine import _Ownership, _rewrite_jsonl, file_chunks, stage
+    from lakepurge.purge.engine import Ownership
+    from lakepurge.purge.rewrite import rewrite_jsonl
     from lakepurge.purge.s3write import write_in_place
+    from lakepurge.purge.streams import file_chunks, stage
     from lakepurge.s3io import ObjectHead
     from lakepurge.s3uri import S3Uri
 
@@ -730,10 +732,10 @@ def prototype_purge(s3: Any, store: Any, settings: Any, target: Any, users: froz
         raise RuntimeError("stale index: the engine would re-scan this object")
     head = ObjectHead(uri.bucket, uri.key, response["ETag"], None, response["LastModified"], response["ContentLength"])
     attributes = attributes_from_get(response)
-    owner = _Ownership(settings.dataset_named(target.dataset), users)
+    owner = Ownership(settings.dataset_named(target.dataset), users)
     body = response["Body"]
     try:
-        staged = stage(_rewrite_jsonl(body, False, target.lines, owner, drop=False))
+        staged = stage(rewrite_jsonl(body, False, target.lines, owner, drop=False))
     finally:
         body.close()
     written = write_in_place(s3, head, file_chunks(staged), attributes)

@@ -3,6 +3,7 @@ overrides them: the same code talks to AWS, a moto server or any S3-compatible e
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
@@ -11,9 +12,35 @@ from botocore.config import Config
 
 # Adaptive retries absorb S3 503 SlowDown and DynamoDB throttling without hand-written loops.
 _CLIENT_CONFIG = Config(retries={"max_attempts": 10, "mode": "adaptive"}, max_pool_connections=32)
+# The command line has a person waiting: a wrong endpoint or a closed port fails in seconds, not a retry storm.
+_CLI_CONFIG = Config(connect_timeout=2, retries={"max_attempts": 3, "mode": "adaptive"}, max_pool_connections=32)
+_active = {"config": _CLIENT_CONFIG}
+
+
+def configure(cli: bool) -> bool:
+    """Clients made from now on use the command line's settings (cli=True) or the default ones (Lambdas, jobs).
+    Returns the previous setting, to restore it."""
+    previous = _active["config"] is _CLI_CONFIG
+    chosen = _CLI_CONFIG if cli else _CLIENT_CONFIG
+    if _active["config"] is not chosen:
+        _active["config"] = chosen
+        client.cache_clear()
+    return previous
 
 
 @cache
 def client(service: str) -> Any:
     """One client per service and process (clients are thread-safe; sessions are not)."""
-    return boto3.session.Session().client(service, config=_CLIENT_CONFIG)  # type: ignore[call-overload]
+    return boto3.session.Session().client(service, config=_active["config"])  # type: ignore[call-overload]
+
+
+@dataclass(frozen=True)
+class Clients:
+    s3: Any
+    kms: Any
+    sqs: Any = None  # reads the indexer's dead-letter queue; None: the process's SQS client when it is needed
+
+    @classmethod
+    def from_environment(cls) -> Clients:
+        """The process's S3, KMS and SQS clients (boto3's standard settings, AWS_ENDPOINT_URL locally)."""
+        return cls(client("s3"), client("kms"), client("sqs"))

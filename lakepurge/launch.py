@@ -22,13 +22,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import orjson
 
-from lakepurge import aws
+from lakepurge import aws, layout
 from lakepurge.config import (
     ConfigError,
     EmrServerlessLauncherConfig,
@@ -39,7 +40,7 @@ from lakepurge.config import (
 from lakepurge.logs import get_logger
 from lakepurge.privacy import hash_key
 from lakepurge.purge.job import PurgeResult, run_purge
-from lakepurge.report import Report, read_report
+from lakepurge.report import Report
 
 log = get_logger(__name__)
 
@@ -112,12 +113,14 @@ def inline_fits(settings: Settings, report: Report) -> bool:
     return len(report.objects) + len(report.versions) <= inline_max_objects(settings)
 
 
-def run_inline(settings: Settings, spec: PurgeJobSpec) -> PurgeResult:
+def run_inline(settings: Settings, spec: PurgeJobSpec, report: Report | None = None) -> PurgeResult:
     """The Spark job's purge, in this process: the report is read and its hash checked first (ReportTampered),
     then each object goes through the same engine on a few threads, every touched object is verified and the
-    certificate written, exactly as lakepurge_jobs/purge.py does on executors."""
+    certificate written, exactly as lakepurge_jobs/purge.py does on executors. A caller that has just read the
+    spec's report with layout.load_report (hash checked) passes it as ``report`` instead of having it read again."""
     key = hash_key(settings.privacy)
-    report = read_report(aws.client("s3"), spec.report_uri, spec.report_sha256)
+    if report is None:
+        report, _ = layout.load_report(aws.client("s3"), spec.report_uri, spec.report_sha256)
     result = run_purge(
         None,
         settings,
@@ -437,28 +440,69 @@ class EmrServerlessLauncher:
         return f"{_UNSAFE.sub('_', spec.request_id)[:47]}-{digest}"
 
     def start(self, spec: PurgeJobSpec) -> str:
+        job_id = self._submit(
+            name=f"lakepurge-purge-{spec.request_id}",
+            entry_point=self.config.entry_point,
+            arguments=spec.arguments(self.config.config_uri),
+            token=self.client_token(spec),
+            tags={"lakepurge:request-id": spec.request_id[:256]},
+        )
+        log.info("purge job started", extra={"request_id": spec.request_id, "job_id": job_id, "backend": self.backend})
+        return job_id
+
+    def entry_point_of(self, script: str) -> str:
+        """The s3:// URI of lakepurge_jobs/<script>.py: published beside the purge job (infra/package.py)."""
+        return self.config.entry_point.rsplit("/", 1)[0] + f"/{script}.py"
+
+    def start_job(self, job: SparkJob) -> str:
+        """Start one of the other Spark jobs (backfill, reconcile, verify, vacuum). The same job asked for twice
+        (same script, arguments and idempotency key) is one run: EMR returns the first for the same client token."""
+        arguments = ["--config", self.config.config_uri, *job.arguments]
+        digest = hashlib.sha256("\n".join([job.script, job.idempotency, *arguments]).encode()).hexdigest()[:24]
+        job_id = self._submit(
+            name=f"lakepurge-{job.script}",
+            entry_point=self.entry_point_of(job.script),
+            arguments=arguments,
+            token=f"lakepurge-{job.script}-{digest}"[:64],
+            tags={"lakepurge:job": job.script},
+        )
+        log.info("spark job started", extra={"job": job.script, "job_id": job_id, "backend": self.backend})
+        return job_id
+
+    def _submit(self, name: str, entry_point: str, arguments: list[str], token: str, tags: dict[str, str]) -> str:
         request: dict[str, Any] = {
             "applicationId": self.config.application_id,
             "executionRoleArn": self.config.execution_role_arn,
-            "name": f"lakepurge-purge-{spec.request_id}"[:256],
-            "clientToken": self.client_token(spec),
+            "name": name[:256],
+            "clientToken": token,
             "jobDriver": {
                 "sparkSubmit": {
-                    "entryPoint": self.config.entry_point,
-                    "entryPointArguments": spec.arguments(self.config.config_uri),
+                    "entryPoint": entry_point,
+                    "entryPointArguments": arguments,
                     "sparkSubmitParameters": self.spark_submit_parameters(),
                 }
             },
-            "tags": {"lakepurge:request-id": spec.request_id[:256]},
+            "tags": tags,
         }
         if self.config.log_uri:
             request["configurationOverrides"] = {
                 "monitoringConfiguration": {"s3MonitoringConfiguration": {"logUri": self.config.log_uri}}
             }
-        response = self.client.start_job_run(**request)
-        job_id: str = response["jobRunId"]
-        log.info("purge job started", extra={"request_id": spec.request_id, "job_id": job_id, "backend": self.backend})
+        job_id: str = self.client.start_job_run(**request)["jobRunId"]
         return job_id
+
+    def logs_of(self, job_id: str) -> str:
+        """Where the run's driver and executor logs are, in words an operator can follow."""
+        if self.config.log_uri:
+            base = self.config.log_uri.rstrip("/")
+            return (
+                f"{base}/applications/{self.config.application_id}/jobs/{job_id}/ (SPARK_DRIVER/stdout.gz, stderr.gz)"
+            )
+        return (
+            "no [workflow.launcher] log_uri is configured: open the run in EMR Studio "
+            f"(aws emr-serverless get-dashboard-for-job-run --application-id {self.config.application_id} "
+            f"--job-run-id {job_id})"
+        )
 
     def status(self, job_id: str) -> JobStatus:
         run = self.client.get_job_run(applicationId=self.config.application_id, jobRunId=job_id)["jobRun"]
@@ -468,3 +512,35 @@ class EmrServerlessLauncher:
         if mapped is None:  # a state this code does not know: fail loudly rather than poll forever
             return JobStatus("FAILED", f"unrecognised EMR Serverless state {state}: {detail}")
         return JobStatus(mapped, detail)
+
+
+@dataclass(frozen=True)
+class SparkJob:
+    """A run of lakepurge_jobs/<script>.py other than the purge: what it is given besides its configuration."""
+
+    script: str  # "build_index", "reconcile", "verify", "vacuum"
+    arguments: tuple[str, ...] = ()  # never a raw user id: they are recorded with the run
+    idempotency: str = ""  # same script, arguments and key: the same run (say, the day, or a document's hash)
+
+
+def follow(
+    launcher: EmrServerlessLauncher,
+    job_id: str,
+    say: Callable[[str], None],
+    poll_seconds: float = 10.0,
+    timeout_seconds: float | None = None,
+) -> JobStatus:
+    """Ask the run's state every poll_seconds until it ends (or timeout_seconds pass: then its last state, still
+    RUNNING), saying each change of state."""
+    started = time.monotonic()
+    last = ""
+    while True:
+        status = launcher.status(job_id)
+        if status.detail != last:
+            say(f"  {time.monotonic() - started:6.0f} s  {status.state.lower()}: {status.detail}")
+            last = status.detail
+        if status.done:
+            return status
+        if timeout_seconds is not None and time.monotonic() - started >= timeout_seconds:
+            return status
+        time.sleep(poll_seconds)

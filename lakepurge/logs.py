@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import sys
 from typing import IO, TYPE_CHECKING
 
 from aws_lambda_powertools import Logger
@@ -25,8 +26,22 @@ def get_logger(module: str) -> Logger:
 
 
 def root_logger(level: str = "INFO", stream: IO[str] | None = None) -> Logger:
-    """The parent logger of a process; the CLI passes stderr so stdout carries only its JSON result."""
+    """The parent logger of a process; the CLI passes :data:`STDERR` so stdout carries only its JSON result."""
     return Logger(service=SERVICE, level=level, stream=stream)
+
+
+class _CurrentStderr:
+    """Writes to whatever sys.stderr is when a record is logged: the handler outlives the stream it was created
+    with when main() runs more than once in a process (tests capture and then close each run's stderr)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
+STDERR: IO[str] = _CurrentStderr()  # type: ignore[assignment]
 
 
 def object_ref(s3path: str, dataset: DatasetConfig) -> str:

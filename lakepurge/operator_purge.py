@@ -12,21 +12,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from lakepurge import aws
+from lakepurge import aws, layout
 from lakepurge.config import Settings
 from lakepurge.coverage import IndexIncomplete, dead_letter_count
 from lakepurge.index import open_store
 from lakepurge.launch import inline_fits
+from lakepurge.layout import load_report, write_report
 from lakepurge.privacy import Pseudonymizer, hash_key
 from lakepurge.purge.job import PurgeResult, purge_relational, run_purge, verify_everywhere
-from lakepurge.report import (
-    Report,
-    SafetyLimitExceeded,
-    build_report,
-    read_report,
-    report_uri,
-    write_report,
-)
+from lakepurge.report import Report, SafetyLimitExceeded, build_report
 from lakepurge.sparkutil import spark_session
 
 Engine = Literal["auto", "inline", "spark"]
@@ -87,9 +81,8 @@ def _reviewed_report(
 ) -> tuple[Report, str, str]:
     """The report a dry run wrote, checked: its bytes hash to the reviewed SHA-256 (or the one recorded when it was
     written) and it was made for exactly these users."""
-    uri = report_uri(settings, request_id)
-    expected = sha256 or s3.head_object(Bucket=uri.bucket, Key=uri.key)["Metadata"].get("sha256", "")
-    report = read_report(s3, str(uri), expected)  # ReportTampered when it changed
+    uri = layout.report(settings, request_id)
+    report, expected = load_report(s3, uri, sha256 or None)  # ReportTampered when it changed
     if sorted(report.user_hashes) != sorted(pseudonymizer.many(users)):
         raise ReviewedReportMismatch(f"report {request_id} was made for other user ids than the ones given")
     return report, str(uri), expected
@@ -159,9 +152,12 @@ def purge_users(
         store.close()
 
 
-def verify_users(settings: Settings, users: list[str]) -> dict[str, Any]:
+def verify_users(
+    settings: Settings, users: list[str], on: str = "local", say: Callable[[str], None] = print
+) -> dict[str, Any]:
     """Is any of these users still anywhere? The index is asked, and every object of every dataset is read,
-    with its noncurrent versions, on Spark: an independent check that does not trust the index."""
+    with its noncurrent versions, on Spark (local, or ``on="emr-serverless"``: lakepurge_jobs/verify.py, given
+    the users' keyed hashes only): an independent check that does not trust the index."""
     pseudonymizer = Pseudonymizer.from_config(settings.privacy)
     hashes = tuple(pseudonymizer.many(users))
     store = open_store(settings.index)
@@ -170,8 +166,21 @@ def verify_users(settings: Settings, users: list[str]) -> dict[str, Any]:
         old_versions = store.noncurrent_of(users)
     finally:
         store.close()
-    with spark_session("lakepurge-verify") as spark:
-        checked, remaining = verify_everywhere(spark, settings, hashes, hash_key(settings.privacy))
+    job: dict[str, Any] = {}
+    if on == "emr-serverless":
+        from lakepurge.remote import verify_remote
+
+        run, answer = verify_remote(settings, users, say)
+        job = run.summary()
+        if answer is None:
+            raise RemoteJobFailed(
+                f"the verify job {run.job_id} ended {run.status.state} ({run.status.detail})"
+                f" without a result; logs: {run.logs}"
+            )
+        checked, remaining = answer["objects_checked"], answer["remaining"]
+    else:
+        with spark_session("lakepurge-verify") as spark:
+            checked, remaining = verify_everywhere(spark, settings, hashes, hash_key(settings.privacy))
     return {
         "users": len(hashes),
         "index_locations": sum(len(v) for v in indexed.values()),
@@ -179,4 +188,9 @@ def verify_users(settings: Settings, users: list[str]) -> dict[str, Any]:
         "objects_checked": checked,
         "remaining": remaining,
         "verified": not remaining and not indexed and not old_versions,
+        **({"job": job} if job else {}),
     }
+
+
+class RemoteJobFailed(Exception):
+    """A job on EMR Serverless ended without its answer: its state and where its logs are."""

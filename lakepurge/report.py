@@ -1,7 +1,8 @@
 """The purge report: exactly what a request will erase, written once per request and bound to its SHA-256.
 
 An approver approves a report's hash and the purge refuses a report whose bytes hash differently, so what was
-approved is what is erased. The report names users only by keyed hashes.
+approved is what is erased. The report names users only by keyed hashes. Where it is stored, and reading it
+back with its hash checked: lakepurge.layout.
 """
 
 from __future__ import annotations
@@ -256,32 +257,3 @@ def _check_limits(
     if problems and not force:
         raise SafetyLimitExceeded("; ".join(problems[:20]) + ("; ..." if len(problems) > 20 else ""))
     return dict(per_dataset)
-
-
-def report_uri(settings: Settings, request_id: str) -> S3Uri:
-    base = S3Uri.parse(settings.reports.location)
-    return S3Uri(base.bucket, f"{base.key}reports/{request_id}.json")
-
-
-def write_report(s3: Any, settings: Settings, report: Report) -> tuple[str, str]:
-    """Store the report (SSE-KMS when the bucket's default says so; never overwritten). Returns (uri, sha256)."""
-    data = report.to_bytes()
-    uri = report_uri(settings, report.request_id)
-    s3.put_object(
-        Bucket=uri.bucket,
-        Key=uri.key,
-        Body=data,
-        ContentType="application/json",
-        Metadata={"sha256": sha256(data)},
-        IfNoneMatch="*",
-    )
-    return str(uri), sha256(data)
-
-
-def read_report(s3: Any, uri: str, expected_sha256: str) -> Report:
-    location = S3Uri.parse(uri)
-    data = s3.get_object(Bucket=location.bucket, Key=location.key)["Body"].read()
-    actual = sha256(data)
-    if actual != expected_sha256:
-        raise ReportTampered(f"report {uri} hashes to {actual[:12]}..., approved {expected_sha256[:12]}...")
-    return Report.from_bytes(data)

@@ -1,13 +1,18 @@
-"""Reading S3 objects one exact version at a time, streaming."""
+"""Reading S3 objects one exact version at a time, streaming; listing the objects and versions to read."""
 
 from __future__ import annotations
 
 import io
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
+
+if TYPE_CHECKING:
+    from lakepurge.config import DatasetConfig
+    from lakepurge.s3uri import S3Uri
 
 
 class ObjectChanged(Exception):
@@ -159,3 +164,43 @@ class RangeReader(io.RawIOBase):
 
 def open_seekable(s3: Any, head: ObjectHead) -> IO[bytes]:
     return io.BufferedReader(RangeReader(s3, head), buffer_size=1 << 20)
+
+
+def list_objects(s3: Any, dataset: DatasetConfig) -> Iterator[tuple[str, str, int]]:
+    """(bucket, key, size) of every data object of a dataset (sidecars excluded)."""
+    uri = dataset.uri
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=uri.bucket, Prefix=uri.key):
+        for item in page.get("Contents", []):
+            key = item["Key"]
+            if not dataset.is_sidecar(key) and dataset.skip_reason(key) is None:
+                yield uri.bucket, key, item["Size"]
+
+
+def list_noncurrent(s3: Any, dataset: DatasetConfig) -> Iterator[ObjectHead]:
+    """Every noncurrent version of the dataset's data objects (a versioned bucket keeps them after an overwrite or
+    a delete; delete markers hold no data)."""
+    uri = dataset.uri
+    for page in s3.get_paginator("list_object_versions").paginate(Bucket=uri.bucket, Prefix=uri.key):
+        for version in page.get("Versions", []):
+            key = version["Key"]
+            if version["IsLatest"] or dataset.is_sidecar(key) or dataset.skip_reason(key) is not None:
+                continue
+            # A version written before versioning was enabled is "null": GetObject takes it as it is.
+            yield ObjectHead(
+                uri.bucket, key, version["ETag"], version["VersionId"], version["LastModified"], version["Size"]
+            )
+
+
+def noncurrent_versions(s3: Any, uri: S3Uri) -> Iterator[ObjectHead]:
+    """Every noncurrent version of exactly this key (delete markers hold no data)."""
+    for page in s3.get_paginator("list_object_versions").paginate(Bucket=uri.bucket, Prefix=uri.key):
+        for version in page.get("Versions", []):
+            if version["Key"] == uri.key and not version["IsLatest"]:
+                yield ObjectHead(
+                    bucket=uri.bucket,
+                    key=uri.key,
+                    etag=version["ETag"],
+                    version_id=version["VersionId"],
+                    last_modified=version["LastModified"],
+                    size=version["Size"],
+                )

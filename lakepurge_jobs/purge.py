@@ -20,12 +20,12 @@ import sys
 
 import orjson
 
-from lakepurge import aws, runtime
+from lakepurge import aws, layout, runtime
 from lakepurge.config import ConfigError
 from lakepurge.logs import object_ref, root_logger
 from lakepurge.privacy import hash_key
 from lakepurge.purge.job import run_purge
-from lakepurge.report import ReportTampered, read_report
+from lakepurge.report import ReportTampered
 from lakepurge.sparkutil import get_session
 
 
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"lakepurge: purge not started: {exc}\n")
         return 2
     try:
-        report = read_report(aws.client("s3"), args.report, args.sha256)
+        report, _ = layout.load_report(aws.client("s3"), args.report, args.sha256)
     except ReportTampered as exc:
         sys.stderr.write(f"lakepurge: purge refused: {exc}\n")
         return 3

@@ -8,6 +8,7 @@ from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from lakepurge import runtime
+from lakepurge.aws import Clients
 from lakepurge.workflow import steps
 from lakepurge.workflow.errors import sanitized_errors
 from lakepurge.workflow.events import RequestTask
@@ -20,7 +21,11 @@ logger = Logger(service="lakepurge")
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     task = RequestTask.model_validate(event)
     logger.set_correlation_id(task.request_id)
-    clients = steps.Clients.from_environment()
-    return steps.generate_report(
-        runtime.settings(), clients, runtime.index_store(), runtime.require_pseudonymizer(), task.request_id
+    report = steps.generate_report(
+        runtime.settings(),
+        Clients.from_environment(),
+        runtime.index_store(),
+        runtime.require_pseudonymizer(),
+        task.request_id,
     )
+    return report.model_dump(mode="json")

@@ -15,9 +15,9 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, Field
 
 from lakepurge import aws, runtime
+from lakepurge.aws import Clients
 from lakepurge.workflow.errors import sanitized_errors
 from lakepurge.workflow.intake import file_request
-from lakepurge.workflow.steps import Clients
 
 logger = Logger(service="lakepurge")
 

@@ -8,6 +8,7 @@ from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from lakepurge import aws, runtime
+from lakepurge.aws import Clients
 from lakepurge.privacy import hash_key
 from lakepurge.workflow import steps
 from lakepurge.workflow.errors import sanitized_errors
@@ -22,6 +23,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     task = NotifyTask.model_validate(event)
     logger.set_correlation_id(task.request_id)
     settings = runtime.settings()
-    clients = steps.Clients.from_environment()
     key = hash_key(settings.privacy)
-    return steps.notify(settings, clients, aws.client("sns"), key, task.request_id, task.outcome, task.state)
+    notified = steps.notify(
+        settings, Clients.from_environment(), aws.client("sns"), key, task.request_id, task.outcome, task.state
+    )
+    return notified.model_dump(mode="json", exclude_none=True)  # an ending's absent details stay absent

@@ -8,6 +8,7 @@ from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from lakepurge import runtime
+from lakepurge.aws import Clients
 from lakepurge.workflow import steps
 from lakepurge.workflow.errors import sanitized_errors
 from lakepurge.workflow.events import StatusTask
@@ -20,5 +21,5 @@ logger = Logger(service="lakepurge")
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     task = StatusTask.model_validate(event)
     logger.set_correlation_id(task.request_id)
-    clients = steps.Clients.from_environment()
-    return steps.purge_status(runtime.settings(), clients, task.job, task.report.model_dump())
+    job = steps.purge_status(runtime.settings(), Clients.from_environment(), task.job, task.report)
+    return job.model_dump(mode="json")

@@ -9,6 +9,7 @@ from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from lakepurge import aws, runtime
+from lakepurge.aws import Clients
 from lakepurge.workflow import steps
 from lakepurge.workflow.errors import sanitized_errors
 from lakepurge.workflow.events import ApprovalTask
@@ -21,13 +22,13 @@ logger = Logger(service="lakepurge")
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     task = ApprovalTask.model_validate(event)
     logger.set_correlation_id(task.request_id)
-    clients = steps.Clients.from_environment()
-    return steps.request_approval(
+    requested = steps.request_approval(
         runtime.settings(),
-        clients,
+        Clients.from_environment(),
         aws.client("ses"),
         task.request_id,
-        task.report.model_dump(),
+        task.report,
         task.task_token,
         task.wait_began_at,
     )
+    return requested.model_dump(mode="json")

@@ -9,6 +9,7 @@ from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from lakepurge import runtime
+from lakepurge.aws import Clients
 from lakepurge.workflow import steps
 from lakepurge.workflow.errors import sanitized_errors
 from lakepurge.workflow.events import PurgeTask
@@ -21,5 +22,5 @@ logger = Logger(service="lakepurge")
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     task = PurgeTask.model_validate(event)
     logger.set_correlation_id(task.request_id)
-    clients = steps.Clients.from_environment()
-    return steps.start_purge(runtime.settings(), clients, task.request_id, task.report.model_dump(), task.approval)
+    job = steps.start_purge(runtime.settings(), Clients.from_environment(), task.request_id, task.report, task.approval)
+    return job.model_dump(mode="json")

@@ -9,6 +9,7 @@ from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from lakepurge import runtime
+from lakepurge.aws import Clients
 from lakepurge.workflow import steps
 from lakepurge.workflow.errors import sanitized_errors
 from lakepurge.workflow.events import VerifyTask
@@ -21,5 +22,7 @@ logger = Logger(service="lakepurge")
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     task = VerifyTask.model_validate(event)
     logger.set_correlation_id(task.request_id)
-    clients = steps.Clients.from_environment()
-    return steps.verify(runtime.settings(), clients, runtime.index_store(), task.request_id, task.report.model_dump())
+    verification = steps.verify(
+        runtime.settings(), Clients.from_environment(), runtime.index_store(), task.request_id, task.report
+    )
+    return verification.model_dump(mode="json")

@@ -44,7 +44,7 @@ from typing import Any, TextIO
 
 import orjson
 
-from lakepurge import aws
+from lakepurge import aws, layout
 from lakepurge.config import Settings, parse_settings
 from lakepurge.index import open_store
 from lakepurge.local.samples import SampleLake, generate_lake, settings_toml
@@ -486,9 +486,7 @@ def _erase_through_workflow(
     run: DemoRun,
 ) -> dict[str, Any]:
     from lakepurge.local.workflow import sent_emails
-    from lakepurge.purge.job import results_prefix
     from lakepurge.workflow.intake import file_request
-    from lakepurge.workflow.steps import Clients
 
     sfn = aws.client("stepfunctions")
     s3 = aws.client("s3")
@@ -497,14 +495,14 @@ def _erase_through_workflow(
     mark = time.monotonic()
     filed = file_request(
         settings,
-        Clients.from_environment(),
+        aws.Clients.from_environment(),
         sfn,
         Pseudonymizer.from_config(settings.privacy),
         users,
         "lakepurge demo",
         request_id,
     )
-    results = results_prefix(settings, request_id)
+    results = layout.results_prefix(settings, request_id)
     seen = polls = report_objects = 0
     asked = False
     bar: Progress | None = None
@@ -624,16 +622,16 @@ def _approve_automatically(mail: dict[str, Any], say: Say) -> None:
 
 
 def _show_certificate(uri: str, say: Say) -> None:
-    location = S3Uri.parse(uri)
-    certificate: dict[str, Any] = orjson.loads(
-        aws.client("s3").get_object(Bucket=location.bucket, Key=location.key)["Body"].read()
-    )
+    certificate = layout.read_certificate(aws.client("s3"), uri)
+    if certificate is None:
+        say(f"    certificate {uri}: not found")
+        return
     say(f"    certificate {uri}:")
     say(
-        f"      request {certificate['request_id']}, approved by {certificate['approved_by']}"
-        f" at {certificate['approved_at']}, objects rewritten {certificate['totals']['objects_rewritten']},"
-        f" lines erased {certificate['totals']['lines_erased']},"
-        f" verification {'passed' if certificate['verification']['passed'] else 'FAILED'}"
+        f"      request {certificate.request_id}, approved by {certificate.approved_by}"
+        f" at {certificate.approved_at}, objects rewritten {certificate.totals.objects_rewritten},"
+        f" lines erased {certificate.totals.lines_erased},"
+        f" verification {'passed' if certificate.verification.passed else 'FAILED'}"
     )
-    for entry in certificate["objects"][:5]:
-        say(f"      {entry['object']}: {entry['status']}, {entry['lines_erased']} line(s)")
+    for entry in certificate.objects[:5]:
+        say(f"      {entry.object}: {entry.status}, {entry.lines_erased} line(s)")

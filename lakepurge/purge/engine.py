@@ -13,9 +13,7 @@ For each object named by the report:
 
 from __future__ import annotations
 
-import io
-import tempfile
-from collections.abc import Callable, Container, Iterable, Iterator, Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field, replace
 from typing import IO, Any, Literal
 
@@ -23,26 +21,15 @@ import orjson
 from botocore.exceptions import ClientError
 
 from lakepurge.config import DatasetConfig, Settings
-from lakepurge.formats import (
-    CHUNK_BYTES,
-    DEFAULT_INFLATION,
-    ByteSource,
-    GzipReader,
-    Inflation,
-    InflationLimitExceeded,
-    csv_id_columns,
-    csv_ids,
-    csv_records,
-    extract_ids,
-    parse_paths,
-)
+from lakepurge.formats import InflationLimitExceeded, csv_id_columns, csv_ids, extract_ids, parse_paths
 from lakepurge.index.base import WHOLE_OBJECT, IndexStore, NewVersion, ObjectIndex
 from lakepurge.indexer import index_object, scan_object
 from lakepurge.logs import get_logger, object_ref
 from lakepurge.purge.placeholders import PlaceholderRecord
 from lakepurge.purge.placeholders import write_record as write_placeholder_record
+from lakepurge.purge.rewrite import rewrite_csv, rewrite_jsonl, rewrite_parquet
 from lakepurge.purge.s3write import WriteConflict, Written, delete_in_place, preserved_attributes, write_in_place
-from lakepurge.purge.splice import DROP, splice_lines
+from lakepurge.purge.streams import file_chunks, stage
 from lakepurge.s3io import (
     ObjectChanged,
     ObjectHead,
@@ -50,15 +37,14 @@ from lakepurge.s3io import (
     ever_versioned,
     get_current,
     head_object,
+    noncurrent_versions,
     open_body,
-    open_seekable,
 )
 from lakepurge.s3uri import S3Uri
 
 log = get_logger(__name__)
 
 Status = Literal["erased", "deleted", "versions-deleted", "nothing-to-erase", "gone", "failed"]
-BLANK = b"{}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +85,7 @@ class ObjectOutcome:
 BeforeWrite = Callable[[ObjectOutcome], None]
 
 
-class _Ownership:
+class Ownership:
     """Decides whether a record belongs to one of the users, and remembers what it decided."""
 
     def __init__(self, dataset: DatasetConfig, users: Container[str]) -> None:
@@ -136,171 +122,6 @@ class _Ownership:
         else:
             self.not_matching += 1
         return owned
-
-
-def _chunks(stream: IO[bytes]) -> Iterator[bytes]:
-    while chunk := stream.read(CHUNK_BYTES):
-        yield chunk
-
-
-def gzip_chunks(chunks: Iterable[bytes]) -> Iterator[bytes]:
-    import zlib
-
-    deflate = zlib.compressobj(6, zlib.DEFLATED, 31)
-    for chunk in chunks:
-        if out := deflate.compress(chunk):
-            yield out
-    yield deflate.flush()
-
-
-def _rewrite_jsonl(
-    raw: IO[bytes],
-    gz: bool,
-    lines: Iterable[int],
-    owner: _Ownership,
-    drop: bool,
-    inflation: Inflation = DEFAULT_INFLATION,
-) -> Iterator[bytes]:
-    def decide(line: int, content: bytes) -> bytes | None:
-        if owner.json_line(line, content):
-            return DROP if drop else BLANK
-        return None
-
-    source: IO[bytes] = GzipReader(raw, inflation) if gz else raw  # type: ignore[assignment]
-    spliced = splice_lines(_chunks(source), lines, decide)
-    return gzip_chunks(spliced) if gz else spliced
-
-
-class LastByte(io.RawIOBase):
-    """Passes a stream through and remembers its last byte (was the final line terminated?)."""
-
-    def __init__(self, inner: ByteSource) -> None:
-        self._inner = inner
-        self.last = b""
-
-    def readable(self) -> bool:
-        return True
-
-    def read(self, size: int = -1) -> bytes:
-        data = self._inner.read(size)
-        if data:
-            self.last = data[-1:]
-        return data
-
-    def readinto(self, buffer: Any) -> int:
-        data = self.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
-
-
-def _rewrite_csv(
-    raw: IO[bytes],
-    gz: bool,
-    lines: Iterable[int],
-    owner: _Ownership,
-    drop: bool,
-    max_bytes: int,
-    inflation: Inflation = DEFAULT_INFLATION,
-) -> Iterator[bytes]:
-    """CSV, record by record (a quoted field may span lines). A blanked record keeps its line count: its first
-    line becomes empty fields (`,,,`) and its continuation lines become empty lines, so every later record's line
-    number still holds. The header (line 0) is never touched; every other record passes through byte for byte."""
-    targets = set(lines)
-    source = LastByte(GzipReader(raw, inflation) if gz else raw)
-
-    def output_lines() -> Iterator[bytes]:
-        # The indexer's own record grammar: a line it could not parse as a record's start is passed through as it
-        # is, and every record it indexed is found here at the same line.
-        header = True
-        for record in csv_records(source, max_bytes, rows_for=targets | {0}):
-            if header:
-                owner.csv_header(record.row or [])
-                header = False
-            elif record.line in targets and record.row is not None and owner.csv_record(record.line, record.row):
-                if not drop:
-                    first = record.lines[0] or b""
-                    carriage = b"\r" if first.endswith(b"\r") else b""
-                    yield b"," * max(len(record.row) - 1, 0) + carriage
-                    yield from (b"" for _ in record.lines[1:])
-                    if len(record.lines) > 1:
-                        owner.lines_of[record.line] = len(record.lines)
-                continue
-            for number, line in enumerate(record.lines, record.line):
-                if line is None:
-                    raise ValueError(f"line {number} is longer than max_record_bytes; cannot rewrite it safely")
-                yield line
-
-    def terminated() -> Iterator[bytes]:
-        batch: list[bytes] = []
-        previous: bytes | None = None
-        for line in output_lines():
-            if previous is not None:
-                batch.append(previous + b"\n")
-                if len(batch) >= 4096:
-                    yield b"".join(batch)
-                    batch.clear()
-            previous = line
-        if previous is not None:
-            batch.append(previous + (b"\n" if source.last == b"\n" else b""))
-        yield b"".join(batch)
-
-    return gzip_chunks(terminated()) if gz else terminated()
-
-
-def _rewrite_parquet(s3: Any, head: ObjectHead, users: Container[str], dataset: DatasetConfig) -> tuple[IO[bytes], int]:
-    """Drop the users' rows, keeping the schema, physical types, compression and row-group layout."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    assert dataset.id_fields is not None
-    paths = parse_paths(dataset.id_fields)
-    source = pq.ParquetFile(open_seekable(s3, head))
-    metadata = source.metadata
-    physical = source.schema
-    int96 = any(physical.column(i).physical_type == "INT96" for i in range(len(physical)))
-    compression: dict[str, str] = {}
-    if metadata.num_row_groups:
-        group = metadata.row_group(0)
-        for i in range(group.num_columns):
-            compression[group.column(i).path_in_schema] = group.column(i).compression.lower()
-    out = tempfile.SpooledTemporaryFile(max_size=64 * 1024 * 1024)  # noqa: SIM115 - returned to the caller
-    writer = pq.ParquetWriter(
-        out,
-        source.schema_arrow,
-        compression=compression or "snappy",
-        use_deprecated_int96_timestamps=int96,
-        version=metadata.format_version if metadata.format_version in ("1.0", "2.4", "2.6") else "2.6",
-    )
-    erased = 0
-    top = sorted({p[0] for p in paths})
-    for index in range(metadata.num_row_groups):
-        table = source.read_row_group(index)
-        keep = []
-        for record in table.select(top).to_pylist():
-            try:
-                ids: tuple[str, ...] = extract_ids(record, paths)
-            except ValueError:
-                ids = ()
-            keep.append(not any(u in users for u in ids))
-        erased += keep.count(False)
-        if not all(keep):
-            table = table.filter(pa.array(keep, type=pa.bool_()))
-        if table.num_rows:
-            writer.write_table(table, row_group_size=table.num_rows)  # one output group per input group
-    writer.close()
-    out.seek(0)
-    return out, erased
-
-
-def file_chunks(handle: IO[bytes]) -> Iterator[bytes]:
-    try:
-        while chunk := handle.read(PART_READ):
-            yield chunk
-    finally:
-        handle.close()
-
-
-PART_READ = 8 * 1024 * 1024
 
 
 def find_user_lines(
@@ -428,7 +249,7 @@ class _PurgeStep:
         s3, dataset = self.s3, self.dataset
         attributes = preserved_attributes(s3, head)
         if dataset.format == "parquet":
-            rewritten, erased = _rewrite_parquet(s3, head, self.users, dataset)
+            rewritten, erased = rewrite_parquet(s3, head, self.users, dataset)
             outcome.lines_erased = erased
             if not erased:
                 rewritten.close()
@@ -439,15 +260,15 @@ class _PurgeStep:
             if body is not None:
                 body.close()  # read past by the rescan's own GET: read this version afresh
             body = open_body(s3, head)
-        owner = _Ownership(dataset, self.users)
+        owner = Ownership(dataset, self.users)
         gz = head.key.endswith(".gz")
         drop = dataset.erase == "drop"
         try:
             if dataset.format == "jsonl":
-                chunks = _rewrite_jsonl(body, gz, lines, owner, drop, self.settings.indexing.inflation)
+                chunks = rewrite_jsonl(body, gz, lines, owner, drop, self.settings.indexing.inflation)
             else:
                 indexing = self.settings.indexing
-                chunks = _rewrite_csv(body, gz, lines, owner, drop, indexing.max_record_bytes, indexing.inflation)
+                chunks = rewrite_csv(body, gz, lines, owner, drop, indexing.max_record_bytes, indexing.inflation)
             staged = stage(chunks)
         finally:
             body.close()
@@ -525,30 +346,6 @@ class _PurgeStep:
 
 def _nothing(outcome: ObjectOutcome) -> None:
     return None
-
-
-def stage(chunks: Iterable[bytes]) -> IO[bytes]:
-    """Hold the rewritten object (in memory up to 64 MiB, then on disk) until we know a write is needed."""
-    staged = tempfile.SpooledTemporaryFile(max_size=64 * 1024 * 1024)  # noqa: SIM115 - closed by the caller
-    for chunk in chunks:
-        staged.write(chunk)
-    staged.seek(0)
-    return staged
-
-
-def noncurrent_versions(s3: Any, uri: S3Uri) -> Iterator[ObjectHead]:
-    """Every noncurrent version of exactly this key (delete markers hold no data)."""
-    for page in s3.get_paginator("list_object_versions").paginate(Bucket=uri.bucket, Prefix=uri.key):
-        for version in page.get("Versions", []):
-            if version["Key"] == uri.key and not version["IsLatest"]:
-                yield ObjectHead(
-                    bucket=uri.bucket,
-                    key=uri.key,
-                    etag=version["ETag"],
-                    version_id=version["VersionId"],
-                    last_modified=version["LastModified"],
-                    size=version["Size"],
-                )
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,6 @@ skips what was done and ends in the same state, with the same certificate, as on
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -16,10 +15,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
-from botocore.exceptions import ClientError
 
-from lakepurge import aws
-from lakepurge.backfill import list_noncurrent, list_objects
+from lakepurge import aws, layout
 from lakepurge.config import Settings
 from lakepurge.index import open_store
 from lakepurge.index.base import IndexStore
@@ -27,7 +24,7 @@ from lakepurge.logs import get_logger, object_ref
 from lakepurge.privacy import HashedUsers, Pseudonymizer
 from lakepurge.purge.engine import ObjectOutcome, PurgeTarget, purge_object, verify_object
 from lakepurge.report import Report, ReportTable
-from lakepurge.s3io import ever_versioned
+from lakepurge.s3io import ever_versioned, list_noncurrent, list_objects
 from lakepurge.s3uri import S3Uri
 from lakepurge.sparkutil import apply_job_environment, job_environment, on_executors
 
@@ -84,15 +81,6 @@ def purge_targets(report: Report) -> list[PurgeTarget]:
         if v.s3path not in current
     ]
     return targets
-
-
-def results_prefix(settings: Settings, request_id: str) -> S3Uri:
-    base = S3Uri.parse(settings.reports.location)
-    return S3Uri(base.bucket, f"{base.key}results/{request_id}/")
-
-
-def _outcome_key(prefix: S3Uri, s3path: str) -> str:
-    return prefix.key + hashlib.sha256(s3path.encode()).hexdigest() + ".json"
 
 
 def recorded_outcomes(s3: Any, prefix: S3Uri) -> dict[str, ObjectOutcome]:
@@ -152,7 +140,7 @@ def _purge_partition(
 
     def record(outcome: ObjectOutcome) -> None:
         document = orjson.dumps(asdict(outcome))
-        s3.put_object(Bucket=prefix.bucket, Key=_outcome_key(prefix, outcome.s3path), Body=document)
+        s3.put_object(Bucket=prefix.bucket, Key=layout.result(prefix, outcome.s3path).key, Body=document)
 
     versioning: dict[str, bool] = {}  # per bucket, asked once per task
 
@@ -205,7 +193,7 @@ def run_purge(
     ``spark`` None runs the same work in this process (the inline purge of a small report)."""
     started = datetime.now(UTC)
     s3 = aws.client("s3")
-    prefix = results_prefix(settings, report.request_id)
+    prefix = layout.results_prefix(settings, report.request_id)
     recorded = recorded_outcomes(s3, prefix)
     done = {path: o for path, o in recorded.items() if o.committed}
     intents = {path: o for path, o in recorded.items() if not o.committed}
@@ -215,7 +203,10 @@ def run_purge(
     env = job_environment(settings)
     hashes = report.user_hashes
     fresh = on_executors(
-        spark, pending, lambda items: _purge_partition(settings, env, pseudonymizer_key, hashes, prefix, intents, items)
+        spark,
+        pending,
+        lambda items: _purge_partition(settings, env, pseudonymizer_key, hashes, prefix, intents, items),
+        label="objects purged",
     )
     outcomes = {**done, **{d["s3path"]: ObjectOutcome(**d) for d in fresh}}
     ordered = tuple(outcomes[t.s3path] for t in targets)
@@ -229,21 +220,10 @@ def run_purge(
 
 
 def recorded_relational(s3: Any, settings: Settings, request_id: str) -> tuple[dict[str, Any], ...]:
-    """The relational DELETEs the workflow ran before starting this job (it holds the raw ids; the job does not):
-    ``requests/<id>/relational.json`` under the reports location, written by lakepurge.workflow.steps."""
-    base = S3Uri.parse(settings.reports.location)
-    try:
-        body = s3.get_object(Bucket=base.bucket, Key=f"{base.key}requests/{request_id}/relational.json")["Body"]
-    except ClientError as exc:
-        if exc.response["Error"]["Code"] in ("NoSuchKey", "404"):
-            return ()
-        raise
-    return tuple(orjson.loads(body.read())["tables"])
-
-
-def certificate_uri(settings: Settings, request_id: str) -> S3Uri:
-    base = S3Uri.parse(settings.reports.location)
-    return S3Uri(base.bucket, f"{base.key}certificates/{request_id}.json")
+    """The relational DELETEs the workflow ran before starting this job (it holds the raw ids; the job does not),
+    written by lakepurge.workflow.steps (layout.relational)."""
+    recorded = layout.read_relational(s3, settings, request_id)
+    return () if recorded is None else tuple(t.to_json() for t in recorded.tables)
 
 
 def write_certificate(
@@ -259,54 +239,56 @@ def write_certificate(
     """The erasure certificate: what was erased, where, when, verified how; hashed ids only."""
     datasets = {d.name: d for d in settings.datasets}
     targets = purge_targets(report)
-    document = {
-        "certificate_version": 1,
-        "request_id": report.request_id,
-        "user_hashes": list(report.user_hashes),
-        "report_sha256": report_sha256,
-        "approved_by": approved_by,
-        "approved_at": approved_at,
-        "started_at": started.isoformat(timespec="seconds"),
-        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "coverage": list(report.coverage),
-        "objects": [
-            {
-                "object": object_ref(o.s3path, datasets[r.dataset]),
-                "dataset": r.dataset,
-                "erase": "noncurrent-versions" if r.versions_only else datasets[r.dataset].erase,
-                "status": o.status,
-                "before": {"etag": o.before_etag, "version_id": o.before_version},
-                "after": {"etag": o.after_etag, "version_id": o.after_version},
-                "lines_erased": o.lines_erased,
-                "stale_index": o.stale_index,
-                "noncurrent_versions_deleted": o.noncurrent_versions_deleted,
-                "deleted_version_ids": o.deleted_versions,
-                "sidecar_versions_deleted": o.sidecar_versions_deleted,
-                "error": o.error,
-            }
-            for o, r in zip(result.outcomes, targets, strict=True)
-        ],
-        "relational": list(result.relational),
-        "totals": {
-            "objects_rewritten": result.objects_rewritten,
-            "lines_erased": result.lines_erased,
-            "objects_failed": len(result.failed),
-            "noncurrent_versions_deleted": result.versions_deleted,
-            "relational_rows_deleted": sum(int(t.get("rows_deleted", 0)) for t in result.relational),
-        },
-        "verification": {
-            "passed": result.verified,
-            "objects_checked": len(targets),
-            "versions_checked": "every current and noncurrent version of each object",
-            "remaining": list(result.remaining),
-            "coverage_gaps": list(result.coverage_gaps),
-        },
-    }
-    uri = certificate_uri(settings, report.request_id)
+    certificate = layout.CertificateDocument.model_validate(
+        {
+            "certificate_version": 1,
+            "request_id": report.request_id,
+            "user_hashes": list(report.user_hashes),
+            "report_sha256": report_sha256,
+            "approved_by": approved_by,
+            "approved_at": approved_at,
+            "started_at": started.isoformat(timespec="seconds"),
+            "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "coverage": list(report.coverage),
+            "objects": [
+                {
+                    "object": object_ref(o.s3path, datasets[r.dataset]),
+                    "dataset": r.dataset,
+                    "erase": "noncurrent-versions" if r.versions_only else datasets[r.dataset].erase,
+                    "status": o.status,
+                    "before": {"etag": o.before_etag, "version_id": o.before_version},
+                    "after": {"etag": o.after_etag, "version_id": o.after_version},
+                    "lines_erased": o.lines_erased,
+                    "stale_index": o.stale_index,
+                    "noncurrent_versions_deleted": o.noncurrent_versions_deleted,
+                    "deleted_version_ids": o.deleted_versions,
+                    "sidecar_versions_deleted": o.sidecar_versions_deleted,
+                    "error": o.error,
+                }
+                for o, r in zip(result.outcomes, targets, strict=True)
+            ],
+            "relational": list(result.relational),
+            "totals": {
+                "objects_rewritten": result.objects_rewritten,
+                "lines_erased": result.lines_erased,
+                "objects_failed": len(result.failed),
+                "noncurrent_versions_deleted": result.versions_deleted,
+                "relational_rows_deleted": sum(int(t.get("rows_deleted", 0)) for t in result.relational),
+            },
+            "verification": {
+                "passed": result.verified,
+                "objects_checked": len(targets),
+                "versions_checked": "every current and noncurrent version of each object",
+                "remaining": list(result.remaining),
+                "coverage_gaps": list(result.coverage_gaps),
+            },
+        }
+    )
+    uri = layout.certificate(settings, report.request_id)
     s3.put_object(
         Bucket=uri.bucket,
         Key=uri.key,
-        Body=orjson.dumps(document, option=orjson.OPT_INDENT_2),
+        Body=orjson.dumps(certificate.to_json(), option=orjson.OPT_INDENT_2),
         ContentType="application/json",
     )
     return str(uri)
@@ -352,4 +334,6 @@ def _verify_on_executors(
     spark: Any, settings: Settings, items: list[tuple[str, str]], key: bytes, user_hashes: tuple[str, ...]
 ) -> list[dict[str, Any]]:
     env = job_environment(settings)
-    return on_executors(spark, items, lambda part: _verify_partition(settings, env, key, user_hashes, part))
+    return on_executors(
+        spark, items, lambda part: _verify_partition(settings, env, key, user_hashes, part), label="objects verified"
+    )

@@ -9,17 +9,14 @@ an object's current version. A version written by anyone else has no record and 
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import orjson
-from botocore.exceptions import ClientError
 
+from lakepurge import layout
 from lakepurge.config import Settings
-from lakepurge.s3io import error_code
-from lakepurge.s3uri import S3Uri
 
 Span = tuple[int, int]  # first line, number of lines
 
@@ -39,35 +36,14 @@ class PlaceholderRecord:
         return cls(**document)
 
 
-def _digest(value: str) -> str:
-    return hashlib.sha256(value.encode()).hexdigest()
-
-
-def _prefix(settings: Settings, s3path: str | None = None) -> S3Uri:
-    base = S3Uri.parse(settings.reports.location)
-    folder = f"{base.key}placeholders/"
-    return S3Uri(base.bucket, folder if s3path is None else f"{folder}{_digest(s3path)}/")
-
-
-def _location(settings: Settings, s3path: str, etag: str) -> S3Uri:
-    folder = _prefix(settings, s3path)
-    return S3Uri(folder.bucket, f"{folder.key}{_digest(etag)}.json")
-
-
 def write_record(s3: Any, settings: Settings, record: PlaceholderRecord) -> None:
-    where = _location(settings, record.s3path, record.etag)
+    where = layout.placeholder_record(settings, record.s3path, record.etag)
     s3.put_object(Bucket=where.bucket, Key=where.key, Body=orjson.dumps(asdict(record)), ContentType="application/json")
 
 
 def read_record(s3: Any, settings: Settings, s3path: str, etag: str) -> PlaceholderRecord | None:
-    where = _location(settings, s3path, etag)
-    try:
-        data = s3.get_object(Bucket=where.bucket, Key=where.key)["Body"].read()
-    except ClientError as exc:
-        if error_code(exc) in ("NoSuchKey", "404"):
-            return None
-        raise
-    return PlaceholderRecord.from_bytes(data)
+    stored = layout.read_or_none(s3, layout.placeholder_record(settings, s3path, etag))
+    return None if stored is None else PlaceholderRecord.from_bytes(stored.body)
 
 
 def placeholder_spans(s3: Any, settings: Settings, s3path: str, etag: str, limit: int = 10_000) -> list[Span]:
@@ -87,7 +63,7 @@ def placeholder_spans(s3: Any, settings: Settings, s3path: str, etag: str, limit
 
 def recorded_objects(s3: Any, settings: Settings) -> Iterator[str]:
     """The objects of which a purge recorded placeholders (one record read per object)."""
-    prefix = _prefix(settings)
+    prefix = layout.placeholders_prefix(settings)
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=prefix.bucket, Prefix=prefix.key, Delimiter="/"):
         for common in page.get("CommonPrefixes", []):
             first = s3.list_objects_v2(Bucket=prefix.bucket, Prefix=common["Prefix"], MaxKeys=1).get("Contents", [])
@@ -98,7 +74,7 @@ def recorded_objects(s3: Any, settings: Settings) -> Iterator[str]:
 
 def forget_records(s3: Any, settings: Settings, s3path: str) -> int:
     """Drop an object's records once the vacuum removed its placeholders (the versions they describe are gone)."""
-    folder = _prefix(settings, s3path)
+    folder = layout.placeholders_prefix(settings, s3path)
     keys = [
         item["Key"]
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=folder.bucket, Prefix=folder.key)

@@ -10,7 +10,7 @@ object is rewritten: an empty line or a line of commas inside someone's quoted C
 It is a dry run unless applied (`lakepurge vacuum --yes`). Noncurrent versions are deleted only when they hold a
 user on the suppression list (an erased user whose old version was kept), never a version holding only other
 people's data; `[vacuum] delete_versions = "none"` keeps them all. Every applied run writes its own record under
-``vacuum/`` in the reports location.
+``vacuum/`` in the reports location (lakepurge.layout).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import orjson
 
-from lakepurge import aws
+from lakepurge import aws, layout
 from lakepurge.config import DatasetConfig, Settings
 from lakepurge.formats import GzipReader, iter_lines
 from lakepurge.index import open_store
@@ -31,10 +31,10 @@ from lakepurge.index.base import IndexStore
 from lakepurge.indexer import index_object, scan_object
 from lakepurge.logs import get_logger, object_ref
 from lakepurge.privacy import Pseudonymizer
-from lakepurge.purge.engine import LastByte, file_chunks, gzip_chunks, noncurrent_versions, stage
 from lakepurge.purge.placeholders import Span, forget_records, placeholder_spans, recorded_objects
 from lakepurge.purge.s3write import WriteConflict, preserved_attributes, write_in_place
-from lakepurge.s3io import ObjectChanged, ObjectHead, head_object, open_body
+from lakepurge.purge.streams import LastByte, file_chunks, gzip_chunks, stage
+from lakepurge.s3io import ObjectChanged, ObjectHead, head_object, noncurrent_versions, open_body
 from lakepurge.s3uri import S3Uri
 from lakepurge.sparkutil import apply_job_environment, job_environment, on_executors
 
@@ -236,7 +236,9 @@ def run_vacuum(spark: Any, settings: Settings, datasets: Iterable[str] = (), app
             continue
         items.append((dataset.name, s3path))
     env = job_environment(settings)
-    rows = on_executors(spark, items, lambda part: _vacuum_partition(settings, env, apply, part))
+    rows = on_executors(
+        spark, items, lambda part: _vacuum_partition(settings, env, apply, part), label="objects vacuumed"
+    )
     outcomes = tuple(VacuumOutcome(**row) for row in rows)
     run_id = f"vac-{started.strftime('%Y%m%dT%H%M%SZ')}-{uuid.uuid4().hex[:8]}"
     record = _write_record(s3, settings, run_id, started, outcomes) if apply else None
@@ -248,8 +250,7 @@ def _write_record(
 ) -> str:
     """What the vacuum removed, beside the certificates: placeholders hold no personal data, but the chain of
     evidence should say which versions replaced the certified ones and which old versions went."""
-    base = S3Uri.parse(settings.reports.location)
-    key = f"{base.key}vacuum/{run_id}.json"
+    where = layout.vacuum_record(settings, run_id)
     objects = []
     for o in outcomes:
         uri = S3Uri.parse(o.s3path)
@@ -272,5 +273,7 @@ def _write_record(
         "delete_versions": settings.vacuum.delete_versions,
         "objects": objects,
     }
-    s3.put_object(Bucket=base.bucket, Key=key, Body=orjson.dumps(document, option=orjson.OPT_INDENT_2), IfNoneMatch="*")
-    return f"s3://{base.bucket}/{key}"
+    s3.put_object(
+        Bucket=where.bucket, Key=where.key, Body=orjson.dumps(document, option=orjson.OPT_INDENT_2), IfNoneMatch="*"
+    )
+    return str(where)

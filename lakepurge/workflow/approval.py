@@ -19,12 +19,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 from urllib.parse import urlencode
 
-import orjson
 from botocore.exceptions import ClientError
 
+from lakepurge import layout
 from lakepurge.config import Settings
 from lakepurge.logs import get_logger
-from lakepurge.report import Report, ReportTampered, read_report
+from lakepurge.report import Report, ReportTampered
+from lakepurge.workflow.events import Approved
 from lakepurge.workflow.store import (
     APPROVED,
     AWAITING_APPROVAL,
@@ -87,49 +88,51 @@ def open_approval(
     """Record what is to be approved and mint one secret per approver; returns the links and when they expire.
     Opening again (a retried Task) replaces the secrets, so only the newest email's links work."""
     workflow = workflow_settings(settings)
-    if store.document(request_id, "decision.json") is not None:
+    if store.decision(request_id) is not None:
         raise ApprovalRefused(409, f"request {request_id} is already decided")
     began = wait_began_at.astimezone(UTC) if wait_began_at is not None else datetime.now(UTC)
     expires_at = expiry(began, workflow.approval_timeout_seconds).isoformat(timespec="seconds")
     links, approvers = [], []
     for index, approver in enumerate(workflow.approvers):
         secret = secrets.token_urlsafe(32)
-        approvers.append({"email": approver, "secret_sha256": _digest(secret)})
+        approvers.append(layout.Approver(email=approver, secret_sha256=_digest(secret)))
         query = urlencode({"request": request_id, "approver": index, "secret": secret})
         links.append(ApprovalLink(approver, f"{workflow.approval_url}?{query}"))
     store.put_document(
         request_id,
-        "approval.json",
-        {
-            "report_uri": report_uri,
-            "report_sha256": report_sha256,
-            "task_token": task_token,
-            "opened_at": now_iso(),
-            "expires_at": expires_at,
-            "approvers": approvers,
-        },
+        layout.APPROVAL,
+        layout.ApprovalDocument(
+            report_uri=report_uri,
+            report_sha256=report_sha256,
+            task_token=task_token,
+            opened_at=now_iso(),
+            expires_at=expires_at,
+            approvers=tuple(approvers),
+        ),
     )
     store.set_state(request_id, AWAITING_APPROVAL, expires_at=expires_at)
     return links, expires_at
 
 
-def _check(store: RequestStore, request_id: str, approver_index: str, secret: str) -> tuple[dict[str, Any], str]:
-    approval = store.document(request_id, "approval.json") if request_id else None
+def _check(
+    store: RequestStore, request_id: str, approver_index: str, secret: str
+) -> tuple[layout.ApprovalDocument, str]:
+    approval = store.approval(request_id) if request_id else None
     if approval is None:
         raise ApprovalRefused(404, "no approval is pending for this link")
     try:
-        entry = approval["approvers"][int(approver_index)]
+        entry = approval.approvers[int(approver_index)]
     except (ValueError, IndexError):
         raise ApprovalRefused(403, "this link is not valid") from None
-    if not hmac.compare_digest(entry["secret_sha256"], _digest(secret)):
+    if not hmac.compare_digest(entry.secret_sha256, _digest(secret)):
         raise ApprovalRefused(403, "this link is not valid")
-    if datetime.fromisoformat(approval["expires_at"]) < datetime.now(UTC):
+    if datetime.fromisoformat(approval.expires_at) < datetime.now(UTC):
         raise ApprovalRefused(410, "this link has expired; the request was not approved")
-    return approval, str(entry["email"])
+    return approval, entry.email
 
 
 def _undecided(store: RequestStore, request_id: str) -> None:
-    if store.document(request_id, "decision.json") is not None:
+    if store.decision(request_id) is not None:
         raise ApprovalRefused(409, "this request has already been decided")
 
 
@@ -140,14 +143,14 @@ def pending(
     approval, approver = _check(store, request_id, approver_index, secret)
     _undecided(store, request_id)
     try:
-        report = read_report(s3, approval["report_uri"], approval["report_sha256"])
+        report, _ = layout.load_report(s3, approval.report_uri, approval.report_sha256)
     except ReportTampered:
         raise ApprovalRefused(409, "the report changed after this email was sent; it cannot be approved") from None
     try:
         request = store.get(request_id)
     except RequestNotFound:
         raise ApprovalRefused(404, "no approval is pending for this link") from None
-    return PendingApproval(request, report, approval["report_sha256"], approver, approval["expires_at"])
+    return PendingApproval(request, report, approval.report_sha256, approver, approval.expires_at)
 
 
 def decide(
@@ -163,72 +166,77 @@ def decide(
     """Decide once and wake the state machine. Returns the recorded decision."""
     approval, approver = _check(store, request_id, approver_index, secret)
     verdict = "approved" if decision == "approve" else "rejected"
-    claimed = store.document(request_id, "decision.json")
+    claimed = store.decision(request_id)
     if claimed is not None:
         # The same approver's same decision, not yet taken by the state machine (a transient error): deliver it now.
-        retry = claimed.get("delivered_at") is None and claimed["decision"] == verdict and claimed.get("by") == approver
+        retry = claimed.delivered_at is None and claimed.decision == verdict and claimed.by == approver
         if not retry:
             raise ApprovalRefused(409, "this request has already been decided")
         record = claimed
     else:
         try:
-            read_report(s3, approval["report_uri"], approval["report_sha256"])
+            layout.load_report(s3, approval.report_uri, approval.report_sha256)
         except ReportTampered:
             sfn.send_task_failure(
-                taskToken=approval["task_token"],
+                taskToken=approval.task_token,
                 error="ReportTampered",
                 cause="the report changed between the approval email and the decision",
             )
             raise ApprovalRefused(409, "the report changed after this email was sent; it cannot be approved") from None
-        record = {
-            "decision": verdict,
-            "approved_by" if decision == "approve" else "rejected_by": approver,
-            "by": approver,
-            "decided_at": now_iso(),
-            "report_uri": approval["report_uri"],
-            "report_sha256": approval["report_sha256"],
-        }
+        record = layout.DecisionDocument(
+            decision=verdict,
+            approved_by=approver if decision == "approve" else None,
+            rejected_by=None if decision == "approve" else approver,
+            by=approver,
+            decided_at=now_iso(),
+            report_uri=approval.report_uri,
+            report_sha256=approval.report_sha256,
+        )
         try:
-            store.put_document(request_id, "decision.json", record, only_once=True)
+            store.put_document(request_id, layout.DECISION, record, only_once=True)
         except ClientError as exc:
             if exc.response["Error"]["Code"] in ("PreconditionFailed", "ConditionalRequestConflict"):
                 raise ApprovalRefused(409, "this request has already been decided") from None
             raise
     _deliver(store, sfn, request_id, approval, record)
-    record = {**record, "delivered_at": now_iso()}
-    store.put_document(request_id, "decision.json", record)
-    log.info("approval decided", extra={"request_id": request_id, "decision": record["decision"]})
-    return record
+    record = record.model_copy(update={"delivered_at": now_iso()})
+    store.put_document(request_id, layout.DECISION, record)
+    log.info("approval decided", extra={"request_id": request_id, "decision": record.decision})
+    return record.to_json()
 
 
 _NOT_WAITING = ("TaskTimedOut", "InvalidToken", "TaskDoesNotExist")
 
 
-def _deliver(store: RequestStore, sfn: Any, request_id: str, approval: dict[str, Any], record: dict[str, Any]) -> None:
+def _deliver(
+    store: RequestStore,
+    sfn: Any,
+    request_id: str,
+    approval: layout.ApprovalDocument,
+    record: layout.DecisionDocument,
+) -> None:
     """Hand the claimed decision to the waiting execution. If it no longer waits, or the request already ended, the
     claim is withdrawn (the decision took no effect, and no document may say otherwise); any other error leaves the
     claim for the same approver's retry."""
     try:
-        if record["decision"] == "approved":
-            store.set_state(request_id, APPROVED, approved_at=record["decided_at"])
+        if record.decision == "approved":
+            store.set_state(request_id, APPROVED, approved_at=record.decided_at)
             sfn.send_task_success(
-                taskToken=approval["task_token"],
-                output=orjson.dumps(
-                    {
-                        "decision": "approved",
-                        "approved_by": record["approved_by"],
-                        "approved_at": record["decided_at"],
-                        "report_sha256": approval["report_sha256"],
-                    }
-                ).decode(),
+                taskToken=approval.task_token,
+                output=Approved(  # the RequestApproval Task's result, $.approval
+                    decision="approved",
+                    approved_by=record.approved_by or record.by,
+                    approved_at=record.decided_at,
+                    report_sha256=approval.report_sha256,
+                ).model_dump_json(),
             )
         else:
-            sfn.send_task_failure(taskToken=approval["task_token"], error="Rejected", cause="rejected by an approver")
+            sfn.send_task_failure(taskToken=approval.task_token, error="Rejected", cause="rejected by an approver")
     except StateIsFinal:
-        store.delete_document(request_id, "decision.json")
+        store.delete_document(request_id, layout.DECISION)
         raise ApprovalRefused(410, "the request has already ended; this decision was not taken") from None
     except ClientError as exc:
         if exc.response["Error"]["Code"] in _NOT_WAITING:
-            store.delete_document(request_id, "decision.json")
+            store.delete_document(request_id, layout.DECISION)
             raise ApprovalRefused(410, "the request is no longer waiting for a decision") from None
         raise

@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 
+from lakepurge.aws import Clients
 from lakepurge.config import ConfigError, Settings
 from lakepurge.logs import get_logger
 from lakepurge.privacy import Pseudonymizer
@@ -29,7 +30,7 @@ class FiledRequest:
 
 def file_request(
     settings: Settings,
-    clients: Any,
+    clients: Clients,
     sfn: Any,
     pseudonymizer: Pseudonymizer,
     users: list[str],

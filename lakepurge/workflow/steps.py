@@ -2,18 +2,18 @@
 
 Every input and output here is what Step Functions records in the execution history, so none carries a raw user
 id: tasks that need the ids (the report, the relational DELETEs) decrypt them from the request store themselves.
+They are the typed messages of lakepurge.workflow.events; only the handlers turn them into JSON.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import orjson
 from botocore.exceptions import ClientError
 
-from lakepurge import aws
+from lakepurge import aws, layout
+from lakepurge.aws import Clients
 from lakepurge.config import Settings
 from lakepurge.coverage import DatasetCoverage, dead_letter_count, describe_gaps
 from lakepurge.index.base import IndexStore
@@ -21,11 +21,30 @@ from lakepurge.launch import PurgeJobSpec, inline_fits, launcher_for, run_inline
 from lakepurge.logs import get_logger
 from lakepurge.privacy import HashedUsers, Pseudonymizer
 from lakepurge.purge.engine import verify_object
-from lakepurge.purge.job import certificate_uri, purge_relational, recorded_outcomes, results_prefix
-from lakepurge.report import Report, ReportTampered, build_report, read_report, report_uri, sha256, write_report
+from lakepurge.purge.job import purge_relational, recorded_outcomes
+from lakepurge.report import Report, ReportTampered, build_report
 from lakepurge.s3io import head_object
 from lakepurge.s3uri import S3Uri
 from lakepurge.workflow.approval import open_approval
+from lakepurge.workflow.events import (
+    ApprovalRequested,
+    Approved,
+    EndedJob,
+    EndedReport,
+    EndedState,
+    EndedVerification,
+    ErasedBeforeFailure,
+    NoCertificate,
+    Notified,
+    Outcome,
+    PurgeStarted,
+    PurgeStatus,
+    ReportRef,
+    ReportSummary,
+    TaskError,
+    Verification,
+    VerifyOutcome,
+)
 from lakepurge.workflow.pages import approval_email
 from lakepurge.workflow.store import PURGING, REPORTED, RequestStore, StateIsFinal, workflow_settings
 
@@ -36,21 +55,9 @@ class NotApproved(Exception):
     """The purge was asked to start without a recorded approval of this report."""
 
 
-@dataclass(frozen=True)
-class Clients:
-    s3: Any
-    kms: Any
-    sqs: Any = None  # reads the indexer's dead-letter queue; None: the process's SQS client when it is needed
-
-    @classmethod
-    def from_environment(cls) -> Clients:
-        """The process's S3, KMS and SQS clients (boto3's standard settings, AWS_ENDPOINT_URL locally)."""
-        return cls(aws.client("s3"), aws.client("kms"), aws.client("sqs"))
-
-
 def generate_report(
     settings: Settings, clients: Clients, index: IndexStore, pseudonymizer: Pseudonymizer, request_id: str
-) -> dict[str, Any]:
+) -> ReportSummary:
     """Look the request's users up and write its report (once: a retried Task reuses the first one).
 
     The report states every dataset's coverage, the indexer's dead-letter queue counted: while any dataset is not
@@ -58,33 +65,30 @@ def generate_report(
     (a lookup there could miss the users' records, so neither "nothing found" nor "erased" can be certified)."""
     requests = RequestStore(settings, clients.s3, clients.kms)
     request = requests.get(request_id)
-    location = report_uri(settings, request_id)
-    try:
-        data = clients.s3.get_object(Bucket=location.bucket, Key=location.key)["Body"].read()
-        report, uri, digest = Report.from_bytes(data), str(location), sha256(data)
-    except ClientError as exc:
-        if exc.response["Error"]["Code"] not in ("NoSuchKey", "404"):
-            raise
+    found = layout.find_report(clients.s3, settings, request_id)
+    if found is not None:
+        report, uri, digest = found
+    else:
         users, _ = requests.open(request)
         queue_url = settings.indexing.dead_letter_queue_url
         dead_letters = dead_letter_count(clients.sqs or aws.client("sqs"), queue_url) if queue_url else 0
         report = build_report(index, settings, users, request_id, pseudonymizer, dead_letters=dead_letters)
-        uri, digest = write_report(clients.s3, settings, report)
+        uri, digest = layout.write_report(clients.s3, settings, report)
     summary = report.summary()
     requests.set_state(request_id, REPORTED, objects=summary["objects"], lines=summary["lines"])
-    return {
-        "uri": uri,
-        "sha256": digest,
-        "users_requested": summary["users_requested"],
-        "users_found": summary["users_found"],
-        "objects": summary["objects"],
-        "lines": summary["lines"],
-        "relational_rows": sum(summary["relational_rows"].values()),
-        "empty": report.empty,
-        "coverage_complete": coverage_complete(report),
-        "coverage_gaps": [gap.dataset for gap in report.gaps],  # dataset names only
-        "approval_timeout_seconds": workflow_settings(settings).approval_timeout_seconds,
-    }
+    return ReportSummary(
+        uri=uri,
+        sha256=digest,
+        users_requested=summary["users_requested"],
+        users_found=summary["users_found"],
+        objects=summary["objects"],
+        lines=summary["lines"],
+        relational_rows=sum(summary["relational_rows"].values()),
+        empty=report.empty,
+        coverage_complete=coverage_complete(report),
+        coverage_gaps=[gap.dataset for gap in report.gaps],  # dataset names only
+        approval_timeout_seconds=workflow_settings(settings).approval_timeout_seconds,
+    )
 
 
 def coverage_complete(report: Report) -> bool:
@@ -98,95 +102,105 @@ def request_approval(
     clients: Clients,
     ses: Any,
     request_id: str,
-    report: dict[str, Any],
+    report: ReportRef,
     task_token: str,
     wait_began_at: datetime | None = None,
-) -> dict[str, Any]:
+) -> ApprovalRequested:
     """Mint the approvers' links and email them; the state machine then waits for the decision."""
     workflow = workflow_settings(settings)
     requests = RequestStore(settings, clients.s3, clients.kms)
     request = requests.get(request_id)
-    summary = read_report(clients.s3, report["uri"], report["sha256"]).summary()
+    planned, _ = layout.load_report(clients.s3, report.uri, report.sha256)
+    summary = planned.summary()
     links, expires_at = open_approval(
-        settings, requests, request_id, report["uri"], report["sha256"], task_token, wait_began_at
+        settings, requests, request_id, report.uri, report.sha256, task_token, wait_began_at
     )
     for link in links:
         subject, body = approval_email(request, summary, link, expires_at)
+        extra = {"ConfigurationSetName": workflow.ses_configuration_set} if workflow.ses_configuration_set else {}
         ses.send_email(
             Source=workflow.sender,
             Destination={"ToAddresses": [link.approver]},
             Message={"Subject": {"Data": subject}, "Body": {"Text": {"Data": body}}},
+            **extra,
         )
-    return {"emails_sent": len(links), "expires_at": expires_at}
+    return ApprovalRequested(emails_sent=len(links), expires_at=expires_at)
 
 
 def start_purge(
-    settings: Settings, clients: Clients, request_id: str, report: dict[str, Any], approval: dict[str, Any]
-) -> dict[str, Any]:
+    settings: Settings, clients: Clients, request_id: str, report: ReportRef, approval: Approved
+) -> PurgeStarted:
     """Check the approval against the stored decision and the report's bytes, erase the relational rows, then
     purge inline (small reports) or start the Spark job."""
     workflow = workflow_settings(settings)
     requests = RequestStore(settings, clients.s3, clients.kms)
-    decision = requests.document(request_id, "decision.json")
-    if decision is None or decision["decision"] != "approved":
+    decision = requests.decision(request_id)
+    if decision is None or decision.decision != "approved":
         raise NotApproved(f"request {request_id} has no recorded approval")
-    if decision["report_sha256"] != report["sha256"] or approval.get("report_sha256") != report["sha256"]:
+    if decision.report_sha256 != report.sha256 or approval.report_sha256 != report.sha256:
         raise ReportTampered(f"request {request_id}: the approved report hash is not the generated one")
-    planned = read_report(clients.s3, report["uri"], decision["report_sha256"])  # raises ReportTampered
-    if planned.relational and requests.document(request_id, "relational.json") is None:
+    # The one read of the report in this step (raises ReportTampered); the inline purge is handed it.
+    planned, _ = layout.load_report(clients.s3, report.uri, decision.report_sha256)
+    if planned.relational and requests.relational(request_id) is None:
         users, _ = requests.open(requests.get(request_id))
         deleted = purge_relational(settings, users, planned.relational)
-        requests.put_document(request_id, "relational.json", {"tables": deleted}, only_once=True)
+        recorded = layout.RelationalDocument.model_validate({"tables": deleted})
+        requests.put_document(request_id, layout.RELATIONAL, recorded, only_once=True)
     spec = PurgeJobSpec(
         request_id=request_id,
-        report_uri=report["uri"],
-        report_sha256=decision["report_sha256"],
-        approved_by=decision["approved_by"],
-        approved_at=decision["decided_at"],
+        report_uri=report.uri,
+        report_sha256=decision.report_sha256,
+        approved_by=decision.approved_by,
+        approved_at=decision.decided_at,
     )
     requests.set_state(request_id, PURGING)
     if inline_fits(settings, planned):
-        result = run_inline(settings, spec)
-        state = "SUCCEEDED" if result.verified else "FAILED"
-        return {"backend": "inline", "id": request_id, "state": state, "poll_seconds": workflow.poll_seconds}
+        result = run_inline(settings, spec, planned)
+        return PurgeStarted(
+            backend="inline",
+            id=request_id,
+            state="SUCCEEDED" if result.verified else "FAILED",
+            poll_seconds=workflow.poll_seconds,
+        )
     launcher = launcher_for(settings)
     job_id = launcher.start(spec)
-    return {"backend": launcher.backend, "id": job_id, "state": "RUNNING", "poll_seconds": workflow.poll_seconds}
+    return PurgeStarted(backend=launcher.backend, id=job_id, state="RUNNING", poll_seconds=workflow.poll_seconds)
 
 
-def purge_status(settings: Settings, clients: Clients, job: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
+def purge_status(settings: Settings, clients: Clients, job: PurgeStarted, report: ReportRef) -> PurgeStatus:
     """The job's state. A failed job whose report no longer hashes to the approved one was refused by the job:
     that is reported as the tampering it is (ReportTampered), not as a crash."""
-    status = launcher_for(settings).status(str(job["id"]))
+    status = launcher_for(settings).status(job.id)
     if status.state == "FAILED":
-        read_report(clients.s3, report["uri"], report["sha256"])
-    return {**job, "state": status.state, "detail": status.detail}
+        layout.load_report(clients.s3, report.uri, report.sha256)
+    return PurgeStatus(
+        backend=job.backend, id=job.id, state=status.state, poll_seconds=job.poll_seconds, detail=status.detail
+    )
 
 
-def verify(settings: Settings, clients: Clients, index: IndexStore, request_id: str, report: dict[str, Any]) -> dict:
+def verify(
+    settings: Settings, clients: Clients, index: IndexStore, request_id: str, report: ReportRef
+) -> VerifyOutcome:
     """Accept the purge only if its certificate is for the approved report and its verification passed; then
     remember the users as erased (the suppression list)."""
-    location = certificate_uri(settings, request_id)
-    try:
-        certificate = orjson.loads(clients.s3.get_object(Bucket=location.bucket, Key=location.key)["Body"].read())
-    except ClientError as exc:
-        if exc.response["Error"]["Code"] not in ("NoSuchKey", "404"):
-            raise
-        return {"verified": False, "certificate": None, "reason": "no certificate was written"}
-    planned = read_report(clients.s3, report["uri"], report["sha256"])
-    verified = bool(certificate["verification"]["passed"]) and certificate["report_sha256"] == report["sha256"]
+    location = layout.certificate(settings, request_id)
+    certificate = layout.read_certificate(clients.s3, location)
+    if certificate is None:
+        return NoCertificate(reason="no certificate was written")
+    planned, _ = layout.load_report(clients.s3, report.uri, report.sha256)
+    verified = certificate.verification.passed and certificate.report_sha256 == report.sha256
     if verified:
         index.record_erased(list(planned.user_hashes), request_id)
-    totals = certificate["totals"]
-    return {
-        "verified": verified,
-        "certificate": str(location),
-        "users_erased": planned.users_found if verified else 0,
-        "objects_rewritten": totals["objects_rewritten"],
-        "lines_erased": totals["lines_erased"],
-        "relational_rows_deleted": totals["relational_rows_deleted"],
-        "reason": "" if verified else "the certificate's verification did not pass",
-    }
+    totals = certificate.totals
+    return Verification(
+        verified=verified,
+        certificate=str(location),
+        users_erased=planned.users_found if verified else 0,
+        objects_rewritten=totals.objects_rewritten,
+        lines_erased=totals.lines_erased,
+        relational_rows_deleted=totals.relational_rows_deleted,
+        reason="" if verified else "the certificate's verification did not pass",
+    )
 
 
 def _moved_on(s3: Any, s3path: str, etag: str | None) -> bool:
@@ -196,11 +210,11 @@ def _moved_on(s3: Any, s3path: str, etag: str | None) -> bool:
 
 
 def erased_before_failure(
-    settings: Settings, clients: Clients, key: bytes, request_id: str, report: dict[str, Any]
-) -> dict[str, int]:
+    settings: Settings, clients: Clients, key: bytes, request_id: str, report: ReportRef
+) -> ErasedBeforeFailure:
     """After a failed purge: the objects already erased, each re-read now to confirm none of the users remains."""
-    planned = read_report(clients.s3, report["uri"], report["sha256"])
-    recorded = recorded_outcomes(clients.s3, results_prefix(settings, request_id)).values()
+    planned, _ = layout.load_report(clients.s3, report.uri, report.sha256)
+    recorded = recorded_outcomes(clients.s3, layout.results_prefix(settings, request_id)).values()
     # An intent is recorded just before a write: if the object moved on from the version it read, the write happened.
     done = [o for o in recorded if o.committed or _moved_on(clients.s3, o.s3path, o.before_etag)]
     users = HashedUsers(planned.user_hashes, Pseudonymizer(key))
@@ -211,102 +225,103 @@ def erased_before_failure(
         dataset = settings.dataset_named(datasets[outcome.s3path])
         if not verify_object(clients.s3, settings, dataset, outcome.s3path, users):
             verified += 1
-    return {"objects_erased": len(done), "objects_verified": verified, "objects_planned": len(planned.objects)}
+    return ErasedBeforeFailure(
+        objects_erased=len(done), objects_verified=verified, objects_planned=len(planned.objects)
+    )
 
 
-def _coverage_gaps(clients: Clients, report: dict[str, Any]) -> list[DatasetCoverage]:
+def _coverage_gaps(clients: Clients, report: EndedReport | None) -> list[DatasetCoverage]:
     """The incomplete datasets as the report states them; by name only when the report cannot be read back."""
+    if report is None:
+        return []
     try:
-        return read_report(clients.s3, report["uri"], report["sha256"]).gaps
+        planned, _ = layout.load_report(clients.s3, report.uri, report.sha256)
+        return planned.gaps
     except (ClientError, KeyError, ReportTampered, ValueError) as exc:
         log.warning("the report could not be read for the notification", extra={"error": type(exc).__name__})
         return [
             DatasetCoverage(str(name), False, "not completely indexed (see the report)", "lakepurge status")
-            for name in report.get("coverage_gaps") or []
+            for name in report.coverage_gaps
         ]
 
 
-def _incomplete(request_id: str, report: dict[str, Any], gaps: list[DatasetCoverage], deadline: str) -> str:
+def _incomplete(request_id: str, report: EndedReport | None, gaps: list[DatasetCoverage], deadline: str) -> str:
     where = describe_gaps(gaps) if gaps else "the report predates coverage checks (no dataset's coverage is stated)"
     return (
         f"Request {request_id} cannot be answered yet: the index does not completely cover {len(gaps)} dataset(s),"
         f" so a lookup could miss the user(s)' records there. {where}. NOTHING was erased and nothing is"
         f" certified. The request is still open against its legal deadline ({deadline or 'see lakepurge status'}):"
         f" once lakepurge status shows the index complete, file the request again under a new request id."
-        f" Report: {report.get('uri')}"
+        f" Report: {report.uri if report else None}"
     )
 
 
 def _ended(
     request_id: str,
-    outcome: str,
-    state: dict[str, Any],
-    decision: dict[str, Any] | None,
+    outcome: Outcome,
+    state: EndedState,
+    rejected_by: str | None,
     gaps: list[DatasetCoverage] | None = None,
     deadline: str = "",
 ) -> str:
-    report = state.get("report") or {}
-    job = state.get("job") or {}
-    checked = state.get("verification") or {}
-    error = state.get("error") or {}
-    cause = str(error.get("Cause") or "")[:300]
+    report = state.report
+    uri = report.uri if report else None
+    job = state.job or EndedJob()
+    checked = state.verification or EndedVerification()
+    error = state.error or TaskError()
+    cause = (error.cause or "")[:300]
     messages = {
         "ERASED": (
-            f"Request {request_id} is erased and verified: {checked.get('lines_erased', 0)} record(s) in"
-            f" {checked.get('objects_rewritten', 0)} object(s) and {checked.get('relational_rows_deleted', 0)}"
-            f" relational row(s). Certificate: {checked.get('certificate')}"
+            f"Request {request_id} is erased and verified: {checked.lines_erased} record(s) in"
+            f" {checked.objects_rewritten} object(s) and {checked.relational_rows_deleted}"
+            f" relational row(s). Certificate: {checked.certificate}"
         ),
         "NOTHING_FOUND": (
-            f"Request {request_id}: none of its {report.get('users_requested', 0)} user(s) has data in the index or"
-            f" the relational tables. Nothing was erased. Report: {report.get('uri')}"
+            f"Request {request_id}: none of its {report.users_requested if report else 0} user(s) has data in the"
+            f" index or the relational tables. Nothing was erased. Report: {uri}"
         ),
         "INDEX_INCOMPLETE": _incomplete(request_id, report, gaps or [], deadline),
-        "REJECTED": (
-            f"Request {request_id} was REJECTED by {(decision or {}).get('rejected_by', 'an approver')}."
-            " Nothing was erased."
-        ),
+        "REJECTED": f"Request {request_id} was REJECTED by {rejected_by or 'an approver'}. Nothing was erased.",
         "APPROVAL_TIMED_OUT": (
             f"No approver decided request {request_id} in time: the approval expired and NOTHING was erased."
             " The request is still open against its legal deadline; file it again to ask for approval."
         ),
         "REPORT_TAMPERED": (
             f"The report of request {request_id} no longer matches the hash its approver approved. The purge was"
-            f" refused and NOTHING was erased by it. Report: {report.get('uri')}"
+            f" refused and NOTHING was erased by it. Report: {uri}"
         ),
         "VERIFICATION_FAILED": (
             f"Request {request_id} was purged but verification did NOT pass"
-            f" ({checked.get('reason') or 'see the certificate'}); data may remain."
-            f" Certificate: {checked.get('certificate')}"
+            f" ({checked.reason or 'see the certificate'}); data may remain."
+            f" Certificate: {checked.certificate}"
         ),
-        "JOB_FAILED": (
-            f"The purge job of request {request_id} FAILED ({job.get('backend')}: {job.get('detail', '')})."
-        ),
-        "FAILED": (
-            f"Request {request_id} FAILED at a step; nothing is reported erased. Error: {error.get('Error')}: {cause}"
-        ),
+        "JOB_FAILED": f"The purge job of request {request_id} FAILED ({job.backend}: {job.detail}).",
+        "FAILED": f"Request {request_id} FAILED at a step; nothing is reported erased. Error: {error.error}: {cause}",
     }
     return messages[outcome]
 
 
 def notify(
-    settings: Settings, clients: Clients, sns: Any, key: bytes, request_id: str, outcome: str, state: dict[str, Any]
-) -> dict[str, Any]:
+    settings: Settings, clients: Clients, sns: Any, key: bytes, request_id: str, outcome: Outcome, state: EndedState
+) -> Notified:
     """Tell the topic how the request ended and record its final state. Counts and ids of requests only."""
     requests = RequestStore(settings, clients.s3, clients.kms)
-    decision = requests.document(request_id, "decision.json")
+    decision = requests.decision(request_id)
     gaps, deadline = None, ""
     if outcome == "INDEX_INCOMPLETE":
-        gaps = _coverage_gaps(clients, state.get("report") or {})
+        gaps = _coverage_gaps(clients, state.report)
         deadline = requests.get(request_id).deadline
-    message = _ended(request_id, outcome, state, decision, gaps, deadline)
+    rejected_by = decision.rejected_by if decision is not None else None
+    message = _ended(request_id, outcome, state, rejected_by, gaps, deadline)
     detail: dict[str, Any] = {}
     if gaps is not None:
         detail = {"coverage_gaps": [gap.dataset for gap in gaps]}  # dataset names, for lakepurge status
-    if outcome == "JOB_FAILED" and state.get("report"):
-        detail = erased_before_failure(settings, clients, key, request_id, state["report"])
+    if outcome == "JOB_FAILED" and state.report is not None:
+        erased = erased_before_failure(settings, clients, key, request_id, state.report)
+        detail = dict(erased)
         message += (
-            f" Of {detail['objects_planned']} object(s) planned, {detail['objects_erased']} were erased before the"
-            f" failure ({detail['objects_verified']} re-read now and verified clean); the others are unchanged."
+            f" Of {erased.objects_planned} object(s) planned, {erased.objects_erased} were erased before the"
+            f" failure ({erased.objects_verified} re-read now and verified clean); the others are unchanged."
             " Running the purge again resumes it."
         )
     sns.publish(
@@ -320,4 +335,4 @@ def notify(
     except StateIsFinal:
         # An ending was recorded first (a retried Notify after another ending): it stays; this message still went.
         log.warning("request already ended; its state is kept", extra={"request_id": request_id, "outcome": outcome})
-    return {"outcome": outcome, **detail}
+    return Notified(outcome=outcome, **detail)

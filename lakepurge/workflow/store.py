@@ -1,6 +1,6 @@
 """Stored deletion requests: who is to be erased (encrypted), by when, and where the request stands.
 
-A request lives under ``<reports.location>requests/<request id>/``:
+A request lives under ``<reports.location>requests/<request id>/`` (lakepurge.layout):
 - ``request.json``: written once. The raw user ids (and the requester) are sealed with AES-GCM under a fresh data
   key from KMS, so reading them needs kms:Decrypt on the workflow key; the keyed hashes stay readable for lookups.
 - ``state.json``: the current state, overwritten at each step.
@@ -13,15 +13,15 @@ import base64
 import os
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, get_args
+from typing import Any, TypeVar, get_args
 
 import orjson
 from botocore.exceptions import ClientError
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from lakepurge import layout
 from lakepurge.config import ConfigError, Settings, WorkflowConfig
 from lakepurge.privacy import Pseudonymizer
-from lakepurge.s3uri import S3Uri
 from lakepurge.workflow.events import Outcome
 
 # Where a request stands before it ends; an ending (an outcome) never changes again.
@@ -90,17 +90,21 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
+Doc = TypeVar("Doc", bound=layout.Document)
+
+
 class RequestStore:
     def __init__(self, settings: Settings, s3: Any, kms: Any) -> None:
         self._workflow = workflow_settings(settings)
-        base = S3Uri.parse(settings.reports.location)
-        self._bucket = base.bucket
-        self._prefix = f"{base.key}requests/"
+        self._settings = settings
+        folder = layout.requests_prefix(settings)
+        self._bucket = folder.bucket
+        self._prefix = folder.key
         self._s3 = s3
         self._kms = kms
 
     def key(self, request_id: str, name: str) -> str:
-        return f"{self._prefix}{request_id}/{name}"
+        return layout.request_document(self._settings, request_id, name).key
 
     @property
     def bucket(self) -> str:
@@ -120,7 +124,11 @@ class RequestStore:
         if not users:
             raise ValueError("a deletion request needs at least one user id")
         hashes = tuple(pseudonymizer.many(users))
-        data_key = self._kms.generate_data_key(KeyId=self._workflow.kms_key_id, KeySpec="AES_256")
+        # The encryption context binds the data key to this request: the key policy lets only the functions that
+        # need raw ids decrypt, and only with a request_id context (kms:EncryptionContextKeys).
+        data_key = self._kms.generate_data_key(
+            KeyId=self._workflow.kms_key_id, KeySpec="AES_256", EncryptionContext={"request_id": request_id}
+        )
         nonce = os.urandom(12)
         plaintext = orjson.dumps({"users": users, "requester": requester})
         sealed = AESGCM(data_key["Plaintext"]).encrypt(nonce, plaintext, request_id.encode())
@@ -139,7 +147,7 @@ class RequestStore:
         try:
             self._s3.put_object(
                 Bucket=self._bucket,
-                Key=self.key(request_id, "request.json"),
+                Key=self.key(request_id, layout.REQUEST),
                 Body=orjson.dumps(asdict(request)),
                 ContentType="application/json",
                 IfNoneMatch="*",
@@ -155,13 +163,15 @@ class RequestStore:
         return request
 
     def get(self, request_id: str) -> ErasureRequest:
-        document = self._read(request_id, "request.json")
+        document = self._read(request_id, layout.REQUEST)
         document["user_hashes"] = tuple(document["user_hashes"])
         return ErasureRequest(**document)
 
     def open(self, request: ErasureRequest) -> tuple[list[str], str]:
         """The raw user ids and the requester (needs kms:Decrypt)."""
-        data_key = self._kms.decrypt(CiphertextBlob=base64.b64decode(request.sealed_key))["Plaintext"]
+        data_key = self._kms.decrypt(
+            CiphertextBlob=base64.b64decode(request.sealed_key), EncryptionContext={"request_id": request.request_id}
+        )["Plaintext"]
         plaintext = AESGCM(data_key).decrypt(
             base64.b64decode(request.nonce), base64.b64decode(request.sealed), request.request_id.encode()
         )
@@ -172,22 +182,19 @@ class RequestStore:
         """Move the request to a state, unless it already ended (StateIsFinal). Conditional on the state read, so a
         concurrent writer (an ending written meanwhile) makes this one read again rather than overwrite it."""
         body = orjson.dumps(asdict(RequestState(state, now_iso(), detail)))
-        key = self.key(request_id, "state.json")
+        where = layout.request_document(self._settings, request_id, layout.STATE)
         for _ in range(5):
-            try:
-                current = self._s3.get_object(Bucket=self._bucket, Key=key)
-            except ClientError as exc:
-                if exc.response["Error"]["Code"] not in ("NoSuchKey", "404"):
-                    raise
+            current = layout.read_or_none(self._s3, where)
+            if current is None:
                 condition = {"IfNoneMatch": "*"}
             else:
-                previous = RequestState(**orjson.loads(current["Body"].read()))
+                previous = RequestState(**orjson.loads(current.body))
                 if previous.final and previous.state != state:
                     raise StateIsFinal(f"request {request_id} already ended {previous.state}")
-                condition = {"IfMatch": current["ETag"]}
+                condition = {"IfMatch": current.etag}
             try:
                 self._s3.put_object(
-                    Bucket=self._bucket, Key=key, Body=body, ContentType="application/json", **condition
+                    Bucket=where.bucket, Key=where.key, Body=body, ContentType="application/json", **condition
                 )
                 return
             except ClientError as exc:
@@ -196,15 +203,17 @@ class RequestStore:
         raise StateIsFinal(f"request {request_id}: its state kept changing while being set to {state}")
 
     def state(self, request_id: str) -> RequestState:
-        return RequestState(**self._read(request_id, "state.json"))
+        return RequestState(**self._read(request_id, layout.STATE))
 
-    def put_document(self, request_id: str, name: str, document: dict[str, Any], only_once: bool = False) -> None:
+    def put_document(
+        self, request_id: str, name: str, document: dict[str, Any] | layout.Document, only_once: bool = False
+    ) -> None:
         """Write one of the request's documents; ``only_once`` makes a second write fail with PreconditionFailed."""
         extra = {"IfNoneMatch": "*"} if only_once else {}
         self._s3.put_object(
             Bucket=self._bucket,
             Key=self.key(request_id, name),
-            Body=orjson.dumps(document),
+            Body=orjson.dumps(document.to_json() if isinstance(document, layout.Document) else document),
             ContentType="application/json",
             **extra,
         )
@@ -213,10 +222,24 @@ class RequestStore:
         self._s3.delete_object(Bucket=self._bucket, Key=self.key(request_id, name))
 
     def document(self, request_id: str, name: str) -> dict[str, Any] | None:
-        try:
-            return self._read(request_id, name)
-        except RequestNotFound:
+        """One of the request's documents as stored, or None (the typed reads are approval/decision/relational)."""
+        stored = layout.read_or_none(self._s3, layout.request_document(self._settings, request_id, name))
+        if stored is None:
             return None
+        document: dict[str, Any] = orjson.loads(stored.body)
+        return document
+
+    def _typed(self, request_id: str, name: str, model: type[Doc]) -> Doc | None:
+        return layout.read_document(self._s3, layout.request_document(self._settings, request_id, name), model)
+
+    def approval(self, request_id: str) -> layout.ApprovalDocument | None:
+        return self._typed(request_id, layout.APPROVAL, layout.ApprovalDocument)
+
+    def decision(self, request_id: str) -> layout.DecisionDocument | None:
+        return self._typed(request_id, layout.DECISION, layout.DecisionDocument)
+
+    def relational(self, request_id: str) -> layout.RelationalDocument | None:
+        return self._typed(request_id, layout.RELATIONAL, layout.RelationalDocument)
 
     def request_ids(self) -> list[str]:
         ids = []
@@ -227,13 +250,9 @@ class RequestStore:
         return ids
 
     def _read(self, request_id: str, name: str) -> dict[str, Any]:
-        try:
-            body = self._s3.get_object(Bucket=self._bucket, Key=self.key(request_id, name))["Body"].read()
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] in ("NoSuchKey", "404"):
-                raise RequestNotFound(f"request {request_id}: no {name}") from None
-            raise
-        document: dict[str, Any] = orjson.loads(body)
+        document = self.document(request_id, name)
+        if document is None:
+            raise RequestNotFound(f"request {request_id}: no {name}")
         return document
 
 

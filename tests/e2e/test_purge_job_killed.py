@@ -18,12 +18,12 @@ import orjson
 import pyarrow.parquet as pq
 import pytest
 
-from lakepurge import aws
+from lakepurge import aws, layout
 from lakepurge.config import parse_settings
 from lakepurge.index import open_store
 from lakepurge.local.samples import generate_lake, settings_toml
 from lakepurge.privacy import Pseudonymizer
-from lakepurge.report import build_report, write_report
+from lakepurge.report import build_report
 from tests.support.lakes import index_toml
 from tests.support.purging import HASH_KEY, index_lake
 
@@ -49,7 +49,7 @@ def prepare(bucket: str, pg_dsn: str, tmp_path: Path):
     store = open_store(settings.index)
     index_lake(store, settings, lake)
     report = build_report(store, settings, lake.users[:6], f"req-{bucket}", Pseudonymizer(HASH_KEY.encode()))
-    uri, digest = write_report(s3, settings, report)
+    uri, digest = layout.write_report(s3, settings, report)
     return lake, settings, config, uri, digest, len(report.objects)
 
 
@@ -137,12 +137,11 @@ def test_given_a_run_killed_between_a_write_and_its_record_when_run_again_then_t
     pg_dsn, tmp_path, spark
 ):
     from lakepurge.purge.engine import ObjectOutcome, PurgeTarget, purge_object
-    from lakepurge.purge.job import _outcome_key, results_prefix, run_purge
-    from lakepurge.report import read_report
+    from lakepurge.purge.job import run_purge
 
     lake, settings, _, uri, digest, _ = prepare("crashed-lake", pg_dsn, tmp_path)
     s3 = aws.client("s3")
-    report = read_report(s3, uri, digest)
+    report, _ = layout.load_report(s3, uri, digest)
     first = next(o for o in report.objects if o.erase == "blank")
     intents: list[ObjectOutcome] = []
     store = open_store(settings.index)
@@ -156,10 +155,10 @@ def test_given_a_run_killed_between_a_write_and_its_record_when_run_again_then_t
         before_write=intents.append,
     )
     assert done.status == "erased" and done.lines_erased > 0
-    prefix = results_prefix(settings, report.request_id)
+    prefix = layout.results_prefix(settings, report.request_id)
     s3.put_object(
         Bucket=prefix.bucket,
-        Key=_outcome_key(prefix, first.s3path),
+        Key=layout.result(prefix, first.s3path).key,
         Body=orjson.dumps(asdict(intents[0])),
     )
 

@@ -31,8 +31,9 @@ from lakepurge.launch import (
     launcher_for,
     run_inline,
 )
+from lakepurge.layout import write_report
 from lakepurge.privacy import Pseudonymizer
-from lakepurge.report import ReportTampered, build_report, write_report
+from lakepurge.report import ReportTampered, build_report
 from tests.support.invariant import assert_invariant, snapshot
 from tests.support.lakes import LakeCase, index_toml
 from tests.support.purging import HASH_KEY, index_lake

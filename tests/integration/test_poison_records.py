@@ -13,6 +13,7 @@ from lakepurge.backfill import index_partition, run_backfill
 from lakepurge.cli import main
 from lakepurge.index.base import WHOLE_OBJECT
 from lakepurge.indexer import index_object
+from lakepurge.s3io import list_objects
 from lakepurge.sparkutil import job_environment
 from tests.support.lakes import index_toml
 from tests.support.purging import purge_report, report_for
@@ -222,7 +223,7 @@ def test_given_a_batch_write_that_fails_for_one_object_when_backfilling_then_the
     lake = lake_factory(index_toml("postgres", pg_dsn), objects=12, users=6)
     settings = lake.settings
     s3 = aws.client("s3")
-    items = [(d.name, bucket, key) for d in settings.datasets for bucket, key, _ in backfill.list_objects(s3, d)]
+    items = [(d.name, bucket, key) for d in settings.datasets for bucket, key, _ in list_objects(s3, d)]
     poison = next(f"s3://lake/{key}" for _, _, key in items if key.endswith(".jsonl"))
     real_open = backfill.open_store
     monkeypatch.setattr(

@@ -16,12 +16,12 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from lakepurge import aws
+from lakepurge.aws import Clients
 from lakepurge.config import Settings, parse_settings
 from lakepurge.index import open_store
 from lakepurge.local import workflow as local_workflow
 from lakepurge.privacy import Pseudonymizer
 from lakepurge.workflow.intake import file_request
-from lakepurge.workflow.steps import Clients
 from tests.support.events import LambdaContext, load
 from tests.support.lakes import LakeCase
 from tests.support.purging import HASH_KEY, index_lake

@@ -395,7 +395,8 @@ def test_given_any_csv_when_each_indexed_record_is_erased_then_exactly_its_lines
     # blanks there (keeping the line count), and every other byte, unparseable lines included, stays as it was.
     from types import SimpleNamespace
 
-    from lakepurge.purge.engine import _Ownership, _rewrite_csv
+    from lakepurge.purge.engine import Ownership
+    from lakepurge.purge.rewrite import rewrite_csv
 
     body = b"\n".join([b"id,note", *lines]) + (b"\n" if trailing_newline else b"")
     raw = gzip.compress(body) if gz else body
@@ -404,8 +405,8 @@ def test_given_any_csv_when_each_indexed_record_is_erased_then_exactly_its_lines
     physical = body.split(b"\n")
     starts = {r.line: r for r in formats.csv_records(io.BytesIO(body), 100)}
     for record in found:
-        owner = _Ownership(SimpleNamespace(id_fields=["id"]), {record.user_ids[0]})  # type: ignore[arg-type]
-        out = b"".join(_rewrite_csv(io.BytesIO(raw), gz, [record.line], owner, False, 100))
+        owner = Ownership(SimpleNamespace(id_fields=["id"]), {record.user_ids[0]})  # type: ignore[arg-type]
+        out = b"".join(rewrite_csv(io.BytesIO(raw), gz, [record.line], owner, False, 100))
         after = (gzip.decompress(out) if gz else out).split(b"\n")
         assert owner.erased == [record.line]
         assert len(after) == len(physical)
@@ -420,8 +421,8 @@ def test_given_any_csv_when_each_indexed_record_is_erased_then_exactly_its_lines
                 assert after[number] == b""
     # A target line that is no indexed record's start is never blanked.
     unindexed = [n for n in range(1, len(physical)) if n not in {r.line for r in found}]
-    owner = _Ownership(SimpleNamespace(id_fields=["id"]), set("ABCDEFGHIJK"))  # type: ignore[arg-type]
-    out = b"".join(_rewrite_csv(io.BytesIO(raw), gz, unindexed, owner, False, 100))
+    owner = Ownership(SimpleNamespace(id_fields=["id"]), set("ABCDEFGHIJK"))  # type: ignore[arg-type]
+    out = b"".join(rewrite_csv(io.BytesIO(raw), gz, unindexed, owner, False, 100))
     assert (gzip.decompress(out) if gz else out) == body
 
 

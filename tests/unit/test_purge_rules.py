@@ -8,8 +8,10 @@ import io
 import pytest
 
 from lakepurge.config import DatasetConfig
-from lakepurge.purge.engine import LastByte, ObjectOutcome, _Ownership, _rewrite_csv
+from lakepurge.purge.engine import ObjectOutcome, Ownership
 from lakepurge.purge.job import _settle
+from lakepurge.purge.rewrite import rewrite_csv
+from lakepurge.purge.streams import LastByte
 from lakepurge.purge.vacuum import PlaceholderMismatch, _is_placeholder, _placeholder_lines, _without
 
 pytestmark = pytest.mark.unit
@@ -105,8 +107,8 @@ CSV = (
 
 
 def rewrite(raw: bytes, lines: list[int], users: set[str], gz: bool = False, drop: bool = False):
-    owner = _Ownership(PROFILES, users)
-    out = b"".join(_rewrite_csv(io.BytesIO(raw), gz, lines, owner, drop, MAX))
+    owner = Ownership(PROFILES, users)
+    out = b"".join(rewrite_csv(io.BytesIO(raw), gz, lines, owner, drop, MAX))
     return out, owner
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from lakepurge.coverage import DatasetCoverage
 from lakepurge.workflow.approval import expiry
-from lakepurge.workflow.events import Outcome
+from lakepurge.workflow.events import EndedState, Outcome
 from lakepurge.workflow.steps import _ended
 
 pytestmark = pytest.mark.unit
@@ -74,13 +74,15 @@ def ended_state() -> dict[str, Any]:
     }
 
 
-def message(outcome: str) -> str:
-    decision = {"rejected_by": "dpo@example.com", "user_hashes": [HASH]}
-    return _ended(REQUEST_ID, outcome, ended_state(), decision, [GAP], "2026-03-31")
+def message(outcome: Outcome) -> str:
+    state = EndedState.model_validate(ended_state())  # as Notify's handler parses it: hashes are not read
+    return _ended(REQUEST_ID, outcome, state, "dpo@example.com", [GAP], "2026-03-31")
 
 
 @pytest.mark.parametrize("outcome", get_args(Outcome))
-def test_given_any_ending_when_notifying_then_its_message_names_the_request_and_never_a_raw_id(outcome: str) -> None:
+def test_given_any_ending_when_notifying_then_its_message_names_the_request_and_never_a_raw_id(
+    outcome: Outcome,
+) -> None:
     text = message(outcome)
     assert REQUEST_ID in text
     assert RAW_ID not in text
@@ -115,7 +117,7 @@ def test_given_the_specific_endings_when_notifying_then_each_states_what_the_rea
 
 
 def test_given_an_ending_without_decision_or_gaps_when_notifying_then_the_message_still_reads() -> None:
-    assert "REJECTED by an approver" in _ended(REQUEST_ID, "REJECTED", {}, None)
-    incomplete = _ended(REQUEST_ID, "INDEX_INCOMPLETE", {}, None)
+    assert "REJECTED by an approver" in _ended(REQUEST_ID, "REJECTED", EndedState(), None)
+    incomplete = _ended(REQUEST_ID, "INDEX_INCOMPLETE", EndedState(), None)
     assert "no dataset's coverage is stated" in incomplete
     assert "see lakepurge status" in incomplete

@@ -1,0 +1,361 @@
+"""The reports bucket: the one place that knows where each stored document lives and what it holds.
+
+Everything lakepurge keeps for the record lives under ``[reports] location`` (an ``s3://bucket/prefix/``):
+
+- ``reports/<request id>.json``: the purge report (lakepurge.report.Report), written once, its SHA-256 in the
+  object's metadata;
+- ``results/<request id>/<sha256(s3path)>.json``: the outcome of each object the purge job handled
+  (lakepurge.purge.engine.ObjectOutcome), so that a rerun resumes;
+- ``certificates/<request id>.json``: the erasure certificate (:class:`CertificateDocument`), under
+  ``[reports] evidence_location`` instead when that is set (an Object Lock bucket: evidence is never rewritten);
+- ``requests/<request id>/``: the request's own documents (lakepurge.workflow.store): ``request.json`` (user ids
+  sealed), ``state.json``, ``approval.json`` (:class:`ApprovalDocument`), ``decision.json``
+  (:class:`DecisionDocument`), ``relational.json`` (the relational DELETEs the workflow ran before the purge job,
+  :class:`RelationalDocument`);
+- ``placeholders/<sha256(s3path)>/<sha256(etag)>.json``: the placeholders a blanking purge left in one object
+  version (lakepurge.purge.placeholders.PlaceholderRecord);
+- ``vacuum/<run id>.json``: what an applied vacuum removed (:class:`VacuumDocument`);
+- ``verifications/<id>/hashes.json`` and ``result.json``: a `verify --on emr-serverless` run's input (the users'
+  keyed hashes) and answer.
+
+The documents' field names are their on-disk JSON: the models here read back what earlier versions wrote.
+A report is read, and its bytes checked against the approved SHA-256, by :func:`load_report`: once per step, and
+the :class:`~lakepurge.report.Report` is passed down from there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
+
+from botocore.exceptions import ClientError
+from pydantic import BaseModel, ConfigDict
+
+from lakepurge.config import Settings
+from lakepurge.report import Report, ReportTampered, sha256
+from lakepurge.s3io import error_code
+from lakepurge.s3uri import S3Uri
+
+# The documents of a request, under requests/<request id>/.
+REQUEST: Final = "request.json"
+STATE: Final = "state.json"
+APPROVAL: Final = "approval.json"
+DECISION: Final = "decision.json"
+RELATIONAL: Final = "relational.json"
+
+_MISSING = ("NoSuchKey", "404")
+
+
+def _digest(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()
+
+
+# -- where ------------------------------------------------------------------------------------------------------------
+
+
+def root(settings: Settings) -> S3Uri:
+    """The reports location itself (``[reports] location``)."""
+    return S3Uri.parse(settings.reports.location)
+
+
+def _under(settings: Settings, key: str) -> S3Uri:
+    base = root(settings)
+    return S3Uri(base.bucket, f"{base.key}{key}")
+
+
+def report(settings: Settings, request_id: str) -> S3Uri:
+    return _under(settings, f"reports/{request_id}.json")
+
+
+def certificate(settings: Settings, request_id: str) -> S3Uri:
+    folder = certificates_prefix(settings)
+    return S3Uri(folder.bucket, f"{folder.key}{request_id}.json")
+
+
+def reports_prefix(settings: Settings) -> S3Uri:
+    return _under(settings, "reports/")
+
+
+def certificates_prefix(settings: Settings) -> S3Uri:
+    """Under ``[reports] evidence_location`` when set (an Object Lock bucket), else under the reports location."""
+    if settings.reports.evidence_location is not None:
+        evidence = S3Uri.parse(settings.reports.evidence_location)
+        return S3Uri(evidence.bucket, f"{evidence.key}certificates/")
+    return _under(settings, "certificates/")
+
+
+def request_ids_under(s3: Any, folder: S3Uri) -> list[str]:
+    """The request ids of the ``<id>.json`` documents directly in a folder (reports/, certificates/)."""
+    ids = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=folder.bucket, Prefix=folder.key, Delimiter="/"):
+        for item in page.get("Contents", []):
+            name = item["Key"][len(folder.key) :]
+            if name.endswith(".json"):
+                ids.append(name.removesuffix(".json"))
+    return ids
+
+
+def results_prefix(settings: Settings, request_id: str) -> S3Uri:
+    """The folder of the purge job's per-object outcomes for one request."""
+    return _under(settings, f"results/{request_id}/")
+
+
+def result(prefix: S3Uri, s3path: str) -> S3Uri:
+    """One object's outcome under a request's :func:`results_prefix` (the executors get the prefix, not settings)."""
+    return S3Uri(prefix.bucket, f"{prefix.key}{_digest(s3path)}.json")
+
+
+def requests_prefix(settings: Settings) -> S3Uri:
+    """The folder holding one folder per request."""
+    return _under(settings, "requests/")
+
+
+def request_document(settings: Settings, request_id: str, name: str) -> S3Uri:
+    """One of a request's documents: :data:`REQUEST`, :data:`STATE`, :data:`APPROVAL`, :data:`DECISION`,
+    :data:`RELATIONAL`."""
+    folder = requests_prefix(settings)
+    return S3Uri(folder.bucket, f"{folder.key}{request_id}/{name}")
+
+
+def relational(settings: Settings, request_id: str) -> S3Uri:
+    """The relational DELETEs the workflow ran for a request (it holds the raw ids; the purge job does not)."""
+    return request_document(settings, request_id, RELATIONAL)
+
+
+def placeholders_prefix(settings: Settings, s3path: str | None = None) -> S3Uri:
+    """The placeholder records: all of them, or one object's."""
+    folder = _under(settings, "placeholders/")
+    return folder if s3path is None else S3Uri(folder.bucket, f"{folder.key}{_digest(s3path)}/")
+
+
+def placeholder_record(settings: Settings, s3path: str, etag: str) -> S3Uri:
+    """The record of the placeholders a purge left in the version ``etag`` of an object."""
+    folder = placeholders_prefix(settings, s3path)
+    return S3Uri(folder.bucket, f"{folder.key}{_digest(etag)}.json")
+
+
+def vacuum_record(settings: Settings, run_id: str) -> S3Uri:
+    return _under(settings, f"vacuum/{run_id}.json")
+
+
+def verification(settings: Settings, verification_id: str) -> S3Uri:
+    """The users' keyed hashes a verify job on EMR reads (``{"hashes": [...]}``; never raw ids)."""
+    return _under(settings, f"verifications/{verification_id}/hashes.json")
+
+
+def verification_result(settings: Settings, verification_id: str) -> S3Uri:
+    """What that job found: ``{"objects_checked": N, "remaining": [...]}``."""
+    return _under(settings, f"verifications/{verification_id}/result.json")
+
+
+# -- the documents ----------------------------------------------------------------------------------------------------
+
+
+class Document(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def to_json(self) -> dict[str, Any]:
+        """The document as stored (every field, ``None`` as null)."""
+        return self.model_dump(mode="json")
+
+
+class Approver(Document):
+    email: str
+    secret_sha256: str  # the link's secret is never stored
+
+
+class ApprovalDocument(Document):
+    """``approval.json``: what the approvers are asked to approve, and how to wake the waiting execution."""
+
+    report_uri: str
+    report_sha256: str
+    task_token: str
+    opened_at: str
+    expires_at: str
+    approvers: tuple[Approver, ...]
+
+
+class DecisionDocument(Document):
+    """``decision.json``: claimed once (If-None-Match), then marked delivered once the state machine took it."""
+
+    decision: str  # "approved" | "rejected"
+    approved_by: str | None = None  # exactly one of approved_by / rejected_by is stored
+    rejected_by: str | None = None
+    by: str
+    decided_at: str
+    report_uri: str
+    report_sha256: str
+    delivered_at: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Absent fields stay absent (a rejection has no ``approved_by``, an undelivered claim no ``delivered_at``)."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+class RelationalDeletion(Document):
+    name: str
+    table: str
+    rows_planned: int
+    rows_deleted: int
+
+
+class RelationalDocument(Document):
+    """``relational.json``: one entry per configured table, written once before the purge starts."""
+
+    tables: tuple[RelationalDeletion, ...]
+
+
+class VersionRef(Document):
+    etag: str | None
+    version_id: str | None
+
+
+class CertificateObject(Document):
+    object: str  # as logs name it (a key that names a user is masked)
+    dataset: str
+    erase: str
+    status: str
+    before: VersionRef
+    after: VersionRef
+    lines_erased: int
+    stale_index: bool
+    noncurrent_versions_deleted: int
+    deleted_version_ids: list[str]
+    sidecar_versions_deleted: list[str]
+    error: str
+
+
+class CertificateTotals(Document):
+    objects_rewritten: int
+    lines_erased: int
+    objects_failed: int
+    noncurrent_versions_deleted: int
+    relational_rows_deleted: int
+
+
+class CertificateVerification(Document):
+    passed: bool
+    objects_checked: int
+    versions_checked: str
+    remaining: list[dict[str, Any]]  # {object, version_id, lines}
+    coverage_gaps: list[str]
+
+
+class CertificateDocument(Document):
+    """``certificates/<id>.json``: what was erased, where, when, verified how; hashed ids only."""
+
+    certificate_version: int
+    request_id: str
+    user_hashes: list[str]
+    report_sha256: str
+    approved_by: str | None
+    approved_at: str | None
+    started_at: str
+    finished_at: str
+    coverage: list[dict[str, Any]]  # lakepurge.coverage.DatasetCoverage.to_dict(), as in the report
+    objects: list[CertificateObject]
+    relational: list[RelationalDeletion]
+    totals: CertificateTotals
+    verification: CertificateVerification
+
+
+class EtagRef(Document):
+    etag: str | None
+
+
+class VacuumObject(Document):
+    object: str
+    before: EtagRef
+    after: VersionRef
+    placeholders_removed: int
+    versions_deleted: list[str]
+    error: str
+
+
+class VacuumDocument(Document):
+    """``vacuum/<run id>.json``: which versions replaced the certified ones and which old versions went."""
+
+    vacuum_version: int
+    run_id: str
+    started_at: str
+    finished_at: str
+    delete_versions: str
+    objects: list[VacuumObject]
+
+
+# -- reading and writing ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Stored:
+    body: bytes
+    etag: str
+    metadata: dict[str, str]
+
+
+def read_or_none(s3: Any, uri: S3Uri) -> Stored | None:
+    """A stored document's bytes, or None when there is none (NoSuchKey / 404); any other error is raised."""
+    try:
+        response = s3.get_object(Bucket=uri.bucket, Key=uri.key)
+    except ClientError as exc:
+        if error_code(exc) in _MISSING:
+            return None
+        raise
+    return Stored(response["Body"].read(), str(response.get("ETag", "")), dict(response.get("Metadata") or {}))
+
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def read_document(s3: Any, uri: S3Uri, model: type[Model]) -> Model | None:
+    """A stored document read into its model, or None when there is none."""
+    stored = read_or_none(s3, uri)
+    return None if stored is None else model.model_validate_json(stored.body)
+
+
+def write_report(s3: Any, settings: Settings, planned: Report) -> tuple[str, str]:
+    """Store the report (SSE-KMS when the bucket's default says so; never overwritten). Returns (uri, sha256)."""
+    data = planned.to_bytes()
+    uri = report(settings, planned.request_id)
+    digest = sha256(data)
+    s3.put_object(
+        Bucket=uri.bucket,
+        Key=uri.key,
+        Body=data,
+        ContentType="application/json",
+        Metadata={"sha256": digest},
+        IfNoneMatch="*",
+    )
+    return str(uri), digest
+
+
+def load_report(s3: Any, uri: S3Uri | str, expected_sha256: str | None = None) -> tuple[Report, str]:
+    """Read a report and check its bytes against the approved SHA-256 (ReportTampered when they differ); with no
+    hash given, against the one recorded in the object's metadata when it was written. Returns the report and the
+    hash it was checked against. Read it once per step and pass the report down."""
+    location = S3Uri.parse(uri) if isinstance(uri, str) else uri
+    response = s3.get_object(Bucket=location.bucket, Key=location.key)
+    data = response["Body"].read()
+    expected = expected_sha256 if expected_sha256 is not None else (response.get("Metadata") or {}).get("sha256", "")
+    actual = sha256(data)
+    if actual != expected:
+        raise ReportTampered(f"report {location} hashes to {actual[:12]}..., approved {expected[:12]}...")
+    return Report.from_bytes(data), actual
+
+
+def find_report(s3: Any, settings: Settings, request_id: str) -> tuple[Report, str, str] | None:
+    """The request's report if one was written (a retried step reuses it): (report, uri, sha256), or None."""
+    uri = report(settings, request_id)
+    stored = read_or_none(s3, uri)
+    if stored is None:
+        return None
+    return Report.from_bytes(stored.body), str(uri), sha256(stored.body)
+
+
+def read_relational(s3: Any, settings: Settings, request_id: str) -> RelationalDocument | None:
+    return read_document(s3, relational(settings, request_id), RelationalDocument)
+
+
+def read_certificate(s3: Any, uri: S3Uri | str) -> CertificateDocument | None:
+    return read_document(s3, S3Uri.parse(uri) if isinstance(uri, str) else uri, CertificateDocument)
