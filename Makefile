@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo test unit lint format bench package wheel-check clean
+.PHONY: help install demo test unit lint audit format bench package wheel-check clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -21,16 +21,32 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## create .venv with lakepurge and its development tools
 
+# checkov and pip-audit live in a virtualenv of their own: checkov pins many libraries that must not meet .venv's.
+TOOLS       ?= .venv-tools
+TOOLS_STAMP := $(TOOLS)/.installed-tools
+
+$(TOOLS_STAMP): infra/requirements-tools.txt
+	$(PYTHON) -m venv $(TOOLS)
+	$(TOOLS)/bin/pip install --quiet --upgrade pip
+	$(TOOLS)/bin/pip install --quiet -r infra/requirements-tools.txt
+	@touch $@
+
 demo: $(STAMP) ## the whole pipeline on a local stack: sample lake indexed by S3 events, reconcile, request, approval, purge, certificate
 	$(BIN)/lakepurge demo
 
-lint: $(STAMP) ## ruff, ruff format --check, mypy, cfn-lint (the SAM template, then its translation with the ASL inlined)
+lint: $(STAMP) $(TOOLS_STAMP) ## ruff, ruff format --check, mypy, cfn-lint and checkov (the SAM template, then its translation)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/cfn-lint infra/template.yaml
 	$(BIN)/python infra/translate.py --out build/lint/template.json
 	$(BIN)/cfn-lint build/lint/template.json
+	$(TOOLS)/bin/checkov --config-file infra/checkov-skips.yaml -f infra/template.yaml -f build/lint/template.json
+
+audit: $(STAMP) $(TOOLS_STAMP) ## pip-audit of .venv's dependencies (a WARNING, exit 0, when the vulnerability database is unreachable)
+	@mkdir -p build/audit
+	$(BIN)/pip freeze --exclude-editable > build/audit/requirements.txt
+	$(BIN)/python infra/audit.py --pip-audit $(TOOLS)/bin/pip-audit --requirements build/audit/requirements.txt
 
 test: lint ## lint, then unit, integration and e2e tests (starts its own PostgreSQL, moto server, Spark)
 	$(BIN)/pytest -q
@@ -58,4 +74,4 @@ package: $(STAMP) ## build/lambda (function code + dependencies layer) and build
 	$(BIN)/python infra/package.py spark --python $(SPARK_PYTHON)
 
 clean: ## remove the virtualenv and caches
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info
+	rm -rf $(VENV) $(TOOLS) .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info

@@ -28,6 +28,7 @@ PLACEHOLDER_BUCKET = "lakepurge-placeholder-artifacts"
 # Values for the parameters without defaults (what `sam deploy --guided` asks for), to translate and test with.
 SAMPLE_PARAMETERS = {
     "LakeBucketName": "example-lake",
+    "LakeDatasetPrefixes": "events/",
     "DatasetsToml": (
         'datasets = [{name = "events", location = "s3://example-lake/events/", format = "jsonl",'
         ' id_fields = ["user_id"]}]'

@@ -1,0 +1,59 @@
+"""A request's raw ids are sealed with a data key bound to the request (KMS encryption context): the key policy of
+the deployed stack lets only the functions that need raw ids decrypt, and only with that context."""
+
+from __future__ import annotations
+
+import base64
+from datetime import UTC, datetime
+
+import pytest
+
+from lakepurge import aws
+from lakepurge.config import Settings
+from lakepurge.privacy import Pseudonymizer
+from lakepurge.workflow.store import RequestStore
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def request_store(aws) -> RequestStore:
+    kms = aws_client("kms")
+    key_id = kms.create_key(Description="lakepurge requests (sealing)")["KeyMetadata"]["KeyId"]
+    aws_client("s3").create_bucket(Bucket="seal-reports")
+    settings = Settings.model_validate(
+        {
+            "index": {"backend": "dynamodb", "table": "unused"},
+            "reports": {"location": "s3://seal-reports/"},
+            "workflow": {
+                "kms_key_id": key_id,
+                "sender": "lakepurge@example.com",
+                "approvers": ["dpo@example.com"],
+                "approval_url": "https://approve.example.com/",
+                "topic_arn": "arn:aws:sns:us-east-1:123456789012:lakepurge",
+            },
+        }
+    )
+    return RequestStore(settings, aws_client("s3"), kms)
+
+
+def aws_client(service: str):
+    return aws.client(service)
+
+
+def test_given_a_sealed_request_when_its_data_key_is_decrypted_without_its_request_context_then_kms_refuses(
+    request_store,
+):
+    pseudonymizer = Pseudonymizer(b"sealing-test-key-0123456789")
+    sealed = request_store.create("req-seal-1", ["alice@example.com"], "cli", datetime.now(UTC), pseudonymizer)
+    other = request_store.create("req-seal-2", ["bob@example.com"], "cli", datetime.now(UTC), pseudonymizer)
+    kms = aws_client("kms")
+    blob = base64.b64decode(sealed.sealed_key)
+
+    with pytest.raises(kms.exceptions.InvalidCiphertextException):
+        kms.decrypt(CiphertextBlob=blob)
+    with pytest.raises(kms.exceptions.InvalidCiphertextException):
+        kms.decrypt(CiphertextBlob=blob, EncryptionContext={"request_id": other.request_id})
+    assert request_store.open(sealed) == (["alice@example.com"], "cli")
+    stored = aws_client("s3").get_object(Bucket="seal-reports", Key="requests/req-seal-1/request.json")["Body"].read()
+    assert b"alice@example.com" not in stored
