@@ -37,7 +37,8 @@ PLATFORMS = {
 # pyarrow parts lakepurge never imports (it reads and writes Parquet and CSV, and talks to S3 through boto3).
 PYARROW_UNUSED = ("include", "tests", "src", "*flight*", "*substrait*", "*.pxd", "*.pyx", "*.pxi")
 STDLIB_UNUSED = ("site-packages", "dist-packages", "test", "tests", "idlelib", "tkinter", "turtledemo", "ensurepip")
-SPARK_ENTRY_POINTS = ("purge.py", "build_index.py", "vacuum.py")
+# every lakepurge_jobs script: the purge (workflow), and what `--on emr-serverless` starts from the CLI
+SPARK_ENTRY_POINTS = ("purge.py", "build_index.py", "reconcile.py", "verify.py", "vacuum.py")
 
 
 def run(*command: str | Path, **kwargs: object) -> None:

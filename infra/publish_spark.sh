@@ -1,10 +1,8 @@
 #!/bin/sh
 # Upload what the EMR Serverless jobs need to the stack's artifacts bucket (run after `make package` and
 # `sam deploy`, and again after each change of the stack's parameters or of lakepurge):
-#   spark/lakepurge-env.tar.gz, spark/{purge,build_index,vacuum}.py   from build/spark/
-#   config/lakepurge.toml          the functions' configuration: the purge job reads it (launcher.config_uri)
-#   config/lakepurge-config.tar.gz the same file as an archive, for build_index.py and vacuum.py, which read a
-#                                  local --config only (unpacked as ./config/ next to ./environment/)
+#   spark/lakepurge-env.tar.gz, spark/{purge,build_index,reconcile,verify,vacuum}.py   from build/spark/
+#   config/lakepurge.toml   the functions' configuration: every job reads it (--config s3://..., launcher.config_uri)
 # Usage: infra/publish_spark.sh STACK_NAME
 set -eu
 STACK=${1:?usage: infra/publish_spark.sh STACK_NAME}
@@ -17,7 +15,7 @@ output() {
 BUCKET=$(output ArtifactsBucketName)
 FUNCTION=$(output GenerateReportFunctionName)
 
-for file in lakepurge-env.tar.gz purge.py build_index.py vacuum.py; do
+for file in lakepurge-env.tar.gz purge.py build_index.py reconcile.py verify.py vacuum.py; do
     aws s3 cp "build/spark/$file" "s3://$BUCKET/spark/$file"
 done
 
@@ -26,7 +24,5 @@ trap 'rm -rf "$work"' EXIT
 aws lambda get-function-configuration --function-name "$FUNCTION" --output json \
     --query 'Environment.Variables.LAKEPURGE_CONFIG_TOML' \
     | python3 -c 'import json, sys; sys.stdout.write(json.load(sys.stdin))' >"$work/lakepurge.toml"
-tar -czf "$work/lakepurge-config.tar.gz" -C "$work" lakepurge.toml
 aws s3 cp "$work/lakepurge.toml" "s3://$BUCKET/config/lakepurge.toml"
-aws s3 cp "$work/lakepurge-config.tar.gz" "s3://$BUCKET/config/lakepurge-config.tar.gz"
 echo "published to s3://$BUCKET/spark/ and s3://$BUCKET/config/"

@@ -20,7 +20,7 @@ from lakepurge.index.base import Coverage, IndexStore, NoncurrentVersion, Object
 from lakepurge.indexer import failed_object, failure_reason, flag_erased_users, scan_object
 from lakepurge.logs import get_logger, object_ref
 from lakepurge.privacy import Pseudonymizer
-from lakepurge.s3io import ObjectChanged, ObjectHead, ever_versioned, head_object
+from lakepurge.s3io import ObjectChanged, ObjectHead, ever_versioned, head_object, list_noncurrent
 from lakepurge.s3uri import S3Uri
 from lakepurge.sparkutil import apply_job_environment, job_environment, on_executors
 from lakepurge.tableformats import refuse_table_formats
@@ -44,16 +44,6 @@ class BackfillResult:
     # throughput per core whatever else shares the machine.
     cpu_seconds: float = 0.0
     versions: int = 0  # noncurrent versions read (versioned buckets)
-
-
-def list_objects(s3: Any, dataset: DatasetConfig) -> Iterator[tuple[str, str, int]]:
-    """(bucket, key, size) of every data object of a dataset (sidecars excluded)."""
-    uri = dataset.uri
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=uri.bucket, Prefix=uri.key):
-        for item in page.get("Contents", []):
-            key = item["Key"]
-            if not dataset.is_sidecar(key) and dataset.skip_reason(key) is None:
-                yield uri.bucket, key, item["Size"]
 
 
 Row = tuple[str, str, int, int, int, int, str, float]
@@ -154,21 +144,6 @@ def _write_batch(
             yield row
 
 
-def list_noncurrent(s3: Any, dataset: DatasetConfig) -> Iterator[ObjectHead]:
-    """Every noncurrent version of the dataset's data objects (a versioned bucket keeps them after an overwrite or
-    a delete; delete markers hold no data)."""
-    uri = dataset.uri
-    for page in s3.get_paginator("list_object_versions").paginate(Bucket=uri.bucket, Prefix=uri.key):
-        for version in page.get("Versions", []):
-            key = version["Key"]
-            if version["IsLatest"] or dataset.is_sidecar(key) or dataset.skip_reason(key) is not None:
-                continue
-            # A version written before versioning was enabled is "null": GetObject takes it as it is.
-            yield ObjectHead(
-                uri.bucket, key, version["ETag"], version["VersionId"], version["LastModified"], version["Size"]
-            )
-
-
 VersionItem = tuple[str, str, str, str, str, datetime, int]  # dataset, bucket, key, version id, etag, modified, size
 _RECORD_VERSIONS = 500  # noncurrent versions recorded per index write
 
@@ -233,14 +208,21 @@ def _index_listed(
     # Largest objects first: dealt round-robin, no task ends up with all the big ones.
     objects = sorted(objects, key=lambda item: -item[3])
     ordered = [(name, bucket, key) for name, bucket, key, _ in objects]
-    rows = on_executors(spark, ordered, lambda items: index_partition(settings, env, force, items))
+    rows = on_executors(
+        spark, ordered, lambda items: index_partition(settings, env, force, items), label="objects indexed"
+    )
     if versions:
         names = {(v.bucket, v.key): settings.dataset_for(v.bucket, v.key) for v in versions}
         version_items: list[VersionItem] = [
             (names[v.bucket, v.key].name, v.bucket, v.key, v.version_id or "null", v.etag, v.last_modified, v.size)  # type: ignore[union-attr]
             for v in sorted(versions, key=lambda v: -v.size)
         ]
-        rows += on_executors(spark, version_items, lambda items: index_versions_partition(settings, env, items))
+        rows += on_executors(
+            spark,
+            version_items,
+            lambda items: index_versions_partition(settings, env, items),
+            label="noncurrent versions indexed",
+        )
     return rows
 
 

@@ -10,12 +10,15 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import orjson
 
 from lakepurge.config import ConfigError, Settings, load_settings
 from lakepurge.s3uri import S3Uri
+
+if TYPE_CHECKING:
+    from lakepurge.launch import SparkJob
 
 DEFAULT_CONFIG = "lakepurge.toml"
 # The index does not cover every dataset (lakepurge.coverage): nothing can be certified until it does.
@@ -25,35 +28,283 @@ EXIT_NOT_CERTIFIABLE = 4
 class Output:
     def __init__(self, as_json: bool) -> None:
         self.as_json = as_json
+        self.written = False  # a document is on stdout already: an error after it adds none
 
     def say(self, text: str) -> None:
         print(text, file=sys.stderr)
 
     def result(self, document: Any) -> None:
         if self.as_json:
+            self.written = True
             sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
 
 
+# --- errors that say what to do -------------------------------------------------------------------------------
+# main() is the one error boundary: a fault of the environment (region, endpoint, credentials, database, a file,
+# an argument, a missing package) becomes one line naming the cause and the fix, exit 2; --debug adds the
+# traceback. Messages never hold user ids: those are the arguments of lookup, request, purge and verify.
+
+EXIT_USAGE = 2
+EXIT_INTERNAL = 1
+# Optional packages, by the extra that installs them.
+_EXTRAS = {"pyspark": "spark", "py4j": "spark", "moto": "local", "werkzeug": "local", "flask": "local"}
+_CREDENTIAL_CODES = {
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "ExpiredToken",
+    "ExpiredTokenException",
+    "InvalidClientTokenId",
+    "UnrecognizedClientException",
+    "InvalidToken",
+    "AuthFailure",
+}
+
+
+class CliError(Exception):
+    """A fault the person at the terminal can fix. ``code`` is stable, for scripts (``--json``)."""
+
+    def __init__(self, code: str, message: str, exit_code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.exit_code = exit_code
+
+
+_NO_REGION = "no AWS region is set: export AWS_REGION=<region> (e.g. eu-west-1), or set region in an AWS profile"
+
+
+def _endpoint() -> str | None:
+    return os.environ.get("AWS_ENDPOINT_URL") or None
+
+
+def _site(url: str) -> str:
+    """scheme://host:port of a URL: the path and query of a request may name an object (and keys can hold ids)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}" if parts.scheme and parts.netloc else "the endpoint"
+
+
+def check_aws_environment(need_region: bool = True) -> None:
+    """Refuse a scheme-less or malformed AWS_ENDPOINT_URL[_<SERVICE>] and a missing region before any call."""
+    from urllib.parse import urlsplit
+
+    for name, value in sorted(os.environ.items()):
+        if name.startswith("AWS_ENDPOINT_URL") and value:
+            parts = urlsplit(value)
+            if parts.scheme not in ("http", "https") or not parts.netloc:
+                raise CliError(
+                    "bad_endpoint",
+                    f"{name}={value!r} is not a URL: write it with its scheme, e.g. http://{value.split('://')[-1]}"
+                    f" (or unset {name} to use AWS)",
+                )
+    if need_region:
+        import boto3
+
+        if not boto3.session.Session().region_name:
+            raise CliError("no_region", _NO_REGION)
+
+
+def _aws_setup_error(exc: Exception) -> CliError | None:
+    """No region, no credentials, an endpoint that does not answer."""
+    from botocore import exceptions as bx
+
+    endpoint = _endpoint()
+    if isinstance(exc, bx.NoRegionError):
+        return CliError("no_region", _NO_REGION)
+    if isinstance(exc, bx.NoCredentialsError | bx.PartialCredentialsError):
+        return CliError(
+            "no_credentials",
+            "no AWS credentials found: export AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE"
+            " (aws configure, aws sso login)",
+        )
+    if isinstance(exc, bx.TokenRetrievalError | bx.SSOTokenLoadError | bx.UnauthorizedSSOTokenError):
+        return CliError("no_credentials", "the AWS SSO session has expired: run aws sso login, then try again")
+    if isinstance(exc, bx.EndpointConnectionError | bx.ConnectTimeoutError | bx.ConnectionClosedError):
+        if endpoint:
+            return CliError(
+                "endpoint_unreachable",
+                f"cannot connect to AWS_ENDPOINT_URL {_site(endpoint)}: start the service there, or fix or unset"
+                " AWS_ENDPOINT_URL",
+            )
+        url = str(getattr(exc, "kwargs", {}).get("endpoint_url", ""))
+        return CliError(
+            "endpoint_unreachable",
+            f"cannot connect to AWS ({_site(url)}): check the network connection and AWS_REGION"
+            " (or set AWS_ENDPOINT_URL for an S3-compatible endpoint)",
+        )
+    return None
+
+
+def _aws_refusal(exc: Exception) -> CliError | None:
+    """AWS answered no: rejected credentials, a denied permission, a bucket that does not exist. Only the error
+    code and the operation are repeated: AWS's own message can name the object, and keys can hold user ids."""
+    from botocore.exceptions import ClientError
+
+    if not isinstance(exc, ClientError):
+        return None
+    error = exc.response.get("Error", {})
+    code, operation = str(error.get("Code", "")), exc.operation_name
+    if code in _CREDENTIAL_CODES:
+        return CliError(
+            "credentials_rejected",
+            f"AWS rejected the credentials ({code} on {operation}): renew them or fix AWS_ACCESS_KEY_ID,"
+            " AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN or AWS_PROFILE",
+        )
+    if code in ("AccessDenied", "AccessDeniedException", "Forbidden", "403"):
+        return CliError(
+            "access_denied",
+            f"AWS denied {operation} ({code}): give these credentials that permission (docs/OPERATIONS.md),"
+            " or use a role that has it",
+        )
+    if code == "NoSuchBucket":
+        endpoint = _endpoint()
+        where = f" on {_site(endpoint)}" if endpoint else ""
+        return CliError(
+            "no_such_bucket",
+            f"bucket {error.get('BucketName') or '(named in the configuration)'} does not exist{where}: fix"
+            " datasets.location or reports.location, or create the bucket",
+        )
+    return None
+
+
+def _local_error(exc: Exception, config: str) -> CliError | None:
+    """A missing optional package or Java, PostgreSQL down, a missing file, a scheme-less endpoint."""
+    package = (getattr(exc, "name", None) or "").split(".")[0]
+    if isinstance(exc, ImportError) and package in _EXTRAS:
+        return CliError(
+            "missing_dependency",
+            f"{package} is not installed and this command needs it: pip install 'lakepurge[{_EXTRAS[package]}]'",
+        )
+    if type(exc).__name__ == "PySparkRuntimeError" and "JAVA_GATEWAY_EXITED" in str(exc):
+        return CliError(
+            "missing_dependency", "Spark could not start Java: install Java 17 and put it on PATH (or set JAVA_HOME)"
+        )
+    if "psycopg" in sys.modules and isinstance(exc, sys.modules["psycopg"].OperationalError):
+        lines = str(exc).strip().splitlines()
+        cause = lines[0].removeprefix("connection failed: ") if lines else "connection failed"
+        return CliError(
+            "database_unreachable",
+            f"cannot use the PostgreSQL database ({cause}): start the server, or fix the dsn of [index] (or of a"
+            f" [[relational]] table) in {config}",
+        )
+    if isinstance(exc, FileNotFoundError | IsADirectoryError | PermissionError) and exc.filename:
+        what = {FileNotFoundError: "no such file", IsADirectoryError: "is a directory"}.get(type(exc), "not readable")
+        return CliError("missing_file", f"{exc.filename}: {what}: check the path")
+    if isinstance(exc, ValueError) and str(exc).startswith("Invalid endpoint"):
+        return CliError(
+            "bad_endpoint",
+            "AWS_ENDPOINT_URL is not a URL: write it with its scheme (http://host:port), or unset it to use AWS",
+        )
+    return None
+
+
+def explain(exc: BaseException, config: str = DEFAULT_CONFIG) -> CliError:
+    """The one-line cause and fix of a failure; anything not recognised is an internal error (exit 1)."""
+    if isinstance(exc, CliError):
+        return exc
+    if isinstance(exc, ConfigError):
+        return CliError("config", f"configuration error: {exc}")
+    if isinstance(exc, Exception):
+        known = _local_error(exc, config)
+        if known is None and "botocore" in sys.modules:
+            known = _aws_setup_error(exc) or _aws_refusal(exc)
+        if known is not None:
+            return known
+    detail = type(exc).__name__
+    if "botocore" in sys.modules and isinstance(exc, sys.modules["botocore"].exceptions.ClientError):
+        detail += f" {exc.response.get('Error', {}).get('Code', '')} on {exc.operation_name}"
+    return CliError(
+        "internal",
+        f"unexpected error ({detail}): run again with --debug for the traceback, and report it if it persists",
+        EXIT_INTERNAL,
+    )
+
+
+def _one_line(text: str, users: Sequence[str]) -> str:
+    """The message on one line, with any user id given on the command line masked (belt and braces)."""
+    line = " ".join(text.split())
+    for user in sorted(users, key=len, reverse=True):
+        if len(user.strip()) >= 3:
+            line = line.replace(user, "<user id>")
+    return line
+
+
+def _known_datasets(args: argparse.Namespace, settings: Settings) -> list[str]:
+    """The --dataset names, each checked against the configuration (a typo is an error, not an empty run)."""
+    import difflib
+
+    names = [d.name for d in settings.datasets]
+    for name in getattr(args, "dataset", None) or []:
+        if name not in names:
+            close = difflib.get_close_matches(name, names, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            listed = ", ".join(names) if names else "none: add [[datasets]] tables"
+            raise CliError(
+                "unknown_dataset", f"no dataset named {name!r}{hint} in {args.config}; the datasets are: {listed}"
+            )
+    return list(getattr(args, "dataset", None) or [])
+
+
 def _settings(args: argparse.Namespace) -> Settings:
-    return load_settings(args.config)
+    if not os.path.exists(args.config):
+        raise CliError(
+            "missing_file",
+            f"{args.config}: no such configuration file: create one with `lakepurge init`, or pass --config FILE",
+        )
+    check_aws_environment(need_region=False)
+    settings = load_settings(args.config)
+    _known_datasets(args, settings)
+    return settings
 
 
-def _lake_settings(args: argparse.Namespace) -> Settings:
+def _need_spark() -> None:
+    """A command that runs local Spark fails before touching anything when pyspark or Java is missing."""
+    import importlib
+    import shutil
+
+    importlib.import_module("pyspark")  # an ImportError names the extra to install (explain)
+    java_home = os.environ.get("JAVA_HOME")
+    if not (java_home and os.path.exists(os.path.join(java_home, "bin", "java"))) and not shutil.which("java"):
+        raise CliError(
+            "missing_dependency", "Java is not installed and Spark needs it: install Java 17 (or set JAVA_HOME)"
+        )
+
+
+def _lake_settings(args: argparse.Namespace, spark: bool = False) -> Settings:
     """The configuration of a command that reads or writes the lake: a dataset holding a Delta, Iceberg or Hudi
     table is refused (a configuration error, exit 2) before anything is touched."""
     from lakepurge import aws
     from lakepurge.tableformats import refuse_table_formats
 
     settings = _settings(args)
+    if spark:
+        _need_spark()
+    check_aws_environment()
     refuse_table_formats(aws.client("s3"), settings.datasets)
     return settings
 
 
+def _remote(args: argparse.Namespace, out: Output, job: SparkJob) -> int:
+    """Run a heavy command's job on EMR Serverless and follow it (``--on emr-serverless``)."""
+    from lakepurge.remote import run_remote
+
+    settings = _settings(args)
+    check_aws_environment()
+    run = run_remote(settings, job, out.say)
+    out.say(f"{job.script}: {run.status.state.lower()} ({run.status.detail}); logs: {run.logs}")
+    out.result(run.summary())
+    return 0 if run.succeeded else 1
+
+
 def cmd_index_backfill(args: argparse.Namespace, out: Output) -> int:
     from lakepurge.backfill import run_backfill
+    from lakepurge.remote import backfill_job
     from lakepurge.sparkutil import spark_session
 
-    settings = _lake_settings(args)
+    if args.on == "emr-serverless":
+        return _remote(args, out, backfill_job(args.dataset, args.force))
+    settings = _lake_settings(args, spark=True)
     out.say(f"backfilling {len(settings.datasets)} dataset(s) on local Spark ...")
     with spark_session("lakepurge-backfill") as spark:
         result = run_backfill(spark, settings, force=args.force, datasets=args.dataset)
@@ -69,8 +320,11 @@ def cmd_index_backfill(args: argparse.Namespace, out: Output) -> int:
 
 def cmd_index_reconcile(args: argparse.Namespace, out: Output) -> int:
     from lakepurge.backfill import run_reconcile
+    from lakepurge.remote import reconcile_job
 
-    settings = _lake_settings(args)
+    if args.on == "emr-serverless":
+        return _remote(args, out, reconcile_job(args.dataset, args.report_only))
+    settings = _lake_settings(args, spark=args.spark)
     if args.spark:
         from lakepurge.sparkutil import spark_session
 
@@ -95,8 +349,11 @@ def cmd_index_object(args: argparse.Namespace, out: Output) -> int:
     from lakepurge.indexer import index_object
     from lakepurge.privacy import Pseudonymizer
 
+    try:
+        uri = S3Uri.parse(args.uri)
+    except ValueError:  # the message would repeat the argument: a key can hold a user id
+        raise CliError("bad_uri", "S3URI must be an object's address, s3://bucket/key") from None
     settings = _lake_settings(args)
-    uri = S3Uri.parse(args.uri)
     store = open_store(settings.index)
     try:
         outcome = index_object(
@@ -125,23 +382,29 @@ def cmd_index_object(args: argparse.Namespace, out: Output) -> int:
     return 2 if outcome.action == "ignored" else 0
 
 
-def _read_users(args: argparse.Namespace) -> list[str]:
+def _read_users(args: argparse.Namespace, required: bool = True) -> list[str]:
     """The user ids exactly as given: the index matches ids exactly, so nothing is trimmed or normalised (an id
     stored as " bob" must be erasable). --users-file holds one id per line; only the line terminator (LF or
-    CR LF) is removed and empty lines are skipped."""
+    CR LF) is removed and empty lines are skipped. Not required: none may be given (purge --user-hash)."""
     users = list(args.users)
     if getattr(args, "users_file", None):
         try:
             with open(args.users_file, "rb") as handle:
                 text = handle.read().decode("utf-8-sig")  # a byte order mark is the file's, not an id's
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"--users-file {args.users_file}: {exc}") from None
+        except FileNotFoundError:
+            raise CliError("missing_file", f"--users-file {args.users_file}: no such file: check the path") from None
+        except UnicodeDecodeError as exc:
+            raise CliError(
+                "bad_users_file", f"--users-file {args.users_file}: not UTF-8 text (byte {exc.start}): save it as UTF-8"
+            ) from None
+        except OSError as exc:
+            raise CliError("missing_file", f"--users-file {args.users_file}: {exc.strerror}: check the path") from None
         *terminated, last = text.split("\n")
         for user in [line.removesuffix("\r") for line in terminated] + [last]:
             if user:
                 users.append(user)
-    if not users:
-        raise ConfigError("name at least one user id (or --users-file)")
+    if not users and required:
+        raise CliError("no_users", "no user ids given: name at least one, or pass --users-file FILE")
     return list(dict.fromkeys(users))
 
 
@@ -182,17 +445,34 @@ def cmd_lookup(args: argparse.Namespace, out: Output) -> int:
     return 0
 
 
+def _shown(settings: Settings, s3path: str) -> str:
+    """An object's path as the CLI prints it: in one-user-per-object datasets the key may name its user, masked."""
+    from lakepurge.logs import object_ref
+
+    uri = S3Uri.parse(s3path)
+    dataset = settings.dataset_for(uri.bucket, uri.key)
+    return s3path if dataset is None else object_ref(s3path, dataset)
+
+
 def cmd_status(args: argparse.Namespace, out: Output) -> int:
     from lakepurge import aws
     from lakepurge.coverage import assess, dead_letter_count
     from lakepurge.index import open_store
+    from lakepurge.privacy import Pseudonymizer
+    from lakepurge.returning import purge_again_command, returning_users
 
     settings = _settings(args)
+    pseudonymizer = Pseudonymizer.optional(settings.privacy)
     store = open_store(settings.index)
     try:
         status = store.status()
         problems = store.unindexable(limit=args.limit)
         recorded = store.coverage()
+        returning = (
+            returning_users(store, pseudonymizer)
+            if pseudonymizer is not None and status.objects_with_erased_users
+            else []
+        )
     finally:
         store.close()
     coverage = assess(settings, recorded, dead_letter_count(aws.client("sqs"), settings.indexing.dead_letter_queue_url))
@@ -211,18 +491,29 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
     )
     if status.objects_with_erased_users:
         out.say("  WARNING: erased users came back (restored backup? replayed pipeline?): purge them again")
+    if status.objects_with_erased_users and pseudonymizer is None:
+        out.say(f"  set {settings.privacy.hash_key_env} (the hash key) to list them")
+    # By keyed hash only: the raw ids are looked up again by `purge --user-hash`, never shown.
+    for user in returning:
+        where = "whole object" if user.lines == (-1,) else f"{len(user.lines)} line(s)"
+        out.say(f"  {_shown(settings, user.s3path)}  user {user.user_hash[:16]}  {where}  erased by {user.request_id}")
+    again = purge_again_command([user.user_hash for user in returning], args.config, DEFAULT_CONFIG)
+    if again:
+        out.say(f"  purge them again: {again}")
     if status.unindexable_lines:
         out.say("  these lines may hold personal data that lakepurge cannot locate; fix or remove them:")
         for path, problem in problems:
             where = "whole object" if problem.line < 0 else f"line {problem.line}"
-            out.say(f"  {path} {where}: {problem.reason}")
+            out.say(f"  {_shown(settings, path)} {where}: {problem.reason}")
     requests = _requests_status(settings, out) if settings.workflow is not None else []
     out.result(
         {
             "index": asdict(status),
             "coverage": [c.to_dict() for c in coverage],
-            "unindexable": [{"s3path": p, "line": u.line, "reason": u.reason} for p, u in problems],
+            "unindexable": [{"s3path": _shown(settings, p), "line": u.line, "reason": u.reason} for p, u in problems],
             "requests": requests,
+            "returning": [asdict(user) | {"s3path": _shown(settings, user.s3path)} for user in returning],
+            "returning_command": again,
         }
     )
     return 0
@@ -242,20 +533,42 @@ def _requests_status(settings: Settings, out: Output) -> list[dict[str, Any]]:
     return [asdict(v) for v in views]
 
 
+def cmd_requests(args: argparse.Namespace, out: Output) -> int:
+    from lakepurge import aws
+    from lakepurge.history import list_history
+
+    settings = _settings(args)
+    check_aws_environment()
+    records = list_history(settings, aws.client("s3"), aws.client("kms"))
+    shown = records[: args.limit]
+    out.say(
+        f"requests {len(records)}  open {sum(r.open for r in records)}  overdue {sum(r.overdue for r in records)}"
+        + (f"  (showing {len(shown)}; --limit N for more)" if len(shown) < len(records) else "")
+    )
+    for r in shown:
+        due = f"due {r.deadline[:10]} ({r.days_left:+d} days)" if r.deadline and r.days_left is not None else ""
+        erased = f"{r.lines_erased} line(s) erased" if r.lines_erased is not None else ""
+        flag = "  !! OVERDUE" if r.overdue else ""
+        out.say(f"  {r.request_id:<44} {r.kind:<8} {r.state:<20} {r.created_at[:16]:<16} {due} {erased}{flag}")
+        if r.certificate:
+            out.say(f"      certificate {r.certificate}")
+    out.result({"requests": [asdict(r) | {"open": r.open} for r in shown], "total": len(records)})
+    return 0
+
+
 def cmd_request(args: argparse.Namespace, out: Output) -> int:
     import uuid
 
     from lakepurge import aws
     from lakepurge.privacy import Pseudonymizer
     from lakepurge.workflow.intake import file_request
-    from lakepurge.workflow.steps import Clients
 
+    users = _read_users(args)  # a wrong argument is reported before anything is touched
     settings = _lake_settings(args)
-    users = _read_users(args)
     request_id = args.request_id or f"req-{uuid.uuid4()}"
     filed = file_request(
         settings,
-        Clients.from_environment(),
+        aws.Clients.from_environment(),
         aws.client("stepfunctions"),
         Pseudonymizer.from_config(settings.privacy),
         users,
@@ -273,8 +586,33 @@ def cmd_purge(args: argparse.Namespace, out: Output) -> int:
     from lakepurge.operator_purge import ReviewedReportMismatch, purge_users
     from lakepurge.report import ReportTampered, SafetyLimitExceeded
 
+    hashes = list(dict.fromkeys(h.strip().lower() for h in args.user_hash))
+    for user_hash in hashes:
+        if len(user_hash) != 64 or any(c not in "0123456789abcdef" for c in user_hash):
+            # Not echoed: a raw id given here by mistake must not be printed.
+            raise CliError(
+                "bad_user_hash", "--user-hash takes a keyed hash, 64 hex characters, as `lakepurge status` prints it"
+            )
+    users = _read_users(args, required=not hashes)
     settings = _lake_settings(args)
-    users = _read_users(args)
+    if hashes:
+        from lakepurge.index import open_store
+        from lakepurge.privacy import Pseudonymizer
+        from lakepurge.returning import UnknownHashes, resolve_hashes
+
+        store = open_store(settings.index)
+        try:
+            returning = resolve_hashes(store, Pseudonymizer.from_config(settings.privacy), hashes)
+        except UnknownHashes as exc:
+            raise CliError(
+                "unknown_user_hash",
+                f"{exc}: run `lakepurge status` for the hashes of the erased users found again",
+            ) from None
+        finally:
+            store.close()
+        users = list(dict.fromkeys(users + returning))
+        args.users = users  # the error boundary masks these in any message
+        out.say(f"{len(returning)} returning user(s) found by hash")
     try:
         run = purge_users(
             settings,
@@ -305,6 +643,17 @@ def cmd_purge(args: argparse.Namespace, out: Output) -> int:
             }
         )
         return EXIT_NOT_CERTIFIABLE
+    if run.result is not None and not run.result.failed:
+        # Users erased again leave the objects that flagged them: `lakepurge status` stops counting those.
+        from lakepurge.index import open_store
+        from lakepurge.privacy import Pseudonymizer
+        from lakepurge.returning import recount
+
+        store = open_store(settings.index)
+        try:
+            recount(store, Pseudonymizer.from_config(settings.privacy))
+        finally:
+            store.close()
     document = run.summary()
     out.result(document)
     if run.result is None:
@@ -313,10 +662,18 @@ def cmd_purge(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_verify(args: argparse.Namespace, out: Output) -> int:
-    from lakepurge.operator_purge import verify_users
+    from lakepurge.operator_purge import RemoteJobFailed, verify_users
 
-    settings = _lake_settings(args)
-    document = verify_users(settings, _read_users(args))
+    users = _read_users(args)
+    if args.on == "emr-serverless":
+        settings = _settings(args)
+        check_aws_environment()
+        try:
+            document = verify_users(settings, users, on=args.on, say=out.say)
+        except RemoteJobFailed as exc:
+            raise CliError("job_failed", str(exc), EXIT_INTERNAL) from exc
+    else:
+        document = verify_users(_lake_settings(args, spark=True), users)
     out.say(
         f"checked {document['objects_checked']} object(s) and their noncurrent versions:"
         f" {len(document['remaining'])} still hold the users; index locations left: {document['index_locations']}"
@@ -329,9 +686,12 @@ def cmd_verify(args: argparse.Namespace, out: Output) -> int:
 
 def cmd_vacuum(args: argparse.Namespace, out: Output) -> int:
     from lakepurge.purge.vacuum import run_vacuum
+    from lakepurge.remote import vacuum_job
     from lakepurge.sparkutil import spark_session
 
-    settings = _lake_settings(args)
+    if args.on == "emr-serverless":
+        return _remote(args, out, vacuum_job(args.dataset, args.yes))
+    settings = _lake_settings(args, spark=True)
     with spark_session("lakepurge-vacuum") as spark:
         run = run_vacuum(spark, settings, args.dataset, apply=args.yes)
     verb = "removed" if run.applied else "would remove"
@@ -383,17 +743,134 @@ def cmd_demo(args: argparse.Namespace, out: Output) -> int:
     return 0 if document["status"] in ("SUCCEEDED", "REJECTED") else 1
 
 
+_INIT_HEADER = """\
+# lakepurge configuration, written by `lakepurge init`. Check it with `lakepurge status`.
+# Every key is described in README.md (Configuration); examples/lakepurge.toml shows all of them.
+#
+# AWS: {where}
+# lakepurge reads boto3's usual settings (AWS_ENDPOINT_URL, AWS_REGION, credentials): they are not repeated here.
+
+# The index: user id -> (object, line). PostgreSQL (dsn) or a DynamoDB table (table).
+[index]
+{index}
+
+# Reports, certificates and deletion requests are written under this prefix (best: a bucket of its own).
+[reports]
+location = "s3://lakepurge-reports/"
+"""
+_INIT_INDEX_LOCAL = """\
+backend = "postgres"
+dsn = "postgresql://postgres@127.0.0.1:5432/lakepurge"
+# backend = "dynamodb"
+# table = "lakepurge-index\""""
+_INIT_INDEX_AWS = """\
+backend = "dynamodb"
+table = "lakepurge-index"
+# backend = "postgres"
+# dsn = "postgresql://lakepurge@db.example.internal:5432/lakepurge\""""
+_INIT_BODY = """
+# One [[datasets]] table per dataset: every object under a prefix, one format, one place for the user id.
+[[datasets]]
+name = "reviews"
+location = "s3://my-lake/reviews/"     # a prefix ending in '/'
+format = "jsonl"                       # jsonl | csv | parquet; objects ending in .gz are gzip
+id_fields = ["user_id"]                # dotted paths reach nested fields ("buyer.id"); several are allowed
+# erase = "blank"                      # blank | drop | delete-object (default: drop for parquet, else blank)
+# skip = ["manifests/*"]               # more keys that are not data (globs relative to location)
+
+# One user per object, the id taken from the key (or id_sidecar, id_tag: see README.md):
+# [[datasets]]
+# name = "exports"
+# location = "s3://my-lake/exports/"
+# id_from_key = '(?P<id>[^/]+)/[^/]+$'
+# erase = "delete-object"
+
+# Safety limits: a request erasing more than these shares is refused unless --force.
+[purge]
+max_object_fraction = 0.5
+max_dataset_fraction = 0.05
+delete_noncurrent_versions = true      # old S3 versions hold the erased data too
+
+# The key of the keyed hashes that stand for user ids in reports and certificates (keep it stable and secret).
+[privacy]
+hash_key_env = "LAKEPURGE_HASH_KEY"
+"""
+
+
+def init_text(endpoint: str | None, region: str | None) -> str:
+    """The commented starting configuration `lakepurge init` writes, for this endpoint."""
+    if endpoint:
+        where = f"the endpoint {_site(endpoint)} (AWS_ENDPOINT_URL), region {region or 'unset: export AWS_REGION'}"
+    else:
+        where = f"AWS itself (no AWS_ENDPOINT_URL), region {region or 'unset: export AWS_REGION'}"
+    index = _INIT_INDEX_LOCAL if endpoint else _INIT_INDEX_AWS
+    return _INIT_HEADER.format(where=where, index=index) + _INIT_BODY
+
+
+def cmd_init(args: argparse.Namespace, out: Output) -> int:
+    import boto3
+
+    check_aws_environment(need_region=False)
+    path = args.path
+    if os.path.exists(path) and not args.force:
+        raise CliError("file_exists", f"{path} exists already: keep it, or run again with --force to overwrite it")
+    text = init_text(_endpoint(), boto3.session.Session().region_name)
+    try:
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    except FileNotFoundError:
+        raise CliError("missing_file", f"{path}: its directory does not exist: create it first") from None
+    out.say(f"wrote {path}: edit [reports] and [[datasets]], then run `lakepurge --config {path} status`")
+    out.result({"written": path})
+    return 0
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("lakepurge")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a wrong argument raised to main()'s error boundary (so --json still gets its document)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        raise CliError("usage", f"{message} (see {self.prog} --help)")
+
+
+def _add_on(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--on",
+        choices=("local", "emr-serverless"),
+        default="local",
+        help="local: Spark on this machine (default); emr-serverless: the job on [workflow.launcher]'s application,"
+        " followed until it ends",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     # --config and --json are accepted before or after the command (`lakepurge --config F lookup U`); SUPPRESS
     # keeps a subcommand's unset option from overwriting the value given before it.
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument("--config", default=argparse.SUPPRESS, help=f"TOML configuration (default: {DEFAULT_CONFIG})")
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="one JSON document on stdout")
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show the traceback of errors")
 
-    parser = argparse.ArgumentParser(prog="lakepurge", description="Right to erasure for S3 data lakes.")
+    parser = _Parser(prog="lakepurge", description="Right to erasure for S3 data lakes.")
+    parser.add_argument("--version", action="version", version=f"lakepurge {_version()}")
     parser.add_argument("--config", default=DEFAULT_CONFIG, help="TOML configuration (default: %(default)s)")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of errors (or LAKEPURGE_DEBUG=1)")
     commands = parser.add_subparsers(dest="command", required=True)
+
+    init = commands.add_parser("init", parents=[common], help="write a commented lakepurge.toml to start from")
+    init.add_argument("--path", default=DEFAULT_CONFIG, help="where to write it (default: %(default)s)")
+    init.add_argument("--force", action="store_true", help="overwrite an existing file")
+    init.set_defaults(run=cmd_init)
 
     demo = commands.add_parser("demo", parents=[common], help="the whole pipeline on an embedded local stack")
     demo.add_argument("--objects", type=int, default=100, help="objects in the sample lake (default: %(default)s)")
@@ -424,6 +901,7 @@ def build_parser() -> argparse.ArgumentParser:
     backfill = index_commands.add_parser("backfill", parents=[common], help="index every object (Spark)")
     backfill.add_argument("--force", action="store_true", help="re-index objects already indexed at this ETag")
     backfill.add_argument("--dataset", action="append", default=[], help="only this dataset (repeatable)")
+    _add_on(backfill)
     backfill.set_defaults(run=cmd_index_backfill)
     reconcile = index_commands.add_parser(
         "reconcile",
@@ -435,6 +913,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--report-only", action="store_true", help="only count the differences (the dataset stays not covered)"
     )
     reconcile.add_argument("--spark", action="store_true", help="index the differences on local Spark")
+    _add_on(reconcile)
     reconcile.set_defaults(run=cmd_index_reconcile)
     one = index_commands.add_parser("object", parents=[common], help="index one object now")
     one.add_argument("uri", metavar="S3URI")
@@ -453,9 +932,22 @@ def build_parser() -> argparse.ArgumentParser:
     request.add_argument("--request-id", help="idempotency key: filing the same id twice files it once")
     request.set_defaults(run=cmd_request)
 
+    history = commands.add_parser(
+        "requests", parents=[common], help="every request, workflow and operator: state, deadline, certificate"
+    )
+    history.add_argument("--limit", type=int, default=50, help="how many to list (default: %(default)s)")
+    history.set_defaults(run=cmd_requests)
+
     purge = commands.add_parser("purge", parents=[common], help="report, erase, verify, certify (dry run unless --yes)")
     purge.add_argument("users", nargs="*", metavar="USER")
     purge.add_argument("--users-file")
+    purge.add_argument(
+        "--user-hash",
+        action="append",
+        default=[],
+        metavar="HASH",
+        help="an erased user found again, by the keyed hash `lakepurge status` lists (repeatable)",
+    )
     mode = purge.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="only write the report (the default)")
     mode.add_argument("--yes", action="store_true", help="erase for real")
@@ -478,6 +970,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify = commands.add_parser("verify", parents=[common], help="is any of these users still anywhere?")
     verify.add_argument("users", nargs="*", metavar="USER")
     verify.add_argument("--users-file")
+    _add_on(verify)
     verify.set_defaults(run=cmd_verify)
 
     vacuum = commands.add_parser(
@@ -485,6 +978,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     vacuum.add_argument("--dataset", action="append", default=[], help="only this dataset (repeatable)")
     vacuum.add_argument("--yes", action="store_true", help="apply (the default is a dry run that prints the plan)")
+    _add_on(vacuum)
     vacuum.set_defaults(run=cmd_vacuum)
 
     status = commands.add_parser(
@@ -499,17 +993,70 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Library loggers read their level when created; commands talk to people on stderr, so logs stay quiet
     # unless asked for (POWERTOOLS_LOG_LEVEL=INFO).
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
-    args = build_parser().parse_args(argv)
-    out = Output(args.json)
-    run: Callable[[argparse.Namespace, Output], int] = args.run
-    from lakepurge.logs import root_logger
+    words = list(sys.argv[1:] if argv is None else argv)
+    out = Output("--json" in words)
+    args: argparse.Namespace | None = None
+    from lakepurge import aws
 
-    root_logger(level=os.environ["POWERTOOLS_LOG_LEVEL"], stream=sys.stderr)
+    was_cli = aws.configure(cli=True)  # fast connect timeout, few retries: a person is waiting
+    if os.environ.get("AWS_REGION") and not os.environ.get("AWS_DEFAULT_REGION"):
+        os.environ["AWS_DEFAULT_REGION"] = os.environ["AWS_REGION"]  # boto3 reads only AWS_DEFAULT_REGION
     try:
+        args = build_parser().parse_args(words)
+        out = Output(args.json)
+        run: Callable[[argparse.Namespace, Output], int] = args.run
+        from lakepurge.logs import STDERR, root_logger
+
+        root_logger(level=os.environ["POWERTOOLS_LOG_LEVEL"], stream=STDERR)
+        _show_progress_and_keep_spark_quiet()
         return run(args, out)
-    except ConfigError as exc:
-        out.say(f"lakepurge: configuration error: {exc}")
-        return 2
+    except KeyboardInterrupt:
+        out.say("lakepurge: interrupted")
+        return 130
+    except Exception as exc:
+        debug = ("--debug" in words if args is None else args.debug) or bool(os.environ.get("LAKEPURGE_DEBUG"))
+        return _report(exc, args, out, debug)
+    finally:
+        aws.configure(cli=was_cli)
+        from lakepurge import progress
+
+        progress.show_on(None)  # main() called in-process (tests) leaves the process's clients as they were
+
+
+def _show_progress_and_keep_spark_quiet() -> None:
+    """Long commands show progress on stderr (a bar on a terminal, one line per step elsewhere); a local Spark
+    session logs to a file of its own, named when a command fails, not among the command's output."""
+    import tempfile
+    import time
+    from pathlib import Path
+
+    from lakepurge import progress, sparkutil
+
+    progress.show_on(sys.stderr)
+    logs = Path(tempfile.gettempdir()) / f"lakepurge-{os.getuid()}"
+    sparkutil.send_spark_logs_to(logs / f"spark-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log")
+
+
+def _report(exc: Exception, args: argparse.Namespace | None, out: Output, debug: bool) -> int:
+    """The error boundary's output: the traceback with --debug, one line on stderr, and with --json one JSON
+    document {"error", "code"} on stdout (unless the command printed its document already)."""
+    import traceback
+
+    config = getattr(args, "config", DEFAULT_CONFIG)
+    error = explain(exc, config)
+    users = list(getattr(args, "users", None) or [])
+    message = _one_line(error.message, users)
+    if debug:
+        traceback.print_exception(exc, file=sys.stderr)
+    out.say(f"lakepurge: {message}")
+    from lakepurge.sparkutil import spark_log_file
+
+    spark_log = spark_log_file()
+    if error.code == "internal" and spark_log is not None and spark_log.exists() and spark_log.stat().st_size:
+        out.say(f"lakepurge: Spark's own log, in case it says more: {spark_log}")
+    if out.as_json and not out.written:
+        out.result({"error": message, "code": error.code})
+    return error.exit_code
 
 
 if __name__ == "__main__":

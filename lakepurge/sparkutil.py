@@ -10,7 +10,10 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
+
+from lakepurge.progress import Progress, spark_tasks, track
 
 if TYPE_CHECKING:
     from lakepurge.config import Settings
@@ -39,14 +42,44 @@ def apply_job_environment(env: dict[str, str]) -> None:
         os.environ.setdefault(name, value)
 
 
+_log_file: Path | None = None  # where a local session's JVM logs go; None: Spark's default (stderr)
+
+_LOG4J2 = """\
+rootLogger.level = warn
+rootLogger.appenderRef.file.ref = file
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {path}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = %d{{yyyy-MM-dd HH:mm:ss}} %p %c{{1}}: %m%n
+"""
+
+
+def send_spark_logs_to(path: Path | None) -> None:
+    """Local sessions started after this log to path (log4j2), not to the terminal: the CLI keeps Spark's warnings
+    out of its human output and names the file when a command fails."""
+    global _log_file  # noqa: PLW0603 - one choice per process, made by the CLI before any session starts
+    _log_file = path
+
+
+def spark_log_file() -> Path | None:
+    return _log_file
+
+
 def local_session(app_name: str, cores: int = 2) -> Any:
     """A Spark session in local mode whose Python workers run this interpreter."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
+    builder = SparkSession.builder
+    if _log_file is not None:
+        _log_file.parent.mkdir(parents=True, exist_ok=True)
+        properties = _log_file.with_suffix(".log4j2.properties")
+        properties.write_text(_LOG4J2.format(path=_log_file))
+        builder = builder.config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{properties}")
     return (
-        SparkSession.builder.master(f"local[{cores}]")
+        builder.master(f"local[{cores}]")
         .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", str(cores * 2))
@@ -59,21 +92,32 @@ def local_session(app_name: str, cores: int = 2) -> Any:
     )
 
 
-def on_executors(spark: Any, items: Sequence[T], work: Callable[[Iterable[T]], Iterator[R]]) -> list[R]:
+def on_executors(
+    spark: Any, items: Sequence[T], work: Callable[[Iterable[T]], Iterator[R]], label: str = "objects done"
+) -> list[R]:
     """Run work over items on the executors, a few tasks per core, and collect what it yields.
 
     Items are dealt round-robin to the tasks, so a list sorted by size (largest first) spreads the big objects
     over all tasks instead of giving them to the first one. Without a session (``spark=None``) work runs over all
-    the items in this process, as one task: the inline purge of a small report, no JVM.
+    the items in this process, as one task: the inline purge of a small report, no JVM. Progress (``label``)
+    shows where the process shows it (:mod:`lakepurge.progress`).
     """
     if not items:
         return []
-    if spark is None:
-        return list(work(iter(items)))
-    tasks = min(len(items), spark.sparkContext.defaultParallelism * 4)
-    dealt = [items[i] for task in range(tasks) for i in range(task, len(items), tasks)]
-    results: list[R] = spark.sparkContext.parallelize(dealt, tasks).mapPartitions(work).collect()
-    return results
+    with track(label, len(items)) as bar:
+        if spark is None:
+            return list(work(_counted(items, bar)))
+        tasks = min(len(items), spark.sparkContext.defaultParallelism * 4)
+        dealt = [items[i] for task in range(tasks) for i in range(task, len(items), tasks)]
+        with spark_tasks(spark, bar, len(items)):
+            results: list[R] = spark.sparkContext.parallelize(dealt, tasks).mapPartitions(work).collect()
+        return results
+
+
+def _counted(items: Iterable[T], bar: Progress) -> Iterator[T]:
+    for item in items:
+        yield item
+        bar.advance()
 
 
 @contextmanager

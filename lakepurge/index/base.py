@@ -193,6 +193,17 @@ class IndexStore(Protocol):
     def erased_among(self, user_hashes: Sequence[str]) -> set[str]:
         """Which of these keyed hashes are on the suppression list."""
 
+    def erased_requests(self, user_hashes: Sequence[str]) -> dict[str, str]:
+        """Keyed hash -> the request that (first) erased it, for those of these hashes on the suppression list."""
+
+    def reappeared_objects(self, limit: int = 100) -> list[str]:
+        """The paths of the objects holding erased users again (reappeared > 0), in path order, up to limit; read
+        from the objects' own records, never by scanning every row."""
+
+    def set_reappeared(self, s3path: str, etag: str, reappeared: int) -> bool:
+        """Correct an object's count of erased users found again (a purge erased them once more). Only while the
+        index holds that ETag of the object: returns False, changing nothing, otherwise."""
+
     def record_noncurrent(self, versions: Sequence[NoncurrentVersion]) -> None:
         """Remember whose records noncurrent versions hold (adds to what is known of each version; idempotent)."""
 

@@ -832,6 +832,44 @@ class DynamoIndexStore:
         )
         return {item["userid"]["S"].removeprefix(ERASED_PREFIX) for item in items}
 
+    def erased_requests(self, user_hashes: Sequence[str]) -> dict[str, str]:
+        unique = list(dict.fromkeys(user_hashes))
+        if not unique:
+            return {}
+        items = self._batch_get(
+            [_erased_key(user_hash) for user_hash in unique],
+            ProjectionExpression="#u, #q",
+            ExpressionAttributeNames={"#u": "userid", "#q": "request_id"},
+        )
+        return {item["userid"]["S"].removeprefix(ERASED_PREFIX): item["request_id"]["S"] for item in items}
+
+    def reappeared_objects(self, limit: int = 100) -> list[str]:
+        """The meta items counting erased users found again: the filtered Scan of meta items status() also reads
+        (the table has no index by that count)."""
+        items = self._scan(
+            FilterExpression="#k = :object AND #a > :zero",
+            ProjectionExpression="#p",
+            ExpressionAttributeNames={"#k": "kind", "#a": "reappeared", "#p": "s3path"},
+            ExpressionAttributeValues={":object": {"S": "object"}, ":zero": {"N": "0"}},
+        )
+        return sorted(item["s3path"]["S"] for item in items)[: max(limit, 0)]
+
+    def set_reappeared(self, s3path: str, etag: str, reappeared: int) -> bool:
+        try:
+            self._client.update_item(
+                TableName=self._table,
+                Key=_meta_key(s3path),
+                UpdateExpression="SET #a = :a",
+                ConditionExpression="#e = :etag",
+                ExpressionAttributeNames={"#a": "reappeared", "#e": "etag"},
+                ExpressionAttributeValues={":a": {"N": str(reappeared)}, ":etag": {"S": etag}},
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                raise
+            return False
+        return True
+
     # -- noncurrent versions and coverage --------------------------------------------------------------------------
 
     def record_noncurrent(self, versions: Sequence[NoncurrentVersion]) -> None:

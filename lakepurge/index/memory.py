@@ -126,6 +126,14 @@ class MemoryIndexStore:
             for user_hash in user_hashes:
                 self._erased.setdefault(user_hash, request_id)
 
+    def set_reappeared(self, s3path: str, etag: str, reappeared: int) -> bool:
+        with self._lock:
+            held = self._objects.get(s3path)
+            if held is None or held.etag != etag:
+                return False
+            held.reappeared = reappeared
+            return True
+
     def record_noncurrent(self, versions: Sequence[NoncurrentVersion]) -> None:
         with self._lock:
             for version in versions:
@@ -207,6 +215,14 @@ class MemoryIndexStore:
     def erased_among(self, user_hashes: Sequence[str]) -> set[str]:
         with self._lock:
             return {user_hash for user_hash in user_hashes if user_hash in self._erased}
+
+    def erased_requests(self, user_hashes: Sequence[str]) -> dict[str, str]:
+        with self._lock:
+            return {user_hash: self._erased[user_hash] for user_hash in user_hashes if user_hash in self._erased}
+
+    def reappeared_objects(self, limit: int = 100) -> list[str]:
+        with self._lock:
+            return sorted(s3path for s3path, held in self._objects.items() if held.reappeared > 0)[: max(limit, 0)]
 
     def noncurrent_of(self, user_ids: Sequence[str]) -> dict[str, set[str]]:
         wanted = set(user_ids)

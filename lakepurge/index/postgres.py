@@ -104,6 +104,8 @@ CREATE UNIQUE INDEX IF NOT EXISTS indexed_objects_object_id ON indexed_objects (
 CREATE INDEX IF NOT EXISTS user_rows_userid ON user_rows (userid) INCLUDE (object_id, recordline);
 -- (object, line): erasing 500 lines of an object finds exactly those rows instead of filtering all of its rows.
 CREATE INDEX IF NOT EXISTS user_rows_object_line ON user_rows (object_id, recordline);
+-- The few objects holding erased users again (`lakepurge status` lists them): found without reading the others.
+CREATE INDEX IF NOT EXISTS indexed_objects_reappeared ON indexed_objects (s3path) WHERE reappeared > 0;
 """
 
 VIEW = """
@@ -592,6 +594,29 @@ class PostgresIndexStore:
         with self._conn.cursor() as cur:
             cur.execute("SELECT user_hash FROM erased_users WHERE user_hash = ANY(%s)", (list(user_hashes),))
             return {row[0] for row in cur.fetchall()}
+
+    def erased_requests(self, user_hashes: Sequence[str]) -> dict[str, str]:
+        if not user_hashes:
+            return {}
+        with self._conn.cursor() as cur:
+            cur.execute(
+                "SELECT user_hash, request_id FROM erased_users WHERE user_hash = ANY(%s)", (list(user_hashes),)
+            )
+            return dict(cur.fetchall())
+
+    def reappeared_objects(self, limit: int = 100) -> list[str]:
+        with self._conn.cursor() as cur:
+            cur.execute(
+                "SELECT s3path FROM indexed_objects WHERE reappeared > 0 ORDER BY s3path LIMIT %s", (max(limit, 0),)
+            )
+            return [row[0] for row in cur.fetchall()]
+
+    def set_reappeared(self, s3path: str, etag: str, reappeared: int) -> bool:
+        changed = self._conn.execute(
+            "UPDATE indexed_objects SET reappeared = %s WHERE s3path = %s AND etag = %s",
+            (reappeared, s3path, etag),
+        )
+        return changed.rowcount == 1
 
     def record_noncurrent(self, versions: Sequence[NoncurrentVersion]) -> None:
         rows = [(user, v.s3path, v.version_id, v.dataset) for v in versions for user in v.users]

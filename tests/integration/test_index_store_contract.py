@@ -289,6 +289,36 @@ def test_given_objects_with_reappeared_users_when_reading_then_counts_round_trip
     assert store.status().objects_with_erased_users == 1
 
 
+def test_given_erased_users_back_in_objects_when_listing_them_then_flagged_paths_and_erasing_requests_come_back(store):
+    assert store.reappeared_objects() == []
+    assert store.erased_requests([]) == {}
+    store.record_erased([keyed("alice"), keyed("bob")], "req-1")
+    store.record_erased([keyed("bob"), keyed("carol")], "req-2")  # bob keeps the request that erased him first
+    store.replace_objects(
+        [
+            version(B, '"b1"', T0, {"alice": [0], "dave": [1]}, reappeared=1),
+            version(A, '"a1"', T0, {"bob": [0]}, reappeared=1),
+            version(C, '"c1"', T0, {"erin": [WHOLE_OBJECT]}),
+        ]
+    )
+    assert store.reappeared_objects() == [A, B]  # in path order; C has no erased user
+    assert store.reappeared_objects(limit=1) == [A]
+    assert store.reappeared_objects(limit=0) == []
+    asked = [keyed("alice"), keyed("bob"), keyed("carol"), keyed("dave"), keyed("alice")]
+    assert store.erased_requests(asked) == {keyed("alice"): "req-1", keyed("bob"): "req-1", keyed("carol"): "req-2"}
+    assert store.erased_requests([keyed("dave")]) == {}
+    # A count corrected after a purge, only at the version the index holds.
+    assert store.set_reappeared(A, '"a1"', 0) is True
+    assert store.set_reappeared(B, '"b0"', 0) is False  # another version than the one indexed: unchanged
+    assert store.set_reappeared("s3://lake/unknown", '"x"', 0) is False
+    assert store.reappeared_objects() == [B]
+    assert store.get_object(A).reappeared == 0  # type: ignore[union-attr]
+    assert store.status().objects_with_erased_users == 1
+    assert store.indexed_objects() == {A: '"a1"', B: '"b1"', C: '"c1"'}  # no object written by the correction
+    store.remove_object(B)
+    assert store.reappeared_objects() == []
+
+
 def test_given_a_suppression_list_when_reading_the_index_then_its_entries_never_show_up_as_rows_or_objects(store):
     store.record_erased([keyed("alice"), keyed("zed")], "req-1")
     assert store.status() == IndexStatus(0, 0, 0, 0, 0, 0, 0)

@@ -71,7 +71,6 @@ def cli(capsys, *args: str) -> tuple[int, dict]:
     return code, orjson.loads(capsys.readouterr().out)
 
 
-@pytest.mark.parametrize("placeholder", ["0", "NULL", "n/a", "", "  "])
 def execute_reviewed(capsys, user: str, plan: dict, config: str) -> tuple[int, dict]:
     """`purge USER --report ID --sha256 H --yes`: execute the dry run's report, as reviewed."""
     return cli(
@@ -88,6 +87,7 @@ def execute_reviewed(capsys, user: str, plan: dict, config: str) -> tuple[int, d
     )
 
 
+@pytest.mark.parametrize("placeholder", ["0", "NULL", "n/a", "", "  "])
 def test_given_a_placeholder_id_when_purged_without_force_then_refused_and_nothing_deleted(
     guarded_lake, capsys, placeholder
 ):

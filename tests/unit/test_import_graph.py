@@ -41,6 +41,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "lakepurge.logs",
         "lakepurge.memory",
         "lakepurge.privacy",
+        "lakepurge.progress",
         "lakepurge.s3io",
         "lakepurge.s3uri",
         "lakepurge.sparkutil",
@@ -51,13 +52,15 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "lakepurge.indexer",
         "lakepurge.backfill",
         "lakepurge.coverage",
+        "lakepurge.layout",
         "lakepurge.report",
+        "lakepurge.returning",
         "lakepurge.runtime",
     ),
     "purge": ("lakepurge.purge", "lakepurge.launch"),
     "workflow": ("lakepurge.workflow",),
     "local": ("lakepurge.local",),
-    "apps": ("lakepurge.cli", "lakepurge.operator_purge"),
+    "apps": ("lakepurge.cli", "lakepurge.history", "lakepurge.operator_purge", "lakepurge.remote"),
 }
 
 # Group -> the groups its modules may import (always including itself). Same table as the Module map.

@@ -1,0 +1,98 @@
+"""Every request this deployment has handled, workflow and operator alike: `lakepurge requests`.
+
+Workflow requests have their own folder (``requests/<id>/``: state, deadline); operator purges (``lakepurge purge``,
+ids ``op-...``) leave a report, per-object results and a certificate. Both are read from the reports location, so
+the history is what the evidence says, not what a process remembers. Nothing here holds a raw user id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from lakepurge import layout
+from lakepurge.config import Settings
+from lakepurge.report import Report
+
+Kind = Literal["workflow", "operator"]
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    request_id: str
+    kind: Kind
+    state: str  # the workflow's state; for an operator purge: ERASED, NOT_VERIFIED, INCOMPLETE or PLANNED
+    created_at: str  # received (workflow) or reported (operator)
+    deadline: str | None  # workflow requests: one month after receipt (GDPR Art. 12(3))
+    days_left: int | None
+    overdue: bool
+    users: int | None  # how many users the report looked for
+    objects: int | None  # objects the report named
+    lines_erased: int | None  # from the certificate
+    verified: bool | None  # the certificate's verification
+    certificate: str | None  # its s3:// URI
+
+    @property
+    def open(self) -> bool:
+        return self.state not in ("ERASED", "NOTHING_FOUND", "REJECTED", "APPROVAL_TIMED_OUT", "PLANNED")
+
+
+def list_history(settings: Settings, s3: Any, kms: Any = None, now: datetime | None = None) -> list[RequestRecord]:
+    """Every request, open and overdue ones first, then the newest first."""
+    now = now or datetime.now(UTC)
+    reported = set(layout.request_ids_under(s3, layout.reports_prefix(settings)))
+    certified = set(layout.request_ids_under(s3, layout.certificates_prefix(settings)))
+    workflow: dict[str, Any] = {}
+    if settings.workflow is not None:
+        from lakepurge.workflow.store import RequestStore, list_requests
+
+        workflow = {view.request_id: view for view in list_requests(RequestStore(settings, s3, kms), now)}
+    records = []
+    for request_id in sorted(reported | certified | workflow.keys()):
+        report = _report(s3, settings, request_id) if request_id in reported else None
+        certificate = layout.read_certificate(s3, layout.certificate(settings, request_id))
+        view = workflow.get(request_id)
+        if view is not None:
+            state, created, deadline = view.state, view.received_at, view.deadline
+            days_left, overdue, kind = view.days_left, view.overdue, "workflow"
+        else:
+            state = _operator_state(s3, settings, request_id, report, certificate)
+            created = report.created_at if report is not None else (certificate.started_at if certificate else "")
+            deadline, days_left, overdue, kind = None, None, False, "operator"
+        records.append(
+            RequestRecord(
+                request_id=request_id,
+                kind=kind,  # type: ignore[arg-type]
+                state=state,
+                created_at=created,
+                deadline=deadline,
+                days_left=days_left,
+                overdue=overdue,
+                users=len(report.user_hashes) if report is not None else None,
+                objects=len(report.objects) if report is not None else None,
+                lines_erased=certificate.totals.lines_erased if certificate else None,
+                verified=certificate.verification.passed if certificate else None,
+                certificate=str(layout.certificate(settings, request_id)) if certificate else None,
+            )
+        )
+    records.sort(key=lambda r: r.created_at, reverse=True)
+    records.sort(key=lambda r: (not r.overdue, not r.open))  # stable: newest first within each group
+    return records
+
+
+def _report(s3: Any, settings: Settings, request_id: str) -> Report | None:
+    stored = layout.read_or_none(s3, layout.report(settings, request_id))
+    return None if stored is None else Report.from_bytes(stored.body)
+
+
+def _operator_state(
+    s3: Any, settings: Settings, request_id: str, report: Report | None, certificate: layout.CertificateDocument | None
+) -> str:
+    if certificate is not None:
+        if not certificate.verification.passed:
+            return "NOT_VERIFIED"
+        return "NOTHING_FOUND" if report is not None and report.empty else "ERASED"
+    results = layout.results_prefix(settings, request_id)
+    started = s3.list_objects_v2(Bucket=results.bucket, Prefix=results.key, MaxKeys=1).get("KeyCount", 0)
+    return "INCOMPLETE" if started else "PLANNED"

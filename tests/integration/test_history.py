@@ -1,0 +1,65 @@
+"""`lakepurge requests`: every request, as the evidence in the reports location tells it, with no raw id."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lakepurge import aws
+from lakepurge.cli import main
+from lakepurge.index import open_store
+from tests.support.lakes import index_toml
+from tests.support.purging import HASH_KEY, index_lake
+
+pytestmark = pytest.mark.integration
+
+
+def cli(capsys, *args: str) -> tuple[int, dict]:
+    code = main([*args, "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("evidence", [None, "s3://lake-evidence/locked/"])
+def test_given_operator_purges_and_a_dry_run_when_listing_requests_then_each_shows_its_state_and_certificate(
+    lake_factory, pg_dsn, tmp_path, monkeypatch, capsys, evidence
+):
+    """With [reports] evidence_location (the deployed stack's Object Lock bucket) certificates are written there."""
+    monkeypatch.setenv("LAKEPURGE_HASH_KEY", HASH_KEY)
+    case = lake_factory(index_toml("postgres", pg_dsn), objects=8, users=12)
+    store = open_store(case.settings.index)
+    try:
+        index_lake(store, case.settings, case.lake)
+    finally:
+        store.close()
+    toml = case.toml
+    if evidence:
+        aws.client("s3").create_bucket(Bucket="lake-evidence")
+        toml = toml.replace("[reports]\n", f'[reports]\nevidence_location = "{evidence}"\n', 1)
+    config = tmp_path / "lakepurge.toml"
+    config.write_text(toml)
+    erased, planned = case.lake.users[0], case.lake.users[1]
+    args = ("--force", "--engine", "inline", "--config", str(config))
+
+    _, done = cli(capsys, "purge", erased, "--yes", *args)
+    _, dry = cli(capsys, "purge", planned, *args)
+    _, nothing = cli(capsys, "purge", "nobody-at-all", "--yes", *args)
+    code, listed = cli(capsys, "requests", "--config", str(config))
+
+    assert code == 0
+    by_id = {r["request_id"]: r for r in listed["requests"]}
+    assert listed["total"] == 3 == len(by_id)
+    assert by_id[done["request_id"]]["state"] == "ERASED"
+    assert by_id[done["request_id"]]["kind"] == "operator"
+    assert by_id[done["request_id"]]["verified"] is True
+    assert by_id[done["request_id"]]["lines_erased"] == done["lines_erased"] > 0
+    certificate = by_id[done["request_id"]]["certificate"]
+    assert certificate == f"{evidence or 's3://lake-reports/'}certificates/{done['request_id']}.json"
+    if evidence:
+        listed_reports = aws.client("s3").list_objects_v2(Bucket="lake-reports", Prefix="certificates/")
+        assert listed_reports.get("KeyCount", 0) == 0, "no certificate in the rewritable reports bucket"
+    assert by_id[dry["request_id"]]["state"] == "PLANNED"
+    assert by_id[dry["request_id"]]["certificate"] is None
+    assert by_id[nothing["request_id"]]["state"] == "NOTHING_FOUND"
+    assert by_id[nothing["request_id"]]["open"] is False
+    assert erased not in json.dumps(listed) and planned not in json.dumps(listed)

@@ -1,0 +1,93 @@
+"""Erased users found again (a restored backup): `lakepurge status` names each object, the user's keyed hash and the
+request that erased them, with the one command that purges them again by hash; never a raw id."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+from lakepurge import aws
+from lakepurge.cli import main
+from lakepurge.index import open_store
+from lakepurge.indexer import index_object
+from lakepurge.privacy import Pseudonymizer
+from tests.support.purging import HASH_KEY, index_lake
+
+pytestmark = pytest.mark.integration
+
+
+def cli(capsys, *args: str) -> tuple[int, dict, str]:
+    """Exit code, the --json document, and everything printed (stdout and stderr)."""
+    code = main([*args, "--json"])
+    captured = capsys.readouterr()
+    return code, json.loads(captured.out), captured.out + captured.err
+
+
+def test_given_an_erased_user_restored_from_a_backup_when_asking_status_then_the_printed_command_purges_them_again(
+    lake_factory, index_backend, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setenv("LAKEPURGE_HASH_KEY", HASH_KEY)
+    case = lake_factory(index_backend, objects=8, users=12)
+    store = open_store(case.settings.index)
+    try:
+        index_lake(store, case.settings, case.lake)
+    finally:
+        store.close()
+    config = tmp_path / "lakepurge.toml"
+    config.write_text(case.toml)
+    user = case.lake.users[0]
+    user_hash = Pseudonymizer(HASH_KEY.encode())(user)
+    holding = sorted({path for owner, path, _ in case.lake.truth if owner == user and user not in path})
+    assert holding, "the sample lake puts the user in some object"
+    backup = next(o for o in case.lake.objects if f"s3://{case.lake.bucket}/{o.key}" == holding[0])
+
+    code, erased, _ = cli(capsys, "purge", user, "--yes", "--force", "--engine", "inline", "--config", str(config))
+    assert code == 0 and erased["lines_erased"] > 0
+    code, clean, _ = cli(capsys, "status", "--config", str(config))
+    assert code == 0 and clean["returning"] == [] and clean["returning_command"] is None
+
+    # The backup of one object is restored, and indexed as its S3 event would have it.
+    s3 = aws.client("s3")
+    s3.put_object(Bucket=case.lake.bucket, Key=backup.key, Body=backup.body)
+    store = open_store(case.settings.index)
+    try:
+        outcome = index_object(
+            s3, store, case.settings, case.lake.bucket, backup.key, pseudonymizer=Pseudonymizer(HASH_KEY.encode())
+        )
+    finally:
+        store.close()
+    assert outcome.reappeared == 1
+
+    code, status, printed = cli(capsys, "status", "--config", str(config))
+    assert code == 0
+    assert status["index"]["objects_with_erased_users"] == 1
+    assert [(r["s3path"], r["user_hash"], r["request_id"]) for r in status["returning"]] == [
+        (holding[0], user_hash, erased["request_id"])
+    ]
+    assert status["returning"][0]["lines"]
+    command = status["returning_command"]
+    assert shlex.split(command) == [
+        "lakepurge", "purge", "--user-hash", user_hash, "--yes", "--config", str(config)
+    ]  # fmt: skip
+    assert command in printed and user_hash[:16] in printed and erased["request_id"] in printed
+    assert user not in printed
+
+    # A hash that names no returning user is refused, named, and nothing is erased.
+    stranger = Pseudonymizer(HASH_KEY.encode())("nobody-at-all")
+    code, refused, printed = cli(capsys, "purge", "--user-hash", stranger, "--yes", "--config", str(config))
+    assert code == 2 and refused["code"] == "unknown_user_hash" and stranger in refused["error"]
+    code, refused, printed = cli(capsys, "purge", "--user-hash", user, "--yes", "--config", str(config))
+    assert code == 2 and refused["code"] == "bad_user_hash" and user not in printed
+
+    code, again, printed = cli(capsys, *shlex.split(command)[1:])
+    assert code == 0, printed
+    assert again["lines_erased"] > 0 and again["verified"] is True
+    assert user not in printed
+
+    code, after, printed = cli(capsys, "status", "--config", str(config))
+    assert code == 0
+    assert after["returning"] == [] and after["returning_command"] is None
+    assert after["index"]["objects_with_erased_users"] == 0
+    assert user not in printed
