@@ -626,7 +626,7 @@ def cmd_purge(args: argparse.Namespace, out: Output) -> int:
         )
     except SafetyLimitExceeded as exc:
         out.say(f"lakepurge purge: refused by the safety limits ([purge] in the configuration): {exc}")
-        out.say("  check the user ids; to erase anyway, run again with --force")
+        out.say("  check the user ids; the dry run (without --yes) prints the whole plan; to erase anyway, add --force")
         out.result({"status": "REFUSED", "reason": str(exc)})
         return 3
     except (ReportTampered, ReviewedReportMismatch) as exc:
@@ -657,7 +657,7 @@ def cmd_purge(args: argparse.Namespace, out: Output) -> int:
     document = run.summary()
     out.result(document)
     if run.result is None:
-        return 0
+        return 3 if run.refused else 0
     return 0 if run.result.verified else 1
 
 
@@ -723,6 +723,11 @@ def cmd_demo(args: argparse.Namespace, out: Output) -> int:
         raise ConfigError("--objects and --users must be at least 1")
     if not 0 <= args.port <= 65535:
         raise ConfigError("--port must be between 0 (any free port) and 65535")
+
+    def print_while_kept(document: dict[str, Any]) -> None:
+        out.result(document)
+        sys.stdout.flush()
+
     try:
         document = run_demo(
             objects=args.objects,
@@ -732,6 +737,7 @@ def cmd_demo(args: argparse.Namespace, out: Output) -> int:
             port=args.port,
             approval_timeout=args.approval_timeout,
             backfill=args.backfill,
+            keep=print_while_kept if args.keep else None,
         )
     except DemoError as exc:
         out.say(f"lakepurge demo: {exc}")
@@ -739,7 +745,8 @@ def cmd_demo(args: argparse.Namespace, out: Output) -> int:
     except KeyboardInterrupt:
         out.say("lakepurge demo: stopped (the local stack is gone with it; nothing outside it was touched)")
         return 130
-    out.result(document)
+    if not args.keep:
+        out.result(document)
     return 0 if document["status"] in ("SUCCEEDED", "REJECTED") else 1
 
 
@@ -820,8 +827,20 @@ def cmd_init(args: argparse.Namespace, out: Output) -> int:
             handle.write(text)
     except FileNotFoundError:
         raise CliError("missing_file", f"{path}: its directory does not exist: create it first") from None
-    out.say(f"wrote {path}: edit [reports] and [[datasets]], then run `lakepurge --config {path} status`")
-    out.result({"written": path})
+    config = "" if path == DEFAULT_CONFIG else f" --config {path}"
+    steps = [
+        f"wrote {path}. Next:",
+        "  1. edit [index] (a PostgreSQL you can reach, or a DynamoDB table), [reports] and [[datasets]]",
+        "  2. export LAKEPURGE_HASH_KEY=<a long random secret, kept stable>   (the keyed hashes of user ids)",
+        f"  3. lakepurge index reconcile{config}     index the lake and record its coverage (or: index backfill)",
+        f"  4. lakepurge status{config}              objects, users, coverage of every dataset",
+        f"  5. lakepurge lookup USER{config}         where one user's records are",
+        f"  6. lakepurge purge USER{config}          the dry run: the whole plan, nothing erased",
+        f"  7. lakepurge purge USER --yes{config}    erase, verify, certificate",
+    ]
+    for line in steps:
+        out.say(line)
+    out.result({"written": path, "next": [line.strip() for line in steps[1:]]})
     return 0
 
 
@@ -893,6 +912,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument(
         "--backfill", action="store_true", help="also rebuild the index with the Spark backfill and compare"
+    )
+    demo.add_argument(
+        "--keep",
+        action="store_true",
+        help="leave the local stack running afterwards and print how to point the other commands at it"
+        " (Ctrl-C stops it)",
     )
     demo.set_defaults(run=cmd_demo)
 

@@ -34,6 +34,7 @@ class OperatorRun:
     report_sha256: str
     result: PurgeResult | None  # None for a dry run
     seconds: float
+    refused: str = ""  # a dry run the [purge] limits would refuse: why (its plan is shown all the same)
 
     def summary(self) -> dict[str, Any]:
         document: dict[str, Any] = {
@@ -44,6 +45,8 @@ class OperatorRun:
             "plan": self.report.summary(),
             "seconds": round(self.seconds, 2),
         }
+        if self.refused:
+            document |= {"status": "REFUSED", "reason": self.refused}
         if self.result is not None:
             document |= {
                 "objects_rewritten": self.result.objects_rewritten,
@@ -102,6 +105,7 @@ def purge_users(
     """Report -> purge -> verify -> certificate. With report_id, the report a dry run wrote (and an operator
     reviewed) is executed exactly, instead of a new one being built."""
     started = time.monotonic()
+    refused = ""
     pseudonymizer = Pseudonymizer.from_config(settings.privacy)
     key = hash_key(settings.privacy)
     s3 = aws.client("s3")
@@ -115,9 +119,18 @@ def purge_users(
         else:
             request_id = f"op-{uuid.uuid4()}"
             dead_letters = dead_letter_count(aws.client("sqs"), settings.indexing.dead_letter_queue_url)
-            report = build_report(
-                store, settings, users, request_id, pseudonymizer, force=force, dead_letters=dead_letters
-            )
+            try:
+                report = build_report(
+                    store, settings, users, request_id, pseudonymizer, force=force, dead_letters=dead_letters
+                )
+            except SafetyLimitExceeded as exc:
+                if not dry_run:
+                    raise
+                # The dry run shows what the limits refuse: the operator decides with the whole plan in view.
+                refused = str(exc)
+                report = build_report(
+                    store, settings, users, request_id, pseudonymizer, force=True, dead_letters=dead_letters
+                )
             uri, digest = write_report(s3, settings, report)
         say(f"report {uri} (sha256 {digest}):")
         for line in plan_lines(report):
@@ -126,9 +139,15 @@ def purge_users(
             # The index cannot vouch for these datasets: "nothing found" there may be "never looked".
             raise IndexIncomplete(report.gaps)
         if dry_run:
-            say("dry run: nothing erased. To erase exactly this plan, run with the same user ids:")
-            say(f"  lakepurge purge USER... --report {request_id} --sha256 {digest} --yes")
-            return OperatorRun(request_id, report, uri, digest, None, time.monotonic() - started)
+            execute = f"  lakepurge purge USER... --report {request_id} --sha256 {digest} --yes"
+            if refused:
+                say(f"REFUSED by the safety limits ([purge] in the configuration): {refused}")
+                say("dry run: nothing erased. Check the plan and the user ids; to execute exactly this plan anyway:")
+                say(execute + " --force")
+            else:
+                say("dry run: nothing erased. To erase exactly this plan, run with the same user ids:")
+                say(execute)
+            return OperatorRun(request_id, report, uri, digest, None, time.monotonic() - started, refused)
         relational = purge_relational(settings, users, report.relational)
         # A small report (workflow.inline_max_objects, the workflow's own rule) is purged in this process: the
         # engine needs milliseconds per object, Spark's start seconds. Nothing found never starts Spark.

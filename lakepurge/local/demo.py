@@ -30,9 +30,11 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tomllib
 import uuid
@@ -50,6 +52,7 @@ from lakepurge.index import open_store
 from lakepurge.local.samples import SampleLake, generate_lake, settings_toml
 from lakepurge.logs import object_ref
 from lakepurge.privacy import Pseudonymizer
+from lakepurge.progress import Progress, track
 from lakepurge.s3uri import S3Uri
 
 Say = Callable[[str], None]
@@ -88,50 +91,6 @@ def check_java() -> None:
         raise DemoError(f"Spark needs Java 17 or newer; found {version} at {java}")
 
 
-class Progress:
-    """A one-line progress bar on stderr (redrawn in place on a terminal; elsewhere one line when it closes)."""
-
-    WIDTH = 28
-
-    def __init__(self, label: str, total: int, stream: TextIO | None = None, enabled: bool = True) -> None:
-        self.label = label
-        self.total = max(total, 0)
-        self.done = 0
-        self.stream = stream or sys.stderr
-        self.enabled = enabled
-        self.tty = enabled and self.stream.isatty()
-        self.started = time.monotonic()
-        self._drawn = 0.0
-        self._draw()
-
-    def _line(self) -> str:
-        fraction = self.done / self.total if self.total else 1.0
-        filled = int(fraction * self.WIDTH)
-        bar = "#" * filled + "." * (self.WIDTH - filled)
-        return f"    {self.label:<34} [{bar}] {self.done:>5}/{self.total:<5} {time.monotonic() - self.started:5.1f} s"
-
-    def _draw(self) -> None:
-        if self.tty:
-            self.stream.write("\r" + self._line())
-            self.stream.flush()
-            self._drawn = time.monotonic()
-
-    def update(self, done: int) -> None:
-        self.done = min(max(done, self.done), self.total) if self.total else done
-        if self.tty and time.monotonic() - self._drawn >= 0.1:
-            self._draw()
-
-    def advance(self, count: int = 1) -> None:
-        self.update(self.done + count)
-
-    def close(self) -> float:
-        seconds = time.monotonic() - self.started
-        if self.enabled:
-            self.stream.write(("\r" if self.tty else "") + self._line() + "\n")
-            self.stream.flush()
-        return seconds
-
-
 @dataclass
 class Step:
     name: str
@@ -165,8 +124,12 @@ def run_demo(
     approval_timeout: int | None = None,
     backfill: bool = False,
     progress: bool = True,
+    keep: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """The whole demo; returns the --json document. Raises DemoError for problems the user can fix."""
+    """The whole demo; returns the --json document. Raises DemoError for problems the user can fix.
+
+    With keep, the stack stays up after the demo: the document gains ``kept`` (the environment, configuration and
+    commands to use it), keep is called with it, and the demo waits for Ctrl-C or SIGTERM before tearing down."""
     started = time.monotonic()
     check_packages()
     check_java()
@@ -176,6 +139,7 @@ def run_demo(
     from lakepurge.local.moto import start_moto
 
     timeout = approval_timeout or (900 if interactive else 600)
+    bars = sys.stderr if progress else None
     run = DemoRun()
     os.environ.setdefault("LAKEPURGE_HASH_KEY", secrets.token_hex(16))  # a demo key: each run is its own world
     say("1/6 starting the local stack: moto (S3, SQS, DynamoDB, KMS, SES, SNS, Step Functions), the approval page")
@@ -227,16 +191,14 @@ def run_demo(
             f"2/6 sample lake: {len(lake.objects)} objects, {lake.total_bytes / 1e6:.1f} MB, {users} users"
             " (JSON Lines, gzip, CSV, Parquet, one-user objects)"
         )
-        bar = Progress("uploading to s3://lake", len(lake.objects), enabled=progress)
-        _upload(s3, lake, bar)
-        bar.close()
+        with track("uploading to s3://lake", len(lake.objects), stream=bars) as bar:
+            _upload(s3, lake, bar)
         run.add("sample lake", mark, f"{len(lake.objects)} objects, {lake.total_bytes / 1e6:.1f} MB uploaded")
 
         say("3/6 indexing through the S3-event path: S3 -> SQS -> lakepurge_lambdas/indexer.py (batches of 10)")
         mark = time.monotonic()
-        bar = Progress("S3 events indexed", len(lake.objects), enabled=progress)
-        events = drain_index_events(aws.client("sqs"), queue_url, bar)
-        bar.close()
+        with track("S3 events indexed", len(lake.objects), stream=bars) as bar:
+            events = drain_index_events(aws.client("sqs"), queue_url, bar)
         document = _check_index(settings, lake, events, say)
         run.add(
             "index (S3 events)",
@@ -266,15 +228,14 @@ def run_demo(
         present = {user for user, _, _ in lake.truth}
         erased = [user for user in lake.users if user in present][:3]  # three users who have data
         document |= _erase_through_workflow(
-            settings, lake, erased, say, interactive=interactive, timeout=timeout, progress=progress, run=run
+            settings, lake, erased, say, interactive=interactive, timeout=timeout, bars=bars, run=run
         )
         document["approval"] = "interactive" if interactive else "automatic"
 
         mark = time.monotonic()
         waiting = _visible_messages(aws.client("sqs"), queue_url)
-        bar = Progress("purge's S3 events indexed", waiting, enabled=progress)
-        after = drain_index_events(aws.client("sqs"), queue_url, bar)
-        bar.close()
+        with track("purge's S3 events indexed", waiting, stream=bars) as bar:
+            after = drain_index_events(aws.client("sqs"), queue_url, bar)
         left = _index_locations(settings, erased)
         document["index_after_purge"] = {"events": after.records, "failed": after.failed, "erased_users_left": left}
         say(
@@ -296,6 +257,14 @@ def run_demo(
         say("summary")
         for line in run.table():
             say(line)
+        if keep is not None:
+            kept_user = next(u for u in lake.users if u in present and u not in erased)
+            document["kept"] = _kept(stack.endpoint, config, page.url, kept_user)
+            for line in _keep_instructions(document["kept"]):
+                say(line)
+            keep(document)
+            _wait_until_stopped()
+            say("lakepurge demo: stopping the local stack")
         return document
     finally:
         page.stop()
@@ -303,6 +272,49 @@ def run_demo(
         os.environ.pop("LAKEPURGE_CONFIG", None)
         runtime.reset()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _kept(endpoint: str, config: Path, approval_page: str, user: str) -> dict[str, Any]:
+    """How to use the stack the demo left running: the variables every other command needs, and what to try."""
+    from lakepurge.local.moto import DUMMY_CREDENTIALS
+
+    env = {"AWS_ENDPOINT_URL": endpoint} | {k: DUMMY_CREDENTIALS[k] for k in sorted(DUMMY_CREDENTIALS)}
+    env["LAKEPURGE_HASH_KEY"] = os.environ["LAKEPURGE_HASH_KEY"]  # the demo's own key, not a secret of anyone's
+    return {
+        "env": env,
+        "config": str(config),
+        "approval_page": approval_page,
+        "user": user,  # a synthetic id of the sample lake who was not erased: something to look up
+        "try": [
+            f"lakepurge status --config {config}",
+            f"lakepurge lookup {user} --config {config}",
+            f"lakepurge purge {user} --config {config}",
+            f"lakepurge requests --config {config}",
+        ],
+    }
+
+
+def _keep_instructions(kept: dict[str, Any]) -> list[str]:
+    exports = " ".join(f"{name}={value}" for name, value in kept["env"].items())
+    return [
+        "the local stack is still running (moto, the approval page); in another shell:",
+        f"    export {exports}",
+        *(f"    {command}" for command in kept["try"]),
+        "Ctrl-C (or SIGTERM) here stops it and removes everything it held",
+    ]
+
+
+def _wait_until_stopped() -> None:
+    """Block until Ctrl-C or SIGTERM."""
+    stopped = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+    try:
+        while not stopped.wait(1):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _subscribe_lake_events(s3: Any, sqs: Any) -> str:
@@ -482,7 +494,7 @@ def _erase_through_workflow(
     *,
     interactive: bool,
     timeout: int,
-    progress: bool,
+    bars: TextIO | None,
     run: DemoRun,
 ) -> dict[str, Any]:
     from lakepurge.local.workflow import sent_emails
@@ -524,7 +536,7 @@ def _erase_through_workflow(
                 say("6/6 purge: the Spark job (spark-submit, polled by Wait -> PurgeStatus -> PurgeFinished),")
                 say("    or inline in the StartPurge Task when the report is small ([workflow] inline_max_objects)")
                 say("    -> StartPurge")
-                bar = Progress("objects purged", report_objects, enabled=progress)
+                bar = Progress("objects purged", report_objects, stream=bars)
             elif bar is not None:
                 if name not in _POLL_LOOP:
                     held.append(name)

@@ -18,30 +18,26 @@ import pytest
 
 from lakepurge.config import load_settings
 from lakepurge.local.postgres import free_port
+from tests.support.configs import reviews_toml
 
 pytestmark = pytest.mark.integration
 
 LAKEPURGE = str(Path(sys.executable).parent / "lakepurge")
 SECRET_USER = "user-4711-secret"
-CONFIG = """\
-[index]
-backend = "postgres"
-dsn = "postgresql://postgres@127.0.0.1:{port}/lakepurge?connect_timeout=2"
-
-[reports]
-location = "s3://lake-reports/"
-
-[[datasets]]
-name = "reviews"
-location = "s3://lake/reviews/"
-id_fields = ["user_id"]
-
+CLICKS = """
 [[datasets]]
 name = "clicks"
 location = "s3://lake/clicks/"
 id_from_key = '(?P<id>[^/]+)\\.csv$'
 erase = "delete-object"
 """
+
+
+def config_toml(port: int) -> str:
+    """Two datasets and a PostgreSQL index on a port where nothing listens."""
+    return reviews_toml(f"postgresql://postgres@127.0.0.1:{port}/lakepurge?connect_timeout=2") + CLICKS
+
+
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
 REGION = {"AWS_REGION": "us-east-1"}
 
@@ -49,7 +45,7 @@ REGION = {"AWS_REGION": "us-east-1"}
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
     """A directory holding lakepurge.toml whose PostgreSQL port is closed; HOME too (no ~/.aws of the developer)."""
-    (tmp_path / "lakepurge.toml").write_text(CONFIG.format(port=free_port()))
+    (tmp_path / "lakepurge.toml").write_text(config_toml(free_port()))
     return tmp_path
 
 
@@ -89,56 +85,29 @@ def assert_json_error(result: subprocess.CompletedProcess[str], code: str) -> di
     return document
 
 
-# (arguments, environment, words the line must hold, code). Each is a fault a person can fix.
+OBJECT = ["index", "object", "s3://lake/reviews/a.jsonl"]
+SCHEMELESS = {**CREDENTIALS, **REGION, "AWS_ENDPOINT_URL": "localhost:9000"}
+CLOSED_PORT = {**REGION, "AWS_ENDPOINT_URL": "http://127.0.0.1:9"}
+# fault: (arguments, environment, words the line must hold, code). Each is a fault a person can fix.
 FAULTS = {
-    "no region": (
-        ["index", "object", "s3://lake/reviews/a.jsonl"],
-        CREDENTIALS,
-        ["region", "AWS_REGION"],
-        "no_region",
-    ),
-    "scheme-less endpoint": (
-        ["index", "object", "s3://lake/reviews/a.jsonl"],
-        {**CREDENTIALS, **REGION, "AWS_ENDPOINT_URL": "localhost:9000"},
-        ["AWS_ENDPOINT_URL", "http://localhost:9000"],
-        "bad_endpoint",
-    ),
-    "no credentials": (
-        ["purge", SECRET_USER],
-        {**REGION, "AWS_ENDPOINT_URL": "http://127.0.0.1:9"},
-        ["credentials", "AWS_ACCESS_KEY_ID"],
-        "no_credentials",
-    ),
+    "no region": (OBJECT, CREDENTIALS, ["region", "AWS_REGION"], "no_region"),
+    "scheme-less endpoint": (OBJECT, SCHEMELESS, ["AWS_ENDPOINT_URL", "http://localhost:9000"], "bad_endpoint"),
+    "no credentials": (["purge", SECRET_USER], CLOSED_PORT, ["credentials", "AWS_ACCESS_KEY_ID"], "no_credentials"),
     "database down": (
         ["lookup", SECRET_USER],
         REGION,
         ["PostgreSQL", "Connection refused", "dsn", "lakepurge.toml"],
         "database_unreachable",
     ),
-    "missing config": (
-        ["--config", "absent.toml", "status"],
-        REGION,
-        ["absent.toml", "lakepurge init"],
-        "missing_file",
-    ),
+    "missing config": (["--config", "absent.toml", "status"], REGION, ["absent.toml", "init"], "missing_file"),
     "missing users file": (
         ["lookup", "--users-file", "absent-users.txt"],
         REGION,
         ["absent-users.txt", "no such file"],
         "missing_file",
     ),
-    "bad uri": (
-        ["index", "object", "not-a-uri"],
-        REGION,
-        ["s3://bucket/key"],
-        "bad_uri",
-    ),
-    "no user ids": (
-        ["verify"],
-        REGION,
-        ["user id", "--users-file"],
-        "no_users",
-    ),
+    "bad uri": (["index", "object", "not-a-uri"], REGION, ["s3://bucket/key"], "bad_uri"),
+    "no user ids": (["verify"], REGION, ["user id", "--users-file"], "no_users"),
 }
 
 

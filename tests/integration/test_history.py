@@ -8,9 +8,8 @@ import pytest
 
 from lakepurge import aws
 from lakepurge.cli import main
-from lakepurge.index import open_store
 from tests.support.lakes import index_toml
-from tests.support.purging import HASH_KEY, index_lake
+from tests.support.purging import HASH_KEY, index_lake_in_its_index
 
 pytestmark = pytest.mark.integration
 
@@ -27,11 +26,7 @@ def test_given_operator_purges_and_a_dry_run_when_listing_requests_then_each_sho
     """With [reports] evidence_location (the deployed stack's Object Lock bucket) certificates are written there."""
     monkeypatch.setenv("LAKEPURGE_HASH_KEY", HASH_KEY)
     case = lake_factory(index_toml("postgres", pg_dsn), objects=8, users=12)
-    store = open_store(case.settings.index)
-    try:
-        index_lake(store, case.settings, case.lake)
-    finally:
-        store.close()
+    index_lake_in_its_index(case.settings, case.lake)
     toml = case.toml
     if evidence:
         aws.client("s3").create_bucket(Bucket="lake-evidence")

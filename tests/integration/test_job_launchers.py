@@ -36,7 +36,7 @@ from lakepurge.privacy import Pseudonymizer
 from lakepurge.report import ReportTampered, build_report
 from tests.support.invariant import assert_invariant, snapshot
 from tests.support.lakes import LakeCase, index_toml
-from tests.support.purging import HASH_KEY, index_lake
+from tests.support.purging import HASH_KEY, index_lake_in_its_index
 
 pytestmark = pytest.mark.integration
 
@@ -68,11 +68,7 @@ def hash_key_env(monkeypatch):
 def small_lake(lake_factory, pg_dsn, hash_key_env) -> LakeCase:
     """A lake of every format, indexed in PostgreSQL; its configuration is in LAKEPURGE_CONFIG_TOML."""
     case = lake_factory(index_toml("postgres", pg_dsn), objects=20, users=8)
-    store = open_store(case.settings.index)
-    try:
-        index_lake(store, case.settings, case.lake)
-    finally:
-        store.close()
+    index_lake_in_its_index(case.settings, case.lake)
     return case
 
 

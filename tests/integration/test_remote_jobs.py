@@ -19,15 +19,15 @@ from botocore.stub import Stubber
 from lakepurge import aws
 from lakepurge.cli import main
 from lakepurge.config import Settings
-from lakepurge.index import open_store
 from lakepurge.remote import emr_launcher, run_remote, vacuum_job
 from tests.support.lakes import index_toml
-from tests.support.purging import HASH_KEY, index_lake
+from tests.support.purging import HASH_KEY, index_lake_in_its_index
 
 pytestmark = pytest.mark.integration
 
 ACCOUNT = "123456789012"
 LOG_URI = "s3://lake-logs/emr/"
+CONFIG_URI = "s3://lake-artifacts/config/lakepurge.toml"
 
 
 def launcher_toml(application_id: str) -> str:
@@ -92,12 +92,7 @@ def test_given_emr_configured_when_backfill_runs_on_emr_then_build_index_is_subm
     assert run["jobRunId"] == document["job_id"]
     submit = run["jobDriver"]["sparkSubmit"]
     assert submit["entryPoint"] == "s3://lake-artifacts/spark/build_index.py"
-    assert submit["entryPointArguments"] == [
-        "--config",
-        "s3://lake-artifacts/config/lakepurge.toml",
-        "--dataset",
-        "reviews",
-    ]
+    assert submit["entryPointArguments"] == ["--config", CONFIG_URI, "--dataset", "reviews"]
     assert document["logs"].startswith(f"{LOG_URI}applications/{application_id}/jobs/{document['job_id']}/")
 
 
@@ -167,11 +162,7 @@ def test_given_a_purged_user_when_verified_on_emr_then_the_job_reads_hashes_only
     from lakepurge_jobs import verify as verify_job
 
     case, config, emr, application_id = emr_lake
-    store = open_store(case.settings.index)
-    try:
-        index_lake(store, case.settings, case.lake)
-    finally:
-        store.close()
+    index_lake_in_its_index(case.settings, case.lake)
     s3 = aws.client("s3")
     s3.create_bucket(Bucket="lake-artifacts")
     s3.put_object(Bucket="lake-artifacts", Key="config/lakepurge.toml", Body=Path(config).read_bytes())

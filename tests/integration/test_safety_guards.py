@@ -169,3 +169,22 @@ def test_given_a_reviewed_report_when_executed_for_other_users_then_refused(guar
     assert code == 3
     assert "other user ids" in document["reason"]
     assert lake_bytes(s3) == before
+
+
+def test_given_a_purge_the_limits_refuse_when_dry_run_then_the_whole_plan_is_shown_and_only_force_executes_it(
+    guarded_lake, capsys
+):
+    s3, config, _ = guarded_lake
+    before = lake_bytes(s3)
+    code, plan = cli(capsys, "purge", "dave", "--config", config)  # the dry run of a refused purge
+    assert code == 3 and plan["status"] == "REFUSED" and plan["dry_run"] is True
+    assert "max_object_fraction" in plan["reason"]
+    assert plan["plan"]["lines"] == 30  # the plan the limits refuse, in full, to decide on
+
+    code, refused = execute_reviewed(capsys, "dave", plan, config)  # executing it still needs --force
+    assert code == 3 and "--force" in refused["reason"]
+    assert lake_bytes(s3) == before
+
+    forced = cli(capsys, "purge", "dave", "--report", plan["request_id"], "--sha256", plan["report_sha256"],
+                 "--yes", "--force", "--config", config)  # fmt: skip
+    assert forced[0] == 0 and forced[1]["lines_erased"] == 30 and forced[1]["verified"] is True

@@ -8,6 +8,7 @@ from typing import Any
 from lakepurge import aws
 from lakepurge.backfill import run_reconcile
 from lakepurge.config import Settings
+from lakepurge.index import open_store
 from lakepurge.index.base import IndexStore
 from lakepurge.indexer import index_object
 from lakepurge.local.samples import SampleLake
@@ -17,6 +18,15 @@ from lakepurge.purge.job import purge_targets
 from lakepurge.report import Report, build_report
 
 HASH_KEY = "test-hash-key-0123456789"
+
+
+def index_lake_in_its_index(settings: Settings, lake: SampleLake) -> None:
+    """:func:`index_lake` into the index the settings name, opened and closed here."""
+    store = open_store(settings.index)
+    try:
+        index_lake(store, settings, lake)
+    finally:
+        store.close()
 
 
 def index_lake(

@@ -10,23 +10,12 @@ import pytest
 
 from lakepurge.cli import explain, init_text
 from lakepurge.config import ConfigError, load_settings, parse_settings
+from tests.support.configs import reviews_toml
 
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
-BASE = """\
-[index]
-backend = "postgres"
-dsn = "postgresql://postgres@127.0.0.1:5432/lakepurge"
-
-[reports]
-location = "s3://lake-reports/"
-
-[[datasets]]
-name = "reviews"
-location = "s3://lake/reviews/"
-id_fields = ["user_id"]
-"""
+BASE = reviews_toml("postgresql://postgres@127.0.0.1:5432/lakepurge")
 JARGON = ("Input should", "valid tuple", "valid dictionary", "Extra inputs", "Field required", "String should")
 
 

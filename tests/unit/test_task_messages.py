@@ -316,19 +316,25 @@ def execute(lambdas: Lambdas, **results: list[Result]) -> tuple[list[str], dict[
 # -- the paths through the workflow -----------------------------------------------------------------------------------
 
 
+def approved_and_started() -> dict[str, list[Any]]:
+    """The Tasks' answers up to a started purge job: a report with data, approval requested, approved."""
+    return {
+        "GenerateReport": [report()],
+        "RequestApproval": [REQUESTED],
+        "Decision": [APPROVED],
+        "StartPurge": [RUNNING],
+    }
+
+
 def test_given_an_approved_request_when_the_workflow_runs_then_each_task_reads_what_the_previous_wrote(
     lambdas: Lambdas,
 ) -> None:
-    notified = Notified(outcome="ERASED")
     entered, state = execute(
         lambdas,
-        GenerateReport=[report()],
-        RequestApproval=[REQUESTED],
-        Decision=[APPROVED],
-        StartPurge=[RUNNING],
+        **approved_and_started(),
         PurgeStatus=[polled("RUNNING"), polled("SUCCEEDED")],
         VerifyPurge=[VERIFIED],
-        Notify=[notified],
+        Notify=[Notified(outcome="ERASED")],
     )
     assert entered[-4:] == ["ErasedOutcome", "Notify", "Ended", "Erased"]
     assert entered.count("PurgeStatus") == 2 and entered.count("WaitForPurge") == 2
@@ -403,10 +409,7 @@ def test_given_a_purge_without_certificate_when_verifying_then_it_ends_verificat
 ) -> None:
     entered, state = execute(
         lambdas,
-        GenerateReport=[report()],
-        RequestApproval=[REQUESTED],
-        Decision=[APPROVED],
-        StartPurge=[RUNNING],
+        **approved_and_started(),
         PurgeStatus=[polled("SUCCEEDED")],
         VerifyPurge=[NoCertificate(reason="no certificate was written")],
         Notify=[Notified(outcome="VERIFICATION_FAILED")],
