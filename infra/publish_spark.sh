@@ -3,6 +3,7 @@
 # `sam deploy`, and again after each change of the stack's parameters or of lakepurge):
 #   spark/lakepurge-env.tar.gz, spark/{purge,build_index,reconcile,verify,vacuum}.py   from build/spark/
 #   config/lakepurge.toml   the functions' configuration: every job reads it (--config s3://..., launcher.config_uri)
+#   (it names the hash-key and DSN secrets by ARN and holds no secret: the jobs read them at run time)
 # Usage: infra/publish_spark.sh STACK_NAME
 set -eu
 STACK=${1:?usage: infra/publish_spark.sh STACK_NAME}

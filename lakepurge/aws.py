@@ -44,3 +44,36 @@ class Clients:
     def from_environment(cls) -> Clients:
         """The process's S3, KMS and SQS clients (boto3's standard settings, AWS_ENDPOINT_URL locally)."""
         return cls(client("s3"), client("kms"), client("sqs"))
+
+
+# How long a secret read at run time is kept before it is read again: a rotated secret (the PostgreSQL password)
+# reaches every warm function and job within this many seconds, without a redeploy.
+SECRET_MAX_AGE_SECONDS = 300
+
+
+class SecretUnavailable(RuntimeError):
+    """A configured secret could not be read (missing, no permission, empty). The message names the secret, never
+    its value."""
+
+
+def secret_string(name: str, max_age: int = SECRET_MAX_AGE_SECONDS) -> str:
+    """The SecretString of a Secrets Manager secret (ARN or name), through Powertools Parameters' cache: read at most
+    once per ``max_age`` seconds per process (a value read with max_age 0 is not kept). ``clear_secrets`` forgets
+    what was read."""
+    from aws_lambda_powertools.utilities import parameters
+
+    try:
+        value = parameters.get_secret(name, max_age=max_age)
+    except parameters.exceptions.GetParameterError as exc:
+        # the provider's message is botocore's (the secret's name and the error code), never a value
+        raise SecretUnavailable(f"secret {name}: could not be read: {exc}") from None
+    if not isinstance(value, str) or not value:
+        raise SecretUnavailable(f"secret {name}: no SecretString (a binary or empty secret)")
+    return value
+
+
+def clear_secrets() -> None:
+    """Forget every secret read so far: the next read asks Secrets Manager (tests; after a rotation)."""
+    from aws_lambda_powertools.utilities import parameters
+
+    parameters.clear_caches()

@@ -39,12 +39,19 @@ class _Strict(BaseModel):
 class IndexConfig(_Strict):
     backend: Literal["postgres", "dynamodb"]
     dsn: str | None = None
+    # Instead of dsn: the ARN or name of a Secrets Manager secret holding it, read at run time (cached for a few
+    # minutes, so a rotated password is picked up without a redeploy). Its SecretString is the DSN itself
+    # (postgresql://...), a JSON object with a "dsn" key, or the JSON of an RDS-managed secret (username,
+    # password, host, port, dbname); see lakepurge.index.postgres_dsn.
+    dsn_secret: str | None = None
     table: str | None = None
 
     @model_validator(mode="after")
     def _backend_needs_its_setting(self) -> IndexConfig:
-        if self.backend == "postgres" and not self.dsn:
-            raise ValueError("backend 'postgres' needs 'dsn'")
+        if self.dsn and self.dsn_secret:
+            raise ValueError("set 'dsn' or 'dsn_secret', not both")
+        if self.backend == "postgres" and not (self.dsn or self.dsn_secret):
+            raise ValueError("backend 'postgres' needs 'dsn' or 'dsn_secret'")
         if self.backend == "dynamodb" and not self.table:
             raise ValueError("backend 'dynamodb' needs 'table'")
         return self
@@ -273,9 +280,32 @@ class VacuumConfig(_Strict):
 
 
 class PrivacyConfig(_Strict):
-    # Environment variable holding the secret key of the keyed hashes (HMAC-SHA256) that stand in for user ids
-    # in reports, certificates and the suppression list. Keep it stable: changing it forgets past erasures.
-    hash_key_env: str = "LAKEPURGE_HASH_KEY"
+    """Where the secret key of the keyed hashes (HMAC-SHA256) that stand in for user ids in reports, certificates
+    and the suppression list comes from: exactly one of hash_key_env and hash_key_secret. Keep the key stable:
+    changing it forgets past erasures (docs/DEPLOY.md)."""
+
+    # An environment variable holding the key (the CLI, the local stack, tests). The default when
+    # hash_key_secret is not set; None when it is.
+    hash_key_env: str | None = "LAKEPURGE_HASH_KEY"
+    # The ARN or name of a Secrets Manager secret whose SecretString is the key, read at run time by the processes
+    # that hash ids (cached for a few minutes; a Spark driver hands it to its executors in memory).
+    hash_key_secret: Annotated[str, Field(min_length=1)] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_source(cls, data: object) -> object:
+        if isinstance(data, dict) and data.get("hash_key_secret") is not None:
+            if data.get("hash_key_env") is not None:
+                raise ValueError("set hash_key_env or hash_key_secret, not both")
+            return {**data, "hash_key_env": None}
+        return data
+
+    @property
+    def hash_key_source(self) -> str:
+        """Where the key comes from, in words for messages (never the key)."""
+        if self.hash_key_secret is not None:
+            return f"the secret {self.hash_key_secret} (privacy.hash_key_secret)"
+        return f"the environment variable {self.hash_key_env} (privacy.hash_key_env)"
 
 
 class RelationalConfig(_Strict):
@@ -338,6 +368,13 @@ class WorkflowConfig(_Strict):
     launcher: LauncherConfig = LocalLauncherConfig()
     # The approval emails are sent with this SES configuration set (the stack's requires TLS); unset: none.
     ses_configuration_set: str | None = None
+    # The key (16+ characters) that signs approval.json and decision.json (HMAC-SHA256). Only the functions that
+    # open approvals and decide them (RequestApproval, the approval page) hold it: a document another writer
+    # replaced does not verify, and the page refuses it. From this environment variable (the CLI, the local stack,
+    # tests), or, when approval_signing_key_secret is set, from that Secrets Manager secret (ARN or name; read at
+    # run time, cached for a few minutes; what the SAM template sets).
+    approval_signing_key_env: Annotated[str, Field(min_length=1)] = "LAKEPURGE_APPROVAL_KEY"
+    approval_signing_key_secret: Annotated[str, Field(min_length=1)] | None = None
 
 
 class Settings(_Strict):

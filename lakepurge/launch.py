@@ -404,12 +404,12 @@ _ENVIRONMENT_PYTHON = "./environment/bin/python"
 class EmrServerlessLauncher:
     """StartJobRun on an EMR Serverless application; the job id is the jobRunId.
 
-    The job reads its configuration from launcher.config_uri and needs the hash key in the driver's environment
-    under the name privacy.hash_key_env (the driver hands it to the executors with the task closure). lakepurge
-    never puts the key in a request: provide it with ``--conf spark.emr-serverless.driverEnv.<name>=...`` in
-    launcher.spark_submit_parameters, or in the application's spark-defaults (runtimeConfiguration). Either way it
-    is visible to whoever may read the job run or application; fetching it from Secrets Manager inside the job is
-    not done yet.
+    The job reads its configuration from launcher.config_uri. With privacy.hash_key_secret (what the SAM template
+    configures) the driver reads the hash key from Secrets Manager at run time (the job role needs
+    secretsmanager:GetSecretValue on it) and hands it to the executors in memory with the task closure: the key is
+    in no request, job run, Spark property or application configuration. lakepurge never puts the key in a
+    request; with privacy.hash_key_env instead, the driver's environment must hold it (``--conf
+    spark.emr-serverless.driverEnv.<name>=...``), visible to whoever may read the job run or application.
     """
 
     backend = "emr-serverless"

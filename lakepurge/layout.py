@@ -5,13 +5,14 @@ Everything lakepurge keeps for the record lives under ``[reports] location`` (an
 - ``reports/<request id>.json``: the purge report (lakepurge.report.Report), written once, its SHA-256 in the
   object's metadata;
 - ``results/<request id>/<sha256(s3path)>.json``: the outcome of each object the purge job handled
-  (lakepurge.purge.engine.ObjectOutcome), so that a rerun resumes;
+  (lakepurge.purge.engine.ObjectOutcome), so that a rerun resumes; an object of a one-user-per-object dataset is
+  named there by a keyed reference, never its key (lakepurge.purge.job.result_document);
 - ``certificates/<request id>.json``: the erasure certificate (:class:`CertificateDocument`), under
   ``[reports] evidence_location`` instead when that is set (an Object Lock bucket: evidence is never rewritten);
 - ``requests/<request id>/``: the request's own documents (lakepurge.workflow.store): ``request.json`` (user ids
-  sealed), ``state.json``, ``approval.json`` (:class:`ApprovalDocument`), ``decision.json``
-  (:class:`DecisionDocument`), ``relational.json`` (the relational DELETEs the workflow ran before the purge job,
-  :class:`RelationalDocument`);
+  sealed until the request ends, then shredded), ``state.json``, ``approval.json`` (:class:`ApprovalDocument`),
+  ``decision.json`` (:class:`DecisionDocument`), ``relational.json`` (the relational DELETEs the workflow ran
+  before the purge job, :class:`RelationalDocument`);
 - ``placeholders/<sha256(s3path)>/<sha256(etag)>.json``: the placeholders a blanking purge left in one object
   version (lakepurge.purge.placeholders.PlaceholderRecord);
 - ``vacuum/<run id>.json``: what an applied vacuum removed (:class:`VacuumDocument`);
@@ -174,6 +175,13 @@ class ApprovalDocument(Document):
     opened_at: str
     expires_at: str
     approvers: tuple[Approver, ...]
+    # HMAC-SHA256 by the approval signing key ([workflow] approval_signing_key_env) over the other fields
+    # (lakepurge.workflow.signing); the approval page refuses a document without a valid one.
+    signature: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """An unsigned document (one written before signatures) stays without a ``signature`` field."""
+        return self.model_dump(mode="json", exclude_none=True)
 
 
 class DecisionDocument(Document):
@@ -187,6 +195,13 @@ class DecisionDocument(Document):
     report_uri: str
     report_sha256: str
     delivered_at: str | None = None
+    # Who decided, as API Gateway saw the POST: its source IP, its user agent (truncated to 200 characters) and,
+    # behind the optional JWT authorizer, the token's subject. Absent in documents written before they existed.
+    source_ip: str | None = None
+    user_agent: str | None = None
+    authorized_subject: str | None = None
+    # HMAC-SHA256 by the approval signing key over the other fields (lakepurge.workflow.signing).
+    signature: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Absent fields stay absent (a rejection has no ``approved_by``, an undelivered claim no ``delivered_at``)."""

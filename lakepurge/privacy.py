@@ -8,18 +8,48 @@ import hmac
 import os
 from collections.abc import Iterable
 
+from lakepurge import aws
 from lakepurge.config import ConfigError, PrivacyConfig
+
+# Keys a Spark driver handed to this executor process with the task closure (lakepurge.sparkutil), by source: an
+# executor hashes with the driver's key and never asks Secrets Manager itself. Held in memory only.
+_handed: dict[str, bytes] = {}
+
+
+def _source(config: PrivacyConfig) -> str:
+    return f"secret:{config.hash_key_secret}" if config.hash_key_secret is not None else f"env:{config.hash_key_env}"
+
+
+def read_hash_key(config: PrivacyConfig) -> bytes | None:
+    """The key from its configured source, never from a handed-over copy: privacy.hash_key_secret read through the
+    Powertools cache (aws.secret_string: a rotated secret is read again within aws.SECRET_MAX_AGE_SECONDS; an
+    unreadable one raises aws.SecretUnavailable), or privacy.hash_key_env (None when unset)."""
+    if config.hash_key_secret is not None:
+        return aws.secret_string(config.hash_key_secret).encode()
+    value = os.environ.get(config.hash_key_env or "")
+    return value.encode() if value else None
 
 
 def hash_key(config: PrivacyConfig) -> bytes:
-    """The secret key of the keyed hashes, from the environment variable the configuration names."""
-    value = os.environ.get(config.hash_key_env)
+    """The secret key of the keyed hashes: the one a Spark driver handed to this process, else the configured
+    source's (:func:`read_hash_key`)."""
+    value = _handed.get(_source(config)) or read_hash_key(config)
     if not value:
         raise ConfigError(
             f"privacy.hash_key_env: set {config.hash_key_env} to a secret of at least 16 characters"
-            " (keyed hashes of user ids; keep it stable across runs)"
+            " (keyed hashes of user ids; keep it stable across runs), or name a Secrets Manager secret with"
+            " privacy.hash_key_secret"
         )
-    return value.encode()
+    return value
+
+
+def hand_over_key(config: PrivacyConfig, key: bytes) -> None:
+    """Use ``key`` as the configured source's key in this process (an executor, given the driver's key)."""
+    _handed[_source(config)] = key
+
+
+def forget_handed_keys() -> None:
+    _handed.clear()
 
 
 class Pseudonymizer:
@@ -34,7 +64,10 @@ class Pseudonymizer:
 
     @classmethod
     def optional(cls, config: PrivacyConfig) -> Pseudonymizer | None:
-        """The configured pseudonymizer, or None without a key (suppression checks are then off)."""
+        """The configured pseudonymizer, or None without a key (suppression checks are then off). A configured
+        secret is required: one that cannot be read, or holds a short key, raises."""
+        if config.hash_key_secret is not None:
+            return cls.from_config(config)
         try:
             return cls.from_config(config)
         except ConfigError:

@@ -68,7 +68,10 @@ def index_store() -> IndexStore:
 
 
 def reset() -> None:
-    """Forget cached settings and connections (tests switch configurations between cases)."""
+    """Forget cached settings, secrets and connections (tests switch configurations between cases)."""
+    from lakepurge import aws
+
+    aws.clear_secrets()
     if index_store.cache_info().currsize:
         index_store().close()
     index_store.cache_clear()

@@ -31,15 +31,40 @@ AWS_VARIABLES = (
 )
 
 
+# Entries of a job environment that are not environment variables (no variable name has a dot).
+_HASH_KEY = "lakepurge.hash_key"
+_DRIVER_PID = "lakepurge.driver_pid"
+_PRIVACY = "lakepurge.privacy"
+
+
 def job_environment(settings: Settings) -> dict[str, str]:
-    """The driver's AWS settings and hash key, to apply on executors (on EMR usually just the region and key)."""
-    names = (*AWS_VARIABLES, settings.privacy.hash_key_env)
-    return {name: os.environ[name] for name in names if name in os.environ}
+    """What executors need from the driver, carried in the task closure: the driver's AWS settings (on EMR usually
+    just the region) and the hash key, read here once from privacy.hash_key_secret (or hash_key_env). Executors
+    get the key in memory (:func:`apply_job_environment`), never through an environment variable, a job argument
+    or a Spark property, so it is in no run record; they never ask Secrets Manager themselves."""
+    from lakepurge.privacy import read_hash_key
+
+    env = {name: os.environ[name] for name in AWS_VARIABLES if name in os.environ}
+    key = read_hash_key(settings.privacy)
+    if key is not None:
+        env[_HASH_KEY] = key.decode()
+        env[_PRIVACY] = settings.privacy.model_dump_json()
+        env[_DRIVER_PID] = str(os.getpid())
+    return env
 
 
 def apply_job_environment(env: dict[str, str]) -> None:
+    """On an executor: the driver's AWS settings as defaults of this process's environment, and the driver's hash
+    key as this process's key (in memory). The driver itself (spark=None runs the work in-process) keeps reading
+    its key from the source, so a rotation is picked up there."""
     for name, value in env.items():
-        os.environ.setdefault(name, value)
+        if not name.startswith("lakepurge."):
+            os.environ.setdefault(name, value)
+    if _HASH_KEY in env and env.get(_DRIVER_PID) != str(os.getpid()):
+        from lakepurge.config import PrivacyConfig
+        from lakepurge.privacy import hand_over_key
+
+        hand_over_key(PrivacyConfig.model_validate_json(env[_PRIVACY]), env[_HASH_KEY].encode())
 
 
 _log_file: Path | None = None  # where a local session's JVM logs go; None: Spark's default (stderr)

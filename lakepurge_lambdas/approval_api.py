@@ -11,7 +11,7 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from lakepurge import aws, runtime
-from lakepurge.workflow.approval import ApprovalRefused, decide, pending
+from lakepurge.workflow.approval import ApprovalRefused, Requester, decide, pending
 from lakepurge.workflow.pages import confirmation_page, decided_page, refused_page
 from lakepurge.workflow.store import RequestStore
 
@@ -68,6 +68,7 @@ def decide_by_post() -> Response:
             form.get("approver", ""),
             form.get("secret", ""),
             decision,  # type: ignore[arg-type]
+            Requester.from_event(app.current_event.raw_event),  # source IP, user agent, JWT subject: decision.json
         )
     except ApprovalRefused as refused:
         return _html(refused.status, refused_page(str(refused)))

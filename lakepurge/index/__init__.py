@@ -2,8 +2,43 @@
 
 from __future__ import annotations
 
+import json
+
 from lakepurge.config import IndexConfig
 from lakepurge.index.base import IndexStore
+
+_RDS_FIELDS = {"host": "host", "port": "port", "dbname": "dbname", "username": "user", "password": "password"}
+
+
+def postgres_dsn(config: IndexConfig) -> str:
+    """The PostgreSQL DSN: index.dsn, or the secret index.dsn_secret names, read at run time through the Powertools
+    cache (a rotated password is used by connections opened within aws.SECRET_MAX_AGE_SECONDS of the rotation).
+
+    The secret's SecretString is one of: the DSN itself (``postgresql://...`` or ``host=... password=...``); a JSON
+    object with a ``"dsn"`` key; or the JSON object of an RDS-managed secret (``username``, ``password``,
+    ``host``, ``port``, ``dbname``), which Secrets Manager can rotate on its own."""
+    if config.dsn_secret is None:
+        assert config.dsn is not None
+        return config.dsn
+    from lakepurge import aws
+
+    text = aws.secret_string(config.dsn_secret)
+    if not text.lstrip().startswith("{"):
+        return text
+    try:
+        document = json.loads(text)
+    except ValueError:
+        raise aws.SecretUnavailable(f"secret {config.dsn_secret}: not a DSN and not valid JSON") from None
+    if isinstance(document, dict) and isinstance(document.get("dsn"), str) and document["dsn"]:
+        return str(document["dsn"])
+    if isinstance(document, dict) and {"host", "username", "password"} <= document.keys():
+        from psycopg.conninfo import make_conninfo
+
+        fields = {_RDS_FIELDS[k]: str(v) for k, v in document.items() if k in _RDS_FIELDS and v not in (None, "")}
+        return make_conninfo(**fields)
+    raise aws.SecretUnavailable(
+        f'secret {config.dsn_secret}: JSON without a "dsn" key (or username, password and host of an RDS secret)'
+    )
 
 
 def open_store(config: IndexConfig, create: bool = True) -> IndexStore:
@@ -12,8 +47,7 @@ def open_store(config: IndexConfig, create: bool = True) -> IndexStore:
     if config.backend == "postgres":
         from lakepurge.index.postgres import PostgresIndexStore
 
-        assert config.dsn is not None
-        store = PostgresIndexStore(config.dsn)
+        store = PostgresIndexStore(postgres_dsn(config))
     else:
         from lakepurge.index.dynamodb import DynamoIndexStore
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 import importlib
 import io
 import json
+import os
+import secrets
 import traceback
 import uuid
 import zipfile
@@ -146,7 +148,10 @@ def prepare(
     inline_max_objects: int = 20,
     poll_seconds: int = 1,
 ) -> tuple[LocalWorkflow, str]:
-    """Deploy the workflow with its KMS key and verified SES sender; returns it and its [workflow] TOML."""
+    """Deploy the workflow with its KMS key and verified SES sender; returns it and its [workflow] TOML. The local
+    stack signs approvals with a key of its own (LAKEPURGE_APPROVAL_KEY, when not already set): this process runs
+    both RequestApproval and the approval page."""
+    os.environ.setdefault("LAKEPURGE_APPROVAL_KEY", secrets.token_hex(32))
     workflow = deploy()
     kms_key_id = aws.client("kms").create_key(Description="lakepurge requests")["KeyMetadata"]["KeyId"]
     aws.client("ses").verify_email_identity(EmailAddress=sender)

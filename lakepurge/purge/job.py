@@ -8,7 +8,7 @@ skips what was done and ends in the same state, with the same certificate, as on
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from lakepurge import aws, layout
-from lakepurge.config import Settings
+from lakepurge.config import DatasetConfig, Settings
 from lakepurge.index import open_store
 from lakepurge.index.base import IndexStore
 from lakepurge.logs import get_logger, object_ref
@@ -83,11 +83,37 @@ def purge_targets(report: Report) -> list[PurgeTarget]:
     return targets
 
 
-def recorded_outcomes(s3: Any, prefix: S3Uri) -> dict[str, ObjectOutcome]:
+# How results/ name an object of a one-user-per-object dataset, whose key may name its user: never by its key.
+OBJECT_REFERENCE = "ref:"
+
+
+def object_reference(s3path: str, key: bytes) -> str:
+    """An object's reference in its stored outcome: a keyed hash of its path (the hash key of the user ids)."""
+    return OBJECT_REFERENCE + Pseudonymizer(key)(f"s3path:{s3path}")
+
+
+def result_document(outcome: ObjectOutcome, dataset: DatasetConfig, key: bytes) -> bytes:
+    """An outcome as stored under results/: an object of a one-user-per-object dataset by its reference only (its
+    key may name the user). :func:`recorded_outcomes` resolves the reference through the report's objects."""
+    stored = asdict(outcome)
+    if dataset.per_object:
+        stored["s3path"] = object_reference(outcome.s3path, key)
+    return orjson.dumps(stored)
+
+
+def recorded_outcomes(s3: Any, prefix: S3Uri, s3paths: Iterable[str] = ()) -> dict[str, ObjectOutcome]:
+    """The outcomes recorded under a request's results prefix, by object. An outcome stored by reference (see
+    :func:`result_document`) is resolved through ``s3paths``, the report's objects (a result's name is the hash of
+    its object's path); one the given objects do not resolve is left out."""
+    named = {layout.result(prefix, s3path).key: s3path for s3path in s3paths}
     done: dict[str, ObjectOutcome] = {}
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=prefix.bucket, Prefix=prefix.key):
         for item in page.get("Contents", []):
             document = orjson.loads(s3.get_object(Bucket=prefix.bucket, Key=item["Key"])["Body"].read())
+            if str(document["s3path"]).startswith(OBJECT_REFERENCE):
+                if item["Key"] not in named:
+                    continue
+                document["s3path"] = named[item["Key"]]
             outcome = ObjectOutcome(**document)
             done[outcome.s3path] = outcome
     return done
@@ -138,9 +164,14 @@ def _purge_partition(
         current: IndexStore = local.store
         return current
 
-    def record(outcome: ObjectOutcome) -> None:
-        document = orjson.dumps(asdict(outcome))
-        s3.put_object(Bucket=prefix.bucket, Key=layout.result(prefix, outcome.s3path).key, Body=document)
+    def recorder(target: PurgeTarget) -> Callable[[ObjectOutcome], None]:
+        dataset = settings.dataset_named(target.dataset)
+
+        def record(outcome: ObjectOutcome) -> None:
+            document = result_document(outcome, dataset, key)
+            s3.put_object(Bucket=prefix.bucket, Key=layout.result(prefix, outcome.s3path).key, Body=document)
+
+        return record
 
     versioning: dict[str, bool] = {}  # per bucket, asked once per task
 
@@ -148,6 +179,7 @@ def _purge_partition(
         bucket = S3Uri.parse(target.s3path).bucket
         if bucket not in versioning:
             versioning[bucket] = ever_versioned(s3, bucket)
+        record = recorder(target)
         outcome = purge_object(s3, store(), settings, target, users, before_write=record, versioned=versioning[bucket])
         outcome = _settle(outcome, intents.get(target.s3path))
         if outcome.status != "failed":
@@ -194,10 +226,10 @@ def run_purge(
     started = datetime.now(UTC)
     s3 = aws.client("s3")
     prefix = layout.results_prefix(settings, report.request_id)
-    recorded = recorded_outcomes(s3, prefix)
+    targets = purge_targets(report)
+    recorded = recorded_outcomes(s3, prefix, [t.s3path for t in targets])
     done = {path: o for path, o in recorded.items() if o.committed}
     intents = {path: o for path, o in recorded.items() if not o.committed}
-    targets = purge_targets(report)
     pending = [t for t in targets if t.s3path not in done]
     relational = tuple(relational) or recorded_relational(s3, settings, report.request_id)
     env = job_environment(settings)

@@ -7,6 +7,12 @@ there), bound to the report's SHA-256, and handed to the waiting state machine (
 It stands only if the state machine took it: when the execution no longer waits (timed out, stopped) the claim is
 withdrawn and the request's ending is left as it is; after a transient error the same approver's retry delivers it.
 The links expire a margin before the wait does, counted from when the wait began.
+
+``approval.json`` and ``decision.json`` are signed with the approval signing key (lakepurge.workflow.signing), which
+only RequestApproval and the approval page hold: an ``approval.json`` that does not verify (another writer's approver
+secrets, or a replayed task token) is refused with 403 before any secret is compared, and a claimed decision that
+does not verify is never delivered. The decision records the POST's source IP, user agent (truncated) and, behind
+the optional JWT authorizer, the token's subject.
 """
 
 from __future__ import annotations
@@ -20,11 +26,14 @@ from typing import Any, Literal
 from urllib.parse import urlencode
 
 from botocore.exceptions import ClientError
+from pydantic import ValidationError
 
 from lakepurge import layout
-from lakepurge.config import Settings
+from lakepurge.aws import SecretUnavailable
+from lakepurge.config import ConfigError, Settings
 from lakepurge.logs import get_logger
 from lakepurge.report import Report, ReportTampered
+from lakepurge.workflow import signing
 from lakepurge.workflow.events import Approved
 from lakepurge.workflow.store import (
     APPROVED,
@@ -48,6 +57,31 @@ class ApprovalRefused(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
+
+
+USER_AGENT_MAX = 200  # characters of the user agent kept in decision.json
+
+
+@dataclass(frozen=True)
+class Requester:
+    """Who sent the deciding POST, as API Gateway saw it (requestContext of an HTTP API payload 2.0 event)."""
+
+    source_ip: str | None = None
+    user_agent: str | None = None
+    authorized_subject: str | None = None  # the JWT's ``sub`` when the optional authorizer is on
+
+    @classmethod
+    def from_event(cls, event: dict[str, Any]) -> Requester:
+        context = event.get("requestContext") or {}
+        http = context.get("http") or {}
+        claims = ((context.get("authorizer") or {}).get("jwt") or {}).get("claims") or {}
+        agent = http.get("userAgent")
+        subject = claims.get("sub")
+        return cls(
+            source_ip=str(http["sourceIp"])[:64] if http.get("sourceIp") else None,
+            user_agent=str(agent)[:USER_AGENT_MAX] if agent else None,
+            authorized_subject=str(subject)[:USER_AGENT_MAX] if subject else None,
+        )
 
 
 @dataclass(frozen=True)
@@ -88,6 +122,7 @@ def open_approval(
     """Record what is to be approved and mint one secret per approver; returns the links and when they expire.
     Opening again (a retried Task) replaces the secrets, so only the newest email's links work."""
     workflow = workflow_settings(settings)
+    key = signing.signing_key(workflow)  # before anything is written: no key, no approval
     if store.decision(request_id) is not None:
         raise ApprovalRefused(409, f"request {request_id} is already decided")
     began = wait_began_at.astimezone(UTC) if wait_began_at is not None else datetime.now(UTC)
@@ -98,28 +133,52 @@ def open_approval(
         approvers.append(layout.Approver(email=approver, secret_sha256=_digest(secret)))
         query = urlencode({"request": request_id, "approver": index, "secret": secret})
         links.append(ApprovalLink(approver, f"{workflow.approval_url}?{query}"))
-    store.put_document(
-        request_id,
-        layout.APPROVAL,
-        layout.ApprovalDocument(
-            report_uri=report_uri,
-            report_sha256=report_sha256,
-            task_token=task_token,
-            opened_at=now_iso(),
-            expires_at=expires_at,
-            approvers=tuple(approvers),
-        ),
+    document = layout.ApprovalDocument(
+        report_uri=report_uri,
+        report_sha256=report_sha256,
+        task_token=task_token,
+        opened_at=now_iso(),
+        expires_at=expires_at,
+        approvers=tuple(approvers),
     )
+    store.put_document(request_id, layout.APPROVAL, signing.sign(key, request_id, layout.APPROVAL, document))
     store.set_state(request_id, AWAITING_APPROVAL, expires_at=expires_at)
     return links, expires_at
 
 
-def _check(
-    store: RequestStore, request_id: str, approver_index: str, secret: str
-) -> tuple[layout.ApprovalDocument, str]:
-    approval = store.approval(request_id) if request_id else None
+_UNVERIFIED = "this approval cannot be verified; nothing was decided"
+
+
+def _signing_key(settings: Settings) -> bytes:
+    try:
+        return signing.signing_key(workflow_settings(settings))
+    except (ConfigError, SecretUnavailable) as exc:
+        log.error("no approval signing key, approvals are refused: %s", exc)
+        raise ApprovalRefused(503, "approvals cannot be verified at the moment; nothing was decided") from None
+
+
+def _approval(settings: Settings, store: RequestStore, request_id: str) -> layout.ApprovalDocument:
+    """The pending approval, only if its signature verifies: one another writer replaced is refused (403)."""
+    key = _signing_key(settings)
+    try:
+        approval = store.approval(request_id) if request_id else None
+    except ValidationError:
+        log.warning("approval.json is not an approval document: refused", extra={"request_id": request_id})
+        raise ApprovalRefused(403, _UNVERIFIED) from None
     if approval is None:
         raise ApprovalRefused(404, "no approval is pending for this link")
+    try:
+        signing.verify(key, request_id, layout.APPROVAL, approval)
+    except signing.SignatureInvalid as exc:
+        log.warning("approval.json refused: %s", exc, extra={"request_id": request_id})
+        raise ApprovalRefused(403, _UNVERIFIED) from None
+    return approval
+
+
+def _check(
+    settings: Settings, store: RequestStore, request_id: str, approver_index: str, secret: str
+) -> tuple[layout.ApprovalDocument, str]:
+    approval = _approval(settings, store, request_id)
     try:
         entry = approval.approvers[int(approver_index)]
     except (ValueError, IndexError):
@@ -140,7 +199,7 @@ def pending(
     settings: Settings, store: RequestStore, s3: Any, request_id: str, approver_index: str, secret: str
 ) -> PendingApproval:
     """What the confirmation page shows (a GET: reads only)."""
-    approval, approver = _check(store, request_id, approver_index, secret)
+    approval, approver = _check(settings, store, request_id, approver_index, secret)
     _undecided(store, request_id)
     try:
         report, _ = layout.load_report(s3, approval.report_uri, approval.report_sha256)
@@ -162,16 +221,25 @@ def decide(
     approver_index: str,
     secret: str,
     decision: Decision,
+    requester: Requester | None = None,
 ) -> dict[str, Any]:
-    """Decide once and wake the state machine. Returns the recorded decision."""
-    approval, approver = _check(store, request_id, approver_index, secret)
+    """Decide once and wake the state machine. Returns the recorded decision (signed, with who sent the POST)."""
+    approval, approver = _check(settings, store, request_id, approver_index, secret)
+    key = _signing_key(settings)
     verdict = "approved" if decision == "approve" else "rejected"
+    sender = requester or Requester()
     claimed = store.decision(request_id)
     if claimed is not None:
-        # The same approver's same decision, not yet taken by the state machine (a transient error): deliver it now.
+        # The same approver's same decision, not yet taken by the state machine (a transient error): deliver it now,
+        # if the page itself signed it (a claim another writer put there is never delivered).
         retry = claimed.delivered_at is None and claimed.decision == verdict and claimed.by == approver
         if not retry:
             raise ApprovalRefused(409, "this request has already been decided")
+        try:
+            signing.verify(key, request_id, layout.DECISION, claimed)
+        except signing.SignatureInvalid as exc:
+            log.warning("decision.json refused: %s", exc, extra={"request_id": request_id})
+            raise ApprovalRefused(403, "the recorded decision cannot be verified; nothing was decided") from None
         record = claimed
     else:
         try:
@@ -191,7 +259,11 @@ def decide(
             decided_at=now_iso(),
             report_uri=approval.report_uri,
             report_sha256=approval.report_sha256,
+            source_ip=sender.source_ip,
+            user_agent=sender.user_agent,
+            authorized_subject=sender.authorized_subject,
         )
+        record = signing.sign(key, request_id, layout.DECISION, record)
         try:
             store.put_document(request_id, layout.DECISION, record, only_once=True)
         except ClientError as exc:
@@ -199,7 +271,7 @@ def decide(
                 raise ApprovalRefused(409, "this request has already been decided") from None
             raise
     _deliver(store, sfn, request_id, approval, record)
-    record = record.model_copy(update={"delivered_at": now_iso()})
+    record = signing.sign(key, request_id, layout.DECISION, record.model_copy(update={"delivered_at": now_iso()}))
     store.put_document(request_id, layout.DECISION, record)
     log.info("approval decided", extra={"request_id": request_id, "decision": record.decision})
     return record.to_json()

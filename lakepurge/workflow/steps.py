@@ -214,7 +214,8 @@ def erased_before_failure(
 ) -> ErasedBeforeFailure:
     """After a failed purge: the objects already erased, each re-read now to confirm none of the users remains."""
     planned, _ = layout.load_report(clients.s3, report.uri, report.sha256)
-    recorded = recorded_outcomes(clients.s3, layout.results_prefix(settings, request_id)).values()
+    planned_paths = [o.s3path for o in planned.objects] + [v.s3path for v in planned.versions]
+    recorded = recorded_outcomes(clients.s3, layout.results_prefix(settings, request_id), planned_paths).values()
     # An intent is recorded just before a write: if the object moved on from the version it read, the write happened.
     done = [o for o in recorded if o.committed or _moved_on(clients.s3, o.s3path, o.before_etag)]
     users = HashedUsers(planned.user_hashes, Pseudonymizer(key))
@@ -304,7 +305,8 @@ def _ended(
 def notify(
     settings: Settings, clients: Clients, sns: Any, key: bytes, request_id: str, outcome: Outcome, state: EndedState
 ) -> Notified:
-    """Tell the topic how the request ended and record its final state. Counts and ids of requests only."""
+    """Tell the topic how the request ended, record its final state and shred the request's sealed user ids.
+    Counts and ids of requests only."""
     requests = RequestStore(settings, clients.s3, clients.kms)
     decision = requests.decision(request_id)
     gaps, deadline = None, ""
@@ -335,4 +337,7 @@ def notify(
     except StateIsFinal:
         # An ending was recorded first (a retried Notify after another ending): it stays; this message still went.
         log.warning("request already ended; its state is kept", extra={"request_id": request_id, "outcome": outcome})
+    # The request has ended (this outcome or an earlier one): no step will need its raw ids again (the relational
+    # DELETEs ran in StartPurge, before the purge), so they are destroyed. Idempotent: a retried Notify repeats it.
+    requests.shred(request_id)
     return Notified(outcome=outcome, **detail)

@@ -5,6 +5,13 @@ A request lives under ``<reports.location>requests/<request id>/`` (lakepurge.la
   key from KMS, so reading them needs kms:Decrypt on the workflow key; the keyed hashes stay readable for lookups.
 - ``state.json``: the current state, overwritten at each step.
 The state machine carries only the request id: raw ids never enter its input, output or history.
+
+Once the request ends (Notify records a final state), its sealed ids are shredded (:meth:`RequestStore.shred`):
+``request.json`` is rewritten without the KMS-sealed data key and the ciphertext, and its earlier versions are
+deleted, so nobody can ever decrypt the raw ids again; the keyed hashes, the receipt time and the deadline stay.
+Every step that needs the raw ids (the report, the relational DELETEs, run by StartPurge before the purge) runs
+before the request ends; a request that ended unanswered (APPROVAL_TIMED_OUT, INDEX_INCOMPLETE) is filed again
+with its ids under a new request id.
 """
 
 from __future__ import annotations
@@ -48,6 +55,14 @@ class RequestConflict(ValueError):
     """A request id is reused for a different set of users."""
 
 
+class RequestShredded(LookupError):
+    """The request ended and its sealed ids were destroyed (crypto-shredding): they can never be opened again."""
+
+
+# The fields of request.json that hold the sealed ids; shredding removes them.
+SEALED_FIELDS: tuple[str, ...] = ("sealed_key", "nonce", "sealed")
+
+
 @dataclass(frozen=True)
 class ErasureRequest:
     request_id: str
@@ -55,9 +70,15 @@ class ErasureRequest:
     deadline: str
     user_hashes: tuple[str, ...]
     kms_key_id: str
-    sealed_key: str  # base64 KMS ciphertext of the data key
-    nonce: str  # base64
-    sealed: str  # base64 AES-GCM ciphertext of {"users": [...], "requester": ...}
+    # None once the request ended and was shredded (RequestStore.shred): nobody can open its ids any more.
+    sealed_key: str | None = None  # base64 KMS ciphertext of the data key
+    nonce: str | None = None  # base64
+    sealed: str | None = None  # base64 AES-GCM ciphertext of {"users": [...], "requester": ...}
+    shredded_at: str | None = None
+
+    @property
+    def shredded(self) -> bool:
+        return self.sealed_key is None or self.nonce is None or self.sealed is None
 
     def days_left(self, now: datetime | None = None) -> int:
         remaining = datetime.fromisoformat(self.deadline) - (now or datetime.now(UTC))
@@ -168,7 +189,12 @@ class RequestStore:
         return ErasureRequest(**document)
 
     def open(self, request: ErasureRequest) -> tuple[list[str], str]:
-        """The raw user ids and the requester (needs kms:Decrypt)."""
+        """The raw user ids and the requester (needs kms:Decrypt). RequestShredded once the request ended."""
+        if request.sealed_key is None or request.nonce is None or request.sealed is None:
+            raise RequestShredded(
+                f"request {request.request_id} ended and its sealed user ids were destroyed"
+                f" ({request.shredded_at or 'shredded'}): they cannot be decrypted any more"
+            )
         data_key = self._kms.decrypt(
             CiphertextBlob=base64.b64decode(request.sealed_key), EncryptionContext={"request_id": request.request_id}
         )["Plaintext"]
@@ -177,6 +203,52 @@ class RequestStore:
         )
         document = orjson.loads(plaintext)
         return list(document["users"]), str(document["requester"])
+
+    def shred(self, request_id: str) -> bool:
+        """Destroy the sealed ids of an ended request (crypto-shredding): rewrite ``request.json`` without the sealed
+        data key and ciphertext (conditional on the version read), then delete its earlier versions (a versioned
+        bucket keeps them). Idempotent: a retry finishes what a failed call began. Refused (ValueError) while the
+        request has not ended. Returns whether this call removed the sealed fields."""
+        state = self.state(request_id)
+        if not state.final:
+            raise ValueError(f"request {request_id} has not ended ({state.state}): its ids are still needed")
+        where = layout.request_document(self._settings, request_id, layout.REQUEST)
+        removed = False
+        for _ in range(5):
+            current = layout.read_or_none(self._s3, where)
+            if current is None:
+                raise RequestNotFound(f"request {request_id}: no {layout.REQUEST}")
+            document: dict[str, Any] = orjson.loads(current.body)
+            if not any(name in document for name in SEALED_FIELDS):
+                break
+            kept = {name: value for name, value in document.items() if name not in SEALED_FIELDS}
+            kept["shredded_at"] = now_iso()
+            try:
+                self._s3.put_object(
+                    Bucket=where.bucket,
+                    Key=where.key,
+                    Body=orjson.dumps(kept),
+                    ContentType="application/json",
+                    IfMatch=current.etag,
+                )
+                removed = True
+                break
+            except ClientError as exc:
+                if exc.response["Error"]["Code"] not in ("PreconditionFailed", "ConditionalRequestConflict", "412"):
+                    raise
+        else:
+            raise RequestConflict(f"request {request_id}: {layout.REQUEST} kept changing while being shredded")
+        self._delete_earlier_versions(where.bucket, where.key)
+        return removed
+
+    def _delete_earlier_versions(self, bucket: str, key: str) -> None:
+        """Every version of one key but the current one (and its delete markers): none may keep the sealed ids."""
+        paginator = self._s3.get_paginator("list_object_versions")
+        for page in paginator.paginate(Bucket=bucket, Prefix=key):
+            for version in [*page.get("Versions", []), *page.get("DeleteMarkers", [])]:
+                if version["Key"] != key or version.get("IsLatest"):
+                    continue
+                self._s3.delete_object(Bucket=bucket, Key=key, VersionId=version["VersionId"])
 
     def set_state(self, request_id: str, state: str, **detail: Any) -> None:
         """Move the request to a state, unless it already ended (StateIsFinal). Conditional on the state read, so a

@@ -221,7 +221,8 @@ def test_late_approval_the_link_still_accepts_never_rewrites_the_timed_out_endin
 ) -> None:
     """A decision that reaches the page after the wait timed out (a clock ahead of the state machine's) is not taken:
     no decision is recorded and the ending stays APPROVAL_TIMED_OUT."""
-    from lakepurge.workflow.store import APPROVED, RequestStore, StateIsFinal
+    from lakepurge.workflow import signing
+    from lakepurge.workflow.store import APPROVED, RequestStore, StateIsFinal, workflow_settings
 
     case = workflow_case(approval_timeout_seconds=3)
     users = _users_with_data(case, 1)
@@ -229,9 +230,12 @@ def test_late_approval_the_link_still_accepts_never_rewrites_the_timed_out_endin
     link = link_in(case.emails(request_id)[0])
     assert case.finish(request_id, timeout=60)["status"] == "FAILED"
     store = RequestStore(case.settings, aws.client("s3"), aws.client("kms"))
-    approval = store.document(request_id, "approval.json")
+    approval = store.approval(request_id)
     assert approval is not None
-    store.put_document(request_id, "approval.json", {**approval, "expires_at": "2999-01-01T00:00:00+00:00"})
+    # The clock ahead: the link still looks valid. Re-signed with the stack's key (an unsigned rewrite is refused).
+    key = signing.signing_key(workflow_settings(case.settings))
+    later = approval.model_copy(update={"expires_at": "2999-01-01T00:00:00+00:00"})
+    store.put_document(request_id, "approval.json", signing.sign(key, request_id, "approval.json", later))
 
     late = call_approval("POST", link, "approve")
 

@@ -57,3 +57,29 @@ def test_given_a_sealed_request_when_its_data_key_is_decrypted_without_its_reque
     assert request_store.open(sealed) == (["alice@example.com"], "cli")
     stored = aws_client("s3").get_object(Bucket="seal-reports", Key="requests/req-seal-1/request.json")["Body"].read()
     assert b"alice@example.com" not in stored
+
+
+def test_given_an_ended_request_when_shredded_then_its_ids_can_never_be_opened_and_a_retry_is_a_no_op(
+    request_store,
+):
+    from lakepurge.workflow.store import RequestShredded
+
+    pseudonymizer = Pseudonymizer(b"sealing-test-key-0123456789")
+    request_store.create("req-shred", ["carol@example.com"], "cli", datetime.now(UTC), pseudonymizer)
+    with pytest.raises(ValueError, match="has not ended"):
+        request_store.shred("req-shred")  # still running: the report and the relational DELETEs need the ids
+    request_store.set_state("req-shred", "REJECTED")
+
+    assert request_store.shred("req-shred") is True
+    assert request_store.shred("req-shred") is False  # a retried Notify
+
+    shredded = request_store.get("req-shred")
+    assert shredded.shredded and shredded.shredded_at
+    assert shredded.user_hashes == tuple(pseudonymizer.many(["carol@example.com"]))
+    with pytest.raises(RequestShredded, match="cannot be decrypted"):
+        request_store.open(shredded)
+    stored = aws_client("s3").get_object(Bucket="seal-reports", Key="requests/req-shred/request.json")["Body"].read()
+    assert b"sealed" not in stored.replace(b"shredded_at", b"") and b"nonce" not in stored
+    # filed again (EventBridge delivers at least once): the ended request is returned, not sealed anew
+    again = request_store.create("req-shred", ["carol@example.com"], "cli", datetime.now(UTC), pseudonymizer)
+    assert again.shredded
