@@ -114,10 +114,16 @@ FAULTS = {
 @pytest.mark.parametrize("fault", FAULTS)
 def test_given_an_environment_fault_when_running_then_one_line_names_cause_and_fix(workdir, fault):
     args, env, words, code = FAULTS[fault]
-    assert_one_line(run(workdir, *args, env=env), *words)
-    result = run(workdir, *args, "--json", env=env)
+    result = run(workdir, *args, "--json", env=env)  # the person's line on stderr, the document on stdout
     assert_one_line(result, *words)
     assert_json_error(result, code)
+
+
+def test_given_a_fault_without_json_when_running_then_stdout_stays_empty(workdir):
+    args, env, words, _ = FAULTS["database down"]
+    result = run(workdir, *args, env=env)
+    assert_one_line(result, *words)
+    assert result.stdout == ""
 
 
 def test_given_a_scheme_less_uri_when_indexing_then_the_argument_is_not_repeated(workdir):
