@@ -7,42 +7,22 @@ from __future__ import annotations
 
 import copy
 import hashlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode
 
 import pytest
 
-from lakepurge import aws, layout, runtime
+from lakepurge import aws, layout
 from lakepurge.workflow import signing
 from lakepurge.workflow.approval import USER_AGENT_MAX
 from lakepurge.workflow.store import RequestStore, workflow_settings
 from tests.support.events import LambdaContext
-from tests.support.lakes import LakeCase
-from tests.support.purging import HASH_KEY
-from tests.support.workflow import WorkflowCase, approval_event, call_approval, deploy_case, link_in
+from tests.support.workflow import WorkflowCase, approval_event, call_approval, link_in
 
 pytestmark = pytest.mark.e2e
 
 ATTACKER_SECRET = "mallorys-own-secret-0123456789"
-
-
-@pytest.fixture
-def workflow_case(
-    lake_factory: Callable[..., LakeCase], pg_dsn: str, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Callable[..., WorkflowCase]]:
-    monkeypatch.setenv("LAKEPURGE_HASH_KEY", HASH_KEY)
-
-    def create(**options: Any) -> WorkflowCase:
-        from tests.support.lakes import index_toml
-
-        lake = lake_factory(index_toml("postgres", pg_dsn), objects=12, users=20)
-        case = deploy_case(lake, **options)
-        monkeypatch.setenv("LAKEPURGE_CONFIG_TOML", case.toml)
-        runtime.reset()
-        return case
-
-    yield create
 
 
 def _first_user(case: WorkflowCase) -> str:
@@ -73,13 +53,20 @@ def _post(link: str, decision: str, user_agent: str | None = None, source_ip: st
     return response
 
 
+def _awaiting_approval(
+    workflow_case: Callable[..., WorkflowCase], request_id: str, approver: int
+) -> tuple[WorkflowCase, str, str, RequestStore]:
+    """A request for one user, waiting for its approval: the case, its id, one approver's link, the store."""
+    case = workflow_case(objects=12, users=20)
+    filed = case.file([_first_user(case)], request_id)
+    link = link_in(case.emails(filed)[approver])
+    return case, filed, link, RequestStore(case.settings, aws.client("s3"), aws.client("kms"))
+
+
 def test_a_forged_approval_json_is_refused_and_the_genuine_decision_records_who_sent_it(
     workflow_case: Callable[..., WorkflowCase],
 ) -> None:
-    case = workflow_case()
-    request_id = case.file([_first_user(case)], "req-forged")
-    genuine_link = link_in(case.emails(request_id)[0])
-    store = RequestStore(case.settings, aws.client("s3"), aws.client("kms"))
+    case, request_id, genuine_link, store = _awaiting_approval(workflow_case, "req-forged", approver=0)
     genuine = store.approval(request_id)
     assert genuine is not None and genuine.signature, "RequestApproval did not sign approval.json"
     state_before = store.document(request_id, layout.STATE)
@@ -140,10 +127,7 @@ def test_the_recorded_post_event_s_source_ip_and_user_agent_are_in_decision_json
 ) -> None:
     from tests.support.workflow import APPROVERS
 
-    case = workflow_case()
-    request_id = case.file([_first_user(case)], "req-who")
-    link = link_in(case.emails(request_id)[1])
-    store = RequestStore(case.settings, aws.client("s3"), aws.client("kms"))
+    case, request_id, link, store = _awaiting_approval(workflow_case, "req-who", approver=1)
     # An unsigned claim planted in this approver's name, as if a transient error had left it undelivered: the
     # approver's retry would deliver it, but the page did not sign it, so it is refused and nothing is delivered.
     planted = layout.DecisionDocument(

@@ -10,35 +10,13 @@ from typing import Any
 import orjson
 import pytest
 
-from lakepurge import aws, runtime
+from lakepurge import aws
 from lakepurge.s3uri import S3Uri
-from tests.support.lakes import LakeCase
-from tests.support.purging import HASH_KEY
-from tests.support.workflow import WorkflowCase, call_approval, deploy_case, link_in
+from tests.support.workflow import WorkflowCase, call_approval, link_in
 
 pytestmark = pytest.mark.e2e
 
 REPORTS_BUCKET = "lake-reports"
-
-
-@pytest.fixture
-def workflow_case(
-    lake_factory: Callable[..., LakeCase], pg_dsn: str, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Callable[..., WorkflowCase]]:
-    """The deployed workflow of tests/e2e/test_workflow.py, its reports bucket versioned as the template makes it."""
-    monkeypatch.setenv("LAKEPURGE_HASH_KEY", HASH_KEY)
-
-    def create(**options: Any) -> WorkflowCase:
-        from tests.support.lakes import index_toml
-
-        lake = lake_factory(index_toml("postgres", pg_dsn), objects=24, users=30)
-        aws.client("s3").put_bucket_versioning(Bucket=REPORTS_BUCKET, VersioningConfiguration={"Status": "Enabled"})
-        case = deploy_case(lake, **options)
-        monkeypatch.setenv("LAKEPURGE_CONFIG_TOML", case.toml)
-        runtime.reset()
-        return case
-
-    yield create
 
 
 def _per_object_datasets(case: WorkflowCase) -> set[str]:
@@ -110,12 +88,10 @@ def _assert_nowhere_in_reports(needles: list[str]) -> None:
 def test_an_erased_request_is_shredded_and_no_version_of_the_reports_bucket_holds_its_ids(
     workflow_case: Callable[..., WorkflowCase],
 ) -> None:
-    case = workflow_case()
+    case = workflow_case(versioned_reports=True)
     user = _user_without_per_object_data(case)
     request_id = case.file([user], "req-shred-erased")
-    assert call_approval("POST", link_in(case.emails(request_id)[0]), "approve")["statusCode"] == 200
-    execution = case.finish(request_id)
-    assert execution["status"] == "SUCCEEDED", case.failures(request_id)
+    case.approve_and_finish(request_id)
     [note] = case.notifications()
     assert note["outcome"] == "ERASED"
     _assert_shredded(case, request_id)
@@ -123,7 +99,7 @@ def test_an_erased_request_is_shredded_and_no_version_of_the_reports_bucket_hold
 
 
 def test_a_rejected_request_is_shredded(workflow_case: Callable[..., WorkflowCase]) -> None:
-    case = workflow_case()
+    case = workflow_case(versioned_reports=True)
     user = _user_without_per_object_data(case)
     request_id = case.file([user], "req-shred-rejected")
     assert call_approval("POST", link_in(case.emails(request_id)[1]), "reject")["statusCode"] == 200
@@ -134,7 +110,7 @@ def test_a_rejected_request_is_shredded(workflow_case: Callable[..., WorkflowCas
 
 
 def test_a_request_whose_approval_timed_out_is_shredded(workflow_case: Callable[..., WorkflowCase]) -> None:
-    case = workflow_case(approval_timeout_seconds=3)
+    case = workflow_case(versioned_reports=True, approval_timeout_seconds=3)
     user = _user_without_per_object_data(case)
     request_id = case.file([user], "req-shred-timeout")
     link = link_in(case.emails(request_id)[0])
@@ -148,7 +124,7 @@ def test_a_request_whose_approval_timed_out_is_shredded(workflow_case: Callable[
 def test_a_request_that_has_not_ended_is_never_shredded(workflow_case: Callable[..., WorkflowCase]) -> None:
     from lakepurge.workflow.store import RequestStore
 
-    case = workflow_case()
+    case = workflow_case(versioned_reports=True)
     user = _user_without_per_object_data(case)
     request_id = case.file([user], "req-shred-open")
     case.emails(request_id)  # waiting for approval: StartPurge still needs the ids (relational DELETEs)
@@ -175,9 +151,7 @@ def _erase_user_with_per_object_data(case: WorkflowCase, request_id: str) -> tup
     user, keys = _user_with_key_named_objects(case)
     assert any(user in key for key in keys)
     case.file([user], request_id)
-    assert call_approval("POST", link_in(case.emails(request_id)[0]), "approve")["statusCode"] == 200
-    execution = case.finish(request_id)
-    assert execution["status"] == "SUCCEEDED", case.failures(request_id)
+    case.approve_and_finish(request_id)
     return user, keys
 
 
@@ -189,7 +163,7 @@ def test_results_and_certificate_of_one_user_per_object_data_name_no_user(
     from lakepurge.purge.job import recorded_outcomes
     from lakepurge.workflow.store import RequestStore
 
-    case = workflow_case()
+    case = workflow_case(versioned_reports=True)
     request_id = "req-shred-per-object"
     user, keys = _erase_user_with_per_object_data(case, request_id)
     _assert_shredded(case, request_id)
@@ -221,6 +195,6 @@ def test_results_and_certificate_of_one_user_per_object_data_name_no_user(
 def test_no_object_or_version_of_the_reports_bucket_holds_a_raw_id_or_a_raw_key_of_per_object_data(
     workflow_case: Callable[..., WorkflowCase],
 ) -> None:
-    case = workflow_case()
+    case = workflow_case(versioned_reports=True)
     user, keys = _erase_user_with_per_object_data(case, "req-shred-per-object-all")
     _assert_nowhere_in_reports([user, *keys])

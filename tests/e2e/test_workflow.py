@@ -11,7 +11,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -24,30 +24,9 @@ from tests.support.events import load
 from tests.support.invariant import assert_invariant, snapshot
 from tests.support.lakes import LakeCase
 from tests.support.purging import HASH_KEY
-from tests.support.workflow import APPROVERS, WorkflowCase, call_approval, deploy_case, link_in
+from tests.support.workflow import APPROVERS, WorkflowCase, call_approval, link_in
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-def workflow_case(
-    lake_factory: Callable[..., LakeCase], pg_dsn: str, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Callable[..., WorkflowCase]]:
-    monkeypatch.setenv("LAKEPURGE_HASH_KEY", HASH_KEY)
-
-    def create(
-        unindexed: Callable[[LakeCase], Collection[str]] | None = None, versioned: bool = False, **options: Any
-    ) -> WorkflowCase:
-        """``unindexed`` picks, once the lake exists, datasets left out of the index and of its coverage."""
-        from tests.support.lakes import index_toml
-
-        lake = lake_factory(index_toml("postgres", pg_dsn), objects=24, users=30, versioned=versioned)
-        case = deploy_case(lake, unindexed=unindexed(lake) if unindexed else (), **options)
-        monkeypatch.setenv("LAKEPURGE_CONFIG_TOML", case.toml)
-        runtime.reset()
-        return case
-
-    yield create
 
 
 class _RecordList(logging.Handler):
@@ -415,9 +394,7 @@ def test_request_for_a_user_in_never_indexed_datasets_ends_index_incomplete_neve
     # once the datasets are reconciled (indexed, coverage recorded), the request filed again is erased
     run_reconcile(None, case.settings, sorted(missing))
     again = case.file([user], "req-incomplete-again")
-    assert call_approval("POST", link_in(case.emails(again)[0]), "approve")["statusCode"] == 200
-    execution = case.finish(again)
-    assert execution["status"] == "SUCCEEDED", case.failures(again)
+    case.approve_and_finish(again)
     [note] = case.notifications()
     assert note["outcome"] == "ERASED"
     assert_invariant(case.lake.lake, case.lake.settings, {user}, before, snapshot(s3, case.lake.lake.bucket))

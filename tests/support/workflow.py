@@ -67,6 +67,14 @@ class WorkflowCase:
             time.sleep(0.25)
         raise AssertionError(f"execution {request_id} still running after {timeout} s")
 
+    def approve_and_finish(self, request_id: str) -> dict[str, Any]:
+        """The first approver approves; the execution runs to its end, which must be SUCCEEDED."""
+        decided = call_approval("POST", link_in(self.emails(request_id)[0]), "approve")
+        assert decided["statusCode"] == 200, decided["body"]
+        execution = self.finish(request_id)
+        assert execution["status"] == "SUCCEEDED", self.failures(request_id)
+        return execution
+
     def history(self, request_id: str) -> list[dict[str, Any]]:
         return list(self.sfn.get_execution_history(executionArn=self.execution_arn(request_id))["events"])
 

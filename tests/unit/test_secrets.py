@@ -14,7 +14,7 @@ import pytest
 from moto import mock_aws
 
 from lakepurge import aws, privacy, sparkutil
-from lakepurge.config import ConfigError, IndexConfig, PrivacyConfig, parse_settings
+from lakepurge.config import ConfigError, IndexConfig, PrivacyConfig, Settings, parse_settings
 from lakepurge.index import postgres_dsn
 from lakepurge.privacy import Pseudonymizer, hash_key
 
@@ -38,6 +38,17 @@ def secrets(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
         yield boto3.client("secretsmanager", region_name="us-east-1")
     aws.clear_secrets()
     privacy.forget_handed_keys()
+
+
+def settings_with_secret(arn: str) -> Settings:
+    """The smallest configuration whose hash key is read from the secret arn."""
+    return parse_settings(
+        {
+            "index": {"backend": "dynamodb", "table": "t"},
+            "reports": {"location": "s3://r/"},
+            "privacy": {"hash_key_secret": arn},
+        }
+    )
 
 
 def _secret(client: object, name: str, value: str) -> str:
@@ -80,13 +91,7 @@ def test_given_a_secret_when_read_hashed_handed_to_executors_and_failing_then_no
     secrets: object, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     arn = _secret(secrets, "lakepurge-hash-key", KEY)
-    settings = parse_settings(
-        {
-            "index": {"backend": "dynamodb", "table": "t"},
-            "reports": {"location": "s3://r/"},
-            "privacy": {"hash_key_secret": arn},
-        }
-    )
+    settings = settings_with_secret(arn)
     errors: list[str] = []
     with (
         caplog.at_level(logging.INFO),  # every logger; botocore logs bodies only at DEBUG, off unless asked
@@ -119,13 +124,7 @@ def test_given_a_job_environment_when_applied_on_an_executor_then_the_key_is_in_
     secrets: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     arn = _secret(secrets, "lakepurge-hash-key", KEY)
-    settings = parse_settings(
-        {
-            "index": {"backend": "dynamodb", "table": "t"},
-            "reports": {"location": "s3://r/"},
-            "privacy": {"hash_key_secret": arn},
-        }
-    )
+    settings = settings_with_secret(arn)
     env = sparkutil.job_environment(settings)
     variables = {name for name in env if not name.startswith("lakepurge.")}
     assert variables <= set(sparkutil.AWS_VARIABLES)

@@ -1,0 +1,42 @@
+"""The deployed workflow on the local stack, for the e2e tests that drive requests through it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterator
+from typing import Any
+
+import pytest
+
+from lakepurge import aws, runtime
+from tests.support.lakes import LakeCase, index_toml
+from tests.support.purging import HASH_KEY
+from tests.support.workflow import WorkflowCase, deploy_case
+
+
+@pytest.fixture
+def workflow_case(
+    lake_factory: Callable[..., LakeCase], pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Callable[..., WorkflowCase]]:
+    """Creates a sample lake indexed in PostgreSQL and deploys the workflow for it; its configuration becomes the
+    in-process Lambda handlers' (LAKEPURGE_CONFIG_TOML)."""
+    monkeypatch.setenv("LAKEPURGE_HASH_KEY", HASH_KEY)
+
+    def create(
+        unindexed: Callable[[LakeCase], Collection[str]] | None = None,
+        versioned: bool = False,
+        versioned_reports: bool = False,
+        objects: int = 24,
+        users: int = 30,
+        **options: Any,
+    ) -> WorkflowCase:
+        """``unindexed`` picks, once the lake exists, datasets left out of the index and of its coverage;
+        ``versioned_reports`` versions the reports bucket as the template does."""
+        lake = lake_factory(index_toml("postgres", pg_dsn), objects=objects, users=users, versioned=versioned)
+        if versioned_reports:
+            aws.client("s3").put_bucket_versioning(Bucket="lake-reports", VersioningConfiguration={"Status": "Enabled"})
+        case = deploy_case(lake, unindexed=unindexed(lake) if unindexed else (), **options)
+        monkeypatch.setenv("LAKEPURGE_CONFIG_TOML", case.toml)
+        runtime.reset()
+        return case
+
+    yield create
