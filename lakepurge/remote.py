@@ -24,8 +24,6 @@ from lakepurge.privacy import Pseudonymizer
 
 Say = Callable[[str], None]
 
-WHERE = ("local", "emr-serverless")
-
 
 @dataclass(frozen=True)
 class RemoteRun:
@@ -80,19 +78,22 @@ def minute_token() -> str:
     return time.strftime("%Y-%m-%dT%H:%M", time.gmtime())
 
 
+def _dataset_job(script: str, datasets: Sequence[str], flag: str | None) -> SparkJob:
+    """A job over the named datasets (all when none are named), with one optional flag."""
+    arguments = [arg for name in datasets for arg in ("--dataset", name)] + ([flag] if flag else [])
+    return SparkJob(script, tuple(arguments), minute_token())
+
+
 def backfill_job(datasets: Sequence[str], force: bool) -> SparkJob:
-    arguments = [arg for name in datasets for arg in ("--dataset", name)] + (["--force"] if force else [])
-    return SparkJob("build_index", tuple(arguments), minute_token())
+    return _dataset_job("build_index", datasets, "--force" if force else None)
 
 
 def reconcile_job(datasets: Sequence[str], report_only: bool) -> SparkJob:
-    arguments = [arg for name in datasets for arg in ("--dataset", name)] + (["--report-only"] if report_only else [])
-    return SparkJob("reconcile", tuple(arguments), minute_token())
+    return _dataset_job("reconcile", datasets, "--report-only" if report_only else None)
 
 
 def vacuum_job(datasets: Sequence[str], apply: bool) -> SparkJob:
-    arguments = [arg for name in datasets for arg in ("--dataset", name)] + (["--yes"] if apply else [])
-    return SparkJob("vacuum", tuple(arguments), minute_token())
+    return _dataset_job("vacuum", datasets, "--yes" if apply else None)
 
 
 def verify_remote(
