@@ -1,28 +1,48 @@
 """The purge report: exactly what a request will erase, written once per request and bound to its SHA-256.
 
 An approver approves a report's hash and the purge refuses a report whose bytes hash differently, so what was
-approved is what is erased. The report names users only by keyed hashes. Where it is stored, and reading it
-back with its hash checked: lakepurge.layout.
+approved is what is erased. The report names users only by keyed hashes, and the objects of one-user-per-object
+datasets (whose key may be the user's id) only by keyed references, resolved against the lake at purge time
+(:func:`resolve_references`). Where it is stored, and reading it back with its hash checked: lakepurge.layout.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 
-from lakepurge.config import Settings
+from lakepurge.config import DatasetConfig, Settings
 from lakepurge.coverage import DatasetCoverage, assess
 from lakepurge.index.base import WHOLE_OBJECT, IndexStore
-from lakepurge.logs import object_ref
+from lakepurge.logs import get_logger, object_ref
 from lakepurge.privacy import Pseudonymizer
+from lakepurge.s3io import ever_versioned, list_noncurrent, list_objects
 from lakepurge.s3uri import S3Uri
 
-REPORT_VERSION = 2
+log = get_logger(__name__)
+
+# 3: objects of one-user-per-object datasets are named by reference (OBJECT_REFERENCE), not by their key.
+REPORT_VERSION = 3
+
+# How reports and results name an object of a one-user-per-object dataset, whose key may name its user.
+OBJECT_REFERENCE = "ref:"
+
+
+def object_reference(s3path: str, pseudonymizer: Pseudonymizer) -> str:
+    """An object's reference: a keyed hash of its path (the hash key of the user ids), so it cannot be reversed by
+    guessing ids the way a plain hash of a key that contains an id can."""
+    return OBJECT_REFERENCE + pseudonymizer(f"s3path:{s3path}")
+
+
+def stored_name(s3path: str, dataset: DatasetConfig, pseudonymizer: Pseudonymizer) -> str:
+    """How the reports bucket names an object: by reference in a one-user-per-object dataset, else by its path."""
+    return object_reference(s3path, pseudonymizer) if dataset.per_object else s3path
 
 
 class SafetyLimitExceeded(Exception):
@@ -188,7 +208,7 @@ def build_report(
             continue  # indexed under a dataset since removed from the configuration
         objects.append(
             ReportObject(
-                s3path=s3path,
+                s3path=stored_name(s3path, dataset, pseudonymizer),
                 dataset=dataset.name,
                 format=dataset.format,
                 erase=dataset.erase,
@@ -203,7 +223,8 @@ def build_report(
         uri = S3Uri.parse(s3path)
         dataset = settings.dataset_for(uri.bucket, uri.key)
         if dataset is not None and version_ids:
-            versions.append(ReportVersions(s3path, dataset.name, tuple(sorted(version_ids))))
+            name = stored_name(s3path, dataset, pseudonymizer)
+            versions.append(ReportVersions(name, dataset.name, tuple(sorted(version_ids))))
     return Report(
         request_id=request_id,
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
@@ -257,3 +278,56 @@ def _check_limits(
     if problems and not force:
         raise SafetyLimitExceeded("; ".join(problems[:20]) + ("; ..." if len(problems) > 20 else ""))
     return dict(per_dataset)
+
+
+def resolve_references(s3: Any, settings: Settings, report: Report, pseudonymizer: Pseudonymizer) -> Report:
+    """The report with each object reference replaced by the object's path, found in the lake: the dataset's current
+    keys, then (a versioned bucket) the keys that only noncurrent versions hold. The resolved report lives in
+    memory only. A reference that nothing in the lake resolves names an object of which no version is left, so
+    nothing of its user is there either: it is left out, and counted in the log."""
+    wanted: dict[str, set[str]] = defaultdict(set)
+    named: list[tuple[str, str]] = [(o.dataset, o.s3path) for o in report.objects]
+    named += [(v.dataset, v.s3path) for v in report.versions]
+    for dataset, s3path in named:
+        if s3path.startswith(OBJECT_REFERENCE):
+            wanted[dataset].add(s3path)
+    if not wanted:
+        return report
+    paths: dict[str, str] = {}
+    for name, references in wanted.items():
+        paths.update(_find_in_lake(s3, settings.dataset_named(name), references, pseudonymizer))
+    gone = sum(len(references) for references in wanted.values()) - len(paths)
+    if gone:
+        log.info("objects named by reference are no longer in the lake (no version left)", extra={"objects": gone})
+
+    def resolved(s3path: str) -> str | None:
+        return paths.get(s3path) if s3path.startswith(OBJECT_REFERENCE) else s3path
+
+    objects = [(o, resolved(o.s3path)) for o in report.objects]
+    versions = [(v, resolved(v.s3path)) for v in report.versions]
+    return replace(
+        report,
+        objects=tuple(replace(o, s3path=path) for o, path in objects if path is not None),
+        versions=tuple(replace(v, s3path=path) for v, path in versions if path is not None),
+    )
+
+
+def _find_in_lake(
+    s3: Any, dataset: DatasetConfig, references: set[str], pseudonymizer: Pseudonymizer
+) -> dict[str, str]:
+    found: dict[str, str] = {}
+
+    def scan(s3paths: Iterable[str]) -> bool:
+        for s3path in s3paths:
+            reference = object_reference(s3path, pseudonymizer)
+            if reference in references:
+                found[reference] = s3path
+                if len(found) == len(references):
+                    return True
+        return False
+
+    if scan(f"s3://{bucket}/{key}" for bucket, key, _ in list_objects(s3, dataset)):
+        return found
+    if ever_versioned(s3, dataset.uri.bucket):
+        scan(version.s3path for version in list_noncurrent(s3, dataset))
+    return found

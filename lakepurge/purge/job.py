@@ -17,13 +17,13 @@ from typing import Any
 import orjson
 
 from lakepurge import aws, layout
-from lakepurge.config import DatasetConfig, Settings
+from lakepurge.config import Settings
 from lakepurge.index import open_store
 from lakepurge.index.base import IndexStore
 from lakepurge.logs import get_logger, object_ref
 from lakepurge.privacy import HashedUsers, Pseudonymizer
 from lakepurge.purge.engine import ObjectOutcome, PurgeTarget, purge_object, verify_object
-from lakepurge.report import Report, ReportTable
+from lakepurge.report import Report, ReportTable, object_reference, resolve_references, stored_name
 from lakepurge.s3io import ever_versioned, list_noncurrent, list_objects
 from lakepurge.s3uri import S3Uri
 from lakepurge.sparkutil import apply_job_environment, job_environment, on_executors
@@ -83,38 +83,23 @@ def purge_targets(report: Report) -> list[PurgeTarget]:
     return targets
 
 
-# How results/ name an object of a one-user-per-object dataset, whose key may name its user: never by its key.
-OBJECT_REFERENCE = "ref:"
-
-
-def object_reference(s3path: str, key: bytes) -> str:
-    """An object's reference in its stored outcome: a keyed hash of its path (the hash key of the user ids)."""
-    return OBJECT_REFERENCE + Pseudonymizer(key)(f"s3path:{s3path}")
-
-
-def result_document(outcome: ObjectOutcome, dataset: DatasetConfig, key: bytes) -> bytes:
-    """An outcome as stored under results/: an object of a one-user-per-object dataset by its reference only (its
-    key may name the user). :func:`recorded_outcomes` resolves the reference through the report's objects."""
-    stored = asdict(outcome)
-    if dataset.per_object:
-        stored["s3path"] = object_reference(outcome.s3path, key)
-    return orjson.dumps(stored)
-
-
-def recorded_outcomes(s3: Any, prefix: S3Uri, s3paths: Iterable[str] = ()) -> dict[str, ObjectOutcome]:
-    """The outcomes recorded under a request's results prefix, by object. An outcome stored by reference (see
-    :func:`result_document`) is resolved through ``s3paths``, the report's objects (a result's name is the hash of
-    its object's path); one the given objects do not resolve is left out."""
-    named = {layout.result(prefix, s3path).key: s3path for s3path in s3paths}
+def recorded_outcomes(
+    s3: Any, prefix: S3Uri, s3paths: Iterable[str], pseudonymizer: Pseudonymizer
+) -> dict[str, ObjectOutcome]:
+    """The outcomes recorded under a request's results prefix for the given objects (the report's, resolved), by
+    object. An object of a one-user-per-object dataset is stored by its reference (report.stored_name), which the
+    path resolves."""
+    paths: dict[str, str] = {}
+    for s3path in s3paths:
+        paths[layout.result(prefix, s3path).key] = s3path
+        paths[layout.result(prefix, object_reference(s3path, pseudonymizer)).key] = s3path
     done: dict[str, ObjectOutcome] = {}
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=prefix.bucket, Prefix=prefix.key):
         for item in page.get("Contents", []):
+            if item["Key"] not in paths:
+                continue  # an object the report does not name (a rerun of an older report's results)
             document = orjson.loads(s3.get_object(Bucket=prefix.bucket, Key=item["Key"])["Body"].read())
-            if str(document["s3path"]).startswith(OBJECT_REFERENCE):
-                if item["Key"] not in named:
-                    continue
-                document["s3path"] = named[item["Key"]]
-            outcome = ObjectOutcome(**document)
+            outcome = ObjectOutcome(**{**document, "s3path": paths[item["Key"]]})
             done[outcome.s3path] = outcome
     return done
 
@@ -151,7 +136,8 @@ def _purge_partition(
 ) -> Iterator[dict[str, Any]]:
     apply_job_environment(env)
     s3 = aws.client("s3")
-    users = HashedUsers(user_hashes, Pseudonymizer(key))
+    pseudonymizer = Pseudonymizer(key)
+    users = HashedUsers(user_hashes, pseudonymizer)
     # Objects are I/O-bound (S3 round trips): a few threads per task keep the core busy. Each thread has its own
     # index connection (a connection runs one transaction at a time).
     local = threading.local()
@@ -168,8 +154,9 @@ def _purge_partition(
         dataset = settings.dataset_named(target.dataset)
 
         def record(outcome: ObjectOutcome) -> None:
-            document = result_document(outcome, dataset, key)
-            s3.put_object(Bucket=prefix.bucket, Key=layout.result(prefix, outcome.s3path).key, Body=document)
+            name = stored_name(outcome.s3path, dataset, pseudonymizer)
+            document = orjson.dumps({**asdict(outcome), "s3path": name})
+            s3.put_object(Bucket=prefix.bucket, Key=layout.result(prefix, name).key, Body=document)
 
         return record
 
@@ -225,9 +212,11 @@ def run_purge(
     ``spark`` None runs the same work in this process (the inline purge of a small report)."""
     started = datetime.now(UTC)
     s3 = aws.client("s3")
+    pseudonymizer = Pseudonymizer(pseudonymizer_key)
+    report = resolve_references(s3, settings, report, pseudonymizer)
     prefix = layout.results_prefix(settings, report.request_id)
     targets = purge_targets(report)
-    recorded = recorded_outcomes(s3, prefix, [t.s3path for t in targets])
+    recorded = recorded_outcomes(s3, prefix, [t.s3path for t in targets], pseudonymizer)
     done = {path: o for path, o in recorded.items() if o.committed}
     intents = {path: o for path, o in recorded.items() if not o.committed}
     pending = [t for t in targets if t.s3path not in done]

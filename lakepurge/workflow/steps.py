@@ -22,7 +22,7 @@ from lakepurge.logs import get_logger
 from lakepurge.privacy import HashedUsers, Pseudonymizer
 from lakepurge.purge.engine import verify_object
 from lakepurge.purge.job import purge_relational, recorded_outcomes
-from lakepurge.report import Report, ReportTampered, build_report
+from lakepurge.report import Report, ReportTampered, build_report, resolve_references
 from lakepurge.s3io import head_object
 from lakepurge.s3uri import S3Uri
 from lakepurge.workflow.approval import open_approval
@@ -213,12 +213,15 @@ def erased_before_failure(
     settings: Settings, clients: Clients, key: bytes, request_id: str, report: ReportRef
 ) -> ErasedBeforeFailure:
     """After a failed purge: the objects already erased, each re-read now to confirm none of the users remains."""
-    planned, _ = layout.load_report(clients.s3, report.uri, report.sha256)
+    pseudonymizer = Pseudonymizer(key)
+    stored, _ = layout.load_report(clients.s3, report.uri, report.sha256)
+    planned = resolve_references(clients.s3, settings, stored, pseudonymizer)
     planned_paths = [o.s3path for o in planned.objects] + [v.s3path for v in planned.versions]
-    recorded = recorded_outcomes(clients.s3, layout.results_prefix(settings, request_id), planned_paths).values()
+    results = layout.results_prefix(settings, request_id)
+    recorded = recorded_outcomes(clients.s3, results, planned_paths, pseudonymizer).values()
     # An intent is recorded just before a write: if the object moved on from the version it read, the write happened.
     done = [o for o in recorded if o.committed or _moved_on(clients.s3, o.s3path, o.before_etag)]
-    users = HashedUsers(planned.user_hashes, Pseudonymizer(key))
+    users = HashedUsers(planned.user_hashes, pseudonymizer)
     datasets = {o.s3path: o.dataset for o in planned.objects}
     datasets.update((v.s3path, v.dataset) for v in planned.versions)
     verified = 0
@@ -226,9 +229,7 @@ def erased_before_failure(
         dataset = settings.dataset_named(datasets[outcome.s3path])
         if not verify_object(clients.s3, settings, dataset, outcome.s3path, users):
             verified += 1
-    return ErasedBeforeFailure(
-        objects_erased=len(done), objects_verified=verified, objects_planned=len(planned.objects)
-    )
+    return ErasedBeforeFailure(objects_erased=len(done), objects_verified=verified, objects_planned=len(stored.objects))
 
 
 def _coverage_gaps(clients: Clients, report: EndedReport | None) -> list[DatasetCoverage]:

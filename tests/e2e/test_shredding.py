@@ -80,8 +80,10 @@ def _assert_shredded(case: WorkflowCase, request_id: str) -> None:
 
 
 def _assert_nowhere_in_reports(needles: list[str]) -> None:
+    """No object or version of the reports bucket holds any of the needles, in its key or its bytes."""
     for key, version_id, body in _every_version(aws.client("s3"), REPORTS_BUCKET):
         for needle in needles:
+            assert needle not in key, f"{needle!r} names an object of the reports bucket: {key}"
             assert needle.encode() not in body, f"{needle!r} is stored raw in {key} (version {version_id})"
 
 
@@ -155,46 +157,35 @@ def _erase_user_with_per_object_data(case: WorkflowCase, request_id: str) -> tup
     return user, keys
 
 
-def test_results_and_certificate_of_one_user_per_object_data_name_no_user(
+def test_no_object_or_version_of_the_reports_bucket_holds_a_raw_id_or_a_raw_key_of_per_object_data(
     workflow_case: Callable[..., WorkflowCase],
 ) -> None:
-    """The per-object outcomes (results/) hold a keyed reference of an object whose key may name its user, the
-    certificate its masked name: neither the raw id nor the raw key is in any of their versions."""
+    """The report names objects whose key may name their user by a keyed reference, resolved against the lake at
+    purge time; the per-object outcomes (results/) by the same reference; the certificate by the masked key. The
+    user's objects are still erased, and a rerun (or Notify after a failed job) finds their outcomes."""
+    from lakepurge.privacy import Pseudonymizer
     from lakepurge.purge.job import recorded_outcomes
-    from lakepurge.workflow.store import RequestStore
+    from lakepurge.report import OBJECT_REFERENCE
 
     case = workflow_case(versioned_reports=True)
     request_id = "req-shred-per-object"
     user, keys = _erase_user_with_per_object_data(case, request_id)
     _assert_shredded(case, request_id)
+    _assert_nowhere_in_reports([user, *keys])
     s3 = aws.client("s3")
-    checked = 0
-    for key, version_id, body in _every_version(s3, REPORTS_BUCKET):
-        if key.startswith(("results/", "certificates/", "requests/")):
-            checked += 1
-            for needle in [user, *keys]:
-                assert needle.encode() not in body, f"{needle!r} is stored raw in {key} (version {version_id})"
-    assert checked
+    report = orjson.loads(s3.get_object(Bucket=REPORTS_BUCKET, Key=f"reports/{request_id}.json")["Body"].read())
+    per_object = _per_object_datasets(case)
+    named = [o["s3path"] for o in report["objects"] if o["dataset"] in per_object]
+    assert len(named) == len(keys) and all(name.startswith(OBJECT_REFERENCE) for name in named)
     certificate = orjson.loads(
         s3.get_object(Bucket=REPORTS_BUCKET, Key=f"certificates/{request_id}.json")["Body"].read()
     )
     assert certificate["verification"]["passed"] is True
-    # the references resolve through the report's objects: a rerun (or Notify after a failed job) finds them
-    report = orjson.loads(s3.get_object(Bucket=REPORTS_BUCKET, Key=f"reports/{request_id}.json")["Body"].read())
-    paths = [o["s3path"] for o in report["objects"]]
-    recorded = recorded_outcomes(s3, S3Uri(REPORTS_BUCKET, f"results/{request_id}/"), paths)
-    assert {f"s3://{case.lake.lake.bucket}/{key}" for key in keys} <= set(recorded)
-    assert RequestStore(case.settings, s3, aws.client("kms")).state(request_id).state == "ERASED"
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 14 item 4, not done: reports/<id>.json (ReportObject.s3path) still names the objects of"
-    " one-user-per-object datasets by their raw key",
-)
-def test_no_object_or_version_of_the_reports_bucket_holds_a_raw_id_or_a_raw_key_of_per_object_data(
-    workflow_case: Callable[..., WorkflowCase],
-) -> None:
-    case = workflow_case(versioned_reports=True)
-    user, keys = _erase_user_with_per_object_data(case, "req-shred-per-object-all")
-    _assert_nowhere_in_reports([user, *keys])
+    erased = [o for o in certificate["objects"] if o["dataset"] in per_object]
+    assert len(erased) == len(keys) and {o["status"] for o in erased} == {"deleted"}
+    for key in keys:
+        assert s3.list_object_versions(Bucket=case.lake.lake.bucket, Prefix=key).get("Versions", []) == []
+    paths = [f"s3://{case.lake.lake.bucket}/{key}" for key in keys]
+    pseudonymizer = Pseudonymizer.from_config(case.settings.privacy)
+    recorded = recorded_outcomes(s3, S3Uri(REPORTS_BUCKET, f"results/{request_id}/"), paths, pseudonymizer)
+    assert set(paths) <= set(recorded)

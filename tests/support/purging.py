@@ -15,7 +15,7 @@ from lakepurge.local.samples import SampleLake
 from lakepurge.privacy import Pseudonymizer
 from lakepurge.purge.engine import ObjectOutcome, purge_object
 from lakepurge.purge.job import purge_targets
-from lakepurge.report import Report, build_report
+from lakepurge.report import Report, build_report, resolve_references
 
 HASH_KEY = "test-hash-key-0123456789"
 
@@ -43,11 +43,15 @@ def index_lake(
 
 
 def report_for(store: IndexStore, settings: Settings, users: list[str], request_id: str = "req-test") -> Report:
-    return build_report(store, settings, users, request_id, Pseudonymizer(HASH_KEY.encode()), force=True)
+    """The report as the purge sees it: objects named by reference resolved to their paths in the lake."""
+    pseudonymizer = Pseudonymizer(HASH_KEY.encode())
+    report = build_report(store, settings, users, request_id, pseudonymizer, force=True)
+    return resolve_references(aws.client("s3"), settings, report, pseudonymizer)
 
 
 def purge_report(
     store: IndexStore, settings: Settings, report: Report, users: set[str], s3: Any = None
 ) -> list[ObjectOutcome]:
     s3 = s3 or aws.client("s3")
-    return [purge_object(s3, store, settings, target, frozenset(users)) for target in purge_targets(report)]
+    resolved = resolve_references(s3, settings, report, Pseudonymizer(HASH_KEY.encode()))
+    return [purge_object(s3, store, settings, target, frozenset(users)) for target in purge_targets(resolved)]

@@ -11,7 +11,7 @@ from lakepurge.config import Settings, parse_settings
 from lakepurge.index.base import WHOLE_OBJECT, ObjectIndex
 from lakepurge.index.memory import MemoryIndexStore
 from lakepurge.privacy import Pseudonymizer
-from lakepurge.report import Report, SafetyLimitExceeded, build_report, check_sentinels
+from lakepurge.report import Report, SafetyLimitExceeded, build_report, check_sentinels, object_reference
 
 pytestmark = pytest.mark.unit
 
@@ -111,9 +111,9 @@ def test_given_a_small_object_when_one_user_holds_most_of_it_then_the_object_lim
 
 def test_given_a_one_user_object_when_reporting_then_it_counts_as_one_record_of_its_dataset() -> None:
     planned = report(["erin"])
-    assert [(o.s3path, o.erase, o.lines) for o in planned.objects] == [
-        ("s3://lake/clicks/erin.csv", "delete-object", (WHOLE_OBJECT,))
-    ]
+    # named by its keyed reference, not its key (which names erin)
+    reference = object_reference("s3://lake/clicks/erin.csv", PSEUDONYMIZER)
+    assert [(o.s3path, o.erase, o.lines) for o in planned.objects] == [(reference, "delete-object", (WHOLE_OBJECT,))]
     assert planned.lines == 0  # no line is blanked: the object is deleted
     assert planned.datasets == {"clicks": {"objects": 1, "records": 1}}  # 1 of 40: 2.5 %
     # A one-user object is its owner's whole object, yet a dataset of few owners is still protected.
