@@ -7,28 +7,44 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo test unit lint audit format bench package wheel-check clean
+.PHONY: help install lock demo test unit lint audit format bench package wheel-check clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+# .venv holds exactly requirements/dev.lock (hash-checked), then lakepurge itself (editable, built with the lock's
+# setuptools); `make lock` regenerates the locks from pyproject.toml (see docs/DEPLOY.md, Reproducible builds).
+$(STAMP): pyproject.toml requirements/dev.lock
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "lakepurge needs Python 3.11 or newer")'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet --require-hashes -r requirements/dev.lock
+	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
 	@touch $@
 
-install: $(STAMP) ## create .venv with lakepurge and its development tools
+install: $(STAMP) ## create .venv with lakepurge and its development tools, from requirements/dev.lock
+
+# uv, which `make lock` runs, in a virtualenv of its own under the git-ignored build/ (hash-pinned in requirements/uv-tool.lock)
+LOCK_TOOLS       ?= build/venv-lock
+LOCK_TOOLS_STAMP := $(LOCK_TOOLS)/.installed-uv
+
+$(LOCK_TOOLS_STAMP): requirements/uv-tool.lock
+	$(PYTHON) -m venv $(LOCK_TOOLS)
+	$(LOCK_TOOLS)/bin/pip install --quiet --require-hashes -r requirements/uv-tool.lock
+	@touch $@
+
+lock: $(LOCK_TOOLS_STAMP) ## regenerate requirements/{dev,runtime,tools}.lock (with hashes) from pyproject.toml and infra/requirements-tools.txt; LOCK_ARGS=--upgrade for the newest releases
+	$(PYTHON) requirements/lock.py --uv $(LOCK_TOOLS)/bin/uv $(LOCK_ARGS)
 
 # checkov and pip-audit live in a virtualenv of their own: checkov pins many libraries that must not meet .venv's.
+# requirements/tools.lock pins infra/requirements-tools.txt with hashes (`make lock`).
 TOOLS       ?= .venv-tools
 TOOLS_STAMP := $(TOOLS)/.installed-tools
 
-$(TOOLS_STAMP): infra/requirements-tools.txt
+$(TOOLS_STAMP): requirements/tools.lock
 	$(PYTHON) -m venv $(TOOLS)
 	$(TOOLS)/bin/pip install --quiet --upgrade pip
-	$(TOOLS)/bin/pip install --quiet -r infra/requirements-tools.txt
+	$(TOOLS)/bin/pip install --quiet --require-hashes -r requirements/tools.lock
 	@touch $@
 
 demo: $(STAMP) ## the whole pipeline on a local stack: sample lake indexed by S3 events, reconcile, request, approval, purge, certificate
@@ -69,9 +85,9 @@ bench: $(STAMP) ## index and purge benchmarks (print figures; see bench/README.m
 LAMBDA_ARCH  ?= x86_64
 SPARK_PYTHON ?= $(BIN)/python
 
-package: $(STAMP) ## build/lambda (function code + dependencies layer) and build/spark (EMR Serverless archive); see docs/DEPLOY.md
+package: $(STAMP) requirements/runtime.lock ## build/lambda (function code + dependencies layer) and build/spark (EMR Serverless archive); see docs/DEPLOY.md
 	$(BIN)/python infra/package.py lambda --arch $(LAMBDA_ARCH)
 	$(BIN)/python infra/package.py spark --python $(SPARK_PYTHON)
 
 clean: ## remove the virtualenv and caches
-	rm -rf $(VENV) $(TOOLS) .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info
+	rm -rf $(VENV) $(TOOLS) $(LOCK_TOOLS) .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info

@@ -4,9 +4,10 @@
                                                               build/lambda/layer (dependencies: ContentUri)
     python infra/package.py spark [--python python3.11]      build/spark/lakepurge-env.tar.gz + entry points
 
-Lambda: the runtime dependencies of pyproject.toml (never the dev, spark or local extras: no moto, no pyspark) as
-manylinux wheels for CPython 3.12 on the chosen architecture, whatever this machine runs; pyarrow's parts lakepurge
-does not use (Flight, Substrait, headers, tests) are dropped to stay well under Lambda's 250 MB.
+Lambda: the runtime dependencies of pyproject.toml, as pinned with hashes in requirements/runtime.lock (never the
+dev, spark or local extras: no moto, no pyspark), as manylinux wheels for CPython 3.12 on the chosen architecture,
+whatever this machine runs; pyarrow's parts lakepurge does not use (Flight, Substrait, headers, tests) are dropped
+to stay well under Lambda's 250 MB. The Spark archive installs the same lock, then lakepurge itself (--no-deps).
 
 Spark: EMR Serverless unpacks the archive as ./environment and runs ./environment/bin/python (lakepurge.launch).
 Its image has no Python 3.11+, so the archive is a relocatable Python: the interpreter, its standard library and
@@ -24,7 +25,6 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,6 +39,8 @@ PYARROW_UNUSED = ("include", "tests", "src", "*flight*", "*substrait*", "*.pxd",
 STDLIB_UNUSED = ("site-packages", "dist-packages", "test", "tests", "idlelib", "tkinter", "turtledemo", "ensurepip")
 # every lakepurge_jobs script: the purge (workflow), and what `--on emr-serverless` starts from the CLI
 SPARK_ENTRY_POINTS = ("purge.py", "build_index.py", "reconcile.py", "verify.py", "vacuum.py")
+# pyproject.toml's runtime dependencies, pinned with hashes (`make lock`; docs/DEPLOY.md, Reproducible builds)
+RUNTIME_LOCK = ROOT / "requirements" / "runtime.lock"
 
 
 def run(*command: str | Path, **kwargs: object) -> None:
@@ -46,9 +48,9 @@ def run(*command: str | Path, **kwargs: object) -> None:
     subprocess.run([str(c) for c in command], check=True, **kwargs)  # type: ignore[call-overload]
 
 
-def runtime_requirements() -> list[str]:
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    return list(project["dependencies"])
+def runtime_lock() -> list[str]:
+    """pip arguments installing exactly requirements/runtime.lock, every file checked against its hashes."""
+    return ["--require-hashes", "--requirement", str(RUNTIME_LOCK)]
 
 
 def copy_sources(target: Path, packages: tuple[str, ...]) -> None:
@@ -75,7 +77,7 @@ def build_lambda(arch: str) -> None:
     platforms = [arg for platform in PLATFORMS[arch] for arg in ("--platform", platform)]
     pip = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-warn-conflicts"]
     wheels = ["--implementation", "cp", "--python-version", LAMBDA_PYTHON, "--only-binary=:all:", *platforms]
-    run(*pip, "--target", site, *wheels, *runtime_requirements())
+    run(*pip, "--target", site, *wheels, *runtime_lock())
     remove_matching(site / "pyarrow", PYARROW_UNUSED)
     remove_matching(site, ("bin",))
     total = directory_size(code) + directory_size(out / "layer")
@@ -128,20 +130,12 @@ def build_spark(python: str) -> None:
         for candidate in sorted(library.parent.glob(layout["ldlibrary"] + "*")):
             shutil.copy2(candidate.resolve(), env / "lib" / candidate.name)
 
-    # lakepurge with its runtime dependencies (pyspark is EMR's)
+    # lakepurge's runtime dependencies from the lock (pyspark is EMR's), then lakepurge itself
     site = env / Path(layout["purelib"]).relative_to(base)
-    run(
-        python,
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--disable-pip-version-check",
-        "--no-warn-conflicts",
-        "--target",
-        site,
-        ROOT,
-    )
+    pip = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-warn-conflicts"]
+    run(*pip, "--target", site, *runtime_lock())
+    remove_matching(site, ("bin",))
+    run(*pip, "--target", site, "--no-deps", ROOT)
     remove_matching(site, ("bin",))
     remove_matching(BUILD, ("lib", "bdist.*"))  # setuptools' leftovers from building lakepurge's wheel
 
