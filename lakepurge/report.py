@@ -41,8 +41,11 @@ def object_reference(s3path: str, pseudonymizer: Pseudonymizer) -> str:
 
 
 def stored_name(s3path: str, dataset: DatasetConfig, pseudonymizer: Pseudonymizer) -> str:
-    """How the reports bucket names an object: by reference in a one-user-per-object dataset, else by its path."""
-    return object_reference(s3path, pseudonymizer) if dataset.per_object else s3path
+    """How the reports bucket names an object: by reference in a one-user-per-object dataset, else by its path (a
+    reference that resolved to no object stays itself)."""
+    if s3path.startswith(OBJECT_REFERENCE) or not dataset.per_object:
+        return s3path
+    return object_reference(s3path, pseudonymizer)
 
 
 class SafetyLimitExceeded(Exception):
@@ -283,8 +286,9 @@ def _check_limits(
 def resolve_references(s3: Any, settings: Settings, report: Report, pseudonymizer: Pseudonymizer) -> Report:
     """The report with each object reference replaced by the object's path, found in the lake: the dataset's current
     keys, then (a versioned bucket) the keys that only noncurrent versions hold. The resolved report lives in
-    memory only. A reference that nothing in the lake resolves names an object of which no version is left, so
-    nothing of its user is there either: it is left out, and counted in the log."""
+    memory only. A reference that nothing in the lake resolves is kept as it is: no version of that object is left
+    (an earlier run of this purge deleted it, as its recorded outcome says, or something else did); the purge
+    never counts it erased without its own record of doing so."""
     wanted: dict[str, set[str]] = defaultdict(set)
     named: list[tuple[str, str]] = [(o.dataset, o.s3path) for o in report.objects]
     named += [(v.dataset, v.s3path) for v in report.versions]
@@ -298,17 +302,12 @@ def resolve_references(s3: Any, settings: Settings, report: Report, pseudonymize
         paths.update(_find_in_lake(s3, settings.dataset_named(name), references, pseudonymizer))
     gone = sum(len(references) for references in wanted.values()) - len(paths)
     if gone:
-        log.info("objects named by reference are no longer in the lake (no version left)", extra={"objects": gone})
+        log.info("objects named by reference have no version left in the lake", extra={"objects": gone})
 
-    def resolved(s3path: str) -> str | None:
-        return paths.get(s3path) if s3path.startswith(OBJECT_REFERENCE) else s3path
-
-    objects = [(o, resolved(o.s3path)) for o in report.objects]
-    versions = [(v, resolved(v.s3path)) for v in report.versions]
     return replace(
         report,
-        objects=tuple(replace(o, s3path=path) for o, path in objects if path is not None),
-        versions=tuple(replace(v, s3path=path) for v, path in versions if path is not None),
+        objects=tuple(replace(o, s3path=paths.get(o.s3path, o.s3path)) for o in report.objects),
+        versions=tuple(replace(v, s3path=paths.get(v.s3path, v.s3path)) for v in report.versions),
     )
 
 

@@ -23,7 +23,14 @@ from lakepurge.index.base import IndexStore
 from lakepurge.logs import get_logger, object_ref
 from lakepurge.privacy import HashedUsers, Pseudonymizer
 from lakepurge.purge.engine import ObjectOutcome, PurgeTarget, purge_object, verify_object
-from lakepurge.report import Report, ReportTable, object_reference, resolve_references, stored_name
+from lakepurge.report import (
+    OBJECT_REFERENCE,
+    Report,
+    ReportTable,
+    object_reference,
+    resolve_references,
+    stored_name,
+)
 from lakepurge.s3io import ever_versioned, list_noncurrent, list_objects
 from lakepurge.s3uri import S3Uri
 from lakepurge.sparkutil import apply_job_environment, job_environment, on_executors
@@ -59,6 +66,12 @@ class PurgeResult:
     @property
     def versions_deleted(self) -> int:
         return sum(len(o.deleted_versions) for o in self.outcomes)
+
+
+UNRESOLVED = (
+    "no object or version of its dataset resolves its reference: deleted since the report by something other than"
+    " this purge, or the hash key changed; check with lakepurge verify"
+)
 
 
 def purge_targets(report: Report) -> list[PurgeTarget]:
@@ -163,12 +176,25 @@ def _purge_partition(
     versioning: dict[str, bool] = {}  # per bucket, asked once per task
 
     def purge(target: PurgeTarget) -> dict[str, Any]:
+        if target.s3path.startswith(OBJECT_REFERENCE):
+            return unresolved(target)
         bucket = S3Uri.parse(target.s3path).bucket
         if bucket not in versioning:
             versioning[bucket] = ever_versioned(s3, bucket)
         record = recorder(target)
         outcome = purge_object(s3, store(), settings, target, users, before_write=record, versioned=versioning[bucket])
         outcome = _settle(outcome, intents.get(target.s3path))
+        return finish(outcome, record)
+
+    def unresolved(target: PurgeTarget) -> dict[str, Any]:
+        """No version of the object is left (report.resolve_references): erased by an earlier run of this purge
+        only if that run recorded its intent; otherwise a failure, never a silent success."""
+        intent = intents.get(target.s3path)
+        if intent is not None:
+            return finish(_settle(ObjectOutcome(target.s3path, "gone"), intent), recorder(target))
+        return asdict(ObjectOutcome(target.s3path, "failed", error=UNRESOLVED))
+
+    def finish(outcome: ObjectOutcome, record: Callable[[ObjectOutcome], None]) -> dict[str, Any]:
         if outcome.status != "failed":
             record(outcome)
         return asdict(outcome)
@@ -231,8 +257,9 @@ def run_purge(
     )
     outcomes = {**done, **{d["s3path"]: ObjectOutcome(**d) for d in fresh}}
     ordered = tuple(outcomes[t.s3path] for t in targets)
-    # Every version of every key the report names (current or noncurrent only) is re-read.
-    checks = [(t.s3path, t.dataset) for t in targets]
+    # Every version of every key the report names (current or noncurrent only) is re-read; a reference that
+    # resolved to nothing has no version to read (the listing found none).
+    checks = [(t.s3path, t.dataset) for t in targets if not t.s3path.startswith(OBJECT_REFERENCE)]
     remaining = _verify_on_executors(spark, settings, checks, pseudonymizer_key, hashes)
     gaps = tuple(g.dataset for g in report.gaps)
     result = PurgeResult(report.request_id, ordered, tuple(remaining), "", tuple(relational), gaps)

@@ -7,33 +7,37 @@ They are the typed messages of lakepurge.workflow.events; only the handlers turn
 
 from __future__ import annotations
 
-from datetime import datetime
+import re
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from botocore.exceptions import ClientError
 
 from lakepurge import aws, layout
 from lakepurge.aws import Clients
-from lakepurge.config import Settings
+from lakepurge.config import ConfigError, Settings
 from lakepurge.coverage import DatasetCoverage, dead_letter_count, describe_gaps
+from lakepurge.export import export_users
 from lakepurge.index.base import IndexStore
 from lakepurge.launch import PurgeJobSpec, inline_fits, launcher_for, run_inline
 from lakepurge.logs import get_logger
 from lakepurge.privacy import HashedUsers, Pseudonymizer
 from lakepurge.purge.engine import verify_object
 from lakepurge.purge.job import purge_relational, recorded_outcomes
-from lakepurge.report import Report, ReportTampered, build_report, resolve_references
+from lakepurge.report import OBJECT_REFERENCE, Report, ReportTampered, build_report, resolve_references
 from lakepurge.s3io import head_object
 from lakepurge.s3uri import S3Uri
 from lakepurge.workflow.approval import open_approval
 from lakepurge.workflow.events import (
     ApprovalRequested,
     Approved,
+    EndedExport,
     EndedJob,
     EndedReport,
     EndedState,
     EndedVerification,
     ErasedBeforeFailure,
+    Exported,
     NoCertificate,
     Notified,
     Outcome,
@@ -46,7 +50,14 @@ from lakepurge.workflow.events import (
     VerifyOutcome,
 )
 from lakepurge.workflow.pages import approval_email
-from lakepurge.workflow.store import PURGING, REPORTED, RequestStore, StateIsFinal, workflow_settings
+from lakepurge.workflow.store import (
+    PURGING,
+    REPORTED,
+    RequestNotFound,
+    RequestStore,
+    StateIsFinal,
+    workflow_settings,
+)
 
 log = get_logger(__name__)
 
@@ -167,6 +178,64 @@ def start_purge(
     return PurgeStarted(backend=launcher.backend, id=job_id, state="RUNNING", poll_seconds=workflow.poll_seconds)
 
 
+def export_archive(
+    settings: Settings, clients: Clients, request_id: str, report: ReportRef, approval: Approved
+) -> Exported:
+    """An approved access request (GDPR Art. 15): check the approval as StartPurge does, then export the users'
+    records (lakepurge.export) into one encrypted archive under ``workflow.exports_location``. Only reads the lake.
+    Idempotent: a retried Task finds the export record of the first attempt and only mints a new link."""
+    workflow = workflow_settings(settings)
+    if workflow.exports_location is None:
+        raise ConfigError("workflow.exports_location: needed to export an access request")
+    requests = RequestStore(settings, clients.s3, clients.kms)
+    request = requests.get(request_id)
+    if request.kind != "access":
+        raise NotApproved(f"request {request_id} is not an access request")
+    decision = requests.decision(request_id)
+    if decision is None or decision.decision != "approved":
+        raise NotApproved(f"request {request_id} has no recorded approval")
+    if decision.report_sha256 != report.sha256 or approval.report_sha256 != report.sha256:
+        raise ReportTampered(f"request {request_id}: the approved report hash is not the generated one")
+    layout.load_report(clients.s3, report.uri, decision.report_sha256)  # raises ReportTampered
+    record_uri = layout.export_record(settings, request_id)
+    recorded = layout.read_document(clients.s3, record_uri, layout.ExportDocument)
+    if recorded is None:
+        users, _ = requests.open(request)
+        run = export_users(
+            settings,
+            users,
+            S3Uri.parse(workflow.exports_location),
+            request_id=request_id,
+            expires_seconds=workflow.export_link_seconds,
+            say=lambda _line: None,  # the CLI's progress lines; the Task returns the counts instead
+        )
+        return Exported(
+            archive=run.archive,
+            archive_sha256=run.archive_sha256,
+            link=run.link,
+            link_expires_at=run.link_expires_at,
+            record=run.record,
+            objects=run.objects,
+            records=sum(run.records.values()),
+            relational_rows=sum(run.relational_rows.values()),
+        )
+    archive = S3Uri.parse(recorded.archive)
+    link = clients.s3.generate_presigned_url(
+        "get_object", Params={"Bucket": archive.bucket, "Key": archive.key}, ExpiresIn=workflow.export_link_seconds
+    )
+    expires = datetime.now(UTC) + timedelta(seconds=workflow.export_link_seconds)
+    return Exported(
+        archive=recorded.archive,
+        archive_sha256=recorded.archive_sha256,
+        link=link,
+        link_expires_at=expires.isoformat(timespec="seconds"),
+        record=str(record_uri),
+        objects=len(recorded.objects),
+        records=sum(recorded.records.values()),
+        relational_rows=sum(t.rows for t in recorded.relational),
+    )
+
+
 def purge_status(settings: Settings, clients: Clients, job: PurgeStarted, report: ReportRef) -> PurgeStatus:
     """The job's state. A failed job whose report no longer hashes to the approved one was refused by the job:
     that is reported as the tampering it is (ReportTampered), not as a crash."""
@@ -204,6 +273,8 @@ def verify(
 
 
 def _moved_on(s3: Any, s3path: str, etag: str | None) -> bool:
+    if s3path.startswith(OBJECT_REFERENCE):
+        return True  # resolved to no version in the lake: the object is gone
     uri = S3Uri.parse(s3path)
     head = head_object(s3, uri.bucket, uri.key)
     return head is None or head.etag != etag
@@ -227,7 +298,9 @@ def erased_before_failure(
     verified = 0
     for outcome in done:
         dataset = settings.dataset_named(datasets[outcome.s3path])
-        if not verify_object(clients.s3, settings, dataset, outcome.s3path, users):
+        if outcome.s3path.startswith(OBJECT_REFERENCE):
+            verified += 1  # the listing that resolves references found no version of it left to read
+        elif not verify_object(clients.s3, settings, dataset, outcome.s3path, users):
             verified += 1
     return ErasedBeforeFailure(objects_erased=len(done), objects_verified=verified, objects_planned=len(stored.objects))
 
@@ -272,7 +345,15 @@ def _ended(
     checked = state.verification or EndedVerification()
     error = state.error or TaskError()
     cause = (error.cause or "")[:300]
+    export = state.export or EndedExport()
     messages = {
+        "EXPORTED": (
+            f"Access request {request_id} is exported: {export.records} record(s) from {export.objects} object(s)"
+            f" and {export.relational_rows} relational row(s), in one archive encrypted under the workflow's KMS key"
+            f" (decrypt it with `lakepurge export open`, which needs kms:Decrypt on that key)."
+            f" Download link, valid until {export.link_expires_at}: {export.link} ."
+            f" Archive: {export.archive}. Export record: {export.record}"
+        ),
         "ERASED": (
             f"Request {request_id} is erased and verified: {checked.lines_erased} record(s) in"
             f" {checked.objects_rewritten} object(s) and {checked.relational_rows_deleted}"
@@ -316,6 +397,13 @@ def notify(
         deadline = requests.get(request_id).deadline
     rejected_by = decision.rejected_by if decision is not None else None
     message = _ended(request_id, outcome, state, rejected_by, gaps, deadline)
+    try:
+        kind = requests.get(request_id).kind
+    except RequestNotFound:
+        kind = "erasure"  # (its ending is still told; shredding below reports the missing request)
+    if kind == "access":
+        # The same endings, said of an access export: nothing is ever erased by one.
+        message = re.sub(r"\berased\b", "exported", message)
     detail: dict[str, Any] = {}
     if gaps is not None:
         detail = {"coverage_gaps": [gap.dataset for gap in gaps]}  # dataset names, for lakepurge status
