@@ -17,7 +17,9 @@ Everything lakepurge keeps for the record lives under ``[reports] location`` (an
   version (lakepurge.purge.placeholders.PlaceholderRecord);
 - ``vacuum/<run id>.json``: what an applied vacuum removed (:class:`VacuumDocument`);
 - ``verifications/<id>/hashes.json`` and ``result.json``: a `verify --on emr-serverless` run's input (the users'
-  keyed hashes) and answer.
+  keyed hashes) and answer;
+- ``exports/<request id>.json``: what an access export (GDPR Art. 15, lakepurge.export) put in its archive and where
+  the archive is (:class:`ExportDocument`; users as keyed hashes, objects as logs name them).
 
 The documents' field names are their on-disk JSON: the models here read back what earlier versions wrote.
 A report is read, and its bytes checked against the approved SHA-256, by :func:`load_report`: once per step, and
@@ -148,6 +150,11 @@ def verification(settings: Settings, verification_id: str) -> S3Uri:
 def verification_result(settings: Settings, verification_id: str) -> S3Uri:
     """What that job found: ``{"objects_checked": N, "remaining": [...]}``."""
     return _under(settings, f"verifications/{verification_id}/result.json")
+
+
+def export_record(settings: Settings, request_id: str) -> S3Uri:
+    """The record of an access export (:class:`ExportDocument`), written once."""
+    return _under(settings, f"exports/{request_id}.json")
 
 
 # -- the documents ----------------------------------------------------------------------------------------------------
@@ -297,6 +304,42 @@ class VacuumDocument(Document):
     finished_at: str
     delete_versions: str
     objects: list[VacuumObject]
+
+
+class ExportObject(Document):
+    object: str  # as logs name it (a key that names a user is masked)
+    dataset: str
+    version_id: str | None
+    etag: str
+    records: int  # 1 for a whole object of a one-user-per-object dataset
+    stale_index: bool  # the object had moved on since indexing: its current version was searched again
+
+
+class ExportTable(Document):
+    name: str
+    table: str
+    rows: int
+
+
+class ExportDocument(Document):
+    """``exports/<request id>.json``: what an access export put in its archive; hashed ids only."""
+
+    export_version: int
+    request_id: str
+    created_at: str
+    user_hashes: list[str]
+    users_found: int
+    format: str  # "original", "jsonl" or "csv"
+    records: dict[str, int]  # per dataset
+    objects: list[ExportObject]
+    relational: list[ExportTable]
+    archive: str  # s3:// URI of the encrypted archive
+    archive_sha256: str  # of the stored (encrypted) bytes
+    plaintext_sha256: str  # of the archive before encryption
+    kms_key_id: str
+    encryption_context: dict[str, str]
+    link_expires_at: str
+    coverage_gaps: list[str]  # datasets the index did not fully cover: their records may be missing
 
 
 # -- reading and writing ----------------------------------------------------------------------------------------------

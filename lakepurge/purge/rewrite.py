@@ -119,16 +119,9 @@ def rewrite_parquet(s3: Any, head: ObjectHead, users: Container[str], dataset: D
         version=metadata.format_version if metadata.format_version in ("1.0", "2.4", "2.6") else "2.6",
     )
     erased = 0
-    top = sorted({p[0] for p in paths})
     for index in range(metadata.num_row_groups):
         table = source.read_row_group(index)
-        keep = []
-        for record in table.select(top).to_pylist():
-            try:
-                ids: tuple[str, ...] = extract_ids(record, paths)
-            except ValueError:
-                ids = ()
-            keep.append(not any(u in users for u in ids))
+        keep = [not owned for owned in owned_rows(table, paths, users)]
         erased += keep.count(False)
         if not all(keep):
             table = table.filter(pa.array(keep, type=pa.bool_()))
@@ -137,3 +130,17 @@ def rewrite_parquet(s3: Any, head: ObjectHead, users: Container[str], dataset: D
     writer.close()
     out.seek(0)
     return out, erased
+
+
+def owned_rows(table: Any, paths: tuple[tuple[str, ...], ...], users: Container[str]) -> list[bool]:
+    """For each row of a Parquet table (a row group), whether its ids name one of the users. A row whose ids cannot
+    be read (the indexer reports it unindexable) is nobody's. The purge drops these rows; the export takes them."""
+    top = sorted({p[0] for p in paths})
+    owned = []
+    for record in table.select(top).to_pylist():
+        try:
+            ids: tuple[str, ...] = extract_ids(record, paths)
+        except ValueError:
+            ids = ()
+        owned.append(any(u in users for u in ids))
+    return owned
