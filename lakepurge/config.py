@@ -97,6 +97,12 @@ class DatasetConfig(_Strict):
     skip_hidden: bool = True
     # More keys that are not data: fnmatch globs matched against the key relative to the location.
     skip: tuple[str, ...] = ()
+    # Informational: the Hive partition columns of the objects' paths (``dt=2026-01-01/``), as the catalog names
+    # them. `lakepurge datasets import` writes them and `datasets check` compares them with the catalog.
+    partition_keys: tuple[str, ...] = ()
+    # The Glue table ("database.table") this dataset was imported from: `lakepurge datasets check` reports the
+    # table's removal, move or change of format against this dataset. Unset: a dataset configured by hand.
+    catalog_table: Annotated[str, Field(pattern=r"^[^.\s]+\.[^.\s]+$")] | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -128,6 +134,13 @@ class DatasetConfig(_Strict):
     def _fields_not_empty(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
         if value is not None and (not value or any(not f or f.strip() != f for f in value)):
             raise ValueError("needs at least one non-empty field name without surrounding spaces")
+        return value
+
+    @field_validator("partition_keys")
+    @classmethod
+    def _partition_keys_are_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if any(not key or key.strip() != key or "/" in key or "=" in key for key in value):
+            raise ValueError("partition key names must be non-empty, without spaces around them, '/' or '='")
         return value
 
     @field_validator("id_from_key")
@@ -353,6 +366,12 @@ class WorkflowConfig(_Strict):
     """The request -> report -> approval -> purge -> notification workflow (Step Functions)."""
 
     state_machine_arn: str | None = None  # where `lakepurge request` and the intake Lambda start executions
+    # Access requests (AccessRequested, GDPR Art. 15) run statemachine/export.asl.json: started here.
+    export_state_machine_arn: str | None = None
+    # Where the ExportArchive Task writes the encrypted archives (s3://bucket/prefix/); never inside a dataset.
+    exports_location: str | None = None
+    # How long the presigned link of an exported archive works (SigV4: 7 days at most).
+    export_link_seconds: Annotated[int, Field(ge=1, le=7 * 86400)] = 7 * 86400
     # Raw user ids of a stored request are encrypted with a data key of this KMS key; only hashes stay readable.
     kms_key_id: Annotated[str, Field(min_length=1)]
     deadline_days: Annotated[int, Field(ge=1, le=90)] = 30  # GDPR Art. 12(3): one month
@@ -375,6 +394,13 @@ class WorkflowConfig(_Strict):
     # run time, cached for a few minutes; what the SAM template sets).
     approval_signing_key_env: Annotated[str, Field(min_length=1)] = "LAKEPURGE_APPROVAL_KEY"
     approval_signing_key_secret: Annotated[str, Field(min_length=1)] | None = None
+
+    @field_validator("exports_location")
+    @classmethod
+    def _exports_is_s3_prefix(cls, value: str | None) -> str | None:
+        if value is not None:
+            S3Uri.parse(value)
+        return value
 
 
 class Settings(_Strict):
@@ -399,6 +425,12 @@ class Settings(_Strict):
                 ua, ub = a.uri, b.uri
                 if ua.bucket == ub.bucket and (ua.key.startswith(ub.key) or ub.key.startswith(ua.key)):
                     raise ValueError(f"datasets '{a.name}' and '{b.name}' overlap ({a.location}, {b.location})")
+        exports = self.workflow.exports_location if self.workflow is not None else None
+        if exports is not None:
+            where = S3Uri.parse(exports)
+            for dataset in self.datasets:
+                if dataset.uri.bucket == where.bucket and where.key.startswith(dataset.uri.key):
+                    raise ValueError(f"workflow.exports_location {exports} lies inside dataset '{dataset.name}'")
         return self
 
     def dataset_for(self, bucket: str, key: str) -> DatasetConfig | None:
@@ -458,6 +490,7 @@ _FORMS = {
     "execution_role_arn": "an IAM role ARN (arn:aws:iam::123456789012:role/NAME)",
     "table": "a table name (letters, digits, '_', optionally schema.table)",
     "column": "a column name (letters, digits, '_')",
+    "catalog_table": "database.table (the Glue table the dataset was imported from)",
 }
 _PLAIN = {
     "string_type": "must be a string (in quotes)",
