@@ -29,10 +29,6 @@ PLACEHOLDER_BUCKET = "lakepurge-placeholder-artifacts"
 SAMPLE_PARAMETERS = {
     "LakeBucketName": "example-lake",
     "LakeDatasetPrefixes": "events/",
-    "DatasetsToml": (
-        'datasets = [{name = "events", location = "s3://example-lake/events/", format = "jsonl",'
-        ' id_fields = ["user_id"]}]'
-    ),
     "SenderEmail": "privacy-bot@example.com",
     "ApproverEmails": "dpo@example.com,legal@example.com",
 }

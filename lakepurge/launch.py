@@ -90,7 +90,9 @@ def launcher_for(settings: Settings, config_path: str | Path | None = None) -> J
     """The launcher the configuration names ([workflow.launcher]; local spark-submit without a [workflow]).
 
     config_path is the file the caller loaded its settings from, for the local job; without it the job reads
-    LAKEPURGE_CONFIG / LAKEPURGE_CONFIG_TOML from the environment it inherits. EMR jobs read launcher.config_uri.
+    LAKEPURGE_CONFIG_URI / LAKEPURGE_CONFIG / LAKEPURGE_CONFIG_TOML from the environment it inherits (see
+    lakepurge.runtime). EMR jobs read launcher.config_uri: in a deployment, the same S3 object as the functions'
+    LAKEPURGE_CONFIG_URI.
     """
     config = settings.workflow.launcher if settings.workflow is not None else LocalLauncherConfig()
     if isinstance(config, EmrServerlessLauncherConfig):
@@ -155,6 +157,8 @@ STARTED_FILE = "started"  # the wrapper's start time in clock ticks since boot (
 # A job directory claimed this long ago with no pid in it: the starter died before the process was started.
 _START_GRACE_SECONDS = 60
 
+# Where a local job finds its configuration when no file is passed (lakepurge.runtime reads the same variables).
+_CONFIG_VARIABLES = ("LAKEPURGE_CONFIG_URI", "LAKEPURGE_CONFIG", "LAKEPURGE_CONFIG_TOML")
 # Runs the job, then records its exit code atomically.
 _WRAPPER = '"$@" >>job.log 2>&1; code=$?; echo "$code" >exit_code.tmp && mv exit_code.tmp exit_code; exit "$code"'
 
@@ -279,9 +283,10 @@ class LocalSparkLauncher:
 
     def _check_ready(self) -> None:
         """Fail now, not ten seconds into a JVM, when the job could not read its settings or hash key."""
-        if self.config_path is None and not {"LAKEPURGE_CONFIG", "LAKEPURGE_CONFIG_TOML"} & os.environ.keys():
+        if self.config_path is None and not set(_CONFIG_VARIABLES) & os.environ.keys():
             raise ConfigError(
-                "launcher 'local': pass the configuration file, or set LAKEPURGE_CONFIG or LAKEPURGE_CONFIG_TOML"
+                "launcher 'local': pass the configuration file, or set LAKEPURGE_CONFIG_URI, LAKEPURGE_CONFIG or"
+                " LAKEPURGE_CONFIG_TOML"
             )
         hash_key(self.settings.privacy)
 

@@ -1,80 +1,130 @@
 """Settings for processes that are not started from the CLI (Lambda functions, Spark jobs on EMR).
 
-The configuration comes from ``LAKEPURGE_CONFIG`` (a path to the TOML file shipped with the function) or
-``LAKEPURGE_CONFIG_TOML`` (the TOML text itself, convenient as a template parameter). It is read and validated
-once per process; a bad value fails the cold start with a message naming the key.
+Where the configuration comes from, first match wins:
+
+- ``LAKEPURGE_CONFIG_URI``: an S3 object (``s3://bucket/key``, what the SAM template deploys), an SSM parameter
+  (``ssm:/path/name``) or an AppConfig profile (``appconfig://application/environment/profile``), read through
+  Powertools Parameters' cache (lakepurge.configsource) and read again once older than ``LAKEPURGE_CONFIG_MAX_AGE``
+  seconds (default 300). A changed configuration reaches warm functions within that time, without a redeploy:
+  the Settings object is rebuilt when the text changed, and the index connection and the keyed hash with it when
+  their sections did.
+- ``LAKEPURGE_CONFIG_TOML``: the TOML text itself, for small local setups and tests (a Lambda environment holds at
+  most 4 KB, about 15 datasets); read once per process.
+- ``LAKEPURGE_CONFIG``: a path to a TOML file (local use, the demo); read once per process.
+
+Every source is validated when read; a bad value fails with a message naming the source and the key.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import tomllib
 from functools import cache
+from typing import Any
 
+from lakepurge import configsource
 from lakepurge.config import ConfigError, Settings, load_settings, parse_settings
 from lakepurge.index import open_store
 from lakepurge.index.base import IndexStore
 from lakepurge.privacy import Pseudonymizer
 
+URI_VARIABLE = configsource.URI_VARIABLE
+TOML_VARIABLE = "LAKEPURGE_CONFIG_TOML"
+PATH_VARIABLE = "LAKEPURGE_CONFIG"
+# Any of these tells a process (and a local Spark job it starts) where its configuration is.
+CONFIG_VARIABLES = (URI_VARIABLE, TOML_VARIABLE, PATH_VARIABLE)
+
 
 @cache
-def settings() -> Settings:
-    if "LAKEPURGE_CONFIG_TOML" in os.environ:
+def _loader(uri: str, max_age: float) -> configsource.ConfigLoader:
+    return configsource.ConfigLoader(uri, max_age)
+
+
+@cache
+def _static_settings() -> Settings:
+    if TOML_VARIABLE in os.environ:
         try:
-            data = tomllib.loads(os.environ["LAKEPURGE_CONFIG_TOML"])
+            data = tomllib.loads(os.environ[TOML_VARIABLE])
         except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"LAKEPURGE_CONFIG_TOML: not valid TOML: {exc}") from None
-        return parse_settings(data, "LAKEPURGE_CONFIG_TOML")
-    if "LAKEPURGE_CONFIG" in os.environ:
-        return load_settings(os.environ["LAKEPURGE_CONFIG"])
-    raise ConfigError("set LAKEPURGE_CONFIG (path to lakepurge.toml) or LAKEPURGE_CONFIG_TOML")
+            raise ConfigError(f"{TOML_VARIABLE}: not valid TOML: {exc}") from None
+        return parse_settings(data, TOML_VARIABLE)
+    if PATH_VARIABLE in os.environ:
+        return load_settings(os.environ[PATH_VARIABLE])
+    raise ConfigError(
+        f"set {URI_VARIABLE} (s3://bucket/key or ssm:/name of lakepurge.toml), {PATH_VARIABLE} (path to "
+        f"lakepurge.toml) or {TOML_VARIABLE}"
+    )
+
+
+def settings() -> Settings:
+    """The process's settings: the same object while the configuration's text stays the same."""
+    uri = os.environ.get(URI_VARIABLE, "").strip()
+    if uri:
+        return _loader(uri, configsource.max_age_from_environment()).settings()
+    return _static_settings()
 
 
 def settings_from(location: str | None) -> Settings:
-    """A Spark job's settings: a TOML file, an ``s3://`` URI of one (how EMR Serverless jobs get it), or, for
-    None, the environment as above."""
+    """A Spark job's settings, read once: a configuration URI (``s3://``, ``ssm:``, ``appconfig://``: how EMR
+    Serverless jobs get it, launcher.config_uri), a local TOML file, or, for None, the environment as above."""
     if location is None:
         return settings()
-    if not location.startswith("s3://"):
-        return load_settings(location)
-    from lakepurge import aws
-    from lakepurge.s3uri import S3Uri
-
-    uri = S3Uri.parse(location)
-    body = aws.client("s3").get_object(Bucket=uri.bucket, Key=uri.key)["Body"].read()
-    try:
-        data = tomllib.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"{location}: not valid TOML: {exc}") from None
-    return parse_settings(data, location)
+    if location.startswith(("s3://", "ssm:", "appconfig://", "arn:")):
+        return configsource.settings_from_text(configsource.read_text(location, max_age=0), location)
+    return load_settings(location)
 
 
-@cache
+# What is built from a section of the settings is kept while that section stays equal, and rebuilt (the old
+# index connection closed) when a reloaded configuration changed it. Lambda handlers run one invocation at a time;
+# the lock covers threads of a job.
+_built: dict[str, tuple[Any, Any]] = {}
+_lock = threading.Lock()
+
+
+def _kept(name: str, section: Any, build: Any, discard: Any = None) -> Any:
+    with _lock:
+        previous = _built.get(name)
+        if previous is not None and previous[0] == section:
+            return previous[1]
+        value = build()
+        _built[name] = (section, value)
+    if previous is not None and discard is not None:
+        discard(previous[1])
+    return value
+
+
 def pseudonymizer() -> Pseudonymizer | None:
     """The keyed hash of user ids, or None when the key is not configured (suppression checks are then off)."""
-    return Pseudonymizer.optional(settings().privacy)
+    privacy = settings().privacy
+    found: Pseudonymizer | None = _kept("pseudonymizer", privacy, lambda: Pseudonymizer.optional(privacy))
+    return found
 
 
-@cache
 def require_pseudonymizer() -> Pseudonymizer:
     """The keyed hash of user ids, for the workflow (which cannot run without it)."""
-    return Pseudonymizer.from_config(settings().privacy)
+    privacy = settings().privacy
+    found: Pseudonymizer = _kept("require_pseudonymizer", privacy, lambda: Pseudonymizer.from_config(privacy))
+    return found
 
 
-@cache
 def index_store() -> IndexStore:
-    """One index connection per process, reused across warm invocations."""
-    return open_store(settings().index)
+    """One index connection per process, reused across warm invocations (reopened if [index] changed)."""
+    index = settings().index
+    store: IndexStore = _kept("index_store", index, lambda: open_store(index), lambda old: old.close())
+    return store
 
 
 def reset() -> None:
-    """Forget cached settings, secrets and connections (tests switch configurations between cases)."""
+    """Forget cached settings, configuration reads, secrets and connections (tests switch configurations)."""
     from lakepurge import aws
 
     aws.clear_secrets()
-    if index_store.cache_info().currsize:
-        index_store().close()
-    index_store.cache_clear()
-    settings.cache_clear()
-    pseudonymizer.cache_clear()
-    require_pseudonymizer.cache_clear()
+    configsource.clear_cache()
+    with _lock:
+        built = dict(_built)
+        _built.clear()
+    if "index_store" in built:
+        built["index_store"][1].close()
+    _static_settings.cache_clear()
+    _loader.cache_clear()

@@ -16,7 +16,11 @@ from lakepurge.sparkutil import get_session
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="build_index", description=__doc__)
-    parser.add_argument("--config", default=None, help="TOML file or s3:// URI (default: LAKEPURGE_CONFIG[_TOML])")
+    parser.add_argument(
+        "--config",
+        default=None,
+        help="TOML file, s3:// or ssm: URI (default: LAKEPURGE_CONFIG_URI, LAKEPURGE_CONFIG[_TOML])",
+    )
     parser.add_argument("--force", action="store_true", help="re-index objects whose ETag is already indexed")
     parser.add_argument("--dataset", action="append", default=[], help="only this dataset (repeatable)")
     args = parser.parse_args(argv)

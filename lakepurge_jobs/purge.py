@@ -6,8 +6,9 @@ touched object and writes the certificate. Idempotent: run again after a kill, i
 Relational tables need the raw ids, which this job never receives: whoever starts it erases them first
 (lakepurge.workflow.steps.start_purge, or lakepurge.operator_purge.purge_users from the CLI).
 
-The configuration is a local TOML file, an ``s3://`` URI of one (how EMR Serverless jobs get it), or, without
-``--config``, the environment (``LAKEPURGE_CONFIG`` / ``LAKEPURGE_CONFIG_TOML``, see lakepurge.runtime).
+The configuration is a local TOML file, an ``s3://`` (how EMR Serverless jobs get it: launcher.config_uri, the
+object the functions' LAKEPURGE_CONFIG_URI names) or ``ssm:`` URI of one, or, without ``--config``, the environment
+(``LAKEPURGE_CONFIG_URI`` / ``LAKEPURGE_CONFIG`` / ``LAKEPURGE_CONFIG_TOML``, see lakepurge.runtime).
 Exit codes: 0 purged and verified, 1 purged but verification failed, 2 bad arguments or configuration,
 3 report refused (its hash differs from the approved one). The last stderr line starting with ``lakepurge:``
 says why; nothing this job prints names a user.
@@ -31,7 +32,11 @@ from lakepurge.sparkutil import get_session
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="purge", description=__doc__)
-    parser.add_argument("--config", default=None, help="TOML file or s3:// URI (default: LAKEPURGE_CONFIG[_TOML])")
+    parser.add_argument(
+        "--config",
+        default=None,
+        help="TOML file, s3:// or ssm: URI (default: LAKEPURGE_CONFIG_URI, LAKEPURGE_CONFIG[_TOML])",
+    )
     parser.add_argument("--report", required=True, help="s3:// URI of the approved report")
     parser.add_argument("--sha256", required=True, help="the approved report's SHA-256")
     parser.add_argument("--approved-by", default=None)

@@ -20,7 +20,11 @@ from lakepurge.sparkutil import get_session
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="vacuum", description=__doc__)
-    parser.add_argument("--config", default=None, help="TOML file or s3:// URI (default: LAKEPURGE_CONFIG[_TOML])")
+    parser.add_argument(
+        "--config",
+        default=None,
+        help="TOML file, s3:// or ssm: URI (default: LAKEPURGE_CONFIG_URI, LAKEPURGE_CONFIG[_TOML])",
+    )
     parser.add_argument("--dataset", action="append", default=[], help="only this dataset (repeatable)")
     parser.add_argument("--yes", action="store_true", help="apply (the default is a dry run)")
     args = parser.parse_args(argv)

@@ -23,7 +23,11 @@ from lakepurge.sparkutil import get_session
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="verify", description=__doc__)
-    parser.add_argument("--config", default=None, help="TOML file or s3:// URI (default: LAKEPURGE_CONFIG[_TOML])")
+    parser.add_argument(
+        "--config",
+        default=None,
+        help="TOML file, s3:// or ssm: URI (default: LAKEPURGE_CONFIG_URI, LAKEPURGE_CONFIG[_TOML])",
+    )
     parser.add_argument("--hashes", required=True, help="s3:// URI of the users' keyed hashes")
     parser.add_argument("--result", required=True, help="s3:// URI to write the result to")
     args = parser.parse_args(argv)
