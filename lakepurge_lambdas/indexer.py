@@ -62,6 +62,7 @@ def _index_keys(keys: list[tuple[str, str, str | None]]) -> list[IndexOutcome]:
             metrics.add_metric(name="UnindexableLines", unit=MetricUnit.Count, value=outcome.unindexable)
         if outcome.reappeared:
             metrics.add_metric(name="ErasedUsersReappeared", unit=MetricUnit.Count, value=outcome.reappeared)
+            metrics.add_metric(name="ReturningUsers", unit=MetricUnit.Count, value=outcome.reappeared)
     return outcomes
 
 

@@ -18,6 +18,7 @@ from urllib.parse import parse_qsl, urlsplit
 from lakepurge.local.workflow import LocalContext, handler
 
 PATH = "/approval"
+OPS_PATH = "/ops"  # the read-only operations page, served by the same handler
 
 
 class PortInUse(RuntimeError):
@@ -101,6 +102,11 @@ class ApprovalServer:
     def url(self) -> str:
         port = self._server.server_address[1]
         return f"http://127.0.0.1:{port}{PATH}"
+
+    @property
+    def ops_url(self) -> str:
+        port = self._server.server_address[1]
+        return f"http://127.0.0.1:{port}{OPS_PATH}"
 
     def stop(self) -> None:
         self._server.shutdown()

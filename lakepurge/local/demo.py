@@ -142,6 +142,8 @@ def run_demo(
     bars = sys.stderr if progress else None
     run = DemoRun()
     os.environ.setdefault("LAKEPURGE_HASH_KEY", secrets.token_hex(16))  # a demo key: each run is its own world
+    # The in-process handlers' metrics (Powertools EMF) would print on stdout, which is the --json document's alone.
+    os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
     say("1/6 starting the local stack: moto (S3, SQS, DynamoDB, KMS, SES, SNS, Step Functions), the approval page")
     mark = time.monotonic()
     try:
@@ -260,6 +262,7 @@ def run_demo(
         if keep is not None:
             kept_user = next(u for u in lake.users if u in present and u not in erased)
             document["kept"] = _kept(stack.endpoint, config, page.url, kept_user)
+            document["kept"]["operations_page"] = page.ops_url
             for line in _keep_instructions(document["kept"]):
                 say(line)
             keep(document)
@@ -298,6 +301,12 @@ def _keep_instructions(kept: dict[str, Any]) -> list[str]:
     exports = " ".join(f"{name}={value}" for name, value in kept["env"].items())
     return [
         "the local stack is still running (moto, the approval page); in another shell:",
+        f"    approval page {kept['approval_page']}",
+        *(
+            [f"    operations page {kept['operations_page']} (open it in a browser)"]
+            if "operations_page" in kept
+            else []
+        ),
         f"    export {exports}",
         *(f"    {command}" for command in kept["try"]),
         "Ctrl-C (or SIGTERM) here stops it and removes everything it held",

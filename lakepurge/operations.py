@@ -1,0 +1,187 @@
+"""The privacy team's view of the work: the operations page's typed view model.
+
+Built from the same sources as ``lakepurge requests`` (:func:`lakepurge.history.list_history`, the evidence in the
+reports location) and ``lakepurge status`` (the index store's counts and recorded coverage, the indexer's
+dead-letter queue). It holds request ids, states, dates and counts only: never a user id, nor an object key (a key
+of a one-user-per-object dataset may name its user). Returning users are counted, not named.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from lakepurge.config import Settings
+from lakepurge.coverage import DatasetCoverage, assess, dead_letter_count
+from lakepurge.history import RequestRecord, list_history
+from lakepurge.index.base import IndexStatus, IndexStore
+from lakepurge.returning import DEFAULT_LIMIT
+
+
+@dataclass(frozen=True)
+class RequestRow:
+    request_id: str
+    kind: str
+    state: str
+    open: bool
+    overdue: bool
+    created_at: str
+    deadline: str | None
+    days_left: int | None
+    users: int | None
+    objects: int | None
+    lines_erased: int | None
+    verified: bool | None
+
+
+@dataclass(frozen=True)
+class ErasedDay:
+    """What verified erasures removed, by the day their request was received or reported."""
+
+    day: str
+    requests: int
+    objects: int
+    lines: int
+
+
+@dataclass(frozen=True)
+class DatasetRow:
+    dataset: str
+    complete: bool
+    reason: str
+    method: str | None
+    indexed_at: str | None
+    objects: int
+    versions: int
+
+
+@dataclass(frozen=True)
+class OperationsView:
+    generated_at: str
+    requests: tuple[RequestRow, ...]  # overdue first, then open by deadline, then ended newest first
+    by_state: dict[str, int]
+    open: int
+    overdue: int
+    erased: tuple[ErasedDay, ...]  # oldest day first
+    lines_erased: int
+    objects_erased: int
+    index_objects: int
+    index_records: int
+    index_users: int
+    unindexable_lines: int
+    objects_with_unindexable: int
+    returning_users: int  # erased users found again, counted per object holding them
+    objects_with_returning: int
+    coverage: tuple[DatasetRow, ...]
+
+    @property
+    def datasets_covered(self) -> int:
+        return sum(d.complete for d in self.coverage)
+
+
+ENDED_ERASED = ("ERASED",)
+
+
+def _row(record: RequestRecord) -> RequestRow:
+    return RequestRow(
+        request_id=record.request_id,
+        kind=record.kind,
+        state=record.state,
+        open=record.open,
+        overdue=record.overdue,
+        created_at=record.created_at,
+        deadline=record.deadline,
+        days_left=record.days_left,
+        users=record.users,
+        objects=record.objects,
+        lines_erased=record.lines_erased,
+        verified=record.verified,
+    )
+
+
+def ordered(rows: list[RequestRow]) -> list[RequestRow]:
+    """Overdue first (most overdue first), then the other open requests by deadline (those without one last), then
+    the ended ones, newest first."""
+    ended = sorted((r for r in rows if not r.open), key=lambda r: r.created_at, reverse=True)
+    open_rows = sorted(
+        (r for r in rows if r.open),
+        key=lambda r: (not r.overdue, r.deadline is None, r.deadline or "", r.created_at),
+    )
+    return open_rows + ended
+
+
+def assemble(
+    records: list[RequestRecord],
+    status: IndexStatus,
+    coverage: list[DatasetCoverage],
+    returning_users: int,
+    now: datetime | None = None,
+) -> OperationsView:
+    """The view from what was read (pure: the unit tests build it from plain values)."""
+    now = now or datetime.now(UTC)
+    rows = ordered([_row(r) for r in records])
+    days: dict[str, list[RequestRow]] = {}
+    for row in rows:
+        if row.state in ENDED_ERASED and row.verified and row.lines_erased is not None:
+            days.setdefault(row.created_at[:10], []).append(row)
+    erased = tuple(
+        ErasedDay(
+            day=day,
+            requests=len(done),
+            objects=sum(r.objects or 0 for r in done),
+            lines=sum(r.lines_erased or 0 for r in done),
+        )
+        for day, done in sorted(days.items())
+    )
+    return OperationsView(
+        generated_at=now.astimezone(UTC).isoformat(timespec="seconds"),
+        requests=tuple(rows),
+        by_state=dict(sorted(Counter(r.state for r in rows).items())),
+        open=sum(r.open for r in rows),
+        overdue=sum(r.overdue for r in rows),
+        erased=erased,
+        lines_erased=sum(d.lines for d in erased),
+        objects_erased=sum(d.objects for d in erased),
+        index_objects=status.objects,
+        index_records=status.records,
+        index_users=status.users,
+        unindexable_lines=status.unindexable_lines,
+        objects_with_unindexable=status.objects_with_unindexable,
+        returning_users=returning_users,
+        objects_with_returning=status.objects_with_erased_users,
+        coverage=tuple(
+            DatasetRow(c.dataset, c.complete, c.reason, c.method, c.indexed_at, c.objects, c.versions) for c in coverage
+        ),
+    )
+
+
+def count_returning(store: IndexStore, limit: int = DEFAULT_LIMIT) -> int:
+    """Erased users found again, per object holding them (the indexer's count): no hash key, no id leaves here."""
+    total = 0
+    for s3path in store.reappeared_objects(limit):
+        held = store.get_object(s3path)
+        total += held.reappeared if held is not None else 0
+    return total
+
+
+def build_view(
+    settings: Settings, s3: Any, store: IndexStore, sqs: Any = None, now: datetime | None = None
+) -> OperationsView:
+    """Read everything the page shows: the requests from the reports location, the index's counts and coverage."""
+    now = now or datetime.now(UTC)
+    records = list_history(settings, s3, None, now)
+    status = store.status()
+    queue = settings.indexing.dead_letter_queue_url
+    dead_letters = dead_letter_count(sqs, queue) if sqs is not None and queue else 0
+    coverage = assess(settings, store.coverage(), dead_letters)
+    returning = count_returning(store) if status.objects_with_erased_users else 0
+    return assemble(records, status, coverage, returning, now)
+
+
+def request_counts(settings: Settings, s3: Any, now: datetime | None = None) -> tuple[int, int]:
+    """(open, overdue) requests, as the page and `lakepurge requests` count them: what the RequestsOpen and
+    RequestsOverdue metrics report."""
+    records = list_history(settings, s3, None, now or datetime.now(UTC))
+    return sum(r.open for r in records), sum(r.overdue for r in records)

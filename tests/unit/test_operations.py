@@ -1,0 +1,123 @@
+"""The operations page's view model (lakepurge.operations) and its HTML, from plain values; the request counts'
+metrics as Powertools writes them (EMF on stdout)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from lakepurge.coverage import DatasetCoverage
+from lakepurge.history import RequestRecord
+from lakepurge.index.base import IndexStatus
+from lakepurge.operations import assemble
+from lakepurge.operations_page import operations_page
+
+pytestmark = pytest.mark.unit
+
+NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+
+
+def _record(request_id: str, state: str, created: str, deadline: str | None, overdue: bool = False, **kw: Any) -> Any:
+    days = None if deadline is None else (datetime.fromisoformat(deadline) - NOW).days
+    values: dict[str, Any] = {"users": 2, "objects": 3, "lines_erased": None, "verified": None, "certificate": None}
+    values.update(kw)
+    kind = "workflow" if deadline else "operator"
+    return RequestRecord(request_id, kind, state, created, deadline, days, overdue, **values)  # type: ignore[arg-type]
+
+
+RECORDS = [
+    _record(
+        "req-erased-1",
+        "ERASED",
+        "2026-11-20T09:00:00+00:00",
+        "2026-12-20T09:00:00+00:00",
+        lines_erased=7,
+        verified=True,
+        objects=2,
+    ),
+    _record(
+        "req-erased-2",
+        "ERASED",
+        "2026-11-20T10:00:00+00:00",
+        "2026-12-20T10:00:00+00:00",
+        lines_erased=5,
+        verified=True,
+        objects=1,
+    ),
+    _record("op-erased", "ERASED", "2026-11-22T10:00:00+00:00", None, lines_erased=4, verified=True, objects=4),
+    _record("req-waiting-late", "AWAITING_APPROVAL", "2026-11-21T10:00:00+00:00", "2026-12-21T10:00:00+00:00"),
+    _record("req-waiting-soon", "AWAITING_APPROVAL", "2026-11-01T10:00:00+00:00", "2026-12-01T10:00:00+00:00"),
+    _record("req-overdue", "INDEX_INCOMPLETE", "2026-10-01T10:00:00+00:00", "2026-10-31T10:00:00+00:00", True),
+    _record("req-rejected", "REJECTED", "2026-11-22T11:00:00+00:00", "2026-12-22T11:00:00+00:00"),
+]
+STATUS = IndexStatus(
+    objects=40,
+    records=900,
+    users=30,
+    rows=900,
+    unindexable_lines=3,
+    objects_with_unindexable=2,
+    objects_with_erased_users=1,
+)
+COVERAGE = [
+    DatasetCoverage("reviews", True, "", "", "reconcile", None, "2026-11-22T10:00:00+00:00", 30, 0),
+    DatasetCoverage("clicks", False, "never fully indexed", "lakepurge index backfill --dataset clicks"),
+]
+
+
+def test_given_requests_in_several_states_when_assembled_then_overdue_comes_first_then_open_by_deadline() -> None:
+    view = assemble(RECORDS, STATUS, COVERAGE, returning_users=2, now=NOW)
+
+    order = [r.request_id for r in view.requests]
+    assert order[:3] == ["req-overdue", "req-waiting-soon", "req-waiting-late"]
+    assert order[3:] == ["req-rejected", "op-erased", "req-erased-2", "req-erased-1"]  # ended: newest first
+    assert (view.open, view.overdue) == (3, 1)
+    assert view.by_state == {"AWAITING_APPROVAL": 2, "ERASED": 3, "INDEX_INCOMPLETE": 1, "REJECTED": 1}
+
+
+def test_given_verified_erasures_when_assembled_then_lines_and_objects_are_summed_per_day() -> None:
+    view = assemble(RECORDS, STATUS, COVERAGE, returning_users=2, now=NOW)
+
+    assert [(d.day, d.requests, d.objects, d.lines) for d in view.erased] == [
+        ("2026-11-20", 2, 3, 12),
+        ("2026-11-22", 1, 4, 4),
+    ]
+    assert (view.lines_erased, view.objects_erased) == (16, 7)
+    assert (view.unindexable_lines, view.returning_users, view.objects_with_returning) == (3, 2, 1)
+    assert view.datasets_covered == 1 and len(view.coverage) == 2
+
+
+def test_given_a_view_when_rendered_then_the_page_lists_the_overdue_request_first_with_svg_charts_and_no_script() -> (
+    None
+):
+    html = operations_page(assemble(RECORDS, STATUS, COVERAGE, returning_users=2, now=NOW))
+
+    assert html.index("req-overdue") < html.index("req-waiting-soon") < html.index("req-erased-1")
+    assert "<svg id='state-chart'" in html and "<svg id='erased-chart'" in html
+    assert "<script" not in html and "http://" not in html.replace("http://www.w3.org/2000/svg", "")
+    assert "id='overdue-count' class='bad'>1<" in html
+    assert "never fully indexed" in html
+
+
+def test_given_request_counts_when_the_metrics_handler_runs_then_emf_carries_open_and_overdue(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lakepurge_lambdas import request_metrics
+    from tests.support.events import LambdaContext
+
+    monkeypatch.setattr(request_metrics.runtime, "settings", lambda: None)
+    monkeypatch.setattr(request_metrics.aws, "client", lambda name: None)
+    monkeypatch.setattr(request_metrics, "request_counts", lambda settings, s3: (4, 1))
+
+    result = request_metrics.handler({"source": "aws.events", "detail-type": "Scheduled Event"}, LambdaContext())
+
+    assert result == {"open": 4, "overdue": 1}
+    emf = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
+    [document] = emf
+    [directive] = document["_aws"]["CloudWatchMetrics"]
+    assert directive["Namespace"] == "lakepurge"
+    assert {m["Name"] for m in directive["Metrics"]} == {"RequestsOpen", "RequestsOverdue"}
+    assert (document["RequestsOpen"], document["RequestsOverdue"], document["service"]) == ([4.0], [1.0], "lakepurge")
