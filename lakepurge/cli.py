@@ -574,6 +574,7 @@ def cmd_request(args: argparse.Namespace, out: Output) -> int:
         users,
         args.requester,
         request_id,
+        kind="access" if args.access else "erasure",
     )
     out.say(f"request {filed.request_id} filed for {len(users)} user(s); due {filed.deadline}")
     out.say(f"  execution {filed.execution_arn}: the approvers get an email once the report is ready")
@@ -661,6 +662,85 @@ def cmd_purge(args: argparse.Namespace, out: Output) -> int:
     return 0 if run.result.verified else 1
 
 
+def cmd_export(args: argparse.Namespace, out: Output) -> int:
+    """GDPR Art. 15: a copy of the users' records, one encrypted archive, a time-limited link (lakepurge.export)."""
+    from lakepurge.export import ExportFailed, ExportRefused, export_users
+
+    if args.open is not None:
+        return _open_export(args, out)
+    if args.to is None:
+        raise CliError("usage", "--to s3://bucket/prefix/ is needed to export (or --open ARCHIVE --out DIR)")
+    users = _read_users(args)
+    try:
+        to = S3Uri.parse(args.to)
+    except ValueError:
+        raise CliError("usage", "--to takes an s3://bucket/prefix/ URI") from None
+    settings = _lake_settings(args)
+    try:
+        run = export_users(
+            settings,
+            users,
+            to,
+            fmt=args.format,
+            request_id=args.request_id,
+            kms_key=args.kms_key,
+            expires_seconds=round(args.expires_days * 86400),
+            say=out.say,
+        )
+    except ExportRefused as exc:
+        raise CliError("export_refused", f"export refused, nothing read or written: {exc}") from None
+    except ExportFailed as exc:
+        raise CliError("export_failed", f"export failed, nothing written: {exc}", EXIT_INTERNAL) from None
+    out.result(run.summary())
+    return 0
+
+
+def _open_export(args: argparse.Namespace, out: Output) -> int:
+    """``export --open ARCHIVE --out DIR``: decrypt a delivered archive (s3:// URI or local file; needs kms:Decrypt
+    on its key under its request_id context) and unpack it into DIR. Only the user's own records are in it."""
+    import io
+    import zipfile
+    from pathlib import Path, PurePosixPath
+
+    from lakepurge import aws
+    from lakepurge.export import unseal
+
+    if args.out is None:
+        raise CliError("usage", "--open needs --out DIR, where the archive's files are written")
+    if args.open.startswith("s3://"):
+        location = S3Uri.parse(args.open)
+        sealed = aws.client("s3").get_object(Bucket=location.bucket, Key=location.key)["Body"].read()
+    else:
+        try:
+            sealed = Path(args.open).read_bytes()
+        except OSError as exc:
+            raise CliError("usage", f"--open {args.open}: {exc.strerror}") from None
+    try:
+        plaintext = unseal(io.BytesIO(sealed), aws.client("kms"))
+    except ValueError as exc:
+        raise CliError("usage", f"--open {args.open}: {exc}") from None
+    target = Path(args.out)
+    with zipfile.ZipFile(io.BytesIO(plaintext)) as archive:
+        names = archive.namelist()
+        for name in names:
+            relative = PurePosixPath(name)
+            if relative.is_absolute() or ".." in relative.parts:
+                raise CliError("usage", f"--open {args.open}: the archive names a file outside its folder")
+        target.mkdir(parents=True, exist_ok=True)
+        archive.extractall(target)
+    manifest = orjson.loads((target / "manifest.json").read_bytes()) if "manifest.json" in names else {}
+    out.result(
+        {
+            "archive": args.open,
+            "out": str(target),
+            "files": len(names),
+            "request_id": manifest.get("request_id"),
+            "objects": len(manifest.get("objects", [])),
+        }
+    )
+    return 0
+
+
 def cmd_verify(args: argparse.Namespace, out: Output) -> int:
     from lakepurge.operator_purge import RemoteJobFailed, verify_users
 
@@ -714,6 +794,86 @@ def cmd_vacuum(args: argparse.Namespace, out: Output) -> int:
         out.say(f"record {run.record}")
     out.result(run.summary())
     return 1 if run.failed else 0
+
+
+def _catalog_settings(args: argparse.Namespace, required: bool) -> Settings | None:
+    """The configuration `datasets import` compares with (only when the file exists) or `datasets check` needs."""
+    if not required and not os.path.exists(args.config):
+        check_aws_environment()
+        return None
+    settings = _settings(args)
+    check_aws_environment()
+    return settings
+
+
+def _catalog_error(exc: Exception) -> CliError:
+    return CliError("no_such_database", f"{exc}: check --glue-database, AWS_REGION and the account")
+
+
+def cmd_datasets_import(args: argparse.Namespace, out: Output) -> int:
+    """[[datasets]] entries from Glue tables (lakepurge.catalog): to stdout, or to --out."""
+    from lakepurge import aws
+    from lakepurge.catalog import CatalogError, import_datasets
+
+    if args.out and os.path.exists(args.out) and not args.force:
+        raise CliError("file_exists", f"{args.out} exists already: keep it, or run again with --force to overwrite it")
+    settings = _catalog_settings(args, required=False)
+    try:
+        result = import_datasets(aws.client("glue"), args.glue_database, args.table, args.id_column, settings)
+    except CatalogError as exc:
+        raise _catalog_error(exc) from None
+    for item in result.imported:
+        keys = f", partitioned by {', '.join(item.partition_keys)}" if item.partition_keys else ""
+        out.say(f"imported {item.table}: {item.format} at {item.location}, ids {', '.join(item.id_fields)}{keys}")
+        for note in item.notes:
+            out.say(f"  note: {note}")
+    for kept in result.already_configured:
+        out.say(f"left out {kept.table}: {kept.reason}")
+    for refused in result.not_imported:
+        out.say(f"NOT IMPORTED {refused.table}: {refused.reason}")
+    document = result.summary() | {"written": None}
+    if result.imported and args.out:
+        try:
+            with open(args.out, "w", encoding="utf-8") as handle:
+                handle.write(result.toml)
+        except FileNotFoundError:
+            raise CliError("missing_file", f"{args.out}: its directory does not exist: create it first") from None
+        document["written"] = args.out
+        entries = "entry" if len(result.imported) == 1 else "entries"
+        out.say(f"wrote {len(result.imported)} [[datasets]] {entries} to {args.out}: append them to {args.config}")
+    elif result.imported and not out.as_json:
+        sys.stdout.write(result.toml)
+    out.say(
+        f"{len(result.imported)} imported, {len(result.not_imported)} not imported,"
+        f" {len(result.already_configured)} configured already"
+    )
+    out.result(document)
+    return 1 if not result.imported and (result.not_imported or not result.already_configured) else 0
+
+
+def cmd_datasets_check(args: argparse.Namespace, out: Output) -> int:
+    """The drift between the configuration and the Glue database; exit 0 in sync, 1 drift."""
+    from lakepurge import aws
+    from lakepurge.catalog import CatalogError, check_catalog
+
+    settings = _catalog_settings(args, required=True)
+    assert settings is not None
+    try:
+        result = check_catalog(aws.client("glue"), args.glue_database, settings)
+    except CatalogError as exc:
+        raise _catalog_error(exc) from None
+    for drift in result.drift:
+        dataset = f" (dataset {drift.dataset})" if drift.dataset and drift.dataset != drift.table else ""
+        out.say(f"{drift.kind.upper().replace('_', ' ')} {drift.table}{dataset}: {drift.detail}")
+    verdict = "in sync" if result.in_sync else f"{len(result.drift)} difference(s)"
+    out.say(
+        f"{args.config} and Glue database {result.database}: {verdict} ({len(result.checked)} dataset(s) compared,"
+        f" {result.tables} table(s) in the catalog)"
+    )
+    if result.not_from_catalog:
+        out.say(f"  not from this database (left alone): {', '.join(result.not_from_catalog)}")
+    out.result(result.summary())
+    return 0 if result.in_sync else 1
 
 
 def cmd_demo(args: argparse.Namespace, out: Output) -> int:
@@ -955,6 +1115,11 @@ def build_parser() -> argparse.ArgumentParser:
     request.add_argument("--users-file")
     request.add_argument("--requester", default="cli", help="who asked (kept encrypted with the ids)")
     request.add_argument("--request-id", help="idempotency key: filing the same id twice files it once")
+    request.add_argument(
+        "--access",
+        action="store_true",
+        help="an access request (GDPR Art. 15): approved, it exports the users' records instead of erasing them",
+    )
     request.set_defaults(run=cmd_request)
 
     history = commands.add_parser(
@@ -992,6 +1157,31 @@ def build_parser() -> argparse.ArgumentParser:
     purge.add_argument("--sha256", help="with --report: the SHA-256 the dry run printed; a changed report is refused")
     purge.set_defaults(run=cmd_purge)
 
+    export = commands.add_parser(
+        "export", parents=[common], help="a copy of the users' records (GDPR Art. 15): encrypted archive, link"
+    )
+    export.add_argument("users", nargs="*", metavar="USER")
+    export.add_argument("--users-file")
+    export.add_argument("--to", metavar="S3URI", help="s3://bucket/prefix/ for the archive (not the lake)")
+    export.add_argument(
+        "--open",
+        metavar="ARCHIVE",
+        help="instead: decrypt a delivered archive (s3:// URI or file; needs kms:Decrypt on its key) into --out",
+    )
+    export.add_argument("--out", metavar="DIR", help="with --open: the folder the archive's files are written to")
+    export.add_argument(
+        "--format",
+        choices=("original", "jsonl", "csv"),
+        default="original",
+        help="original (default): each dataset's own format; jsonl or csv: records converted",
+    )
+    export.add_argument("--request-id", help="names the archive and the record exports/<id>.json (default: new)")
+    export.add_argument("--kms-key", help="KMS key of the archive's data key (default: [workflow] kms_key_id)")
+    export.add_argument(
+        "--expires-days", type=float, default=7.0, help="lifetime of the link, at most 7 days (default: %(default)s)"
+    )
+    export.set_defaults(run=cmd_export)
+
     verify = commands.add_parser("verify", parents=[common], help="is any of these users still anywhere?")
     verify.add_argument("users", nargs="*", metavar="USER")
     verify.add_argument("--users-file")
@@ -1011,6 +1201,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     status.add_argument("--limit", type=int, default=50, help="unindexable lines to list")
     status.set_defaults(run=cmd_status)
+
+    datasets = commands.add_parser("datasets", help="[[datasets]] from the AWS Glue Data Catalog")
+    datasets_commands = datasets.add_subparsers(dest="datasets_command", required=True)
+    imports = datasets_commands.add_parser(
+        "import", parents=[common], help="write [[datasets]] entries from Glue tables (stdout, or --out)"
+    )
+    imports.add_argument("--glue-database", required=True, metavar="DB", help="the Glue database to read")
+    imports.add_argument("--table", action="append", default=[], help="only this table (repeatable; default: all)")
+    imports.add_argument(
+        "--id-column",
+        action="append",
+        default=[],
+        metavar="FIELD",
+        help="the id field of tables without the table parameter lakepurge.id_fields (repeatable)",
+    )
+    imports.add_argument("--out", metavar="FILE", help="write the entries to this file instead of stdout")
+    imports.add_argument("--force", action="store_true", help="overwrite an existing --out file")
+    imports.set_defaults(run=cmd_datasets_import)
+    check = datasets_commands.add_parser(
+        "check", parents=[common], help="the drift between the configuration and the catalog (exit 1 on drift)"
+    )
+    check.add_argument("--glue-database", required=True, metavar="DB", help="the Glue database to compare with")
+    check.set_defaults(run=cmd_datasets_check)
     return parser
 
 

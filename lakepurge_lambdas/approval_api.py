@@ -1,4 +1,7 @@
-"""Approval page (HTTP API, payload 2.0): GET shows the report summary, POST decides. GET never decides."""
+"""Approval page (HTTP API, payload 2.0): GET shows the report summary, POST decides. GET never decides.
+
+GET /ops is the read-only operations page (lakepurge.operations): requests, deadlines, erasures, index health and
+coverage, as counts and request ids only."""
 
 from __future__ import annotations
 
@@ -11,6 +14,8 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from lakepurge import aws, runtime
+from lakepurge.operations import build_view
+from lakepurge.operations_page import operations_page
 from lakepurge.workflow.approval import ApprovalRefused, Requester, decide, pending
 from lakepurge.workflow.pages import confirmation_page, decided_page, refused_page
 from lakepurge.workflow.store import RequestStore
@@ -58,10 +63,11 @@ def decide_by_post() -> Response:
     decision = form.get("decision")
     if decision not in ("approve", "reject"):
         return _html(400, refused_page("the form must say approve or reject"))
+    store = _store()
     try:
         record = decide(
             runtime.settings(),
-            _store(),
+            store,
             aws.client("s3"),
             aws.client("stepfunctions"),
             form.get("request", ""),
@@ -72,7 +78,13 @@ def decide_by_post() -> Response:
         )
     except ApprovalRefused as refused:
         return _html(refused.status, refused_page(str(refused)))
-    return _html(200, decided_page(record))
+    return _html(200, decided_page(record, store.get(form.get("request", "")).kind))
+
+
+@app.get("/ops")
+def operations() -> Response:
+    view = build_view(runtime.settings(), aws.client("s3"), runtime.index_store(), aws.client("sqs"))
+    return _html(200, operations_page(view))
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP, clear_state=True)

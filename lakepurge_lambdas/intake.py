@@ -1,4 +1,5 @@
-"""Intake Lambda: an EventBridge ``DeletionRequested`` event -> a stored request and a started execution.
+"""Intake Lambda: an EventBridge ``DeletionRequested`` or ``AccessRequested`` event -> a stored request (of kind
+"erasure" or "access") and a started execution of the purge or the export state machine.
 
 detail: ``{"user_ids": [...], "requester": "...", "received_at": "ISO-8601", "request_id": "optional"}``. Without a
 request id the event id names the request, so a redelivered event files nothing twice.
@@ -18,8 +19,12 @@ from lakepurge import aws, runtime
 from lakepurge.aws import Clients
 from lakepurge.workflow.errors import sanitized_errors
 from lakepurge.workflow.intake import file_request
+from lakepurge.workflow.store import RequestKind
 
 logger = Logger(service="lakepurge")
+
+# The detail types the intake accepts (both with the same detail), and the kind of request each files.
+KINDS_BY_DETAIL_TYPE: dict[str, RequestKind] = {"DeletionRequested": "erasure", "AccessRequested": "access"}
 
 
 class DeletionRequested(BaseModel):
@@ -33,7 +38,7 @@ class DeletionRequested(BaseModel):
 @event_source(data_class=EventBridgeEvent)
 @sanitized_errors
 def handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str, Any]:
-    if event.source != "lakepurge" or event.detail_type != "DeletionRequested":
+    if event.source != "lakepurge" or event.detail_type not in KINDS_BY_DETAIL_TYPE:
         raise ValueError(f"unexpected event {event.source}/{event.detail_type}")
     detail = DeletionRequested.model_validate(event.detail)
     request_id = detail.request_id or f"req-{event.get_id}"
@@ -47,5 +52,6 @@ def handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str, Any]:
         detail.requester,
         request_id,
         detail.received_at or datetime.fromisoformat(event.time.replace("Z", "+00:00")),
+        KINDS_BY_DETAIL_TYPE[event.detail_type],
     )
     return {"request_id": filed.request_id, "execution_arn": filed.execution_arn, "deadline": filed.deadline}

@@ -25,7 +25,14 @@ import requests
 
 from lakepurge import aws
 from lakepurge.logs import get_logger
-from lakepurge.workflow.deployment import FUNCTIONS, HANDLERS, TOPIC_SUBSTITUTION, definition
+from lakepurge.workflow.deployment import (
+    EXPORT_ASL_RESOURCE,
+    EXPORT_FUNCTIONS,
+    FUNCTIONS,
+    HANDLERS,
+    TOPIC_SUBSTITUTION,
+    definition,
+)
 
 log = get_logger(__name__)
 
@@ -86,6 +93,7 @@ class LocalWorkflow:
     state_machine_arn: str
     topic_arn: str
     functions: dict[str, str]
+    export_state_machine_arn: str = ""  # access requests (statemachine/export.asl.json)
 
 
 def _role_arn() -> str:
@@ -119,7 +127,7 @@ def deploy(topic_name: str = "lakepurge-outcomes", state_machine_name: str = "la
     role = _role_arn()
     lam = aws.client("lambda")
     functions = {}
-    for name in FUNCTIONS:
+    for name in FUNCTIONS | EXPORT_FUNCTIONS:
         try:
             arn = lam.get_function(FunctionName=name)["Configuration"]["FunctionArn"]
         except lam.exceptions.ResourceNotFoundException:
@@ -133,11 +141,16 @@ def deploy(topic_name: str = "lakepurge-outcomes", state_machine_name: str = "la
             )["FunctionArn"]
         functions[name] = arn
     topic_arn = aws.client("sns").create_topic(Name=topic_name)["TopicArn"]
-    substitutions = {FUNCTIONS[name].substitution: arn for name, arn in functions.items()}
+    substitutions = {(FUNCTIONS | EXPORT_FUNCTIONS)[name].substitution: arn for name, arn in functions.items()}
     substitutions[TOPIC_SUBSTITUTION] = topic_arn
     sfn = aws.client("stepfunctions")
     machine = sfn.create_state_machine(name=state_machine_name, definition=definition(substitutions), roleArn=role)
-    return LocalWorkflow(machine["stateMachineArn"], topic_arn, functions)
+    exports = sfn.create_state_machine(
+        name=f"{state_machine_name}-export",
+        definition=definition(substitutions, EXPORT_ASL_RESOURCE),
+        roleArn=role,
+    )
+    return LocalWorkflow(machine["stateMachineArn"], topic_arn, functions, exports["stateMachineArn"])
 
 
 def prepare(
@@ -147,6 +160,7 @@ def prepare(
     approval_timeout_seconds: int = 3600,
     inline_max_objects: int = 20,
     poll_seconds: int = 1,
+    exports_location: str | None = None,
 ) -> tuple[LocalWorkflow, str]:
     """Deploy the workflow with its KMS key and verified SES sender; returns it and its [workflow] TOML. The local
     stack signs approvals with a key of its own (LAKEPURGE_APPROVAL_KEY, when not already set): this process runs
@@ -167,6 +181,8 @@ def prepare(
             f'topic_arn = "{workflow.topic_arn}"',
             f"inline_max_objects = {inline_max_objects}",
             f"poll_seconds = {poll_seconds}",
+            f'export_state_machine_arn = "{workflow.export_state_machine_arn}"',
+            *([f'exports_location = "{exports_location}"'] if exports_location else []),
             "",
         ]
     )

@@ -13,6 +13,8 @@ from importlib import resources
 from typing import NamedTuple
 
 ASL_RESOURCE = "purge.asl.json"
+# Access requests (GDPR Art. 15): the same report, approval and notification, then ExportArchive instead of a purge.
+EXPORT_ASL_RESOURCE = "export.asl.json"
 
 
 class TaskFunction(NamedTuple):
@@ -32,26 +34,34 @@ FUNCTIONS: dict[str, TaskFunction] = {
     "lakepurge-notify": TaskFunction("lakepurge_lambdas.notify", "NotifyFunctionArn"),
 }
 
+# The functions only the export state machine calls; it also calls GenerateReport, RequestApproval and Notify.
+EXPORT_FUNCTIONS: dict[str, TaskFunction] = {
+    "lakepurge-export-archive": TaskFunction("lakepurge_lambdas.export_archive", "ExportArchiveFunctionArn"),
+}
+EXPORT_SHARED = ("lakepurge-generate-report", "lakepurge-request-approval", "lakepurge-notify")
+
 # Every function the local stack can run in-process: function name -> handler module. Besides the Tasks: the
-# indexer (S3 events through SQS), the intake (EventBridge) and the approval page (HTTP API).
-HANDLERS: dict[str, str] = {name: function.handler for name, function in FUNCTIONS.items()} | {
+# indexer (S3 events through SQS), the intake (EventBridge), the approval and operations pages (HTTP API) and the
+# scheduled request counts (metrics RequestsOpen, RequestsOverdue).
+HANDLERS: dict[str, str] = {name: function.handler for name, function in (FUNCTIONS | EXPORT_FUNCTIONS).items()} | {
     "lakepurge-indexer": "lakepurge_lambdas.indexer",
     "lakepurge-intake": "lakepurge_lambdas.intake",
     "lakepurge-approval-api": "lakepurge_lambdas.approval_api",
+    "lakepurge-request-metrics": "lakepurge_lambdas.request_metrics",
 }
 
 # The substitution the ASL uses for the outcome topic (not a function).
 TOPIC_SUBSTITUTION = "TopicArn"
 
 
-def asl_text() -> str:
-    """The state machine's definition as shipped, its ``${...}`` substitutions still in place."""
-    return resources.files("lakepurge.workflow").joinpath(ASL_RESOURCE).read_text(encoding="utf-8")
+def asl_text(resource: str = ASL_RESOURCE) -> str:
+    """A state machine's definition as shipped (the purge's unless named), its ``${...}`` substitutions in place."""
+    return resources.files("lakepurge.workflow").joinpath(resource).read_text(encoding="utf-8")
 
 
-def definition(substitutions: dict[str, str]) -> str:
+def definition(substitutions: dict[str, str], resource: str = ASL_RESOURCE) -> str:
     """The ASL with ``${Name}`` replaced, as CloudFormation's DefinitionSubstitutions does."""
-    text = asl_text()
+    text = asl_text(resource)
     for name, value in substitutions.items():
         text = text.replace("${" + name + "}", value)
     return text

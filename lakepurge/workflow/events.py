@@ -103,6 +103,20 @@ class NoCertificate(_Message):
 VerifyOutcome = Verification | NoCertificate
 
 
+class Exported(_Message):
+    """ExportArchive -> ``$.export`` (access requests): the encrypted archive, its time-limited link and the export
+    record. Counts and locations only; the archive's contents need kms:Decrypt under its request_id context."""
+
+    archive: str  # s3:// URI of the encrypted archive
+    archive_sha256: str
+    link: str  # presigned GET of the archive
+    link_expires_at: str
+    record: str  # s3:// URI of exports/<request id>.json
+    objects: int
+    records: int
+    relational_rows: int
+
+
 class ErasedBeforeFailure(_Message):
     """After a failed purge job: how far it got, each object counted re-read now."""
 
@@ -113,6 +127,7 @@ class ErasedBeforeFailure(_Message):
 
 Outcome = Literal[
     "ERASED",
+    "EXPORTED",
     "NOTHING_FOUND",
     "INDEX_INCOMPLETE",
     "REJECTED",
@@ -145,6 +160,16 @@ class EndedReport(ReportRef):
     coverage_gaps: list[str] = Field(default_factory=list)
 
 
+class EndedExport(_Message):
+    archive: str | None = None
+    link: str | None = None
+    link_expires_at: str | None = None
+    record: str | None = None
+    objects: int = 0
+    records: int = 0
+    relational_rows: int = 0
+
+
 class EndedJob(_Message):
     backend: str | None = None
     detail: str = ""
@@ -169,6 +194,7 @@ class EndedState(_Message):
     report: EndedReport | None = None
     job: EndedJob | None = None
     verification: EndedVerification | None = None
+    export: EndedExport | None = None
     error: TaskError | None = None
 
 
@@ -195,6 +221,13 @@ class PurgeTask(_Task):
 class StatusTask(_Task):
     job: PurgeStarted  # StartPurge's, or the previous poll's (its detail ignored)
     report: ReportRef
+
+
+class ExportTask(_Task):
+    """ExportArchive (access requests): exports only what the approved report's request names."""
+
+    report: ReportRef
+    approval: Approved
 
 
 class VerifyTask(_Task):

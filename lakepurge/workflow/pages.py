@@ -9,11 +9,12 @@ from lakepurge.workflow.approval import ApprovalLink, PendingApproval
 from lakepurge.workflow.store import ErasureRequest
 
 
-def _plan_lines(summary: dict[str, Any]) -> list[str]:
+def _plan_lines(summary: dict[str, Any], kind: str = "erasure") -> list[str]:
+    access = kind == "access"
     lines = [
         f"Users in the request: {summary['users_requested']} ({summary['users_found']} found in the index)",
-        f"Objects to rewrite: {summary['objects']}",
-        f"Records to erase: {summary['lines']}",
+        f"Objects to read: {summary['objects']}" if access else f"Objects to rewrite: {summary['objects']}",
+        f"Records to export: {summary['lines']}" if access else f"Records to erase: {summary['lines']}",
     ]
     for name, counts in sorted(summary["datasets"].items()):
         lines.append(f"  dataset {name}: {counts['records']} record(s) in {counts['objects']} object(s)")
@@ -28,20 +29,36 @@ def _plan_lines(summary: dict[str, Any]) -> list[str]:
 def approval_email(
     request: ErasureRequest, summary: dict[str, Any], link: ApprovalLink, expires_at: str
 ) -> tuple[str, str]:
-    """(subject, text body) of one approver's email."""
-    subject = f"lakepurge: approve erasure request {request.request_id} (due {request.deadline[:10]})"
+    """(subject, text body) of one approver's email; an access request's says what will be exported."""
+    access = request.kind == "access"
+    what = "access export" if access else "erasure"
+    subject = f"lakepurge: approve {what} request {request.request_id} (due {request.deadline[:10]})"
+    outcome = (
+        "nothing is exported and the privacy team is notified."
+        if access
+        else "the request is not erased and the privacy team is notified."
+    )
+    scope = (
+        [
+            "Approving exports a copy of exactly these records into one encrypted archive for the privacy team;",
+            "the lake is only read.",
+            "",
+        ]
+        if access
+        else []
+    )
     body = "\n".join(
         [
-            f"Erasure request {request.request_id}, received {request.received_at}, legal deadline {request.deadline}"
-            f" ({request.days_left()} days left).",
+            f"{what.capitalize()} request {request.request_id}, received {request.received_at}, legal deadline"
+            f" {request.deadline} ({request.days_left()} days left).",
             "",
-            *_plan_lines(summary),
+            *_plan_lines(summary, request.kind),
             "",
+            *scope,
             "Review the report and approve or reject it here (the link is yours alone and works once):",
             link.url,
             "",
-            f"The link expires at {expires_at}; without a decision by then the request is not erased and the",
-            "privacy team is notified.",
+            f"The link expires at {expires_at}; without a decision by then {outcome}",
         ]
     )
     return subject, body
@@ -64,7 +81,12 @@ def _page(title: str, body: str) -> str:
 def confirmation_page(view: PendingApproval, approver_index: str, secret: str, action: str) -> str:
     """The report summary and two forms that POST the decision."""
     summary = view.report.summary()
-    items = "".join(f"<li>{escape(line.strip())}</li>" for line in _plan_lines(summary))
+    access = view.request.kind == "access"
+    items = "".join(f"<li>{escape(line.strip())}</li>" for line in _plan_lines(summary, view.request.kind))
+    button = "Approve access export" if access else "Approve erasure"
+    effect = (
+        "approving exports exactly the records of this report" if access else "approving erases exactly this report"
+    )
     hidden = (
         f"<input type='hidden' name='request' value='{escape(view.request.request_id)}'>"
         f"<input type='hidden' name='approver' value='{escape(approver_index)}'>"
@@ -73,7 +95,7 @@ def confirmation_page(view: PendingApproval, approver_index: str, secret: str, a
     forms = (
         f"<form method='post' action='{escape(action)}' style='display:inline'>{hidden}"
         "<input type='hidden' name='decision' value='approve'>"
-        "<button class='approve' id='approve' type='submit'>Approve erasure</button></form>"
+        f"<button class='approve' id='approve' type='submit'>{button}</button></form>"
         f"<form method='post' action='{escape(action)}' style='display:inline'>{hidden}"
         "<input type='hidden' name='decision' value='reject'>"
         "<button id='reject' type='submit'>Reject</button></form>"
@@ -82,15 +104,19 @@ def confirmation_page(view: PendingApproval, approver_index: str, secret: str, a
         f"<p>Request <b>{escape(view.request.request_id)}</b>, received {escape(view.request.received_at)}; "
         f"legal deadline <b>{escape(view.request.deadline)}</b> ({view.request.days_left()} days left).</p>"
         f"<ul>{items}</ul>"
-        f"<p class='note'>Report SHA-256 <code>{escape(view.report_sha256)}</code>: approving erases exactly this "
-        f"report. Signed in as {escape(view.approver)}; this link expires at {escape(view.expires_at)}.</p>"
+        f"<p class='note'>Report SHA-256 <code>{escape(view.report_sha256)}</code>: {effect}. "
+        f"Signed in as {escape(view.approver)}; this link expires at {escape(view.expires_at)}.</p>"
         f"{forms}"
     )
-    return _page("Approve an erasure request", body)
+    return _page("Approve an access export request" if access else "Approve an erasure request", body)
 
 
-def decided_page(record: dict[str, Any]) -> str:
-    if record["decision"] == "approved":
+def decided_page(record: dict[str, Any], kind: str = "erasure") -> str:
+    if kind == "access" and record["decision"] == "approved":
+        text = "Approved: the access export starts now. The privacy team is notified when the archive is ready."
+    elif kind == "access":
+        text = "Rejected: nothing will be exported. The privacy team is notified."
+    elif record["decision"] == "approved":
         text = "Approved: the erasure starts now. The privacy team is notified when it is verified."
     else:
         text = "Rejected: nothing will be erased. The privacy team is notified."

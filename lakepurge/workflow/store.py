@@ -20,7 +20,7 @@ import base64
 import os
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar, get_args
+from typing import Any, Literal, TypeVar, get_args
 
 import orjson
 from botocore.exceptions import ClientError
@@ -59,6 +59,9 @@ class RequestShredded(LookupError):
     """The request ended and its sealed ids were destroyed (crypto-shredding): they can never be opened again."""
 
 
+RequestKind = Literal["erasure", "access"]
+KINDS: tuple[str, ...] = get_args(RequestKind)
+
 # The fields of request.json that hold the sealed ids; shredding removes them.
 SEALED_FIELDS: tuple[str, ...] = ("sealed_key", "nonce", "sealed")
 
@@ -75,6 +78,7 @@ class ErasureRequest:
     nonce: str | None = None  # base64
     sealed: str | None = None  # base64 AES-GCM ciphertext of {"users": [...], "requester": ...}
     shredded_at: str | None = None
+    kind: RequestKind = "erasure"  # "access": an Art. 15 export (statemachine/export.asl.json), nothing erased
 
     @property
     def shredded(self) -> bool:
@@ -138,6 +142,7 @@ class RequestStore:
         requester: str,
         received_at: datetime,
         pseudonymizer: Pseudonymizer,
+        kind: RequestKind = "erasure",
     ) -> ErasureRequest:
         """Store a new request. Filing the same request id again with the same users returns the stored one
         (EventBridge delivers at least once); with other users it is refused."""
@@ -164,6 +169,7 @@ class RequestStore:
             sealed_key=base64.b64encode(data_key["CiphertextBlob"]).decode(),
             nonce=base64.b64encode(nonce).decode(),
             sealed=base64.b64encode(sealed).decode(),
+            kind=kind,
         )
         try:
             self._s3.put_object(
@@ -177,8 +183,8 @@ class RequestStore:
             if exc.response["Error"]["Code"] not in ("PreconditionFailed", "ConditionalRequestConflict"):
                 raise
             existing = self.get(request_id)
-            if existing.user_hashes != hashes:
-                raise RequestConflict(f"request {request_id} already exists for other users") from None
+            if existing.user_hashes != hashes or existing.kind != kind:
+                raise RequestConflict(f"request {request_id} already exists for other users or another kind") from None
             return existing
         self.set_state(request_id, RECEIVED)
         return request

@@ -133,3 +133,82 @@ def test_given_old_versions_left_by_a_purge_when_vacuumed_then_those_holding_era
     assert after[("events/a.jsonl", old)] == jsonl("dave", "erin")
     code, verified = cli(capsys, "verify", "alice", "--config", config)
     assert code == 0 and verified["verified"] is True
+
+
+def _download(s3, bucket: str, prefix: str, into: Path) -> Path:
+    """The table's objects as a query engine would see them (Spark stands in for Athena/Glue here)."""
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for item in page.get("Contents", []):
+            target = into / item["Key"]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(s3.get_object(Bucket=bucket, Key=item["Key"])["Body"].read())
+    return into / prefix
+
+
+def test_given_a_partitioned_parquet_table_when_purged_and_vacuumed_then_spark_reads_the_identical_schema(
+    aws, pg_dsn, tmp_path, monkeypatch, spark, capsys
+):
+    """An external table over the lake keeps working: Parquet keeps its schema (partition column included) and
+    loses exactly the user's rows; a blanked JSON line reads as one all-NULL row until the vacuum removes it."""
+    import datetime as dt
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    monkeypatch.setenv("LAKEPURGE_HASH_KEY", HASH_KEY)
+    s3 = clients.client("s3")
+    s3.create_bucket(Bucket="tbl")
+    s3.create_bucket(Bucket="tbl-reports")
+    schema = pa.schema(
+        [
+            ("user_id", pa.string()),
+            ("amount", pa.decimal128(12, 2)),
+            ("seen_at", pa.timestamp("us", tz="UTC")),
+            ("tags", pa.list_(pa.string())),
+            ("score", pa.float64()),
+        ]
+    )
+    users = ["alice", "bob", "alice", "carol", "dave"]
+    for day in ("2026-01-01", "2026-01-02"):
+        rows = {
+            "user_id": users,
+            "amount": [pa.scalar(n, pa.decimal128(12, 2)).as_py() for n in range(len(users))],
+            "seen_at": [dt.datetime(2026, 1, 1, n, tzinfo=dt.UTC) for n in range(len(users))],
+            "tags": [[day, u] for u in users],
+            "score": [n / 3 for n in range(len(users))],
+        }
+        out = pa.BufferOutputStream()
+        pq.write_table(pa.table(rows, schema=schema), out, row_group_size=2)
+        s3.put_object(Bucket="tbl", Key=f"clicks/dt={day}/part-0.parquet", Body=out.getvalue().to_pybytes())
+    s3.put_object(Bucket="tbl", Key="events/a.jsonl", Body=jsonl(*users))
+    toml = (
+        f'[index]\n{index_toml("postgres", pg_dsn)}\n\n[reports]\nlocation = "s3://tbl-reports/"\n\n'
+        "[purge]\nmax_object_fraction = 1.0\nmax_dataset_fraction = 1.0\n\n"
+        '[[datasets]]\nname = "clicks"\nlocation = "s3://tbl/clicks/"\nformat = "parquet"\nid_fields = ["user_id"]\n\n'
+        '[[datasets]]\nname = "events"\nlocation = "s3://tbl/events/"\nformat = "jsonl"\nid_fields = ["user_id"]\n'
+    )
+    config = tmp_path / "lakepurge.toml"
+    config.write_text(toml)
+    run_reconcile(None, parse_settings(tomllib.loads(toml)))
+
+    def read(stage: str):
+        clicks = spark.read.parquet(str(_download(s3, "tbl", "clicks/", tmp_path / stage)))
+        events = spark.read.json(str(_download(s3, "tbl", "events/", tmp_path / stage)))
+        return clicks, events
+
+    clicks, events = read("before")
+    expected = sorted(tuple(r) for r in clicks.collect() if r["user_id"] != "alice")
+
+    assert cli(capsys, "purge", "alice", "--yes", "--config", str(config))[0] == 0
+    purged_clicks, purged_events = read("purged")
+    assert purged_clicks.schema == clicks.schema
+    assert sorted(tuple(r) for r in purged_clicks.collect()) == expected
+    null_rows = [r for r in purged_events.collect() if all(v is None for v in r)]
+    assert purged_events.count() == events.count() and len(null_rows) == 2  # alice's blanked `{}` lines
+
+    assert cli(capsys, "vacuum", "--yes", "--config", str(config))[0] == 0
+    vacuumed_clicks, vacuumed_events = read("vacuumed")
+    assert vacuumed_clicks.schema == clicks.schema
+    assert sorted(tuple(r) for r in vacuumed_clicks.collect()) == expected
+    assert sorted(r["user_id"] for r in vacuumed_events.collect()) == ["bob", "carol", "dave"]
+    assert vacuumed_events.schema == events.schema

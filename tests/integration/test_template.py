@@ -8,16 +8,17 @@ replaced by a stand-in value (an id or ARN of the right shape), as listed in EXC
 - AWS::SecretsManager::Secret (the hash key): no CloudFormation model. Nothing resolves it into a template value:
   the configuration names it by ARN (``[privacy] hash_key_secret``) and the functions read it at run time.
 - AWS::S3::BucketPolicy, AWS::SQS::QueuePolicy, AWS::SNS::TopicPolicy, AWS::SecretsManager::ResourcePolicy
-  (resource policies) and AWS::CloudWatch::Alarm (dead-letter alarms): no CloudFormation models in moto.
+  (resource policies) and AWS::CloudWatch::Alarm (dead-letter and overdue alarms): no CloudFormation models in moto.
 - AWS::SES::ConfigurationSet (the approval emails' TLS-required configuration set): no CloudFormation model.
 
 Conditions are resolved first, as CloudFormation does (moto would leave a null for AWS::NoValue in a list): with
 the sample parameters the DynamoDB index and a created hash-key secret are in, the EventBridge rule for lake
 events (LakeNotifications S3), the VPC policy and the email subscription are out.
 
-Everything the data path and the workflow run on is created: the KMS keys and aliases, the buckets, the DynamoDB
-index, the queues, the topic, the IAM roles and policies, the layer, the nine functions with their SQS event
-source mapping and EventBridge rule, and the state machine, whose definition must be the ASL file with
+Everything the data path and the workflow run on is created: the KMS keys and aliases, the buckets, the SSM
+parameter holding the stack's part of the configuration, the DynamoDB index, the queues, the topic, the IAM roles
+and policies, the layer, the ten functions with their SQS event source mapping and EventBridge rules, the operations
+dashboard, and the state machine, whose definition must be the ASL file with
 CloudFormation's DefinitionSubstitutions applied.
 """
 
@@ -39,7 +40,14 @@ import pytest
 import requests
 
 from lakepurge.config import parse_settings
-from lakepurge.workflow.deployment import ASL_RESOURCE, FUNCTIONS, TOPIC_SUBSTITUTION, asl_text, definition
+from lakepurge.workflow.deployment import (
+    ASL_RESOURCE,
+    EXPORT_ASL_RESOURCE,
+    FUNCTIONS,
+    TOPIC_SUBSTITUTION,
+    asl_text,
+    definition,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -85,7 +93,14 @@ HANDLERS = {
     "PurgeStatusFunction": "lakepurge_lambdas.purge_status.handler",
     "VerifyPurgeFunction": "lakepurge_lambdas.verify_purge.handler",
     "NotifyFunction": "lakepurge_lambdas.notify.handler",
+    "ExportArchiveFunction": "lakepurge_lambdas.export_archive.handler",
+    "RequestMetricsFunction": "lakepurge_lambdas.request_metrics.handler",
 }
+
+# The operator's datasets file infra/publish_config.sh puts in front of the stack's settings.
+SAMPLE_DATASETS_TOML = (
+    'datasets = [{name = "events", location = "s3://example-lake/events/", format = "jsonl", id_fields = ["user_id"]}]'
+)
 
 ASL_VARIABLES = set(re.findall(r"\$\{(\w+)\}", asl_text()))
 
@@ -129,6 +144,43 @@ def test_the_translated_state_machine_keeps_the_definition_and_substitutions(tra
     assert set(machine["Properties"]["DefinitionSubstitutions"]) == ASL_VARIABLES
     lines = machine["Properties"]["DefinitionString"]["Fn::Join"][1]
     assert json.loads("\n".join(lines)) == json.loads(asl_text())
+
+
+EXPORT_VARIABLES = set(re.findall(r"\$\{(\w+)\}", asl_text(EXPORT_ASL_RESOURCE)))
+
+
+def test_the_export_state_machine_is_deployed_from_its_asl_with_its_substitutions(
+    sam_template: dict[str, Any], translated: dict[str, Any]
+) -> None:
+    machine = sam_template["Resources"]["ExportStateMachine"]["Properties"]
+    assert machine["DefinitionUri"] == "../statemachine/export.asl.json"
+    deployed = (Path(translate.HERE) / machine["DefinitionUri"]).resolve()
+    assert deployed == (ROOT / "lakepurge" / "workflow" / EXPORT_ASL_RESOURCE).resolve()
+    assert set(machine["DefinitionSubstitutions"]) == EXPORT_VARIABLES
+    assert machine["DefinitionSubstitutions"]["ExportArchiveFunctionArn"] == {
+        "Fn::GetAtt": ["ExportArchiveFunction", "Arn"]
+    }
+    translated_machine = translated["Resources"]["ExportStateMachine"]
+    lines = translated_machine["Properties"]["DefinitionString"]["Fn::Join"][1]
+    states = json.loads("\n".join(lines))["States"]
+    assert states == json.loads(asl_text(EXPORT_ASL_RESOURCE))["States"]
+    for name, state in states.items():
+        if state["Type"] == "Task":
+            assert state.get("Retry") and any("States.ALL" in c["ErrorEquals"] for c in state["Catch"]), name
+
+
+def test_the_export_role_only_reads_the_lake_and_writes_only_its_prefixes(translated: dict[str, Any]) -> None:
+    statements = _role_statements(translated)["ExportArchiveRole"]
+    actions = {a for statement in statements for a in _as_list(statement["Action"])}
+    assert not {a for a in actions if a.startswith("s3:Delete") or a.startswith("s3:PutObjectTagging")}, actions
+    assert "LakeWritePolicy" not in json.dumps(translated["Resources"]["ExportArchiveRole"]["Properties"])
+    assert _granted_objects(statements, "s3:PutObject") == {
+        ("ReportsBucket", "access-exports/*"),
+        ("ReportsBucket", "exports/*"),
+    }
+    sealing = [s for s in statements if "SealingKey" in _names(s["Resource"])]
+    assert sealing and all(s.get("Condition") == REQUEST_ID_CONTEXT for s in sealing)
+    assert {a for s in sealing for a in _as_list(s["Action"])} == {"kms:Decrypt", "kms:GenerateDataKey"}
 
 
 # -- (b) no wildcard actions ----------------------------------------------------------------------------------------
@@ -252,11 +304,12 @@ def test_intake_dead_letters_are_kept_briefly_and_only_this_accounts_events_file
     [rule] = [
         r
         for r in resources.values()
-        if r["Type"] == "AWS::Events::Rule" and "DeletionRequested" in json.dumps(r["Properties"]["EventPattern"])
+        if r["Type"] == "AWS::Events::Rule" and "DeletionRequested" in json.dumps(r["Properties"].get("EventPattern"))
     ]
     pattern = rule["Properties"]["EventPattern"]
     assert pattern["account"] == [{"Ref": "AWS::AccountId"}]
-    assert pattern["source"] == ["lakepurge"] and pattern["detail-type"] == ["DeletionRequested"]
+    assert pattern["source"] == ["lakepurge"]
+    assert pattern["detail-type"] == ["DeletionRequested", "AccessRequested"]  # the same source restrictions
 
 
 # -- (d) issue 14: keys, evidence, least-privilege writes ------------------------------------------------------------
@@ -268,10 +321,11 @@ HASH_KEY_FUNCTIONS = {
     "GenerateReportFunction",
     "StartPurgeFunction",
     "NotifyFunction",
+    "ExportArchiveFunction",
 }
 # The roles that may open sealed request ids (the report's lookup, the relational DELETEs), and the one that seals.
-SEALING_DECRYPT_ROLES = {"GenerateReportRole", "StartPurgeRole"}
-SEALING_ENCRYPT_ROLES = {"IntakeRole"}
+SEALING_DECRYPT_ROLES = {"GenerateReportRole", "StartPurgeRole", "ExportArchiveRole"}
+SEALING_ENCRYPT_ROLES = {"IntakeRole", "ExportArchiveRole"}  # the request's ids; an access export's archive
 REQUEST_ID_CONTEXT = {"ForAnyValue:StringEquals": {"kms:EncryptionContextKeys": "request_id"}}
 
 LAKE = "lake"  # LakeWritePolicy's dataset prefixes, checked by test_lake_writes_stay_in_the_dataset_prefixes
@@ -294,6 +348,8 @@ PUTS: dict[str, set[tuple[str, str]]] = {
     "VerifyPurgeRole": set(),
     # the final state, and request.json rewritten without its sealed ids (crypto-shredding)
     "NotifyRole": {("ReportsBucket", "requests/*/state.json"), ("ReportsBucket", "requests/*/request.json")},
+    # access requests: the encrypted archive and its record, never the lake (test_the_export_role_only_reads_the_lake)
+    "ExportArchiveRole": {("ReportsBucket", "access-exports/*"), ("ReportsBucket", "exports/*")},
     "SparkJobRole": {
         ("ArtifactsBucket", "emr-logs/*"),
         ("ReportsBucket", "results/*"),
@@ -304,6 +360,7 @@ PUTS: dict[str, set[tuple[str, str]]] = {
         (LAKE, LAKE),
     },
     "StateMachineRole": set(),
+    "RequestMetricsRole": set(),  # reads states and deadlines, publishes metrics through its logs (EMF)
 }
 DELETES: dict[str, set[tuple[str, str]]] = {
     "ApprovalApiRole": {("ReportsBucket", "requests/*/decision.json")},  # a claim that took no effect is withdrawn
@@ -424,6 +481,12 @@ def test_only_the_tasks_that_need_raw_ids_may_open_them(translated: dict[str, An
     key = translated["Resources"]["SealingKey"]["Properties"]
     assert key["EnableKeyRotation"] is True
     for statement in key["KeyPolicy"]["Statement"]:
+        if "Fn::If" in statement:  # the privacy team's (ExportReaderArns): opens access-export archives only
+            condition, readers, absent = statement["Fn::If"]
+            assert condition == "HasExportReaders" and absent == {"Ref": "AWS::NoValue"}
+            assert readers["Principal"] == {"AWS": {"Ref": "ExportReaderArns"}}
+            assert readers["Action"] == "kms:Decrypt" and readers["Condition"] == REQUEST_ID_CONTEXT
+            continue
         actions = set(_as_list(statement["Action"]))
         if actions & {"kms:Decrypt", "kms:ReEncryptFrom", "kms:CreateGrant", "kms:Encrypt"}:
             assert actions == {"kms:Decrypt"}, statement
@@ -433,12 +496,20 @@ def test_only_the_tasks_that_need_raw_ids_may_open_them(translated: dict[str, An
         if "kms:GenerateDataKey" in actions:
             assert statement["Condition"] == REQUEST_ID_CONTEXT
     # the sealing key is the workflow's kms_key_id, apart from the storage key of buckets, topic and environments
-    globals_toml = json.dumps(translated["Resources"]["IntakeFunction"]["Properties"]["Environment"])
-    assert "${SealingKey.Arn}" in globals_toml and "${Key.Arn}" not in globals_toml
+    [stack_toml] = _config_tomls(translated)
+    assert "${SealingKey.Arn}" in stack_toml and "${Key.Arn}" not in stack_toml
 
 
 # The roles that open the index: with a PostgreSQL index they read its DSN secret ([index] dsn_secret).
-INDEX_ROLES = {"IndexerRole", "GenerateReportRole", "StartPurgeRole", "VerifyPurgeRole", "SparkJobRole"}
+INDEX_ROLES = {
+    "IndexerRole",
+    "GenerateReportRole",
+    "StartPurgeRole",
+    "VerifyPurgeRole",
+    "ExportArchiveRole",
+    "SparkJobRole",
+    "ApprovalApiRole",  # the operations page (GET /ops) reads the index's counts and coverage
+}
 
 
 def _role_of(function: dict[str, Any]) -> str:
@@ -458,9 +529,9 @@ def test_no_secret_is_resolved_into_the_template(sam_template: dict[str, Any], t
     spark = translated["Resources"]["SparkApplication"]["Properties"]["RuntimeConfiguration"]
     assert not any("HASH_KEY" in p for c in spark for p in c.get("Properties", {})), spark
     # the configuration names the secrets by ARN
-    toml = json.dumps(translated["Resources"]["IntakeFunction"]["Properties"]["Environment"])
-    assert 'hash_key_secret = \\"${HashKeySecretRef}\\"' in toml
-    assert 'dsn_secret = \\"${PostgresSecretArn}\\"' in json.dumps(sam_template["Globals"])
+    [toml] = _config_tomls(translated)
+    assert 'hash_key_secret = "${HashKeySecretRef}"' in toml
+    assert 'dsn_secret = \\"${PostgresSecretArn}\\"' in json.dumps(sam_template["Resources"]["StackSettingsParameter"])
 
 
 def test_only_the_roles_that_hash_ids_or_open_the_index_read_secrets(translated: dict[str, Any]) -> None:
@@ -522,10 +593,10 @@ def test_only_the_approval_functions_read_the_approval_signing_key(translated: d
     allowed = {p["Fn::GetAtt"][0] for p in deny["Condition"]["ArnNotEquals"]["aws:PrincipalArn"]}
     assert allowed == APPROVAL_SIGNING_ROLES
     # the configuration names the secret by ARN; its value is in no environment
+    for toml in _config_tomls(translated):
+        assert 'approval_signing_key_secret = "${ApprovalSigningKeySecret}"' in toml
     for name, function in functions.items():
-        environment = json.dumps(function["Properties"]["Environment"])
-        assert 'approval_signing_key_secret = \\"${ApprovalSigningKeySecret}\\"' in environment, name
-        assert "LAKEPURGE_APPROVAL_KEY" not in environment, name
+        assert "LAKEPURGE_APPROVAL_KEY" not in json.dumps(function["Properties"]["Environment"]), name
 
 
 def _approval_api_body(translated: dict[str, Any], overrides: dict[str, str] | None = None) -> dict[str, Any]:
@@ -567,6 +638,55 @@ def test_with_an_issuer_and_audience_the_decision_post_needs_their_jwt_and_the_p
     assert _parameter_values(translated, overrides)["ApprovalJwtAudience"] == "approvers-app-client"
 
 
+def test_given_no_issuer_when_translated_then_the_operations_page_route_has_no_authorizer(
+    translated: dict[str, Any],
+) -> None:
+    body = _approval_api_body(translated)
+    assert set(body["paths"]["/ops"]) == {"get"}
+    assert "security" not in body["paths"]["/ops"]["get"]
+    assert body["paths"]["/ops"]["get"]["x-amazon-apigateway-integration"]["payloadFormatVersion"] == "2.0"
+
+
+def test_given_an_issuer_when_translated_then_the_operations_page_takes_the_decisions_jwt(
+    localized: dict[str, Any],
+) -> None:
+    overrides = {
+        "ApprovalJwtIssuer": "https://cognito-idp.us-east-1.amazonaws.com/us-east-1_Example",
+        "ApprovalJwtAudience": "approvers-app-client",
+    }
+    translated = translate.translate(localized, {**translate.SAMPLE_PARAMETERS, **overrides})
+
+    body = _approval_api_body(translated, overrides)
+
+    ops = body["paths"]["/ops"]["get"]
+    assert ops["security"] == body["paths"]["/approval"]["post"]["security"] == [{"ApproverJwt": []}]
+    assert ops["x-amazon-apigateway-integration"]["payloadFormatVersion"] == "2.0"
+    assert "security" not in body["paths"]["/approval"]["get"]
+
+
+def test_given_the_template_then_an_overdue_request_alarms_the_outcomes_topic(translated: dict[str, Any]) -> None:
+    alarm = translated["Resources"]["RequestsOverdueAlarm"]["Properties"]
+    assert (alarm["Namespace"], alarm["MetricName"]) == ("lakepurge", "RequestsOverdue")
+    assert alarm["Dimensions"] == [{"Name": "service", "Value": "lakepurge"}]
+    assert (alarm["ComparisonOperator"], alarm["Threshold"]) == ("GreaterThanThreshold", 0)
+    assert alarm["AlarmActions"] == [{"Ref": "OutcomesTopic"}]
+    # the counts are published on a schedule: a request becomes overdue by the clock alone
+    function = translated["Resources"]["RequestMetricsFunction"]["Properties"]
+    assert function["Handler"] == "lakepurge_lambdas.request_metrics.handler"
+    rules = [r for r in translated["Resources"].values() if r["Type"] == "AWS::Events::Rule"]
+    assert any(r["Properties"].get("ScheduleExpression") == "rate(1 hour)" for r in rules)
+
+
+def test_given_the_template_then_the_dashboard_shows_every_operations_metric(translated: dict[str, Any]) -> None:
+    dashboard = translated["Resources"]["OperationsDashboard"]
+    assert dashboard["Type"] == "AWS::CloudWatch::Dashboard"
+    text, values = dashboard["Properties"]["DashboardBody"]["Fn::Sub"]
+    body = json.loads(re.sub(r"\$\{[^}]+\}", "x", text))
+    shown = {m[1] for w in body["widgets"] if w["type"] == "metric" for m in w["properties"]["metrics"]}
+    assert shown >= {"RequestsOpen", "RequestsOverdue", "LinesErased", "UnindexableLines", "ReturningUsers"}
+    assert {"Fn::GetAtt": ["RequestsOverdueAlarm", "Arn"]} in values.values()
+
+
 def test_certificates_go_to_an_object_lock_bucket(translated: dict[str, Any]) -> None:
     bucket = translated["Resources"]["EvidenceBucket"]
     properties = bucket["Properties"]
@@ -587,15 +707,48 @@ def test_certificates_go_to_an_object_lock_bucket(translated: dict[str, Any]) ->
 
 
 def _config_tomls(translated: dict[str, Any]) -> list[str]:
-    """The LAKEPURGE_CONFIG_TOML texts of the translated template (Globals are copied into each function)."""
-    found = []
+    """The configuration texts the template writes: the stack's part of lakepurge.toml, in the SSM parameter that
+    infra/publish_config.sh appends to the operator's datasets and uploads (no function carries TOML any more)."""
     for resource in translated["Resources"].values():
         variables = resource.get("Properties", {}).get("Environment", {}).get("Variables", {})
-        value = variables.get("LAKEPURGE_CONFIG_TOML")
-        if isinstance(value, dict) and "Fn::Sub" in value:
-            found.append(value["Fn::Sub"][0] if isinstance(value["Fn::Sub"], list) else value["Fn::Sub"])
-    assert found
-    return found
+        assert "LAKEPURGE_CONFIG_TOML" not in variables
+    value = translated["Resources"]["StackSettingsParameter"]["Properties"]["Value"]["Fn::Sub"]
+    return [value[0] if isinstance(value, list) else value]
+
+
+CONFIG_URI = {"Fn::Sub": "s3://${ArtifactsBucket}/${ConfigObjectKey}"}
+
+
+def test_every_function_and_job_reads_the_one_configuration_object(translated: dict[str, Any]) -> None:
+    """The functions read LAKEPURGE_CONFIG_URI, the Spark jobs launcher.config_uri: the same object, which every
+    role that runs them may read (exactly that object, nothing else of config/), and none may write."""
+    resources = translated["Resources"]
+    functions = {k: r for k, r in resources.items() if r["Type"] == "AWS::Lambda::Function"}
+    assert set(functions) == set(HANDLERS)
+    for name, function in functions.items():
+        variables = function["Properties"]["Environment"]["Variables"]
+        assert variables["LAKEPURGE_CONFIG_URI"] == CONFIG_URI, name
+        assert variables["LAKEPURGE_CONFIG_MAX_AGE"] == {"Ref": "ConfigMaxAgeSeconds"}, name
+    [toml] = _config_tomls(translated)
+    assert 'config_uri = "s3://${ArtifactsBucket}/${ConfigObjectKey}"' in toml
+    parameter = resources["StackSettingsParameter"]["Properties"]
+    assert parameter["Type"] == "String" and parameter["Tier"] == "Standard"
+    readers = {_role_of(f) for f in functions.values()} | {"SparkJobRole"}
+    for role in readers:
+        managed = resources[role]["Properties"]["ManagedPolicyArns"]
+        assert {"Ref": "ConfigReadPolicy"} in managed, role
+    statements = resources["ConfigReadPolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    gets = [s for s in statements if "s3:GetObject" in _as_list(s["Action"])]
+    assert [s["Resource"] for s in gets] == [{"Fn::Sub": "${ArtifactsBucket.Arn}/${ConfigObjectKey}"}]
+    [listing] = [s for s in statements if "s3:ListBucket" in _as_list(s["Action"])]
+    assert listing["Condition"] == {"StringEquals": {"s3:prefix": {"Ref": "ConfigObjectKey"}}}
+    [decrypt] = [s for s in statements if "kms:Decrypt" in _as_list(s["Action"])]
+    assert decrypt["Resource"] == {"Fn::GetAtt": ["Key", "Arn"]} and "kms:ViaService" in json.dumps(decrypt)
+    for role, granted in _role_statements(translated).items():  # nobody in the stack writes the configuration
+        for statement in granted:
+            named = json.dumps(statement.get("Resource"))
+            if "ConfigObjectKey" in named or "/config/" in named:
+                assert set(_as_list(statement["Action"])) <= {"s3:GetObject", "s3:ListBucket"}, role
 
 
 def test_storage_hardening(translated: dict[str, Any]) -> None:
@@ -921,7 +1074,7 @@ def test_stack_creates_on_moto(aws: object, translated: dict[str, Any]) -> None:
     assert json.loads(rule["EventPattern"]) == {
         "account": [ACCOUNT],
         "source": ["lakepurge"],
-        "detail-type": ["DeletionRequested"],
+        "detail-type": ["DeletionRequested", "AccessRequested"],
     }
     targets = events.list_targets_by_rule(Rule=rule["Name"])["Targets"]
     assert [t["Arn"] for t in targets] == [arns["IntakeFunction"]]
@@ -942,14 +1095,26 @@ def test_stack_creates_on_moto(aws: object, translated: dict[str, Any]) -> None:
     # (moto's CloudFormation does not apply VersioningConfiguration, PublicAccessBlockConfiguration or lifecycle
     # rules: test_reports_bucket_properties checks them in the template)
 
-    # every function's configuration is valid lakepurge configuration naming these resources, within Lambda's
-    # 4 KB environment limit
+    # every function reads the configuration object infra/publish_config.sh writes: the operator's datasets
+    # followed by the stack's settings (the SSM parameter), valid lakepurge configuration naming these resources
+    stack_settings = boto3.client("ssm").get_parameter(Name=physical["StackSettingsParameter"])["Parameter"]["Value"]
+    assert (
+        physical["StackSettingsParameter"]
+        == outputs["StackSettingsParameter"]
+        == f"/{STACK}/lakepurge/stack-settings.toml"
+    )
+    assert len(stack_settings.encode()) < 4096  # a standard SSM parameter, whatever the number of datasets
+    published = SAMPLE_DATASETS_TOML + "\n" + stack_settings
+    config_uri = f"s3://{physical['ArtifactsBucket']}/config/lakepurge.toml"
+    assert outputs["ConfigUri"] == config_uri
     for name, config in configs.items():
         variables = config["Environment"]["Variables"]
         assert len(json.dumps(variables)) < 4096, name
         assert "LAKEPURGE_HASH_KEY" not in variables, name
         assert "resolve:secretsmanager" not in json.dumps(variables), name
-        settings = parse_settings(tomllib.loads(variables["LAKEPURGE_CONFIG_TOML"]), name)
+        assert variables["LAKEPURGE_CONFIG_URI"] == config_uri, name
+        assert str(variables["LAKEPURGE_CONFIG_MAX_AGE"]) == "300", name  # (moto keeps the number)
+        settings = parse_settings(tomllib.loads(published), name)
         assert settings.index.backend == "dynamodb"
         assert settings.index.table == physical["IndexTable"]
         assert settings.reports.location == f"s3://{physical['ReportsBucket']}/"
@@ -964,8 +1129,6 @@ def test_stack_creates_on_moto(aws: object, translated: dict[str, Any]) -> None:
         assert workflow.approvers == ("dpo@example.com", "legal@example.com")
         assert settings.privacy.hash_key_secret == STAND_INS[("HashKeySecret", None)]
         assert settings.privacy.hash_key_env is None
-        if name == "ApprovalApiFunction":
-            continue  # its page posts to itself; it has no launcher and no approval URL of its own
         assert (
             workflow.approval_url
             == f"https://{STAND_INS[('ApprovalHttpApi', None)]}.execute-api.{REGION}.amazonaws.com/approval"
@@ -978,6 +1141,7 @@ def test_stack_creates_on_moto(aws: object, translated: dict[str, Any]) -> None:
             == boto3.client("iam").get_role(RoleName=physical["SparkJobRole"])["Role"]["Arn"]
         )
         assert launcher.archive == f"s3://{physical['ArtifactsBucket']}/spark/lakepurge-env.tar.gz"
+        assert launcher.config_uri == config_uri  # the jobs read the functions' configuration
 
 
 FUNCTIONS_BY_VARIABLE = {

@@ -11,7 +11,7 @@ import re
 import time
 import tomllib
 from collections.abc import Collection
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
@@ -22,6 +22,7 @@ from lakepurge.index import open_store
 from lakepurge.local import workflow as local_workflow
 from lakepurge.privacy import Pseudonymizer
 from lakepurge.workflow.intake import file_request
+from lakepurge.workflow.store import RequestKind
 from tests.support.events import LambdaContext, load
 from tests.support.lakes import LakeCase
 from tests.support.purging import HASH_KEY, index_lake
@@ -29,6 +30,7 @@ from tests.support.purging import HASH_KEY, index_lake
 SENDER = "privacy-bot@example.com"
 APPROVERS = ["dpo@example.com", "cto@example.com"]
 APPROVAL_URL = "https://abcdef1234.execute-api.us-east-1.amazonaws.com/approval"
+EXPORTS_LOCATION = "s3://lake-exports/access/"  # where access requests' archives go
 
 
 @dataclass
@@ -38,12 +40,14 @@ class WorkflowCase:
     toml: str
     deployed: local_workflow.LocalWorkflow
     queue_url: str
+    kinds: dict[str, str] = field(default_factory=dict)  # request id -> "access", for those filed as such
 
     @property
     def sfn(self) -> Any:
         return aws.client("stepfunctions")
 
-    def file(self, users: list[str], request_id: str) -> str:
+    def file(self, users: list[str], request_id: str, kind: RequestKind = "erasure") -> str:
+        self.kinds[request_id] = kind
         file_request(
             self.settings,
             Clients.from_environment(),
@@ -52,11 +56,14 @@ class WorkflowCase:
             users,
             "privacy-portal",
             request_id,
+            kind=kind,
         )
         return request_id
 
     def execution_arn(self, request_id: str) -> str:
-        return self.deployed.state_machine_arn.replace(":stateMachine:", ":execution:") + f":{request_id}"
+        access = self.kinds.get(request_id) == "access"
+        machine = self.deployed.export_state_machine_arn if access else self.deployed.state_machine_arn
+        return machine.replace(":stateMachine:", ":execution:") + f":{request_id}"
 
     def finish(self, request_id: str, timeout: float = 180) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
@@ -182,7 +189,9 @@ def deploy_case(
         APPROVAL_URL,
         approval_timeout_seconds=approval_timeout_seconds,
         inline_max_objects=inline_max_objects,
+        exports_location=EXPORTS_LOCATION,
     )
+    aws.client("s3").create_bucket(Bucket="lake-exports")
     # A test lake is small: any few users are a large share of a dataset.
     toml = (
         lake.toml + "\n[purge]\nmax_dataset_fraction = 1.0\nmax_table_fraction = 1.0\n\n" + workflow_toml + extra_toml

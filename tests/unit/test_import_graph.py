@@ -37,6 +37,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "lakepurge",  # the package's own __init__
         "lakepurge.aws",
         "lakepurge.config",
+        "lakepurge.configsource",
         "lakepurge.formats",
         "lakepurge.logs",
         "lakepurge.memory",
@@ -51,16 +52,24 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "domain": (
         "lakepurge.indexer",
         "lakepurge.backfill",
+        "lakepurge.catalog",
         "lakepurge.coverage",
         "lakepurge.layout",
         "lakepurge.report",
         "lakepurge.returning",
         "lakepurge.runtime",
     ),
-    "purge": ("lakepurge.purge", "lakepurge.launch"),
+    "purge": ("lakepurge.purge", "lakepurge.launch", "lakepurge.export"),
     "workflow": ("lakepurge.workflow",),
     "local": ("lakepurge.local",),
-    "apps": ("lakepurge.cli", "lakepurge.history", "lakepurge.operator_purge", "lakepurge.remote"),
+    "apps": (
+        "lakepurge.cli",
+        "lakepurge.history",
+        "lakepurge.operations",
+        "lakepurge.operations_page",
+        "lakepurge.operator_purge",
+        "lakepurge.remote",
+    ),
 }
 
 # Group -> the groups its modules may import (always including itself). Same table as the Module map.
