@@ -417,3 +417,34 @@ def test_given_no_configuration_in_the_environment_when_starting_locally_then_it
     with pytest.raises(ConfigError, match="LAKEPURGE_CONFIG"):
         launcher.start(PurgeJobSpec("req-x", "s3://lake-reports/reports/req-x.json", "00" * 32))
     assert not any(Path(tmp_path).iterdir())
+
+
+def test_given_a_per_object_object_deleted_by_someone_else_after_approval_when_purged_then_it_fails_not_certified(
+    small_lake,
+):
+    """The report names it by reference only; nothing in the lake resolves it any more, and this purge never
+    recorded erasing it, so it cannot be counted erased: the object fails and the request is not certified."""
+    from lakepurge.purge.job import UNRESOLVED
+    from lakepurge.s3uri import S3Uri
+
+    case = small_lake
+    per_object = {d.name for d in case.settings.datasets if d.per_object}
+
+    def dataset_of(s3path: str) -> str | None:
+        uri = S3Uri.parse(s3path)
+        found = case.settings.dataset_for(uri.bucket, uri.key)
+        return found.name if found is not None else None
+
+    owned = sorted((user, s3path) for user, s3path, _ in case.lake.truth if dataset_of(s3path) in per_object)
+    if not owned:
+        pytest.skip("no sample user owns one-user-per-object data")
+    user, s3path = owned[0]
+    spec = approved_spec(case, [user], "req-inline-unresolved")
+    uri = S3Uri.parse(s3path)
+    aws.client("s3").delete_object(Bucket=uri.bucket, Key=uri.key)
+
+    result = run_inline(case.settings, spec)
+
+    assert not result.verified
+    assert [o.error for o in result.failed] == [UNRESOLVED]
+    assert certificate(case, "req-inline-unresolved")["verification"]["passed"] is False
