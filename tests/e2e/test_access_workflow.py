@@ -22,26 +22,17 @@ from lakepurge.local.workflow import EXPORT_FUNCTIONS, FUNCTIONS, sent_emails
 from lakepurge.workflow.store import RequestStore
 from tests.integration.test_export import assert_exactly_the_users_records, lake_state
 from tests.support.events import LambdaContext, load
-from tests.support.workflow import APPROVERS, EXPORTS_LOCATION, WorkflowCase, call_approval, link_in
+from tests.support.workflow import APPROVERS, EXPORTS_LOCATION, RecordList, WorkflowCase, call_approval, link_in
 
 pytestmark = pytest.mark.e2e
 
 
-class _RecordList(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
 @pytest.fixture
-def captured_logs() -> Iterator[_RecordList]:
+def captured_logs() -> Iterator[RecordList]:
     """Every record of the service's loggers (Powertools' loggers may not propagate to caplog's root)."""
     for module, _ in (FUNCTIONS | EXPORT_FUNCTIONS).values():
         importlib.import_module(module)
-    handler = _RecordList()
+    handler = RecordList()
     ours = [
         name
         for name, existing in logging.root.manager.loggerDict.items()
@@ -82,7 +73,7 @@ def _file_access(case: WorkflowCase, users: list[str], request_id: str) -> str:
     return request_id
 
 
-def _assert_nothing_raw(case: WorkflowCase, request_id: str, users: list[str], logs: _RecordList) -> None:
+def _assert_nothing_raw(case: WorkflowCase, request_id: str, users: list[str], logs: RecordList) -> None:
     history = json.dumps(case.history(request_id), default=str)
     mails = json.dumps([m for m in sent_emails() if request_id in m["subject"]])
     logged = "\n".join(json.dumps(r.__dict__, default=str) for r in logs.records)
@@ -121,7 +112,7 @@ def _assert_the_privacy_team_opens_it(
 
 def test_approved_access_request_exports_exactly_the_users_records_and_changes_nothing(
     workflow_case: Callable[..., WorkflowCase],
-    captured_logs: _RecordList,
+    captured_logs: RecordList,
     tmp_path: Any,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -163,7 +154,7 @@ def test_approved_access_request_exports_exactly_the_users_records_and_changes_n
 
 def test_rejected_access_request_filed_by_the_cli_exports_nothing(
     workflow_case: Callable[..., WorkflowCase],
-    captured_logs: _RecordList,
+    captured_logs: RecordList,
     tmp_path: Any,
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -24,18 +24,9 @@ from tests.support.events import load
 from tests.support.invariant import assert_invariant, snapshot
 from tests.support.lakes import LakeCase
 from tests.support.purging import HASH_KEY
-from tests.support.workflow import APPROVERS, WorkflowCase, call_approval, link_in
+from tests.support.workflow import APPROVERS, RecordList, WorkflowCase, call_approval, link_in
 
 pytestmark = pytest.mark.e2e
-
-
-class _RecordList(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
 
 
 def _users_with_data(case: WorkflowCase, count: int) -> list[str]:
@@ -74,7 +65,7 @@ def test_approved_request_is_erased_verified_certified_and_notified(
 
     for module, _ in FUNCTIONS.values():  # Powertools sets its handler up first; ours comes after it
         importlib.import_module(module)
-    logged_records = _RecordList()
+    logged_records = RecordList()
     service_logger = logging.getLogger("lakepurge")
     # On the service's logger itself: Powertools loggers may not propagate to the root, where caplog listens; and
     # child loggers created after a CLI run in this process carry its WARNING level.

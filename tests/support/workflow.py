@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import logging
 import re
 import time
 import tomllib
@@ -201,3 +202,14 @@ def deploy_case(
     queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     aws.client("sns").subscribe(TopicArn=deployed.topic_arn, Protocol="sqs", Endpoint=queue_arn)
     return WorkflowCase(lake, parse_settings(tomllib.loads(toml)), toml, deployed, queue_url)
+
+
+class RecordList(logging.Handler):
+    """Keeps every log record it is given, to search them for raw ids."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
