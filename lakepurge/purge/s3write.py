@@ -8,16 +8,19 @@ version that was read (`If-Match`): a concurrent writer's data is never overwrit
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+from awscrt import checksums
 from botocore.exceptions import ClientError
 
+from lakepurge.purge.streams import Staged, crc64nvme_base64
 from lakepurge.s3io import ObjectHead, error_code
 
 PART_BYTES = 16 * 1024 * 1024
+PART_CONCURRENCY = 4  # parts in flight per object: 4 x 16 MiB of memory at most
 
 _COPIED_HEADERS = ("ContentType", "ContentEncoding", "ContentDisposition", "ContentLanguage", "CacheControl")
 
@@ -30,6 +33,7 @@ class WriteConflict(Exception):
 class Written:
     etag: str
     version_id: str | None
+    checksum: str  # CRC64NVME (base64) of the bytes written, as S3 stated it back
 
 
 def preserved_attributes(s3: Any, head: ObjectHead) -> dict[str, Any]:
@@ -60,43 +64,47 @@ def _conflict(exc: ClientError) -> bool:
     return error_code(exc) in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409", "NoSuchKey")
 
 
-def write_in_place(s3: Any, head: ObjectHead, chunks: Iterable[bytes], attributes: dict[str, Any]) -> Written:
-    """Replace the object with the given bytes if it is still the version head describes.
+class ChecksumMismatch(Exception):
+    """S3 states a different checksum for the object just written than the bytes that were verified."""
 
-    Small objects go in one PutObject; larger ones in a multipart upload completed with If-Match, so memory
-    stays bounded by one part whatever the object's size.
+
+def write_in_place(
+    s3: Any, head: ObjectHead, staged: Staged, attributes: dict[str, Any], concurrency: int = PART_CONCURRENCY
+) -> Written:
+    """Replace the object with the staged bytes if it is still the version head describes, stating their CRC64NVME.
+
+    Up to PART_BYTES go in one PutObject; larger objects in a multipart upload of parts sent `concurrency` at a
+    time (memory stays within that many parts) and completed with If-Match, whatever the number of parts. S3
+    refuses bytes that do not match a stated checksum, and the checksum it answers must be the one stated.
     """
-    buffer = bytearray()
     upload_id: str | None = None
-    parts: list[dict[str, Any]] = []
     try:
-        for chunk in chunks:
-            buffer += chunk
-            if len(buffer) >= PART_BYTES:
-                if upload_id is None:
-                    upload_id = s3.create_multipart_upload(Bucket=head.bucket, Key=head.key, **attributes)["UploadId"]
-                number = len(parts) + 1
-                etag = s3.upload_part(
-                    Bucket=head.bucket, Key=head.key, UploadId=upload_id, PartNumber=number, Body=bytes(buffer)
-                )["ETag"]
-                parts.append({"PartNumber": number, "ETag": etag})
-                buffer.clear()
-        if upload_id is None:
+        if staged.size <= PART_BYTES:
             response = s3.put_object(
-                Bucket=head.bucket, Key=head.key, Body=bytes(buffer), IfMatch=head.etag, **attributes
+                Bucket=head.bucket,
+                Key=head.key,
+                Body=staged.body(),
+                IfMatch=head.etag,
+                ChecksumAlgorithm="CRC64NVME",
+                ChecksumCRC64NVME=staged.checksum,
+                **attributes,
             )
         else:
-            if buffer or not parts:
-                number = len(parts) + 1
-                etag = s3.upload_part(
-                    Bucket=head.bucket, Key=head.key, UploadId=upload_id, PartNumber=number, Body=bytes(buffer)
-                )["ETag"]
-                parts.append({"PartNumber": number, "ETag": etag})
+            upload_id = s3.create_multipart_upload(
+                Bucket=head.bucket,
+                Key=head.key,
+                ChecksumAlgorithm="CRC64NVME",
+                ChecksumType="FULL_OBJECT",
+                **attributes,
+            )["UploadId"]
+            parts = _upload_parts(s3, head, upload_id, staged, concurrency)
             response = s3.complete_multipart_upload(
                 Bucket=head.bucket,
                 Key=head.key,
                 UploadId=upload_id,
                 MultipartUpload={"Parts": parts},
+                ChecksumCRC64NVME=staged.checksum,
+                ChecksumType="FULL_OBJECT",
                 IfMatch=head.etag,
             )
             upload_id = None
@@ -111,7 +119,40 @@ def write_in_place(s3: Any, head: ObjectHead, chunks: Iterable[bytes], attribute
             s3.abort_multipart_upload(Bucket=head.bucket, Key=head.key, UploadId=upload_id)
         raise
     version = response.get("VersionId")
-    return Written(response["ETag"], None if version in (None, "null") else version)
+    written = Written(response["ETag"], None if version in (None, "null") else version, staged.checksum)
+    # S3 answers the checksum it validated (a multipart completion may not: verification's HEAD confirms it then).
+    stated = response.get("ChecksumCRC64NVME")
+    if stated is not None and stated != staged.checksum:
+        raise ChecksumMismatch(f"{head.s3path}: S3 states checksum {stated} for the bytes written, not theirs")
+    return written
+
+
+def _upload_parts(s3: Any, head: ObjectHead, upload_id: str, staged: Staged, concurrency: int) -> list[dict[str, Any]]:
+    """Send the parts, at most `concurrency` in flight (each holds one part in memory)."""
+
+    def send(number: int, body: bytes) -> dict[str, Any]:
+        checksum = crc64nvme_base64(checksums.crc64nvme(body))
+        response = s3.upload_part(
+            Bucket=head.bucket,
+            Key=head.key,
+            UploadId=upload_id,
+            PartNumber=number,
+            Body=body,
+            ChecksumAlgorithm="CRC64NVME",
+            ChecksumCRC64NVME=checksum,
+        )
+        return {"PartNumber": number, "ETag": response["ETag"], "ChecksumCRC64NVME": checksum}
+
+    parts: list[dict[str, Any]] = []
+    with ThreadPoolExecutor(max(concurrency, 1)) as pool:
+        in_flight: set[Future[dict[str, Any]]] = set()
+        for number, body in enumerate(staged.parts(PART_BYTES), 1):
+            if len(in_flight) >= concurrency:
+                done, in_flight = wait(in_flight, return_when=FIRST_COMPLETED)
+                parts.extend(f.result() for f in done)
+            in_flight.add(pool.submit(send, number, body))
+        parts.extend(f.result() for f in in_flight)
+    return sorted(parts, key=lambda p: int(p["PartNumber"]))
 
 
 def delete_in_place(s3: Any, head: ObjectHead) -> None:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import base64
 import io
 import tempfile
 from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
+from awscrt import checksums
+
 from lakepurge.formats import CHUNK_BYTES, ByteSource
+
+SPOOL_BYTES = 64 * 1024 * 1024  # a rewritten object up to this size stays in memory; a larger one goes to disk
 
 
 def read_chunks(stream: IO[bytes]) -> Iterator[bytes]:
@@ -15,7 +20,7 @@ def read_chunks(stream: IO[bytes]) -> Iterator[bytes]:
         yield chunk
 
 
-def gzip_chunks(chunks: Iterable[bytes]) -> Iterator[bytes]:
+def gzip_chunks(chunks: Iterable[bytes | memoryview]) -> Iterator[bytes]:
     import zlib
 
     deflate = zlib.compressobj(6, zlib.DEFLATED, 31)
@@ -47,21 +52,95 @@ class LastByte(io.RawIOBase):
         return len(data)
 
 
-def stage(chunks: Iterable[bytes]) -> IO[bytes]:
-    """Hold the rewritten object (in memory up to 64 MiB, then on disk) until we know a write is needed."""
-    staged = tempfile.SpooledTemporaryFile(max_size=64 * 1024 * 1024)  # noqa: SIM115 - closed by the caller
-    for chunk in chunks:
-        staged.write(chunk)
-    staged.seek(0)
-    return staged
+def crc64nvme_base64(value: int) -> str:
+    """A CRC64NVME as S3 states it (ChecksumCRC64NVME: the 8 big-endian bytes, base64)."""
+    return base64.b64encode(value.to_bytes(8, "big")).decode()
 
 
-def file_chunks(handle: IO[bytes]) -> Iterator[bytes]:
-    try:
-        while chunk := handle.read(PART_READ):
-            yield chunk
-    finally:
-        handle.close()
+class Staged:
+    """A rewritten object held until it is written: its bytes (in memory up to SPOOL_BYTES, then in a temporary
+    file), its size and the CRC64NVME of exactly those bytes (the checksum the write states and S3 must store: see
+    docs/ARCHITECTURE.md, "Verification by checksum").
 
+    Pieces may be memoryviews of the source's chunks: in memory they are kept as they are and joined once, and the
+    checksum is taken over the joined bytes; a spilled object's is taken as its pieces arrive."""
 
-PART_READ = 8 * 1024 * 1024
+    def __init__(self) -> None:
+        self._pieces: list[bytes | memoryview] = []
+        self._joined: bytes | None = None
+        self._file: IO[bytes] | None = None
+        self._crc: int | None = None
+        self.size = 0
+
+    @classmethod
+    def of(cls, pieces: Iterable[bytes | memoryview]) -> Staged:
+        staged = cls()
+        append = staged._pieces.append
+        for piece in pieces:
+            if staged._file is not None:
+                staged.write(piece)
+                continue
+            append(piece)
+            staged.size += len(piece)
+            if staged.size > SPOOL_BYTES:
+                staged._spill()
+        return staged
+
+    def write(self, piece: bytes | memoryview) -> None:
+        if not piece:
+            return
+        self.size += len(piece)
+        if self._file is None:
+            self._pieces.append(piece)
+            if self.size > SPOOL_BYTES:
+                self._spill()
+            return
+        self._crc = checksums.crc64nvme(piece, self._crc)
+        self._file.write(piece)
+
+    def _spill(self) -> None:
+        self._file = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
+        self._crc = 0
+        for held in self._pieces:
+            self._crc = checksums.crc64nvme(held, self._crc)
+            self._file.write(held)
+        self._pieces.clear()
+
+    @property
+    def crc64nvme(self) -> int:
+        if self._crc is None:
+            self._crc = checksums.crc64nvme(self.body())
+        return self._crc
+
+    @property
+    def checksum(self) -> str:
+        return crc64nvme_base64(self.crc64nvme)
+
+    def body(self) -> bytes:
+        """The whole object as bytes (in-memory objects only: the single PutObject)."""
+        assert self._file is None, "a spilled object is written in parts"
+        if self._joined is None:
+            self._joined = b"".join(self._pieces)
+            self._pieces = [self._joined]
+        return self._joined
+
+    def reader(self) -> IO[bytes]:
+        """A fresh reader over the staged bytes, from the start (no copy of an in-memory object)."""
+        if self._file is None:
+            return io.BytesIO(self.body())
+        self._file.flush()
+        self._file.seek(0)
+        return self._file  # one reader at a time: each call starts it again from the beginning
+
+    def parts(self, part_bytes: int) -> Iterator[bytes]:
+        """The bytes in pieces of part_bytes (the last shorter), read one at a time."""
+        reader = self.reader()
+        while part := reader.read(part_bytes):
+            yield part
+
+    def close(self) -> None:
+        self._pieces.clear()
+        self._joined = None
+        if self._file is not None:
+            self._file.close()
+            self._file = None

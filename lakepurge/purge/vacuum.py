@@ -33,7 +33,7 @@ from lakepurge.logs import get_logger, object_ref
 from lakepurge.privacy import Pseudonymizer
 from lakepurge.purge.placeholders import Span, forget_records, placeholder_spans, recorded_objects
 from lakepurge.purge.s3write import WriteConflict, preserved_attributes, write_in_place
-from lakepurge.purge.streams import LastByte, file_chunks, gzip_chunks, stage
+from lakepurge.purge.streams import LastByte, Staged, gzip_chunks
 from lakepurge.s3io import ObjectChanged, ObjectHead, head_object, noncurrent_versions, open_body
 from lakepurge.s3uri import S3Uri
 from lakepurge.sparkutil import apply_job_environment, job_environment, on_executors
@@ -142,7 +142,7 @@ def vacuum_object(
             try:
                 source = LastByte(GzipReader(body, settings.indexing.inflation) if head.key.endswith(".gz") else body)
                 lines = _without(source, remove, csv, settings.indexing.max_record_bytes)
-                staged = stage(gzip_chunks(lines) if head.key.endswith(".gz") else lines)
+                staged = Staged.of(gzip_chunks(lines) if head.key.endswith(".gz") else lines)
             except ObjectChanged:
                 continue
             finally:
@@ -151,9 +151,11 @@ def vacuum_object(
                 staged.close()
             else:
                 try:
-                    written = write_in_place(s3, head, file_chunks(staged), preserved_attributes(s3, head))
+                    written = write_in_place(s3, head, staged, preserved_attributes(s3, head))
                 except WriteConflict:
                     continue
+                finally:
+                    staged.close()
                 outcome.after_etag, outcome.after_version = written.etag, written.version_id
                 index_object(s3, store, settings, uri.bucket, uri.key, force=True)
                 forget_records(s3, settings, s3path)
