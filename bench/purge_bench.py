@@ -555,7 +555,8 @@ ENGINE_STEPS = {
     "head_object": "HEAD (Parquet and owned objects only)",
     "preserved_attributes": "GetObjectTagging (only when the object has tags)",
     "open_body": "GET again (stale index only)",
-    "stage": "GET body + splice the indexed lines",
+    "rewrite_jsonl": "GET body + splice the indexed lines",
+    "_PurgeStep._still_holding": "verify the rewritten bytes (in-stream scan)",
     "write_in_place": "conditional PUT (If-Match)",
     "_PurgeStep._reindex_written": "index update (apply_erasure)",
     "_PurgeStep._delete_noncurrent": "noncurrent versions (versioned buckets only)",
@@ -722,7 +723,6 @@ def prototype_purge(s3: Any, store: Any, settings: Any, target: Any, users: froz
     from lakepurge.purge.engine import Ownership
     from lakepurge.purge.rewrite import rewrite_jsonl
     from lakepurge.purge.s3write import write_in_place
-    from lakepurge.purge.streams import file_chunks, stage
     from lakepurge.s3io import ObjectHead
     from lakepurge.s3uri import S3Uri
 
@@ -735,10 +735,13 @@ def prototype_purge(s3: Any, store: Any, settings: Any, target: Any, users: froz
     owner = Ownership(settings.dataset_named(target.dataset), users)
     body = response["Body"]
     try:
-        staged = stage(rewrite_jsonl(body, False, target.lines, owner, drop=False))
+        staged = rewrite_jsonl(body, False, target.lines, owner, drop=False)
     finally:
         body.close()
-    written = write_in_place(s3, head, file_chunks(staged), attributes)
+    try:
+        written = write_in_place(s3, head, staged, attributes)
+    finally:
+        staged.close()
     version = NewVersion(written.etag, written.version_id, head.last_modified)
     if not store.apply_erasure(target.s3path, target.etag, version, owner.erased):
         raise RuntimeError("index moved on: the engine would re-index")

@@ -129,6 +129,14 @@ def _collect(value: Any, path: tuple[str, ...], depth: int, field: str, out: lis
             _collect(item, path, depth, field, out)
 
 
+def plain_ids(values: Sequence[Any]) -> bool:
+    """Whether every value is an id extract_ids takes as it is from a single top-level field (a non-empty string,
+    short enough, without NUL), checked without a Python step per value."""
+    if not values or set(map(type, values)) != {str} or "" in values:
+        return False
+    return max(map(len, values)) <= _SHORT_ID_CHARS and "\x00" not in "".join(values)
+
+
 def extract_ids(record: dict[str, Any], paths: tuple[tuple[str, ...], ...]) -> tuple[str, ...]:
     """All user ids a record names through the dataset's id fields, without duplicates.
 
@@ -360,6 +368,20 @@ def allow_csv_fields(max_bytes: int) -> None:
         csv.field_size_limit(max_bytes + 1)
 
 
+def unquoted_line(line: bytes) -> bool:
+    """A line without '"' and without a '\\r' before its end: a record of its own, split at every comma."""
+    carriage = line.find(b"\r")
+    return b'"' not in line and (carriage < 0 or carriage == len(line) - 1)
+
+
+def unquoted_row(line: bytes) -> list[str]:
+    """The fields of an unquoted_line, as csv.reader gives them."""
+    text = line.decode("utf-8", "surrogateescape")
+    if text.endswith("\r"):
+        text = text[:-1]
+    return text.split(",") if text else []
+
+
 def csv_records(stream: ByteSource, max_bytes: int, rows_for: Container[int] | None = None) -> Iterator[CsvRecord]:
     """The CSV record grammar the indexer and the purge share (so they agree on every record boundary): Python's
     csv reader, default dialect, fed one physical line at a time. A quoted field may span lines (an empty line or a
@@ -387,16 +409,12 @@ def csv_records(stream: ByteSource, max_bytes: int, rows_for: Container[int] | N
         if line is None:
             yield CsvRecord(number, [None], None, _too_long(max_bytes))
             continue
-        carriage = line.find(b"\r")
-        if b'"' not in line and (carriage < 0 or carriage == len(line) - 1):
+        if unquoted_line(line):
             # No quote and no bare '\r': the record is this line, and csv.reader would split it at every comma.
             if rows_for is not None and number not in rows_for:
                 yield CsvRecord(number, [line], [], None)
                 continue
-            text = line.decode("utf-8", "surrogateescape")
-            if carriage >= 0:
-                text = text[:-1]
-            yield CsvRecord(number, [line], text.split(",") if text else [], None)
+            yield CsvRecord(number, [line], unquoted_row(line), None)
             continue
         text = line.decode("utf-8", "surrogateescape")
         try:

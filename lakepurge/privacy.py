@@ -4,9 +4,8 @@ certificates, the suppression list of erased users."""
 from __future__ import annotations
 
 import hashlib
-import hmac
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from lakepurge import aws
 from lakepurge.config import ConfigError, PrivacyConfig
@@ -52,11 +51,21 @@ def forget_handed_keys() -> None:
     _handed.clear()
 
 
+_BLOCK = 64  # SHA-256's block size
+
+
 class Pseudonymizer:
     def __init__(self, key: bytes) -> None:
         if len(key) < 16:
             raise ConfigError("the hash key must be at least 16 bytes")
         self._key = key
+        # HMAC-SHA256 (RFC 2104) from the key's two padded blocks, hashed once: each id then costs two copies of a
+        # hash state, not the key schedule OpenSSL's one-shot HMAC redoes on every call (three times slower). The
+        # purge hashes the id of every target line with it.
+        block = hashlib.sha256(key).digest() if len(key) > _BLOCK else key
+        padded = block.ljust(_BLOCK, b"\0")
+        self._inner = hashlib.sha256(bytes(byte ^ 0x36 for byte in padded))
+        self._outer = hashlib.sha256(bytes(byte ^ 0x5C for byte in padded))
 
     @classmethod
     def from_config(cls, config: PrivacyConfig) -> Pseudonymizer:
@@ -74,7 +83,15 @@ class Pseudonymizer:
             return None
 
     def __call__(self, user_id: str) -> str:
-        return hmac.new(self._key, user_id.encode(), hashlib.sha256).hexdigest()
+        inner = self._inner.copy()
+        inner.update(user_id.encode())
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        return outer.hexdigest()
+
+    def each(self, user_ids: Iterable[str]) -> Iterator[str]:
+        """The hash of each id, in order."""
+        return map(self, user_ids)
 
     def many(self, user_ids: Iterable[str]) -> list[str]:
         return sorted({self(u) for u in user_ids})
@@ -103,3 +120,16 @@ class HashedUsers:
 
     def __len__(self) -> int:
         return len(self._hashes)
+
+    def each_contained(self, user_ids: list[str]) -> list[bool]:
+        """Whether each id is one of the users, in order: the ids of a batch of records checked at once. Ids seen
+        before are answered from memory; the others are hashed together, each once."""
+        seen = self._seen
+        known = list(map(seen.get, user_ids))
+        if None in known:
+            if len(seen) > 100_000:
+                seen.clear()
+            new = list(dict.fromkeys(user_id for user_id in user_ids if user_id not in seen))
+            seen.update(zip(new, map(self._hashes.__contains__, self._pseudonymizer.each(new)), strict=True))
+            known = list(map(seen.__getitem__, user_ids))
+        return known  # type: ignore[return-value]

@@ -70,20 +70,23 @@ def _head_from(bucket: str, key: str, response: dict[str, Any]) -> ObjectHead:
     )
 
 
-def head_object(s3: Any, bucket: str, key: str) -> ObjectHead | None:
-    """The current version's head, or None when the object does not exist (deleted, or a delete marker)."""
+def head_object(s3: Any, bucket: str, key: str, checksum: bool = False) -> ObjectHead | None:
+    """The current version's head, or None when the object does not exist (deleted, or a delete marker). With
+    checksum, the headers also hold the checksum S3 stores for it (ChecksumCRC64NVME, ...)."""
     try:
-        return _head_from(bucket, key, s3.head_object(Bucket=bucket, Key=key))
+        extra = {"ChecksumMode": "ENABLED"} if checksum else {}
+        return _head_from(bucket, key, s3.head_object(Bucket=bucket, Key=key, **extra))
     except ClientError as exc:
         if error_code(exc) in _MISSING:
             return None
         raise
 
 
-def head_version(s3: Any, bucket: str, key: str, version_id: str) -> ObjectHead | None:
+def head_version(s3: Any, bucket: str, key: str, version_id: str, checksum: bool = False) -> ObjectHead | None:
     """The head of one version, or None when that version (or the key) no longer exists or is a delete marker."""
     try:
-        response = s3.head_object(Bucket=bucket, Key=key, VersionId=version_id)
+        extra = {"ChecksumMode": "ENABLED"} if checksum else {}
+        response = s3.head_object(Bucket=bucket, Key=key, VersionId=version_id, **extra)
     except ClientError as exc:
         if error_code(exc) in (*_MISSING, "NoSuchVersion", "400", "InvalidArgument"):
             return None

@@ -13,15 +13,24 @@ For each object named by the report:
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field, replace
 from typing import IO, Any, Literal
 
 import orjson
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, FlexibleChecksumError
 
 from lakepurge.config import DatasetConfig, Settings
-from lakepurge.formats import InflationLimitExceeded, csv_id_columns, csv_ids, extract_ids, parse_paths
+from lakepurge.formats import (
+    InflationLimitExceeded,
+    csv_id_columns,
+    csv_ids,
+    extract_ids,
+    group_records,
+    parse_paths,
+    plain_ids,
+)
 from lakepurge.index.base import WHOLE_OBJECT, IndexStore, NewVersion, ObjectIndex
 from lakepurge.indexer import index_object, scan_object
 from lakepurge.logs import get_logger, object_ref
@@ -29,7 +38,7 @@ from lakepurge.purge.placeholders import PlaceholderRecord
 from lakepurge.purge.placeholders import write_record as write_placeholder_record
 from lakepurge.purge.rewrite import rewrite_csv, rewrite_jsonl, rewrite_parquet
 from lakepurge.purge.s3write import WriteConflict, Written, delete_in_place, preserved_attributes, write_in_place
-from lakepurge.purge.streams import file_chunks, stage
+from lakepurge.purge.streams import Staged
 from lakepurge.s3io import (
     ObjectChanged,
     ObjectHead,
@@ -37,8 +46,10 @@ from lakepurge.s3io import (
     ever_versioned,
     get_current,
     head_object,
+    head_version,
     noncurrent_versions,
     open_body,
+    open_seekable,
 )
 from lakepurge.s3uri import S3Uri
 
@@ -77,12 +88,21 @@ class ObjectOutcome:
     erased_lines: list[int] = field(default_factory=list)
     deleted_versions: list[str] = field(default_factory=list)  # ids of the noncurrent versions deleted
     sidecar_versions_deleted: list[str] = field(default_factory=list)  # versions of the sidecar naming the user
+    # The proof verification reads instead of the lake (docs/ARCHITECTURE.md, "Verification by checksum"): the
+    # CRC64NVME of the bytes written, verified before the write to hold none of the users, and the noncurrent
+    # versions this purge read and found holding none of them (a version's bytes never change).
+    after_checksum: str = ""
+    clean_versions: list[str] = field(default_factory=list)
     # False while the outcome is only an intent: recorded just before the write, so a run killed between the write
     # and its record can tell, when started again, that the erasure it finds done was its own.
     committed: bool = True
 
 
 BeforeWrite = Callable[[ObjectOutcome], None]
+
+
+class OutputNotClean(Exception):
+    """The bytes produced for an object still hold some of the users' records: nothing is written."""
 
 
 class Ownership:
@@ -98,6 +118,25 @@ class Ownership:
         self.not_matching = 0
         self.lines_of: dict[int, int] = {}  # physical lines of each erased record that spans more than one
 
+    def json_lines(self, lines: list[int], contents: list[bytes]) -> list[bool]:
+        """json_line for several lines at once. When each is an object whose single top-level id field holds a
+        plain id (the bulk of any lake), they are parsed, hashed and looked up without a Python step per line;
+        otherwise each goes through json_line."""
+        field = self._paths[0][0] if len(self._paths) == 1 and len(self._paths[0]) == 1 else None
+        each_contained = getattr(self.users, "each_contained", None)
+        if field is not None and each_contained is not None:
+            try:
+                records = list(map(orjson.loads, contents))
+            except orjson.JSONDecodeError:
+                records = []
+            ids = [r.get(field) if type(r) is dict else None for r in records]
+            if records and plain_ids(ids):
+                owned: list[bool] = each_contained(ids)
+                self.erased.extend(itertools.compress(lines, owned))
+                self.not_matching += owned.count(False)
+                return owned
+        return [self.json_line(line, content) for line, content in zip(lines, contents, strict=True)]
+
     def json_line(self, line: int, content: bytes) -> bool:
         try:
             record = orjson.loads(content)
@@ -108,6 +147,21 @@ class Ownership:
 
     def csv_header(self, header: list[str]) -> None:
         self._columns = csv_id_columns(header, self._fields)
+
+    def csv_rows(self, lines: list[int], rows: list[list[str]]) -> list[bool]:
+        """csv_record for several rows at once: hashed and looked up together when the dataset has one id column
+        and every row holds a plain ASCII id in it (the bulk of any lake); otherwise row by row."""
+        assert self._columns is not None
+        each_contained = getattr(self.users, "each_contained", None)
+        if len(self._columns) == 1 and self._columns[0][1] is not None and each_contained is not None:
+            column = self._columns[0][1]
+            ids = [row[column] if column < len(row) else "" for row in rows]
+            if plain_ids(ids) and "".join(ids).isascii():
+                owned: list[bool] = each_contained(ids)
+                self.erased.extend(itertools.compress(lines, owned))
+                self.not_matching += owned.count(False)
+                return owned
+        return [self.csv_record(line, row) for line, row in zip(lines, rows, strict=True)]
 
     def csv_record(self, line: int, row: list[str]) -> bool:
         """As the indexer reads the row: a row with an id it would not index (too long, NUL, invalid UTF-8) is
@@ -179,6 +233,7 @@ class _PurgeStep:
     users: Container[str]
     before_write: BeforeWrite
     versioned: bool
+    spans: dict[int, int] = field(default_factory=dict)  # physical lines of each blanked record spanning several
 
     def run(self, target: PurgeTarget) -> ObjectOutcome:
         if target.versions_only:
@@ -229,6 +284,9 @@ class _PurgeStep:
 
         if stale:
             _, lines = find_user_lines(s3, self.settings, dataset, head, users)
+            if body is not None:
+                body.close()  # read past by the rescan's own GET: read this version afresh
+                body = None
         else:
             lines = sorted(set(target.lines))
         written = self._rewrite(head, body, lines, outcome) if lines else None
@@ -246,46 +304,75 @@ class _PurgeStep:
     def _rewrite(
         self, head: ObjectHead, body: IO[bytes] | None, lines: list[int], outcome: ObjectOutcome
     ) -> Written | None:
-        s3, dataset = self.s3, self.dataset
-        attributes = preserved_attributes(s3, head)
-        if dataset.format == "parquet":
-            rewritten, erased = rewrite_parquet(s3, head, self.users, dataset)
-            outcome.lines_erased = erased
+        staged, erased = self._produce(head, body, lines, outcome)
+        try:
+            left = self._still_holding(staged, head.key) if erased else []
+            if left and not outcome.stale_index:
+                # The index named some of the users' records in this version but not all: find every one in it
+                # (a full read) and produce the object again.
+                staged.close()
+                log.warning(
+                    "the index missed records in an object; re-reading it",
+                    extra={"object": object_ref(head.s3path, self.dataset)},
+                )
+                _, lines = find_user_lines(self.s3, self.settings, self.dataset, head, self.users)
+                staged, erased = self._produce(head, None, lines, outcome)
+                left = self._still_holding(staged, head.key) if erased else []
+            if left:
+                raise OutputNotClean(f"the rewritten bytes still hold {len(left)} of the users' records")
             if not erased:
-                rewritten.close()
                 return None
-            self.before_write(replace(outcome, status="erased", committed=False))
-            return write_in_place(s3, head, file_chunks(rewritten), attributes)
-        if body is None or outcome.stale_index:
-            if body is not None:
-                body.close()  # read past by the rescan's own GET: read this version afresh
+            attributes = preserved_attributes(self.s3, head)
+            self.before_write(replace(outcome, status="erased", committed=False, after_checksum=staged.checksum))
+            written = write_in_place(self.s3, head, staged, attributes)
+        finally:
+            staged.close()
+        outcome.after_checksum = written.checksum
+        if self.dataset.erase != "drop":
+            # What the vacuum may remove later, and nothing else: the placeholders this write left.
+            spans = tuple((line, self.spans.get(line, 1)) for line in outcome.erased_lines)
+            record = PlaceholderRecord(outcome.s3path, written.etag, written.version_id, head.etag, spans)
+            write_placeholder_record(self.s3, self.settings, record)
+        return written
+
+    def _produce(
+        self, head: ObjectHead, body: IO[bytes] | None, lines: list[int], outcome: ObjectOutcome
+    ) -> tuple[Staged, int]:
+        """The object's bytes with the named records of the users erased, and how many were."""
+        s3, dataset = self.s3, self.dataset
+        if dataset.format == "parquet":
+            staged, rows = rewrite_parquet(open_seekable(s3, head), lines, self.users, dataset)
+            outcome.lines_erased = len(rows)
+            return staged, len(rows)
+        if body is None:
             body = open_body(s3, head)
         owner = Ownership(dataset, self.users)
         gz = head.key.endswith(".gz")
         drop = dataset.erase == "drop"
+        indexing = self.settings.indexing
         try:
             if dataset.format == "jsonl":
-                chunks = rewrite_jsonl(body, gz, lines, owner, drop, self.settings.indexing.inflation)
+                staged = rewrite_jsonl(body, gz, lines, owner, drop, indexing.inflation)
             else:
-                indexing = self.settings.indexing
-                chunks = rewrite_csv(body, gz, lines, owner, drop, indexing.max_record_bytes, indexing.inflation)
-            staged = stage(chunks)
+                staged = rewrite_csv(body, gz, lines, owner, drop, indexing.max_record_bytes, indexing.inflation)
         finally:
             body.close()
         outcome.index_lines_not_matching = owner.not_matching
         outcome.lines_erased = len(owner.erased)
         outcome.erased_lines = owner.erased
-        if not owner.erased:
-            staged.close()
-            return None
-        self.before_write(replace(outcome, status="erased", committed=False))
-        written = write_in_place(s3, head, file_chunks(staged), attributes)
-        if not drop:
-            # What the vacuum may remove later, and nothing else: the placeholders this write left.
-            spans = tuple((line, owner.lines_of.get(line, 1)) for line in owner.erased)
-            record = PlaceholderRecord(outcome.s3path, written.etag, written.version_id, head.etag, spans)
-            write_placeholder_record(s3, self.settings, record)
-        return written
+        self.spans = owner.lines_of
+        return staged, len(owner.erased)
+
+    def _still_holding(self, staged: Staged, key: str) -> list[int]:
+        """Verification of the bytes produced, before they are written: the lines of the rewritten object that still
+        hold one of the users, read with the indexer's own grammar (what a re-read of the written object would
+        find; the checksum then binds what S3 stores to these bytes)."""
+        dataset, indexing = self.dataset, self.settings.indexing
+        assert dataset.id_fields is not None
+        grouped = group_records(
+            staged.reader(), key, dataset.format, dataset.id_fields, indexing.max_record_bytes, indexing.inflation
+        )
+        return sorted(line for user, found in grouped.lines_by_user.items() if user in self.users for line in found)
 
     def _reindex_written(self, before: ObjectHead, written: Written, outcome: ObjectOutcome, stale: bool) -> None:
         """Index the version just written, in the step that confirms the write.
@@ -332,7 +419,9 @@ class _PurgeStep:
                 _, lines = find_user_lines(self.s3, self.settings, self.dataset, version, self.users)
             except ObjectChanged:
                 continue  # deleted since listed
-            if lines:
+            if not lines:
+                outcome.clean_versions.append(str(version.version_id))
+            else:
                 # Recorded first: a run killed right after the delete still lists the version on its rerun.
                 intent = [*outcome.deleted_versions, str(version.version_id)]
                 self.before_write(replace(outcome, committed=False, deleted_versions=intent))
@@ -350,33 +439,73 @@ def _nothing(outcome: ObjectOutcome) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Remaining:
-    """A version of an object that still holds some of the users' records after a purge."""
+    """A version of an object that still holds some of the users' records after a purge, or that could not be read
+    to tell (reason says why)."""
 
     s3path: str
     version_id: str | None
     lines: int
+    reason: str = ""
+
+
+UNREADABLE = "its bytes do not match the checksum S3 states for them: it cannot be verified"
 
 
 def verify_object(
-    s3: Any, settings: Settings, dataset: DatasetConfig, s3path: str, users: Container[str]
+    s3: Any,
+    settings: Settings,
+    dataset: DatasetConfig,
+    s3path: str,
+    users: Container[str],
+    proof: ObjectOutcome | None = None,
 ) -> list[Remaining]:
-    """Re-read the current version and every noncurrent version still present; report any that hold a user."""
+    """Every version of the object still present, current and noncurrent, and the sidecar's: those holding a user.
+
+    Without a proof each version is read. With the purge's outcome as proof, a version is not read again when the
+    purge already established it holds none of the users: the version it wrote, if S3 still answers for it the
+    checksum of the bytes verified before the write, and the noncurrent versions it read clean. Any other version
+    (a concurrent writer's, one the purge never read, a checksum that differs) is read in full."""
     uri = S3Uri.parse(s3path)
-    heads = [h for h in [head_object(s3, uri.bucket, uri.key)] if h is not None]
+    proven = proof is not None and bool(proof.after_checksum)
+    heads = [h for h in [head_object(s3, uri.bucket, uri.key, checksum=proven)] if h is not None]
     # Every noncurrent version too, whether or not the purge deletes them: a version left to a lifecycle rule still
     # holds the data, and "verified" means nothing of the users is left.
     heads.extend(noncurrent_versions(s3, uri))
     remaining = []
     for head in heads:
+        if proof is not None and _proven_clean(s3, dataset, head, proof):
+            continue
         try:
             _, lines = find_user_lines(s3, settings, dataset, head, users)
         except ObjectChanged:
             continue  # replaced or deleted between listing and reading: the new state is read on its own
+        except FlexibleChecksumError:
+            # The bytes S3 returns do not match the checksum it states: nothing can be said of this version.
+            remaining.append(Remaining(s3path, head.version_id, 0, UNREADABLE))
+            continue
         if lines:
             remaining.append(Remaining(s3path, head.version_id, len(lines)))
     for sidecar in sidecar_versions_naming(s3, dataset, uri, users):
         remaining.append(Remaining(sidecar.s3path, sidecar.version_id, 1))
     return remaining
+
+
+def _proven_clean(s3: Any, dataset: DatasetConfig, head: ObjectHead, proof: ObjectOutcome) -> bool:
+    if head.version_id is not None and head.version_id in proof.clean_versions:
+        return True
+    if not proof.after_checksum or head.etag != proof.after_etag or head.version_id != proof.after_version:
+        return False
+    stored = head.headers.get("ChecksumCRC64NVME")
+    if stored is None and head.version_id is not None:  # a noncurrent version: its HEAD, checksum included
+        pinned = head_version(s3, head.bucket, head.key, head.version_id, checksum=True)
+        stored = pinned.headers.get("ChecksumCRC64NVME") if pinned is not None else None
+    if stored != proof.after_checksum:
+        log.warning(
+            "the object's stored checksum is not that of the bytes verified; reading it again",
+            extra={"object": object_ref(head.s3path, dataset)},
+        )
+        return False
+    return True
 
 
 def sidecar_versions_naming(s3: Any, dataset: DatasetConfig, uri: S3Uri, users: Container[str]) -> list[ObjectHead]:

@@ -1,20 +1,34 @@
 """The format rewriters: one object's bytes with the users' records blanked or dropped, every other byte kept.
 
-JSON Lines and CSV stream (gzip in, gzip out), and each target line is checked against the engine's Ownership before
-it is touched; Parquet is rewritten row group by row group, dropping the rows whose ids name one of the users.
+JSON Lines and CSV stream (gzip in, gzip out) through splice_lines, and each target line is checked against the
+engine's Ownership before it is touched; Parquet is rewritten row group by row group, dropping the named rows whose
+ids name one of the users. The result is a Staged object: its bytes and their CRC64NVME, ready to be verified and
+written.
 """
 
 from __future__ import annotations
 
-import tempfile
+import bisect
+import io
+import itertools
 from collections.abc import Container, Iterable, Iterator
 from typing import IO, TYPE_CHECKING, Any
 
 from lakepurge.config import DatasetConfig
-from lakepurge.formats import DEFAULT_INFLATION, GzipReader, Inflation, csv_records, extract_ids, parse_paths
-from lakepurge.purge.splice import DROP, splice_lines
-from lakepurge.purge.streams import LastByte, gzip_chunks, read_chunks
-from lakepurge.s3io import ObjectHead, open_seekable
+from lakepurge.formats import (
+    DEFAULT_INFLATION,
+    UNTERMINATED_AT_END,
+    CsvRecord,
+    GzipReader,
+    Inflation,
+    csv_records,
+    extract_ids,
+    parse_paths,
+    unquoted_line,
+    unquoted_row,
+)
+from lakepurge.purge.splice import DROP, skip_lines, splice_batches
+from lakepurge.purge.streams import LastByte, Staged, gzip_chunks, read_chunks
 
 if TYPE_CHECKING:
     from lakepurge.purge.engine import Ownership
@@ -29,15 +43,18 @@ def rewrite_jsonl(
     owner: Ownership,
     drop: bool,
     inflation: Inflation = DEFAULT_INFLATION,
-) -> Iterator[bytes]:
-    def decide(line: int, content: bytes) -> bytes | None:
-        if owner.json_line(line, content):
-            return DROP if drop else BLANK
-        return None
+) -> Staged:
+    erased = DROP if drop else BLANK
+
+    def decide(numbers: list[int], contents: list[bytes]) -> list[bytes | None]:
+        return [erased if owned else None for owned in owner.json_lines(numbers, contents)]
 
     source: IO[bytes] = GzipReader(raw, inflation) if gz else raw  # type: ignore[assignment]
-    spliced = splice_lines(read_chunks(source), lines, decide)
-    return gzip_chunks(spliced) if gz else spliced
+    pieces = splice_batches(read_chunks(source), lines, decide)
+    return Staged.of(gzip_chunks(pieces) if gz else pieces)
+
+
+CSV_IN_MEMORY = 64 * 1024 * 1024  # a CSV object up to this size (decompressed) is rewritten from memory
 
 
 def rewrite_csv(
@@ -48,16 +65,181 @@ def rewrite_csv(
     drop: bool,
     max_bytes: int,
     inflation: Inflation = DEFAULT_INFLATION,
+) -> Staged:
+    """CSV, record by record (a quoted field may span lines), with the indexer's record grammar (csv_records): a
+    target is erased only if a record starts on its line and holds one of the users. A blanked record keeps its line
+    count: its first line becomes empty fields (`,,,`) and its continuation lines become empty lines, so every later
+    record's line number still holds. The header (line 0) is never touched; every other byte passes through.
+
+    Where no '"' stands between the last record start known and a target, every line in between is a record of its
+    own, so the target's line starts a record: that stretch is counted over, not parsed. Past a quote, records are
+    parsed from the last start known up to the target. Objects over CSV_IN_MEMORY are parsed record by record."""
+    source: IO[bytes] = GzipReader(raw, inflation) if gz else raw  # type: ignore[assignment]
+    data = source.read(CSV_IN_MEMORY + 1)
+    if len(data) > CSV_IN_MEMORY:
+        streamed = _csv_streamed(itertools.chain((data,), read_chunks(source)), set(lines), owner, drop, max_bytes)
+        return Staged.of(gzip_chunks(streamed) if gz else streamed)
+    pieces = (
+        _csv_without_quotes(data, lines, owner, drop, max_bytes)
+        if b'"' not in data
+        else _csv_in_memory(data, sorted(set(lines)), owner, drop, max_bytes)
+    )
+    if drop and not data.endswith(b"\n"):
+        pieces = _unterminated(pieces)
+    return Staged.of(gzip_chunks(pieces) if gz else pieces)
+
+
+def _unterminated(pieces: Iterable[bytes | memoryview]) -> Iterator[bytes | memoryview]:
+    """The object had no final newline: neither has the rewritten one when its last line was dropped (the line
+    before it loses its '\\n')."""
+    last: bytes | memoryview = b""
+    for piece in pieces:
+        if not piece:
+            continue
+        if last:
+            yield last
+        last = piece
+    yield last[:-1] if bytes(last[-1:]) == b"\n" else last
+
+
+def _csv_without_quotes(
+    data: bytes, lines: Iterable[int], owner: Ownership, drop: bool, max_bytes: int
+) -> Iterator[bytes | memoryview]:
+    """An object without a single '"': every line is a record of its own (csv_records' grammar), so the target
+    lines are spliced as JSON Lines are, their rows decided together."""
+    header = _record_at(memoryview(data), 0, max_bytes)
+    owner.csv_header((header.row or []) if header is not None else [])
+
+    def decide(numbers: list[int], contents: list[bytes]) -> list[bytes | None]:
+        plain = [len(c) <= max_bytes and unquoted_line(c) for c in contents]
+        if all(plain):
+            rows = [unquoted_row(content) for content in contents]
+            owned = owner.csv_rows(numbers, rows)
+        else:  # a bare '\r' or an overlong line: not a record the indexer read, row by row
+            rows = [unquoted_row(c) if p else [] for c, p in zip(contents, plain, strict=True)]
+            owned = [p and owner.csv_record(n, r) for n, r, p in zip(numbers, rows, plain, strict=True)]
+        return [
+            (DROP if drop else b"," * max(len(row) - 1, 0)) if mine else None
+            for row, mine in zip(rows, owned, strict=True)
+        ]
+
+    return splice_batches((data,), [line for line in lines if line > 0], decide)
+
+
+def _csv_in_memory(
+    data: bytes, targets: list[int], owner: Ownership, drop: bool, max_bytes: int
+) -> Iterator[bytes | memoryview]:
+    view = memoryview(data)
+    header = _record_at(view, 0, max_bytes)
+    owner.csv_header((header.row or []) if header is not None else [])
+    known_line, known_pos = (len(header.lines), _after_lines(data, 0, len(header.lines))) if header else (1, 0)
+    parsed: Iterator[CsvRecord] | None = None  # records from a known start, while quotes are about
+    ahead: CsvRecord | None = None  # the parsed record read past the last target
+    passed = 0
+    for target in targets:
+        if target < known_line:
+            continue  # the header, or inside a record already read
+        position, line = skip_lines(data, known_pos, known_line, target)
+        if line < target:
+            break  # past the end
+        if data.find(b'"', known_pos, position) < 0:
+            record = _record_at(view, position, max_bytes)
+            if record is None:
+                break  # an empty remainder is no line
+            record = record._replace(line=target) if record.line != target else record
+        else:
+            if parsed is None or ahead is None or ahead.line > known_line:
+                parsed, ahead = _parsed_from(view, known_pos, known_line, max_bytes), None
+            while ahead is None or ahead.line < target:
+                ahead = next(parsed, None)
+                if ahead is None:
+                    break
+            if ahead is None:
+                break
+            record = ahead if ahead.line == target else None
+            if record is None:  # the target is inside a record: not a record's start, never erased
+                known_line, known_pos = ahead.line, _after_lines(data, known_pos, ahead.line - known_line)
+                continue
+        assert record is not None
+        spanned = len(record.lines)
+        end = _after_lines(data, position, spanned)
+        known_line, known_pos = target + spanned, end
+        if record.row is None or not owner.csv_record(target, record.row):
+            continue
+        if drop:
+            if passed < position:
+                yield view[passed:position]
+            passed = end
+            continue
+        first = record.lines[0] or b""
+        carriage = b"\r" if first.endswith(b"\r") else b""
+        blank = b"," * max(len(record.row) - 1, 0) + carriage + b"\n" * (spanned - 1)
+        if passed < position:
+            yield view[passed:position]
+        yield blank + (b"\n" if data[end - 1 : end] == b"\n" else b"")
+        passed = end
+        if spanned > 1:
+            owner.lines_of[target] = spanned
+    if passed < len(data):
+        yield view[passed:] if passed else data
+
+
+def _record_at(view: memoryview, position: int, max_bytes: int) -> CsvRecord | None:
+    """The record starting at `position`, read through a window that grows while a quoted field runs past it."""
+    data = view.obj
+    assert isinstance(data, bytes)
+    end = data.find(b"\n", position)
+    line = data[position : len(data) if end < 0 else end]
+    if line and len(line) <= max_bytes and unquoted_line(line):
+        return CsvRecord(0, [line], unquoted_row(line), None)
+    window = len(data) - position if end < 0 else end + 1 - position  # its first line; more if a quote stays open
+    while True:
+        stop = min(len(data), position + window)
+        record = next(csv_records(_ViewReader(view[:stop], position), max_bytes), None)
+        if record is None or record.problem != UNTERMINATED_AT_END or stop == len(data) or window > max_bytes + 1:
+            return record
+        window = max(window * 4, 65536)
+
+
+def _parsed_from(view: memoryview, position: int, line: int, max_bytes: int) -> Iterator[CsvRecord]:
+    for record in csv_records(_ViewReader(view, position), max_bytes):
+        yield record._replace(line=record.line + line)
+
+
+def _after_lines(data: bytes, position: int, count: int) -> int:
+    """The position after `count` more lines from `position` (the end of the data if it has fewer)."""
+    for _ in range(count):
+        end = data.find(b"\n", position)
+        if end < 0:
+            return len(data)
+        position = end + 1
+    return position
+
+
+class _ViewReader(io.RawIOBase):
+    """Reads a memoryview from a position on, copying only what is read."""
+
+    def __init__(self, view: memoryview, position: int) -> None:
+        self._view = view
+        self._position = position
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        size = min(len(buffer), len(self._view) - self._position)
+        buffer[:size] = self._view[self._position : self._position + size]
+        self._position += size
+        return size
+
+
+def _csv_streamed(
+    chunks: Iterable[bytes], targets: set[int], owner: Ownership, drop: bool, max_bytes: int
 ) -> Iterator[bytes]:
-    """CSV, record by record (a quoted field may span lines). A blanked record keeps its line count: its first
-    line becomes empty fields (`,,,`) and its continuation lines become empty lines, so every later record's line
-    number still holds. The header (line 0) is never touched; every other record passes through byte for byte."""
-    targets = set(lines)
-    source = LastByte(GzipReader(raw, inflation) if gz else raw)
+    """Objects too large to hold: every record read with csv_records as the stream goes."""
+    source = LastByte(_ChunkReader(chunks))
 
     def output_lines() -> Iterator[bytes]:
-        # The indexer's own record grammar: a line it could not parse as a record's start is passed through as it
-        # is, and every record it indexed is found here at the same line.
         header = True
         for record in csv_records(source, max_bytes, rows_for=targets | {0}):
             if header:
@@ -77,59 +259,109 @@ def rewrite_csv(
                     raise ValueError(f"line {number} is longer than max_record_bytes; cannot rewrite it safely")
                 yield line
 
-    def terminated() -> Iterator[bytes]:
-        batch: list[bytes] = []
-        previous: bytes | None = None
-        for line in output_lines():
-            if previous is not None:
-                batch.append(previous + b"\n")
-                if len(batch) >= 4096:
-                    yield b"".join(batch)
-                    batch.clear()
-            previous = line
+    batch: list[bytes] = []
+    previous: bytes | None = None
+    for line in output_lines():
         if previous is not None:
-            batch.append(previous + (b"\n" if source.last == b"\n" else b""))
-        yield b"".join(batch)
+            batch.append(previous + b"\n")
+            if len(batch) >= 4096:
+                yield b"".join(batch)
+                batch.clear()
+        previous = line
+    if previous is not None:
+        batch.append(previous + (b"\n" if source.last == b"\n" else b""))
+    yield b"".join(batch)
 
-    return gzip_chunks(terminated()) if gz else terminated()
+
+class _ChunkReader(io.RawIOBase):
+    """A stream over an iterator of chunks."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self._chunks = iter(chunks)
+        self._held = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._held:
+            self._held = next(self._chunks, b"")
+            if not self._held:
+                return 0
+        size = min(len(buffer), len(self._held))
+        buffer[:size] = self._held[:size]
+        self._held = self._held[size:]
+        return size
 
 
-def rewrite_parquet(s3: Any, head: ObjectHead, users: Container[str], dataset: DatasetConfig) -> tuple[IO[bytes], int]:
-    """Drop the users' rows, keeping the schema, physical types, compression and row-group layout."""
+def rewrite_parquet(
+    source: IO[bytes], lines: Iterable[int], users: Container[str], dataset: DatasetConfig
+) -> tuple[Staged, list[int]]:
+    """Drop the users' rows among the given ones (row numbers across the file), keeping the schema, physical types,
+    compression and row-group layout. Each named row is checked to hold one of the users; the rows erased are
+    returned."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     assert dataset.id_fields is not None
     paths = parse_paths(dataset.id_fields)
-    source = pq.ParquetFile(open_seekable(s3, head))
-    metadata = source.metadata
-    physical = source.schema
+    parquet = pq.ParquetFile(source)
+    metadata = parquet.metadata
+    physical = parquet.schema
     int96 = any(physical.column(i).physical_type == "INT96" for i in range(len(physical)))
     compression: dict[str, str] = {}
     if metadata.num_row_groups:
         group = metadata.row_group(0)
         for i in range(group.num_columns):
             compression[group.column(i).path_in_schema] = group.column(i).compression.lower()
-    out = tempfile.SpooledTemporaryFile(max_size=64 * 1024 * 1024)  # noqa: SIM115 - returned to the caller
+    staged = Staged()
     writer = pq.ParquetWriter(
-        out,
-        source.schema_arrow,
+        _StagedFile(staged),
+        parquet.schema_arrow,
         compression=compression or "snappy",
         use_deprecated_int96_timestamps=int96,
         version=metadata.format_version if metadata.format_version in ("1.0", "2.4", "2.6") else "2.6",
     )
-    erased = 0
+    targets = sorted(set(lines))
+    erased: list[int] = []
+    first_row = 0
     for index in range(metadata.num_row_groups):
-        table = source.read_row_group(index)
-        keep = [not owned for owned in owned_rows(table, paths, users)]
-        erased += keep.count(False)
-        if not all(keep):
-            table = table.filter(pa.array(keep, type=pa.bool_()))
+        table = parquet.read_row_group(index)
+        rows = table.num_rows
+        low, high = bisect.bisect_left(targets, first_row), bisect.bisect_left(targets, first_row + rows)
+        named = [t - first_row for t in targets[low:high]]
+        if named:
+            owned = owned_rows(table.take(pa.array(named, type=pa.int64())), paths, users)
+            dropped = [row for row, mine in zip(named, owned, strict=True) if mine]
+            if dropped:
+                keep = [True] * rows
+                for row in dropped:
+                    keep[row] = False
+                table = table.filter(pa.array(keep, type=pa.bool_()))
+                erased.extend(first_row + row for row in dropped)
         if table.num_rows:
             writer.write_table(table, row_group_size=table.num_rows)  # one output group per input group
+        first_row += rows
     writer.close()
-    out.seek(0)
-    return out, erased
+    return staged, erased
+
+
+class _StagedFile(io.RawIOBase):
+    """The file-like Parquet writer writes into a Staged (so the checksum is computed as the bytes come)."""
+
+    def __init__(self, staged: Staged) -> None:
+        self._staged = staged
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        piece = bytes(data)
+        self._staged.write(piece)
+        return len(piece)
+
+    def tell(self) -> int:
+        return self._staged.size
 
 
 def owned_rows(table: Any, paths: tuple[tuple[str, ...], ...], users: Container[str]) -> list[bool]:

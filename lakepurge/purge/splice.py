@@ -1,96 +1,218 @@
 """Line-exact rewriting of a byte stream: only the chosen lines change, every other byte passes through.
 
-Chunks that hold no target line are passed on untouched (a bytes.count per chunk), so the cost of a purge is
-close to a plain copy of the object, not a parse of every line.
+The bytes between target lines are never split into lines: the splice counts newlines in bulk (``bytes.count``,
+memchr speed) to reach the next target, and passes the untouched stretch on as a memoryview of the chunk it came
+in, so no byte of a line that is not a target is copied or looked at by Python code. A purge therefore costs about
+what reading and writing the object costs, plus the decision on each target line.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterable, Iterator
-from typing import cast
 
 # Decides what becomes of a target line: the replacement bytes (without the line's terminator), DROP to remove
-# the line with its terminator, or None to leave it as it is. The line is given without its '\n' and '\r'.
+# the line with its terminator, or None to leave it as it is. The line is given without its '\n' and its '\r'.
 Decide = Callable[[int, bytes], bytes | None]
+DecideMany = Callable[[list[int], list[bytes]], list[bytes | None]]  # the same for several lines at once
 
 DROP = b"\x00drop"  # a sentinel no JSON or CSV line can be (NUL is not valid in either)
 
+_FEW_LINES = 8  # a gap this short is walked with find; a longer one is counted over in bulk
+_DENSE_EVERY = 16  # a target at least every this many lines: the chunk is split into lines instead
+_DENSE_MIN_BYTES = 4096
 
-def splice_lines(chunks: Iterable[bytes], targets: Iterable[int], decide: Decide) -> Iterator[bytes]:
-    """Yield the stream with each target line (0-based) replaced as decide says.
 
-    Line terminators are preserved exactly ('\\n', '\\r\\n', or none on the last line). A line split across chunk
-    boundaries is reassembled before decide sees it. A chunk in which a target line starts is split into lines and
-    joined again (C, not a Python step per line): a purge erasing many lines of an object costs little more than
-    one erasing a few.
+def splice_lines(chunks: Iterable[bytes], targets: Iterable[int], decide: Decide) -> Iterator[bytes | memoryview]:
+    """Yield the stream with each target line (0-based) replaced as decide says (one line at a time)."""
+
+    def one_by_one(lines: list[int], contents: list[bytes]) -> list[bytes | None]:
+        return [decide(line, content) for line, content in zip(lines, contents, strict=True)]
+
+    return splice_batches(chunks, targets, one_by_one)
+
+
+def splice_batches(
+    chunks: Iterable[bytes], targets: Iterable[int], decide: DecideMany
+) -> Iterator[bytes | memoryview]:
+    """Yield the stream with each target line (0-based) replaced as decide says, deciding the target lines of a
+    chunk together (so a decision can be made for all of them in C: parse, hash, look up).
+
+    Line terminators are preserved exactly ('\\n', '\\r\\n', or none on the last line). A target line split
+    across chunk boundaries is reassembled before decide sees it.
     """
-    pending = iter(sorted(set(targets)))
+    ordered = sorted(set(targets))
+    if ordered and ordered[0] < 0:
+        raise ValueError(f"line numbers start at 0, not {ordered[0]}")
+    pending = iter(ordered)
     target = next(pending, None)
-    if target is not None and target < 0:
-        raise ValueError(f"line numbers start at 0, not {target}")
-    line = 0  # the line that starts at the current position
-    partial: list[bytes] = []  # a target line's start, when it runs past a chunk boundary
+    done = 0  # targets before ordered[done] are decided
+    line = 0  # the line that starts at `pos` (or that the chunk's first bytes continue)
+    held: list[bytes] = []  # the start of a target line that runs past a chunk boundary
+    held_line = -1  # that target line; -1 when none is held
+    average = 256.0  # bytes a line, as last measured: how far a bulk count may go
     for chunk in chunks:
-        if target is None and not partial:
+        if target is None and held_line < 0:
             yield chunk
             continue
-        position = 0
-        if partial:
+        view = memoryview(chunk)
+        size = len(chunk)
+        pos = passed = 0  # bytes of this chunk before `passed` are yielded already
+        if held_line >= 0:
             end = chunk.find(b"\n")
             if end < 0:
-                partial.append(chunk)
+                held.append(chunk)
                 continue
-            partial.append(chunk[:end])
-            yield _decided(b"".join(partial), line, decide, b"\n")
-            partial.clear()
+            content = b"".join((*held, chunk[:end]))
+            held.clear()
+            (replacement,) = _decided(decide, [held_line], [content])
+            if replacement is not DROP:
+                yield (content if replacement is None else replacement) + b"\n"
+            passed = pos = end + 1
+            line += 1
+            held_line = -1
+            target = next(pending, None)
+            done += 1
+        if target is not None and size - pos > _DENSE_MIN_BYTES:
+            lines_left = (size - pos) / average
+            if (bisect.bisect_left(ordered, line + lines_left, lo=done) - done) * _DENSE_EVERY >= lines_left:
+                # Targets every few lines: split the rest of the chunk into lines in C and join it again.
+                parts = (chunk[pos:] if pos else chunk).split(b"\n")
+                complete = len(parts) - 1  # the last part goes on in the next chunk (or is empty)
+                stop = bisect.bisect_left(ordered, line + complete, lo=done)
+                yield _dense(parts, ordered[done:stop], line, decide)
+                average = (size - pos) / complete if complete else average
+                line += complete
+                pending = iter(ordered[stop:])
+                target = next(pending, None)
+                done = stop
+                tail = parts[-1]
+                if target is not None and target == line:
+                    held_line = target
+                    held.append(tail)
+                elif tail:
+                    yield tail
+                continue
+        starts: list[int] = []
+        ends: list[int] = []
+        numbers: list[int] = []
+        find = chunk.find
+        while target is not None and pos < size:
+            gap = target - line
+            if gap > _FEW_LINES:
+                before, before_line = pos, line
+                pos, line = skip_lines(chunk, pos, line, target, average)
+                average = (pos - before) / (line - before_line) if line - before_line > _FEW_LINES else average
+                if line < target:
+                    break  # the target starts in a later chunk
+            else:  # a few lines on (dense targets): found here, without a call per target
+                while gap:
+                    end = find(b"\n", pos)
+                    if end < 0:
+                        break
+                    pos = end + 1
+                    gap -= 1
+                line = target - gap
+                if gap:
+                    pos = size
+                    break
+            end = find(b"\n", pos)
+            if end < 0:
+                held_line = target  # it goes on in the next chunk
+                break
+            numbers.append(target)
+            starts.append(pos)
+            ends.append(end)
+            pos = end + 1
             line += 1
             target = next(pending, None)
-            position = end + 1
-        rest = chunk[position:] if position else chunk
-        if not rest:
-            continue
-        if target is None:
-            yield rest
-            continue
-        newlines = rest.count(b"\n")
-        if line + newlines < target:  # the next target starts in a later chunk
-            yield rest
-            line += newlines
-            continue
-        complete = rest.split(b"\n")
-        tail = complete.pop()  # after the last newline: the start of a line that goes on in the next chunk
-        pieces = cast("list[bytes | None]", complete)  # None where a line is dropped
+            done += 1
+        if numbers:
+            contents = [chunk[start:end] for start, end in zip(starts, ends, strict=True)]
+            for start, end, replacement in zip(starts, ends, _decided(decide, numbers, contents), strict=True):
+                if replacement is None:
+                    continue
+                if passed < start:
+                    yield view[passed:start]
+                if replacement is not DROP:
+                    yield replacement + b"\n"
+                passed = end + 1
+        if held_line >= 0:
+            if passed < pos:
+                yield view[passed:pos]
+            held.append(chunk[pos:])
+            passed = size
+        if passed < size:
+            yield view[passed:] if passed else chunk
+    content = b"".join(held)
+    if held_line >= 0 and content:  # the last line had no terminator (an empty remainder is no line at all)
+        (replacement,) = _decided(decide, [held_line], [content])
+        if replacement is None:
+            yield content
+        elif replacement is not DROP:
+            yield replacement
+
+
+def skip_lines(chunk: bytes, pos: int, line: int, target: int, average: float = 256.0) -> tuple[int, int]:
+    """Advance from `pos` (in line `line`) to the start of line `target`: the position reached and its line. Stops
+    at the chunk's end when the target is not in it.
+
+    A long way is counted over in bulk: stretches that, at `average` bytes a line (the caller's estimate), end
+    short of the target (halved while they do not), then the last few lines are found one by one."""
+    gap = target - line
+    size = len(chunk)
+    while gap > _FEW_LINES:
+        span = max(int(average * gap * 0.75), 1)
+        if pos + span >= size:
+            found = chunk.count(b"\n", pos)
+            if found < gap:
+                return size, line + found
+            span = max((size - pos) * gap * 3 // (4 * found), 1)
+        found = chunk.count(b"\n", pos, pos + span)
+        while found >= gap:
+            span //= 2
+            found = chunk.count(b"\n", pos, pos + span)
+        pos += span
+        line += found
+        gap -= found
+    find = chunk.find
+    while gap > 0:
+        end = find(b"\n", pos)
+        if end < 0:
+            return size, line
+        pos = end + 1
+        line += 1
+        gap -= 1
+    return pos, line
+
+
+def _dense(parts: list[bytes], chosen: list[int], first_line: int, decide: DecideMany) -> bytes:
+    """The complete lines of parts (all but the last) joined again, the chosen lines replaced as decided."""
+    if chosen:
+        places = [number - first_line for number in chosen]
+        decided = _decided(decide, chosen, [parts[place] for place in places])
         dropped = False
-        while target is not None and target < line + newlines:
-            index = target - line
-            pieces[index] = _replaced(complete[index], target, decide)
-            dropped = dropped or pieces[index] is None
-            target = next(pending, None)
-        kept = [piece for piece in pieces if piece is not None] if dropped else pieces
-        if kept:
-            yield b"\n".join(kept) + b"\n"  # type: ignore[arg-type]
-        line += newlines
-        if target == line:
-            partial.append(tail)
-        elif tail:
-            yield tail
-    last = b"".join(partial)
-    if last:  # the last line had no terminator (an empty remainder is no line at all)
-        yield _decided(last, line, decide, b"")
+        for place, replacement in zip(places, decided, strict=True):
+            if replacement is DROP:
+                dropped = True
+                parts[place] = DROP
+            elif replacement is not None:
+                parts[place] = replacement
+        if dropped:
+            kept = [part for part in parts[:-1] if part is not DROP]
+            return b"\n".join(kept) + b"\n" if kept else b""
+    return b"\n".join(parts[:-1]) + b"\n" if len(parts) > 1 else b""
 
 
-def _replaced(content: bytes, line: int, decide: Decide) -> bytes | None:
-    """A target line's new content (without its '\\n'; a '\\r' before it kept), or None when it is dropped."""
-    carriage = content.endswith(b"\r")
-    body = content[:-1] if carriage else content
-    replacement = decide(line, body)
-    if replacement is None:
-        return content
-    if replacement is DROP:
-        return None
-    return replacement + b"\r" if carriage else replacement
-
-
-def _decided(content: bytes, line: int, decide: Decide, terminator: bytes) -> bytes:
-    replaced = _replaced(content, line, decide)
-    return b"" if replaced is None else replaced + terminator
+def _decided(decide: DecideMany, lines: list[int], contents: list[bytes]) -> list[bytes | None]:
+    """The target lines' new contents (without the final '\\n'; a '\\r' before it kept), DROP, or None."""
+    carriages = [content.endswith(b"\r") for content in contents]
+    if any(carriages):
+        contents = [c[:-1] if carried else c for c, carried in zip(contents, carriages, strict=True)]
+    replacements = decide(lines, contents)
+    if any(carriages):
+        replacements = [
+            r + b"\r" if carried and r is not None and r is not DROP else r
+            for r, carried in zip(replacements, carriages, strict=True)
+        ]
+    return replacements

@@ -6,6 +6,8 @@ import gzip
 import io
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lakepurge.config import DatasetConfig
 from lakepurge.purge.engine import ObjectOutcome, Ownership
@@ -108,7 +110,7 @@ CSV = (
 
 def rewrite(raw: bytes, lines: list[int], users: set[str], gz: bool = False, drop: bool = False):
     owner = Ownership(PROFILES, users)
-    out = b"".join(rewrite_csv(io.BytesIO(raw), gz, lines, owner, drop, MAX))
+    out = rewrite_csv(io.BytesIO(raw), gz, lines, owner, drop, MAX).body()
     return out, owner
 
 
@@ -214,3 +216,31 @@ def test_given_a_recorded_placeholder_that_changed_when_vacuuming_then_the_objec
 def test_given_a_recorded_placeholder_past_the_end_when_vacuuming_then_the_object_is_refused() -> None:
     with pytest.raises(PlaceholderMismatch, match="1 recorded placeholder line"):
         vacuum(b"{}\n", [(0, 1), (5, 1)])
+
+
+# -- the keyed hash of the ownership check ---------------------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(key=st.binary(min_size=16, max_size=130), ids=st.lists(st.text(max_size=40), max_size=20))
+def test_given_any_key_and_ids_when_hashed_in_a_batch_then_each_hash_is_the_standard_hmac_sha256(key, ids) -> None:
+    import hashlib
+    import hmac
+
+    from lakepurge.privacy import HashedUsers, Pseudonymizer
+
+    pseudonymizer = Pseudonymizer(key)
+    expected = [hmac.new(key, i.encode(), hashlib.sha256).hexdigest() for i in ids]
+    assert [pseudonymizer(i) for i in ids] == expected
+    users = HashedUsers(expected[::2], pseudonymizer)
+    assert users.each_contained(ids) == [i in set(ids[::2]) for i in ids]
+    assert users.each_contained(ids) == [i in users for i in ids]  # again, from memory
+
+
+@pytest.mark.parametrize("quoted", [True, False], ids=["with quotes", "without quotes"])
+def test_given_a_csv_without_final_newline_when_its_last_record_is_dropped_then_it_still_has_none(quoted) -> None:
+    note = b'"a, b"' if quoted else b"plain"
+    raw = b"customer_id,note\nbob," + note + b"\nalice,x\ncarol,y\nalice,z"
+    out, owner = rewrite(raw, [2, 4], {"alice"}, drop=True)
+    assert out == b"customer_id,note\nbob," + note + b"\ncarol,y"
+    assert owner.erased == [2, 4]

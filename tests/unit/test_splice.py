@@ -81,6 +81,12 @@ def test_given_blank_keep_and_drop_decisions_over_any_chunking_when_splicing_the
     data = b"".join(content + end for content, end in lines)
     if final:
         data += b"last line without newline"
+    answers = {"blank": b"{}", "keep": None, "drop": DROP}
+    out = b"".join(splice_lines(chunked(data, cuts), decisions, lambda n, line: answers[decisions[n]]))
+    assert out == expected_after(data, decisions)
+
+
+def expected_after(data: bytes, decisions: dict[int, str]) -> bytes:
     expected = []
     physical = data.split(b"\n")
     for number, line in enumerate(physical):
@@ -92,9 +98,26 @@ def test_given_blank_keep_and_drop_decisions_over_any_chunking_when_splicing_the
         content = {"blank": b"{}" + carriage, "keep": line, "drop": None}[choice]
         if content is not None:
             expected.append(content + (b"" if last else b"\n"))
+    return b"".join(expected)
+
+
+@given(
+    lines=st.lists(st.tuples(line_strategy, st.sampled_from([b"\n", b"\r\n"])), min_size=200, max_size=600),
+    every=st.integers(min_value=1, max_value=40),
+    seed=st.randoms(use_true_random=False),
+    cuts=st.lists(st.integers(min_value=0, max_value=30000), max_size=6),
+)
+@settings(max_examples=60, deadline=None)
+def test_given_dense_and_sparse_targets_in_big_chunks_when_splicing_then_each_line_gets_its_own(
+    lines, every, seed, cuts
+):
+    # Chunks of several KiB with a target every few lines take the split-and-join path; sparse ones the counting
+    # path; both must give what a line-by-line rewrite gives.
+    data = b"".join(content + end for content, end in lines)
+    decisions = {n: seed.choice(["blank", "keep", "drop"]) for n in range(0, len(lines) + 2, every)}
     answers = {"blank": b"{}", "keep": None, "drop": DROP}
     out = b"".join(splice_lines(chunked(data, cuts), decisions, lambda n, line: answers[decisions[n]]))
-    assert out == b"".join(expected)
+    assert out == expected_after(data, decisions)
 
 
 def test_given_a_negative_line_when_splicing_then_it_is_refused():
