@@ -596,6 +596,8 @@ def cmd_purge(args: argparse.Namespace, out: Output) -> int:
             )
     users = _read_users(args, required=not hashes)
     settings = _lake_settings(args)
+    if args.verify is not None:
+        settings = settings.model_copy(update={"purge": settings.purge.model_copy(update={"verify": args.verify})})
     if hashes:
         from lakepurge.index import open_store
         from lakepurge.privacy import Pseudonymizer
@@ -1148,6 +1150,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="auto: in this process when the report has at most workflow.inline_max_objects objects (20 by"
         " default), else local Spark",
+    )
+    purge.add_argument(
+        "--verify",
+        choices=("checksum", "full"),
+        help="checksum: the bytes are verified before the write and S3 must store their CRC64NVME; full: every"
+        " version is read again after the purge (default: [purge] verify, checksum)",
     )
     purge.add_argument(
         "--report",

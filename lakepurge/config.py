@@ -283,6 +283,11 @@ class PurgeConfig(_Strict):
     delete_noncurrent_versions: bool = True
     # Objects purged at once by each Spark task (S3 round trips dominate an object's purge).
     threads_per_task: Annotated[int, Field(ge=1, le=64)] = 4
+    # How the purge verifies what it wrote. "checksum": the rewritten bytes are read for the users before the write
+    # and written with their CRC64NVME, and verification confirms that S3 stores that checksum for that version
+    # (no second read of the object). "full": verification reads every version again (`purge --verify full`).
+    # Versions the purge did not produce or read are read in full either way (docs/ARCHITECTURE.md).
+    verify: Literal["checksum", "full"] = "checksum"
 
 
 class VacuumConfig(_Strict):

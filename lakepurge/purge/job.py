@@ -68,6 +68,13 @@ class PurgeResult:
         return sum(len(o.deleted_versions) for o in self.outcomes)
 
 
+VERSIONS_CHECKED = {
+    "checksum": "every current and noncurrent version of each object: those this purge wrote by their CRC64NVME and"
+    " version id (the bytes were read for the users before the write), those it read by version id, the others"
+    " read again",
+    "full": "every current and noncurrent version of each object, read again",
+}
+
 UNRESOLVED = (
     "no object or version of its dataset resolves its reference: deleted since the report by something other than"
     " this purge, or the hash key changed; check with lakepurge verify"
@@ -131,6 +138,7 @@ def _settle(outcome: ObjectOutcome, intent: ObjectOutcome | None) -> ObjectOutco
     earlier = [v for v in intent.deleted_versions if v not in outcome.deleted_versions]
     settled.deleted_versions = earlier + outcome.deleted_versions
     settled.noncurrent_versions_deleted = len(settled.deleted_versions)
+    settled.clean_versions = list(dict.fromkeys([*intent.clean_versions, *outcome.clean_versions]))
     sidecars = [v for v in intent.sidecar_versions_deleted if v not in outcome.sidecar_versions_deleted]
     settled.sidecar_versions_deleted = sidecars + outcome.sidecar_versions_deleted
     if settled.status == "nothing-to-erase" and settled.deleted_versions:
@@ -207,19 +215,24 @@ def _purge_partition(
             opened.close()
 
 
+VerifyItem = tuple[str, str, dict[str, Any] | None]  # object, dataset, the purge's outcome as proof (None: read all)
+
+
 def _verify_partition(
-    settings: Settings, env: dict[str, str], key: bytes, user_hashes: tuple[str, ...], items: Iterable[tuple[str, str]]
+    settings: Settings, env: dict[str, str], key: bytes, user_hashes: tuple[str, ...], items: Iterable[VerifyItem]
 ) -> Iterator[dict[str, Any]]:
     apply_job_environment(env)
     s3 = aws.client("s3")
     users = HashedUsers(user_hashes, Pseudonymizer(key))
-    for s3path, dataset_name in items:
+    for s3path, dataset_name, proof in items:
         dataset = settings.dataset_named(dataset_name)
-        for remaining in verify_object(s3, settings, dataset, s3path, users):
+        outcome = ObjectOutcome(**proof) if proof is not None else None
+        for remaining in verify_object(s3, settings, dataset, s3path, users, outcome):
             yield {
                 "object": object_ref(remaining.s3path, dataset),
                 "version_id": remaining.version_id,
                 "lines": remaining.lines,
+                **({"reason": remaining.reason} if remaining.reason else {}),
             }
 
 
@@ -257,9 +270,15 @@ def run_purge(
     )
     outcomes = {**done, **{d["s3path"]: ObjectOutcome(**d) for d in fresh}}
     ordered = tuple(outcomes[t.s3path] for t in targets)
-    # Every version of every key the report names (current or noncurrent only) is re-read; a reference that
-    # resolved to nothing has no version to read (the listing found none).
-    checks = [(t.s3path, t.dataset) for t in targets if not t.s3path.startswith(OBJECT_REFERENCE)]
+    # Every version of every key the report names (current or noncurrent only) is checked: read again, or, with
+    # verify = "checksum", proven by what this purge verified and S3 confirms (engine.verify_object). A reference
+    # that resolved to nothing has no version to check (the listing found none).
+    by_checksum = settings.purge.verify == "checksum"
+    checks: list[VerifyItem] = [
+        (t.s3path, t.dataset, asdict(outcomes[t.s3path]) if by_checksum else None)
+        for t in targets
+        if not t.s3path.startswith(OBJECT_REFERENCE)
+    ]
     remaining = _verify_on_executors(spark, settings, checks, pseudonymizer_key, hashes)
     gaps = tuple(g.dataset for g in report.gaps)
     result = PurgeResult(report.request_id, ordered, tuple(remaining), "", tuple(relational), gaps)
@@ -326,7 +345,7 @@ def write_certificate(
             "verification": {
                 "passed": result.verified,
                 "objects_checked": len(targets),
-                "versions_checked": "every current and noncurrent version of each object",
+                "versions_checked": VERSIONS_CHECKED[settings.purge.verify],
                 "remaining": list(result.remaining),
                 "coverage_gaps": list(result.coverage_gaps),
             },
@@ -375,11 +394,12 @@ def verify_everywhere(
         if ever_versioned(s3, dataset.uri.bucket):  # deleted keys: only noncurrent versions, behind a marker
             for version in list_noncurrent(s3, dataset):
                 items.setdefault(version.s3path, dataset.name)
-    return len(items), _verify_on_executors(spark, settings, list(items.items()), key, user_hashes)
+    checks: list[VerifyItem] = [(s3path, name, None) for s3path, name in items.items()]
+    return len(items), _verify_on_executors(spark, settings, checks, key, user_hashes)
 
 
 def _verify_on_executors(
-    spark: Any, settings: Settings, items: list[tuple[str, str]], key: bytes, user_hashes: tuple[str, ...]
+    spark: Any, settings: Settings, items: list[VerifyItem], key: bytes, user_hashes: tuple[str, ...]
 ) -> list[dict[str, Any]]:
     env = job_environment(settings)
     return on_executors(

@@ -1,0 +1,160 @@
+"""Verification without a second read: the purge verifies the bytes it produces, writes them with their CRC64NVME,
+and verification accepts a version without reading it only when S3 states that checksum for that version.
+
+A concurrent writer between the write and the check must never pass for the purge's own bytes."""
+
+from __future__ import annotations
+
+import base64
+import logging
+import tomllib
+import uuid
+
+import orjson
+import pytest
+
+from lakepurge import aws as clients
+from lakepurge.backfill import run_reconcile
+from lakepurge.config import parse_settings
+from lakepurge.index import open_store
+from lakepurge.indexer import index_object
+from lakepurge.privacy import Pseudonymizer
+from lakepurge.purge import engine, job
+from lakepurge.report import build_report
+from tests.support.lakes import index_toml
+from tests.support.purging import HASH_KEY
+
+pytestmark = pytest.mark.integration
+
+KEY = HASH_KEY.encode()
+USER = "alice-7f3e"
+
+
+def jsonl(*users: str) -> bytes:
+    return b"".join(orjson.dumps({"user_id": u, "n": i, "note": "synthetic"}) + b"\n" for i, u in enumerate(users))
+
+
+ORIGINAL = jsonl("bob", USER, "carol", USER, "dave")
+
+
+@pytest.fixture(params=[False, True], ids=["unversioned", "versioned"])
+def lake(request, aws, pg_dsn, monkeypatch):
+    monkeypatch.setenv("LAKEPURGE_HASH_KEY", HASH_KEY)
+    bucket = f"ck-{uuid.uuid4().hex[:10]}"
+    s3 = clients.client("s3")
+    s3.create_bucket(Bucket=bucket)
+    s3.create_bucket(Bucket=f"{bucket}-reports")
+    if request.param:
+        s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    toml = (
+        f'[index]\n{index_toml("postgres", pg_dsn)}\n\n[reports]\nlocation = "s3://{bucket}-reports/"\n\n'
+        "[purge]\nmax_dataset_fraction = 1.0\nmax_object_fraction = 1.0\n\n"
+        f'[[datasets]]\nname = "events"\nlocation = "s3://{bucket}/events/"\nformat = "jsonl"\n'
+        'id_fields = ["user_id"]\n'
+    )
+    cfg = parse_settings(tomllib.loads(toml))
+    store = open_store(cfg.index)
+    for key in ("events/a.jsonl", "events/b.jsonl"):
+        s3.put_object(Bucket=bucket, Key=key, Body=ORIGINAL)
+        index_object(s3, store, cfg, bucket, key)
+    run_reconcile(None, cfg)  # the coverage a certified purge needs
+    yield s3, cfg, store, bucket
+    store.close()
+
+
+def purge_with(cfg, store, between_write_and_check=None):
+    """run_purge (no Spark: the inline path), with something done after every write and before verification."""
+    report = build_report(store, cfg, [USER], f"req-{uuid.uuid4().hex[:8]}", Pseudonymizer(KEY), force=True)
+    reads: list[str] = []
+    verify = job._verify_on_executors
+    scan = engine.find_user_lines
+
+    def counting_scan(s3, settings, dataset, head, users):
+        reads.append(head.key)
+        return scan(s3, settings, dataset, head, users)
+
+    def verify_after(*args, **kwargs):
+        if between_write_and_check is not None:
+            between_write_and_check()
+        engine.find_user_lines = counting_scan
+        try:
+            return verify(*args, **kwargs)
+        finally:
+            engine.find_user_lines = scan
+
+    job._verify_on_executors = verify_after
+    try:
+        return job.run_purge(None, cfg, report, KEY), reads
+    finally:
+        job._verify_on_executors = verify
+
+
+def test_given_a_purge_when_verified_by_checksum_then_no_rewritten_object_is_read_again_and_it_is_certified(lake):
+    s3, cfg, store, bucket = lake
+
+    result, reads = purge_with(cfg, store)
+
+    assert result.verified, result.remaining
+    assert [o.status for o in result.outcomes] == ["erased", "erased"]
+    assert reads == []  # each version was proven by its checksum and version id, none read again
+    for key in ("events/a.jsonl", "events/b.jsonl"):
+        head = s3.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        assert USER.encode() not in body
+        assert body.count(b"\n") == ORIGINAL.count(b"\n")  # blanked in place: every other line kept
+        outcome = next(o for o in result.outcomes if o.s3path.endswith(key))
+        assert head["ChecksumCRC64NVME"] == outcome.after_checksum
+    certificate = orjson.loads(
+        s3.get_object(Bucket=f"{bucket}-reports", Key=result.certificate.split("/", 3)[3])["Body"].read()
+    )
+    assert certificate["verification"]["passed"] is True
+    assert "CRC64NVME" in certificate["verification"]["versions_checked"]
+
+
+def test_given_a_concurrent_overwrite_between_the_write_and_the_check_when_verified_then_it_fails(lake, caplog):
+    # A writer that read the object before the purge (a compaction, a late backfill) puts the old bytes back after
+    # the purge wrote its own: S3 now stores another checksum than that of the verified bytes.
+    s3, cfg, store, bucket = lake
+
+    def stale_writer_puts_the_old_bytes_back():
+        s3.put_object(Bucket=bucket, Key="events/a.jsonl", Body=ORIGINAL)
+
+    with caplog.at_level(logging.WARNING):
+        result, reads = purge_with(cfg, store, stale_writer_puts_the_old_bytes_back)
+
+    assert not result.verified
+    assert [(r["object"], r["lines"]) for r in result.remaining] == [(f"s3://{bucket}/events/a.jsonl", 2)]
+    assert "events/a.jsonl" in reads  # not proven: read again, and the user was found
+    assert "events/b.jsonl" not in reads
+    certificate = orjson.loads(
+        s3.get_object(Bucket=f"{bucket}-reports", Key=result.certificate.split("/", 3)[3])["Body"].read()
+    )
+    assert certificate["verification"]["passed"] is False
+    assert USER not in caplog.text
+
+
+# Unversioned only: in a versioned bucket any overwrite is a new version, which the previous test covers.
+@pytest.mark.parametrize("lake", [False], ids=["unversioned"], indirect=True)
+def test_given_a_stored_checksum_that_differs_from_the_verified_bytes_when_verified_then_it_fails(lake, caplog):
+    # Same bytes, same ETag, but S3 states a checksum other than the purge's: the version is not taken as proven.
+    s3, cfg, store, bucket = lake
+
+    def rewrite_same_bytes_with_another_checksum():
+        body = s3.get_object(Bucket=bucket, Key="events/a.jsonl")["Body"].read()
+        other = base64.b64encode((12345).to_bytes(8, "big")).decode()
+        # moto stores a stated checksum without checking it (S3 would refuse it): the closest this test can get to
+        # "the stored checksum differs from that of the bytes verified"
+        s3.put_object(
+            Bucket=bucket, Key="events/a.jsonl", Body=body, ChecksumAlgorithm="CRC64NVME", ChecksumCRC64NVME=other
+        )
+
+    with caplog.at_level(logging.WARNING):
+        result, reads = purge_with(cfg, store, rewrite_same_bytes_with_another_checksum)
+
+    # Not taken as proven: read again, and the read itself refuses bytes that do not match the stated checksum.
+    assert reads == ["events/a.jsonl"]
+    assert not result.verified
+    assert [(r["object"], r["reason"]) for r in result.remaining] == [
+        (f"s3://{bucket}/events/a.jsonl", engine.UNREADABLE)
+    ]
+    assert "stored checksum is not that of the bytes verified" in caplog.text
