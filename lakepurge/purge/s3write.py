@@ -17,7 +17,7 @@ from awscrt import checksums
 from botocore.exceptions import ClientError
 
 from lakepurge.purge.streams import Staged, crc64nvme_base64
-from lakepurge.s3io import ObjectHead, error_code
+from lakepurge.s3io import ObjectHead, error_code, head_object
 
 PART_BYTES = 16 * 1024 * 1024
 PART_CONCURRENCY = 4  # parts in flight per object: 4 x 16 MiB of memory at most
@@ -98,6 +98,11 @@ def write_in_place(
                 **attributes,
             )["UploadId"]
             parts = _upload_parts(s3, head, upload_id, staged, concurrency)
+            # S3 checks If-Match on completion atomically; stores that ignore it (moto, some S3-compatible ones)
+            # are still refused a write over an object changed while the parts went up.
+            current = head_object(s3, head.bucket, head.key)
+            if current is None or current.etag != head.etag:
+                raise WriteConflict(head.s3path)
             response = s3.complete_multipart_upload(
                 Bucket=head.bucket,
                 Key=head.key,
