@@ -252,18 +252,19 @@ def _check_limits(
     limits = settings.purge
     per_dataset: dict[str, dict[str, int]] = defaultdict(lambda: {"objects": 0, "records": 0})
     problems = []
+    checked = [o.s3path for o in objects if o.lines != (WHOLE_OBJECT,)] if limits.max_object_fraction < 1 else []
+    records_of = store.object_records(checked) if checked else {}
     for obj in objects:
         erased = 1 if obj.lines == (WHOLE_OBJECT,) else len(obj.lines)
         per_dataset[obj.dataset]["objects"] += 1
         per_dataset[obj.dataset]["records"] += erased
-        if obj.lines != (WHOLE_OBJECT,) and limits.max_object_fraction < 1:
-            indexed = store.get_object(obj.s3path)
-            big_enough = indexed is not None and indexed.records >= limits.min_records_for_object_fraction
-            if indexed is not None and big_enough and erased / indexed.records > limits.max_object_fraction:
-                where = object_ref(obj.s3path, settings.dataset_named(obj.dataset))
-                problems.append(
-                    f"{where}: {erased} of {indexed.records} records (max_object_fraction {limits.max_object_fraction})"
-                )
+        records = records_of.get(obj.s3path, 0)
+        big_enough = records >= limits.min_records_for_object_fraction  # one person is a large share of a small one
+        if records and big_enough and erased / records > limits.max_object_fraction:
+            where = object_ref(obj.s3path, settings.dataset_named(obj.dataset))
+            problems.append(
+                f"{where}: {erased} of {records} records (max_object_fraction {limits.max_object_fraction})"
+            )
     totals = store.dataset_records()
     for name, counts in per_dataset.items():
         total = totals.get(name, 0)

@@ -181,6 +181,10 @@ class IndexStore(Protocol):
     def dataset_records(self) -> dict[str, int]:
         """Records indexed per dataset (the denominators of the purge's safety limits)."""
 
+    def object_records(self, s3paths: Sequence[str]) -> dict[str, int]:
+        """Records indexed in each of the given objects that the index knows (the object safety limit's
+        denominators), read together."""
+
     def indexed_objects(self) -> dict[str, str]:
         """s3path -> indexed ETag for every object the index knows."""
 

@@ -730,6 +730,14 @@ class DynamoIndexStore:
             reappeared=int(item["reappeared"]["N"]),
         )
 
+    def object_records(self, s3paths: Sequence[str]) -> dict[str, int]:
+        items = self._batch_get(
+            [_meta_key(path) for path in dict.fromkeys(s3paths)],
+            ProjectionExpression="#u, #r",
+            ExpressionAttributeNames={"#u": "userid", "#r": "records"},
+        )
+        return {item["userid"]["S"].removeprefix(META_PREFIX): int(item["records"]["N"]) for item in items}
+
     def dataset_records(self) -> dict[str, int]:
         totals: dict[str, int] = defaultdict(int)
         for item in self._scan(

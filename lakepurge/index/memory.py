@@ -196,6 +196,10 @@ class MemoryIndexStore:
                 reappeared=held.reappeared,
             )
 
+    def object_records(self, s3paths: Sequence[str]) -> dict[str, int]:
+        with self._lock:
+            return {path: self._objects[path].records for path in s3paths if path in self._objects}
+
     def dataset_records(self) -> dict[str, int]:
         totals: dict[str, int] = defaultdict(int)
         with self._lock:

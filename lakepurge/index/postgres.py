@@ -522,6 +522,11 @@ class PostgresIndexStore:
             rows = cur.fetchall()
         return {user: list(lines) for user, lines in rows}
 
+    def object_records(self, s3paths: Sequence[str]) -> dict[str, int]:
+        with self._conn.cursor() as cur:
+            cur.execute("SELECT s3path, records FROM indexed_objects WHERE s3path = ANY(%s)", (list(s3paths),))
+            return dict(cur.fetchall())
+
     def get_object(self, s3path: str) -> ObjectIndex | None:
         with self._conn.cursor() as cur:
             cur.execute(

@@ -243,6 +243,7 @@ def test_given_indexed_objects_when_getting_one_then_its_version_rows_counts_and
     assert store.get_object(B) == clicks
     assert store.get_object("s3://lake/never-indexed") is None
     assert store.dataset_records() == {"events": 5, "clicks": 10}
+    assert store.object_records([B, "s3://lake/never-indexed", B]) == {B: 10}
     store.remove_object(B)
     assert store.get_object(B) is None
     assert store.dataset_records() == {"events": 5}
