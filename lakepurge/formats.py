@@ -9,10 +9,12 @@ content: such a line may hold personal data we cannot locate, so it must be repo
 from __future__ import annotations
 
 import csv
+import functools
 import io
+import operator
 import zlib
 from collections import defaultdict, deque
-from collections.abc import Container, Iterable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from operator import itemgetter
 from typing import IO, Any, NamedTuple, Protocol, cast
 
@@ -335,6 +337,60 @@ def group_records(
         except TruncatedObject as exc:
             unindexable.append(_truncated(exc))
     return Grouped(dict(lines_by_user), records, unindexable)
+
+
+def lines_holding(
+    raw: IO[bytes],
+    key: str,
+    fmt: str,
+    id_fields: Sequence[str],
+    max_bytes: int,
+    inflation: Inflation,
+    wanted: Callable[[list[str]], list[bool]],
+) -> list[int]:
+    """The lines (records, rows) of an object whose ids include one of the wanted users, as read_records reads
+    them. wanted answers for a list of ids at once. For JSON Lines with one top-level id field, a chunk of objects
+    whose field holds a plain id or nothing (`{}` placeholders, records without it: no user) is answered without a
+    Python step per line: what verifying a freshly rewritten object needs."""
+    paths = parse_paths(id_fields)
+    field = _single_field(paths) if fmt == "jsonl" else None
+    found: list[int] = []
+
+    def from_items(items: Iterable[Record | Unindexable]) -> None:
+        records = [item for item in items if type(item) is Record]
+        ids = [user for record in records for user in record.user_ids]
+        owned = iter(wanted(ids)) if ids else iter(())
+        for record in records:
+            if any([next(owned) for _ in record.user_ids]):
+                found.append(record.line)
+
+    if field is None:
+        from_items(read_records(raw, key, fmt, id_fields, max_bytes, inflation))
+        return found
+    get = operator.methodcaller("get", field)
+    is_a_value = functools.partial(operator.is_not, None)
+    with collector_paused():
+        try:
+            for first, lines in iter_line_batches(open_decompressed(raw, key, inflation), max_bytes):
+                try:
+                    if None in lines:
+                        raise TypeError
+                    values = list(map(get, map(orjson.loads, lines)))  # type: ignore[arg-type]
+                except (orjson.JSONDecodeError, AttributeError, TypeError):
+                    from_items(_jsonl_items(first, lines, paths, max_bytes))
+                    continue
+                present = list(filter(is_a_value, values))
+                if not plain_ids(present):
+                    if present:
+                        from_items(_jsonl_items(first, lines, paths, max_bytes))
+                    continue
+                owned = wanted(present)
+                if True in owned:  # rare: only then walk the lines to number them
+                    answers = iter(owned)
+                    found.extend(n for n, v in enumerate(values, first) if v is not None and next(answers))
+        except TruncatedObject as exc:
+            raise ValueError(f"the object could not be read to its end: {exc.reason}") from None
+    return found
 
 
 class CsvRecord(NamedTuple):

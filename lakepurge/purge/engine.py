@@ -27,7 +27,7 @@ from lakepurge.formats import (
     csv_id_columns,
     csv_ids,
     extract_ids,
-    group_records,
+    lines_holding,
     parse_paths,
     plain_ids,
 )
@@ -369,10 +369,18 @@ class _PurgeStep:
         find; the checksum then binds what S3 stores to these bytes)."""
         dataset, indexing = self.dataset, self.settings.indexing
         assert dataset.id_fields is not None
-        grouped = group_records(
-            staged.reader(), key, dataset.format, dataset.id_fields, indexing.max_record_bytes, indexing.inflation
+        users = self.users
+        each_contained = getattr(users, "each_contained", None)
+        wanted = each_contained or (lambda ids: [user in users for user in ids])
+        return lines_holding(
+            staged.reader(),
+            key,
+            dataset.format,
+            dataset.id_fields,
+            indexing.max_record_bytes,
+            indexing.inflation,
+            wanted,
         )
-        return sorted(line for user, found in grouped.lines_by_user.items() if user in self.users for line in found)
 
     def _reindex_written(self, before: ObjectHead, written: Written, outcome: ObjectOutcome, stale: bool) -> None:
         """Index the version just written, in the step that confirms the write.
@@ -458,19 +466,22 @@ def verify_object(
     s3path: str,
     users: Container[str],
     proof: ObjectOutcome | None = None,
+    versioned: bool = True,
 ) -> list[Remaining]:
     """Every version of the object still present, current and noncurrent, and the sidecar's: those holding a user.
 
     Without a proof each version is read. With the purge's outcome as proof, a version is not read again when the
     purge already established it holds none of the users: the version it wrote, if S3 still answers for it the
     checksum of the bytes verified before the write, and the noncurrent versions it read clean. Any other version
-    (a concurrent writer's, one the purge never read, a checksum that differs) is read in full."""
+    (a concurrent writer's, one the purge never read, a checksum that differs) is read in full. versioned=False (the
+    bucket never had versioning: lakepurge.s3io.ever_versioned) skips listing the versions it cannot have."""
     uri = S3Uri.parse(s3path)
     proven = proof is not None and bool(proof.after_checksum)
     heads = [h for h in [head_object(s3, uri.bucket, uri.key, checksum=proven)] if h is not None]
     # Every noncurrent version too, whether or not the purge deletes them: a version left to a lifecycle rule still
-    # holds the data, and "verified" means nothing of the users is left.
-    heads.extend(noncurrent_versions(s3, uri))
+    # holds the data, and "verified" means nothing of the users is left. A bucket that never had versioning has none.
+    if versioned:
+        heads.extend(noncurrent_versions(s3, uri))
     remaining = []
     for head in heads:
         if proof is not None and _proven_clean(s3, dataset, head, proof):

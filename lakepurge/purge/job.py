@@ -224,16 +224,36 @@ def _verify_partition(
     apply_job_environment(env)
     s3 = aws.client("s3")
     users = HashedUsers(user_hashes, Pseudonymizer(key))
-    for s3path, dataset_name, proof in items:
+    versioning: dict[str, bool] = {}  # per bucket, asked once per task
+    lock = threading.Lock()
+
+    def versioned(bucket: str) -> bool:
+        with lock:
+            if bucket not in versioning:
+                versioning[bucket] = ever_versioned(s3, bucket)
+            return versioning[bucket]
+
+    def verify(item: VerifyItem) -> list[dict[str, Any]]:
+        s3path, dataset_name, proof = item
         dataset = settings.dataset_named(dataset_name)
         outcome = ObjectOutcome(**proof) if proof is not None else None
-        for remaining in verify_object(s3, settings, dataset, s3path, users, outcome):
-            yield {
+        found = verify_object(
+            s3, settings, dataset, s3path, users, outcome, versioned=versioned(S3Uri.parse(s3path).bucket)
+        )
+        return [
+            {
                 "object": object_ref(remaining.s3path, dataset),
                 "version_id": remaining.version_id,
                 "lines": remaining.lines,
                 **({"reason": remaining.reason} if remaining.reason else {}),
             }
+            for remaining in found
+        ]
+
+    # HEADs and listings are round trips: a few at once, as the purge does.
+    with ThreadPoolExecutor(settings.purge.threads_per_task) as pool:
+        for found in pool.map(verify, list(items)):
+            yield from found
 
 
 def run_purge(

@@ -32,9 +32,7 @@ def splice_lines(chunks: Iterable[bytes], targets: Iterable[int], decide: Decide
     return splice_batches(chunks, targets, one_by_one)
 
 
-def splice_batches(
-    chunks: Iterable[bytes], targets: Iterable[int], decide: DecideMany
-) -> Iterator[bytes | memoryview]:
+def splice_batches(chunks: Iterable[bytes], targets: Iterable[int], decide: DecideMany) -> Iterator[bytes | memoryview]:
     """Yield the stream with each target line (0-based) replaced as decide says, deciding the target lines of a
     chunk together (so a decision can be made for all of them in C: parse, hash, look up).
 

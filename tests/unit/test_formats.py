@@ -441,3 +441,48 @@ def test_given_any_lines_when_split_into_csv_records_then_rows_are_those_of_the_
     except csv.Error:
         return
     assert [r.row for r in ours] == theirs
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    lines=st.lists(
+        st.sampled_from(
+            [
+                b'{"user_id":"alice","n":1}',
+                b'{"user_id":"bob"}',
+                b"{}",
+                b"",
+                b'{"other":1}',
+                b'{"user_id":7}',
+                b'{"user_id":["alice","carol"]}',
+                b"[1,2]",
+                b"not json",
+                b'{"user_id":""}',
+                b'{"user_id":null}',
+            ]
+        ),
+        max_size=60,
+    ),
+    gz=st.booleans(),
+)
+def test_given_any_rewritten_lines_when_looking_for_users_then_the_lines_are_those_read_records_gives(lines, gz):
+    # The verification before a write takes a bulk path where it can; it must find exactly what the indexer finds.
+    body = b"\n".join(lines) + b"\n"
+    raw = gzip.compress(body) if gz else body
+    key = "x.jsonl.gz" if gz else "x.jsonl"
+    wanted = {"alice", "7"}
+    expected = [
+        item.line
+        for item in read_records(io.BytesIO(raw), key, "jsonl", ("user_id",), 100)
+        if isinstance(item, Record) and wanted & set(item.user_ids)
+    ]
+    found = formats.lines_holding(
+        io.BytesIO(raw),
+        key,
+        "jsonl",
+        ("user_id",),
+        100,
+        formats.DEFAULT_INFLATION,
+        lambda ids: [i in wanted for i in ids],
+    )
+    assert found == expected
