@@ -109,6 +109,15 @@ def result(prefix: S3Uri, s3path: str) -> S3Uri:
     return S3Uri(prefix.bucket, f"{prefix.key}{_digest(s3path)}.json")
 
 
+def results_batch(prefix: S3Uri, batch_id: str) -> S3Uri:
+    """Finished outcomes of several objects, written together (``{"outcomes": [...]}``): a task records its
+    objects' outcomes in batches; each object's intent, written before its write, stays in :func:`result`."""
+    return S3Uri(prefix.bucket, f"{prefix.key}{RESULTS_BATCHES}{batch_id}.json")
+
+
+RESULTS_BATCHES = "batches/"
+
+
 def requests_prefix(settings: Settings) -> S3Uri:
     """The folder holding one folder per request."""
     return _under(settings, "requests/")

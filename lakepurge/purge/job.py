@@ -8,7 +8,8 @@ skips what was done and ends in the same state, with the same certificate, as on
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator
+import uuid
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
@@ -68,6 +69,8 @@ class PurgeResult:
         return sum(len(o.deleted_versions) for o in self.outcomes)
 
 
+RESULTS_PER_BATCH = 50
+
 VERSIONS_CHECKED = {
     "checksum": "every current and noncurrent version of each object: those this purge wrote by their CRC64NVME and"
     " version id (the bytes were read for the users before the write), those it read by version id, the others"
@@ -110,18 +113,32 @@ def recorded_outcomes(
     object. An object of a one-user-per-object dataset is stored by its reference (report.stored_name), which the
     path resolves."""
     paths: dict[str, str] = {}
+    names: dict[str, str] = {}
     for s3path in s3paths:
+        reference = object_reference(s3path, pseudonymizer)
         paths[layout.result(prefix, s3path).key] = s3path
-        paths[layout.result(prefix, object_reference(s3path, pseudonymizer)).key] = s3path
+        paths[layout.result(prefix, reference).key] = s3path
+        names[s3path] = names[reference] = s3path
     done: dict[str, ObjectOutcome] = {}
+    batched: dict[str, ObjectOutcome] = {}
+    batches = prefix.key + layout.RESULTS_BATCHES
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=prefix.bucket, Prefix=prefix.key):
         for item in page.get("Contents", []):
-            if item["Key"] not in paths:
+            key = item["Key"]
+            if key.startswith(batches):
+                document = orjson.loads(s3.get_object(Bucket=prefix.bucket, Key=key)["Body"].read())
+                for recorded in document["outcomes"]:
+                    if recorded["s3path"] in names:
+                        outcome = ObjectOutcome(**{**recorded, "s3path": names[recorded["s3path"]]})
+                        batched[outcome.s3path] = outcome
+                continue
+            if key not in paths:
                 continue  # an object the report does not name (a rerun of an older report's results)
-            document = orjson.loads(s3.get_object(Bucket=prefix.bucket, Key=item["Key"])["Body"].read())
-            outcome = ObjectOutcome(**{**document, "s3path": paths[item["Key"]]})
+            document = orjson.loads(s3.get_object(Bucket=prefix.bucket, Key=key)["Body"].read())
+            outcome = ObjectOutcome(**{**document, "s3path": paths[key]})
             done[outcome.s3path] = outcome
-    return done
+    # A finished outcome supersedes the intent recorded before the object's write.
+    return {**done, **batched}
 
 
 def _settle(outcome: ObjectOutcome, intent: ObjectOutcome | None) -> ObjectOutcome:
@@ -171,15 +188,26 @@ def _purge_partition(
         current: IndexStore = local.store
         return current
 
-    def recorder(target: PurgeTarget) -> Callable[[ObjectOutcome], None]:
-        dataset = settings.dataset_named(target.dataset)
+    def stored(outcome: ObjectOutcome) -> ObjectOutcome:
+        name = stored_name(outcome.s3path, settings.dataset_named(datasets[outcome.s3path]), pseudonymizer)
+        return replace(outcome, s3path=name)
 
-        def record(outcome: ObjectOutcome) -> None:
-            name = stored_name(outcome.s3path, dataset, pseudonymizer)
-            document = orjson.dumps({**asdict(outcome), "s3path": name})
-            s3.put_object(Bucket=prefix.bucket, Key=layout.result(prefix, name).key, Body=document)
+    def record_intent(outcome: ObjectOutcome) -> None:
+        """Before an object is written (or a version deleted): what is about to be done, on its own."""
+        named = stored(outcome)
+        s3.put_object(Bucket=prefix.bucket, Key=layout.result(prefix, named.s3path).key, Body=orjson.dumps(named))
 
-        return record
+    # Finished outcomes are written together, RESULTS_PER_BATCH at a time and at the end: one request for many
+    # objects. A task killed before a batch is written loses nothing: its objects' intents are recorded, and the
+    # rerun settles each from the intent and the object as it finds it (_settle).
+    finished: list[ObjectOutcome] = []
+    finished_lock = threading.Lock()
+
+    def flush(outcomes: list[ObjectOutcome]) -> None:
+        if outcomes:
+            where = layout.results_batch(prefix, uuid.uuid4().hex)
+            body = orjson.dumps({"outcomes": [stored(o) for o in outcomes]})
+            s3.put_object(Bucket=where.bucket, Key=where.key, Body=body)
 
     versioning: dict[str, bool] = {}  # per bucket, asked once per task
 
@@ -189,28 +217,35 @@ def _purge_partition(
         bucket = S3Uri.parse(target.s3path).bucket
         if bucket not in versioning:
             versioning[bucket] = ever_versioned(s3, bucket)
-        record = recorder(target)
-        outcome = purge_object(s3, store(), settings, target, users, before_write=record, versioned=versioning[bucket])
-        outcome = _settle(outcome, intents.get(target.s3path))
-        return finish(outcome, record)
+        versioned = versioning[bucket]
+        outcome = purge_object(s3, store(), settings, target, users, before_write=record_intent, versioned=versioned)
+        return finish(_settle(outcome, intents.get(target.s3path)))
 
     def unresolved(target: PurgeTarget) -> dict[str, Any]:
         """No version of the object is left (report.resolve_references): erased by an earlier run of this purge
         only if that run recorded its intent; otherwise a failure, never a silent success."""
         intent = intents.get(target.s3path)
         if intent is not None:
-            return finish(_settle(ObjectOutcome(target.s3path, "gone"), intent), recorder(target))
+            return finish(_settle(ObjectOutcome(target.s3path, "gone"), intent))
         return asdict(ObjectOutcome(target.s3path, "failed", error=UNRESOLVED))
 
-    def finish(outcome: ObjectOutcome, record: Callable[[ObjectOutcome], None]) -> dict[str, Any]:
+    def finish(outcome: ObjectOutcome) -> dict[str, Any]:
         if outcome.status != "failed":
-            record(outcome)
+            with finished_lock:
+                finished.append(outcome)
+                full = finished[:] if len(finished) >= RESULTS_PER_BATCH else []
+                if full:
+                    finished.clear()
+            flush(full)
         return asdict(outcome)
 
+    pending = list(targets)
+    datasets = {t.s3path: t.dataset for t in pending}
     try:
         with ThreadPoolExecutor(settings.purge.threads_per_task) as pool:
-            yield from pool.map(purge, list(targets))
+            yield from pool.map(purge, pending)
     finally:
+        flush(finished)
         for opened in stores:
             opened.close()
 
