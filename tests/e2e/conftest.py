@@ -40,3 +40,14 @@ def workflow_case(
         return case
 
     yield create
+
+
+@pytest.fixture(scope="package")
+def browser() -> Iterator[Any]:
+    """One headless Chromium for every browser test of the e2e tests (each loads its own page; starting it is the
+    slow part)."""
+    from tests.support.browser import chromium, ensure_chromium
+
+    ensure_chromium()
+    with chromium() as session:
+        yield session

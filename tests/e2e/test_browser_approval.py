@@ -22,7 +22,7 @@ import orjson
 import pytest
 
 from lakepurge import aws, runtime
-from tests.support.browser import chromium, ensure_chromium, screenshot
+from tests.support.browser import screenshot
 from tests.support.invariant import snapshot
 from tests.support.lakes import LakeCase, index_toml
 from tests.support.purging import HASH_KEY
@@ -32,13 +32,6 @@ pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
 LINK = re.compile(r">>> (http://127\.0\.0\.1:\d+/approval\?\S+)")
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    ensure_chromium()
-    with chromium() as session:
-        yield session
 
 
 def _click(session: Any, button: str, expected_title: str) -> str:

@@ -17,19 +17,12 @@ from lakepurge.aws import Clients
 from lakepurge.history import list_history
 from lakepurge.privacy import Pseudonymizer
 from lakepurge.workflow.intake import file_request
-from tests.support.browser import chromium, ensure_chromium, screenshot
+from tests.support.browser import screenshot
 from tests.support.events import LambdaContext
 from tests.support.purging import HASH_KEY
 from tests.support.workflow import WorkflowCase
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    ensure_chromium()
-    with chromium() as session:
-        yield session
 
 
 @pytest.fixture

@@ -32,12 +32,12 @@ pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def prepare(bucket: str, pg_dsn: str, tmp_path: Path):
+def prepare(bucket: str, pg_dsn: str, tmp_path: Path, objects: int = 80):
     s3 = aws.client("s3")
     s3.create_bucket(Bucket=bucket)
     s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
     s3.create_bucket(Bucket=f"{bucket}-reports")
-    lake = generate_lake(bucket=bucket, objects=80, users=20, records_per_object=60, seed=3)
+    lake = generate_lake(bucket=bucket, objects=objects, users=20, records_per_object=60, seed=3)
     lake.upload(s3)
     toml = settings_toml(bucket, index_toml("postgres", pg_dsn), f"s3://{bucket}-reports/")
     toml = toml.replace(
@@ -99,21 +99,28 @@ def test_given_a_purge_job_killed_half_way_when_run_again_then_the_end_state_equ
     killed = prepare("killed-lake", pg_dsn, tmp_path)
     total = killed[5]
 
+    # The clean run works on its own buckets and index rows: it runs while the other lake's job is killed and run
+    # again (it prints one summary line on stdout, read when it ends).
     clean_run = job(*clean[2:5])
-    assert clean_run.wait(timeout=600) == 0
+    try:
+        interrupted = job(*killed[2:5])
+        deadline = time.monotonic() + 300
+        while recorded("killed-lake") < 5 and interrupted.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.killpg(interrupted.pid, signal.SIGKILL)
+        interrupted.wait()
+        done_before_kill = recorded("killed-lake")
+        assert 0 < done_before_kill < total, "the kill must land half-way"
 
-    interrupted = job(*killed[2:5])
-    deadline = time.monotonic() + 300
-    while recorded("killed-lake") < 5 and interrupted.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    os.killpg(interrupted.pid, signal.SIGKILL)
-    interrupted.wait()
-    done_before_kill = recorded("killed-lake")
-    assert 0 < done_before_kill < total, "the kill must land half-way"
-
-    rerun = job(*killed[2:5])
-    out, _ = rerun.communicate(timeout=600)
-    assert rerun.returncode == 0
+        rerun = job(*killed[2:5])
+        out, _ = rerun.communicate(timeout=600)
+        assert rerun.returncode == 0
+        clean_run.communicate(timeout=600)
+    finally:
+        if clean_run.poll() is None:  # the test failed before it ended: no job is left running
+            os.killpg(clean_run.pid, signal.SIGKILL)
+            clean_run.wait()
+    assert clean_run.returncode == 0
     summary = orjson.loads(out.splitlines()[-1])
     assert summary["verified"] is True
 
@@ -139,7 +146,8 @@ def test_given_a_run_killed_between_a_write_and_its_record_when_run_again_then_t
     from lakepurge.purge.engine import ObjectOutcome, PurgeTarget, purge_object
     from lakepurge.purge.job import run_purge
 
-    lake, settings, _, uri, digest, _ = prepare("crashed-lake", pg_dsn, tmp_path)
+    # What is tested is one object's write and its missing record: a smaller lake than the kill test's will do.
+    lake, settings, _, uri, digest, _ = prepare("crashed-lake", pg_dsn, tmp_path, objects=24)
     s3 = aws.client("s3")
     report, _ = layout.load_report(s3, uri, digest)
     first = next(o for o in report.objects if o.erase == "blank")

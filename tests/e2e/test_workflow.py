@@ -484,11 +484,18 @@ def test_report_changed_after_approval_is_refused_by_the_spark_job(
     assert snapshot(s3, case.lake.lake.bucket) == before
 
 
-def _wait_for_first_erasure(s3: Any, request_id: str, timeout: float = 120) -> None:
+def _wait_for_first_erasure(case: WorkflowCase, s3: Any, request_id: str, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
+
+    def erased() -> bool:
+        return bool(s3.list_objects_v2(Bucket="lake-reports", Prefix=f"results/{request_id}/").get("KeyCount"))
+
     while time.monotonic() < deadline:
-        if s3.list_objects_v2(Bucket="lake-reports", Prefix=f"results/{request_id}/").get("KeyCount"):
+        if erased():
             return
+        ended = case.sfn.describe_execution(executionArn=case.execution_arn(request_id))["status"] != "RUNNING"
+        if ended and not erased():  # the job ended before erasing anything: none will come, say why now
+            raise AssertionError(f"the execution ended before the job erased anything: {case.failures(request_id)}")
         time.sleep(0.05)
     raise AssertionError("the purge job erased nothing in time")
 
@@ -508,7 +515,7 @@ def test_killed_spark_job_ends_as_job_failed_listing_what_was_already_erased(
     launcher = launcher_for(case.settings)
     pid = launcher.pid(job["id"])  # type: ignore[attr-defined]
     assert pid is not None
-    _wait_for_first_erasure(s3, request_id)
+    _wait_for_first_erasure(case, s3, request_id)
     os.killpg(pid, signal.SIGKILL)
     execution = case.finish(request_id)
     assert execution["status"] == "FAILED" and execution.get("error") == "PurgeJobFailed", case.failures(request_id)

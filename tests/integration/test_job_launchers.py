@@ -105,7 +105,7 @@ def wait_until_done(launcher: LocalSparkLauncher, job_id: str, timeout: float = 
         status = launcher.status(job_id)
         if status.state != "RUNNING":
             return status
-        time.sleep(0.5)
+        time.sleep(0.1)
     pytest.fail(f"job {job_id} still running after {timeout} s: {launcher.status(job_id)}")
 
 
