@@ -68,7 +68,7 @@ test: lint ## lint, then unit, integration and e2e tests (starts its own Postgre
 	$(BIN)/pytest -q
 
 unit: $(STAMP) ## the unit tier only: domain rules on an in-memory index, no network, in seconds
-	$(BIN)/pytest -q tests/unit -p no:cacheprovider
+	$(BIN)/pytest -q tests/unit -p no:cacheprovider -n 0
 
 wheel-check: $(STAMP) ## build the wheel, install it in a fresh venv outside the checkout, run `lakepurge demo --json` there
 	$(BIN)/python infra/wheel_check.py
@@ -77,10 +77,11 @@ format: $(STAMP) ## apply ruff's fixes and formatting
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-bench: $(STAMP) ## index and purge benchmarks (print figures; see bench/README.md)
+bench: $(STAMP) ## index, purge and erase-path benchmarks (print figures; see bench/README.md)
 	$(BIN)/pip install --quiet -e '.[bench]'
 	$(BIN)/python bench/index_bench.py
 	$(BIN)/python bench/purge_bench.py
+	$(BIN)/python bench/erase_path_bench.py
 
 LAMBDA_ARCH  ?= x86_64
 SPARK_PYTHON ?= $(BIN)/python

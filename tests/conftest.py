@@ -1,4 +1,5 @@
-"""Shared fixtures: one moto server, one PostgreSQL cluster and one Spark session per test session."""
+"""Shared fixtures: one moto server, one PostgreSQL cluster and one Spark session per test session (each of the two
+pytest-xdist workers `make test` runs is one; see addopts in pyproject.toml)."""
 
 from __future__ import annotations
 
