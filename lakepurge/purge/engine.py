@@ -14,6 +14,7 @@ For each object named by the report:
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field, replace
 from typing import IO, Any, Literal
@@ -126,11 +127,10 @@ class Ownership:
         each_contained = getattr(self.users, "each_contained", None)
         if field is not None and each_contained is not None:
             try:
-                records = list(map(orjson.loads, contents))
-            except orjson.JSONDecodeError:
-                records = []
-            ids = [r.get(field) if type(r) is dict else None for r in records]
-            if records and plain_ids(ids):
+                ids = list(map(operator.methodcaller("get", field), map(orjson.loads, contents)))
+            except (orjson.JSONDecodeError, AttributeError):  # not JSON, or not an object: line by line
+                ids = []
+            if plain_ids(ids):
                 owned: list[bool] = each_contained(ids)
                 self.erased.extend(itertools.compress(lines, owned))
                 self.not_matching += owned.count(False)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 import io
 import itertools
+import operator
 from collections.abc import Container, Iterable, Iterator
 from typing import IO, TYPE_CHECKING, Any
 
@@ -44,15 +45,18 @@ def rewrite_jsonl(
     drop: bool,
     inflation: Inflation = DEFAULT_INFLATION,
 ) -> Staged:
-    erased = DROP if drop else BLANK
+    choices = (None, DROP if drop else BLANK)  # by ownership: False keeps the line, True erases it
 
     def decide(numbers: list[int], contents: list[bytes]) -> list[bytes | None]:
-        return [erased if owned else None for owned in owner.json_lines(numbers, contents)]
+        return list(map(choices.__getitem__, owner.json_lines(numbers, contents)))
 
     source: IO[bytes] = GzipReader(raw, inflation) if gz else raw  # type: ignore[assignment]
     pieces = splice_batches(read_chunks(source), lines, decide)
     return Staged.of(gzip_chunks(pieces) if gz else pieces)
 
+
+_DECODE = operator.methodcaller("decode", "utf-8", "surrogateescape")
+_SPLIT_FIELDS = operator.methodcaller("split", ",")
 
 CSV_IN_MEMORY = 64 * 1024 * 1024  # a CSV object up to this size (decompressed) is rewritten from memory
 
@@ -110,7 +114,16 @@ def _csv_without_quotes(
     header = _record_at(memoryview(data), 0, max_bytes)
     owner.csv_header((header.row or []) if header is not None else [])
 
+    without_carriage = b"\r" not in data  # then no line holds a bare '\r' either: each is a plain row
+
     def decide(numbers: list[int], contents: list[bytes]) -> list[bytes | None]:
+        if without_carriage and max(map(len, contents)) <= max_bytes:
+            rows = list(map(_SPLIT_FIELDS, map(_DECODE, contents)))  # unquoted_row's, for lines without '\r'
+            owned = owner.csv_rows(numbers, rows)
+            return [
+                (DROP if drop else b"," * (len(row) - 1)) if mine else None
+                for row, mine in zip(rows, owned, strict=True)
+            ]
         plain = [len(c) <= max_bytes and unquoted_line(c) for c in contents]
         if all(plain):
             rows = [unquoted_row(content) for content in contents]

@@ -9,7 +9,12 @@ what reading and writing the object costs, plus the decision on each target line
 from __future__ import annotations
 
 import bisect
+import functools
+import operator
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from itertools import compress
+from typing import cast
 
 # Decides what becomes of a target line: the replacement bytes (without the line's terminator), DROP to remove
 # the line with its terminator, or None to leave it as it is. The line is given without its '\n' and its '\r'.
@@ -17,10 +22,13 @@ Decide = Callable[[int, bytes], bytes | None]
 DecideMany = Callable[[list[int], list[bytes]], list[bytes | None]]  # the same for several lines at once
 
 DROP = b"\x00drop"  # a sentinel no JSON or CSV line can be (NUL is not valid in either)
+_IS_DROP = functools.partial(operator.is_, DROP)
 
 _FEW_LINES = 8  # a gap this short is walked with find; a longer one is counted over in bulk
 _DENSE_EVERY = 16  # a target at least every this many lines: the chunk is split into lines instead
 _DENSE_MIN_BYTES = 4096
+_ENDS_WITH_CARRIAGE = operator.methodcaller("endswith", b"\r")
+_IS_DECIDED = functools.partial(operator.is_not, None)
 
 
 def splice_lines(chunks: Iterable[bytes], targets: Iterable[int], decide: Decide) -> Iterator[bytes | memoryview]:
@@ -189,14 +197,11 @@ def _dense(parts: list[bytes], chosen: list[int], first_line: int, decide: Decid
     if chosen:
         places = [number - first_line for number in chosen]
         decided = _decided(decide, chosen, [parts[place] for place in places])
-        dropped = False
-        for place, replacement in zip(places, decided, strict=True):
-            if replacement is DROP:
-                dropped = True
-                parts[place] = DROP
-            elif replacement is not None:
-                parts[place] = replacement
-        if dropped:
+        # Each decided line into its place, without a Python step per line (DROP marks a line to leave out).
+        changed = list(map(_IS_DECIDED, decided))
+        replacements = cast("Iterator[bytes]", compress(decided, changed))  # the Nones are left out
+        deque(map(parts.__setitem__, compress(places, changed), replacements), maxlen=0)
+        if any(map(_IS_DROP, decided)):
             kept = [part for part in parts[:-1] if part is not DROP]
             return b"\n".join(kept) + b"\n" if kept else b""
     return b"\n".join(parts[:-1]) + b"\n" if len(parts) > 1 else b""
@@ -204,13 +209,12 @@ def _dense(parts: list[bytes], chosen: list[int], first_line: int, decide: Decid
 
 def _decided(decide: DecideMany, lines: list[int], contents: list[bytes]) -> list[bytes | None]:
     """The target lines' new contents (without the final '\\n'; a '\\r' before it kept), DROP, or None."""
+    if not any(map(_ENDS_WITH_CARRIAGE, contents)):
+        return decide(lines, contents)
     carriages = [content.endswith(b"\r") for content in contents]
-    if any(carriages):
-        contents = [c[:-1] if carried else c for c, carried in zip(contents, carriages, strict=True)]
+    contents = [c[:-1] if carried else c for c, carried in zip(contents, carriages, strict=True)]
     replacements = decide(lines, contents)
-    if any(carriages):
-        replacements = [
-            r + b"\r" if carried and r is not None and r is not DROP else r
-            for r, carried in zip(replacements, carriages, strict=True)
-        ]
-    return replacements
+    return [
+        r + b"\r" if carried and r is not None and r is not DROP else r
+        for r, carried in zip(replacements, carriages, strict=True)
+    ]
