@@ -1,8 +1,9 @@
 """The purge as a Spark job: the report's objects on executors, verification, and the erasure certificate.
 
-Executors get the users as keyed hashes only (the report's), never raw ids. Each finished object's outcome is
-recorded under the request's results prefix before the next one starts, so a job killed half-way and run again
-skips what was done and ends in the same state, with the same certificate, as one clean run.
+Executors get the users as keyed hashes only (the report's), never raw ids. Each object's intent is recorded under
+the request's results prefix before its write, and finished outcomes in batches, so a job killed half-way and run
+again skips what was done, settles the rest from their intents, and ends in the same state, with the same
+certificate, as one clean run.
 """
 
 from __future__ import annotations
