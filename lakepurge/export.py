@@ -37,6 +37,7 @@ import time
 import uuid
 import zipfile
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import IO, Any
@@ -217,18 +218,13 @@ def _read_jsonl(
 ) -> None:
     wanted, last = set(lines), max(lines)
     owner = Ownership(dataset, users)
-    indexing = settings.indexing
-    body = open_body(s3, extract.head)
-    try:
-        source = open_decompressed(body, extract.head.key, indexing.inflation)
-        for first, batch in iter_line_batches(source, indexing.max_record_bytes):
+    with _decompressed(s3, settings, extract.head) as source:
+        for first, batch in iter_line_batches(source, settings.indexing.max_record_bytes):
             for number, line in enumerate(batch, first):
                 if number in wanted and line is not None and owner.json_line(number, line):
                     extract.jsonl.append(line)
             if first + len(batch) > last:
                 break  # past the last wanted line: the rest of the object is not read
-    finally:
-        body.close()
     extract.lines = owner.erased
 
 
@@ -237,12 +233,9 @@ def _read_csv(
 ) -> None:
     wanted, last = set(lines), max(lines)
     owner = Ownership(dataset, users)
-    indexing = settings.indexing
-    body = open_body(s3, extract.head)
-    try:
-        source = open_decompressed(body, extract.head.key, indexing.inflation)
+    with _decompressed(s3, settings, extract.head) as source:
         header = True
-        for record in csv_records(source, indexing.max_record_bytes, rows_for=wanted | {0}):
+        for record in csv_records(source, settings.indexing.max_record_bytes, rows_for=wanted | {0}):
             if header:  # as the purge reads it: the first record is the header
                 owner.csv_header(record.row or [])
                 extract.csv_header = [line for line in record.lines if line is not None]
@@ -252,9 +245,17 @@ def _read_csv(
                 extract.csv_rows.append(([line or b"" for line in record.lines], record.row))
             if record.line >= last:
                 break
+    extract.lines = owner.erased
+
+
+@contextmanager
+def _decompressed(s3: Any, settings: Settings, head: ObjectHead) -> Iterator[IO[bytes]]:
+    """The version's body, decompressed as the indexer reads it (with its inflation limits), closed after."""
+    body = open_body(s3, head)
+    try:
+        yield open_decompressed(body, head.key, settings.indexing.inflation)
     finally:
         body.close()
-    extract.lines = owner.erased
 
 
 def _read_parquet(s3: Any, dataset: DatasetConfig, extract: _Extract, lines: list[int], users: frozenset[str]) -> None:

@@ -131,10 +131,7 @@ class Ownership:
             except (orjson.JSONDecodeError, AttributeError):  # not JSON, or not an object: line by line
                 ids = []
             if plain_ids(ids):
-                owned: list[bool] = each_contained(ids)
-                self.erased.extend(itertools.compress(lines, owned))
-                self.not_matching += owned.count(False)
-                return owned
+                return self._note_many(lines, each_contained(ids))
         return [self.json_line(line, content) for line, content in zip(lines, contents, strict=True)]
 
     def json_line(self, line: int, content: bytes) -> bool:
@@ -157,10 +154,7 @@ class Ownership:
             column = self._columns[0][1]
             ids = [row[column] if column < len(row) else "" for row in rows]
             if plain_ids(ids) and "".join(ids).isascii():
-                owned: list[bool] = each_contained(ids)
-                self.erased.extend(itertools.compress(lines, owned))
-                self.not_matching += owned.count(False)
-                return owned
+                return self._note_many(lines, each_contained(ids))
         return [self.csv_record(line, row) for line, row in zip(lines, rows, strict=True)]
 
     def csv_record(self, line: int, row: list[str]) -> bool:
@@ -169,6 +163,11 @@ class Ownership:
         assert self._columns is not None
         ids, problem = csv_ids(row, self._columns)
         return self._note(line, problem is None and any(u in self.users for u in ids))
+
+    def _note_many(self, lines: list[int], owned: list[bool]) -> list[bool]:
+        self.erased.extend(itertools.compress(lines, owned))
+        self.not_matching += owned.count(False)
+        return owned
 
     def _note(self, line: int, owned: bool) -> bool:
         if owned:

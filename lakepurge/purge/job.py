@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
@@ -210,16 +210,14 @@ def _purge_partition(
             body = orjson.dumps({"outcomes": [stored(o) for o in outcomes]})
             s3.put_object(Bucket=where.bucket, Key=where.key, Body=body)
 
-    versioning: dict[str, bool] = {}  # per bucket, asked once per task
+    versioned = _bucket_versioning(s3)
 
     def purge(target: PurgeTarget) -> dict[str, Any]:
         if target.s3path.startswith(OBJECT_REFERENCE):
             return unresolved(target)
-        bucket = S3Uri.parse(target.s3path).bucket
-        if bucket not in versioning:
-            versioning[bucket] = ever_versioned(s3, bucket)
-        versioned = versioning[bucket]
-        outcome = purge_object(s3, store(), settings, target, users, before_write=record_intent, versioned=versioned)
+        outcome = purge_object(
+            s3, store(), settings, target, users, before_write=record_intent, versioned=versioned(target.s3path)
+        )
         return finish(_settle(outcome, intents.get(target.s3path)))
 
     def unresolved(target: PurgeTarget) -> dict[str, Any]:
@@ -254,28 +252,34 @@ def _purge_partition(
 VerifyItem = tuple[str, str, dict[str, Any] | None]  # object, dataset, the purge's outcome as proof (None: read all)
 
 
+def _bucket_versioning(s3: Any) -> Callable[[str], bool]:
+    """Whether an object's bucket ever had versioning, asked once per bucket (per task; safe across its threads)."""
+    known: dict[str, bool] = {}
+    lock = threading.Lock()
+
+    def versioned(s3path: str) -> bool:
+        bucket = S3Uri.parse(s3path).bucket
+        with lock:
+            if bucket not in known:
+                known[bucket] = ever_versioned(s3, bucket)
+            return known[bucket]
+
+    return versioned
+
+
 def _verify_partition(
     settings: Settings, env: dict[str, str], key: bytes, user_hashes: tuple[str, ...], items: Iterable[VerifyItem]
 ) -> Iterator[dict[str, Any]]:
     apply_job_environment(env)
     s3 = aws.client("s3")
     users = HashedUsers(user_hashes, Pseudonymizer(key))
-    versioning: dict[str, bool] = {}  # per bucket, asked once per task
-    lock = threading.Lock()
-
-    def versioned(bucket: str) -> bool:
-        with lock:
-            if bucket not in versioning:
-                versioning[bucket] = ever_versioned(s3, bucket)
-            return versioning[bucket]
+    versioned = _bucket_versioning(s3)
 
     def verify(item: VerifyItem) -> list[dict[str, Any]]:
         s3path, dataset_name, proof = item
         dataset = settings.dataset_named(dataset_name)
         outcome = ObjectOutcome(**proof) if proof is not None else None
-        found = verify_object(
-            s3, settings, dataset, s3path, users, outcome, versioned=versioned(S3Uri.parse(s3path).bucket)
-        )
+        found = verify_object(s3, settings, dataset, s3path, users, outcome, versioned=versioned(s3path))
         return [
             {
                 "object": object_ref(remaining.s3path, dataset),

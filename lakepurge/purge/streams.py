@@ -75,15 +75,8 @@ class Staged:
     @classmethod
     def of(cls, pieces: Iterable[bytes | memoryview]) -> Staged:
         staged = cls()
-        append = staged._pieces.append
         for piece in pieces:
-            if staged._file is not None:
-                staged.write(piece)
-                continue
-            append(piece)
-            staged.size += len(piece)
-            if staged.size > SPOOL_BYTES:
-                staged._spill()
+            staged.write(piece)
         return staged
 
     def write(self, piece: bytes | memoryview) -> None:
