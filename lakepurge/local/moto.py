@@ -62,4 +62,4 @@ def _list_moto_modules_once() -> None:
         return modules
 
     listed.listed_once = True  # type: ignore[attr-defined]
-    backends.list_of_moto_modules = listed  # type: ignore[assignment]
+    backends.list_of_moto_modules = listed
