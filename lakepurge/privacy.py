@@ -3,9 +3,12 @@ certificates, the suppression list of erased users."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import operator
 import os
 from collections.abc import Iterable, Iterator
+from itertools import compress
 
 from lakepurge import aws
 from lakepurge.config import ConfigError, PrivacyConfig
@@ -52,6 +55,7 @@ def forget_handed_keys() -> None:
 
 
 _BLOCK = 64  # SHA-256's block size
+_IS_NONE = functools.partial(operator.is_, None)
 
 
 class Pseudonymizer:
@@ -129,7 +133,10 @@ class HashedUsers:
         if None in known:
             if len(seen) > 100_000:
                 seen.clear()
-            new = list(dict.fromkeys(user_id for user_id in user_ids if user_id not in seen))
+                unseen: Iterable[str] = user_ids
+            else:
+                unseen = compress(user_ids, map(_IS_NONE, known))
+            new = list(dict.fromkeys(unseen))  # each once, in order
             seen.update(zip(new, map(self._hashes.__contains__, self._pseudonymizer.each(new)), strict=True))
             known = list(map(seen.__getitem__, user_ids))
         return known  # type: ignore[return-value]

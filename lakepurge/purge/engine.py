@@ -127,8 +127,8 @@ class Ownership:
         each_contained = getattr(self.users, "each_contained", None)
         if field is not None and each_contained is not None:
             try:
-                ids = list(map(operator.methodcaller("get", field), map(orjson.loads, contents)))
-            except (orjson.JSONDecodeError, AttributeError):  # not JSON, or not an object: line by line
+                ids = list(map(dict.get, map(orjson.loads, contents), itertools.repeat(field)))
+            except (orjson.JSONDecodeError, TypeError):  # not JSON, or not an object: line by line
                 ids = []
             if plain_ids(ids):
                 return self._note_many(lines, each_contained(ids))
@@ -152,10 +152,33 @@ class Ownership:
         each_contained = getattr(self.users, "each_contained", None)
         if len(self._columns) == 1 and self._columns[0][1] is not None and each_contained is not None:
             column = self._columns[0][1]
-            ids = [row[column] if column < len(row) else "" for row in rows]
+            if rows and min(map(len, rows)) > column:  # every row holds the column: taken in C
+                ids = list(map(operator.itemgetter(column), rows))
+            else:
+                ids = [row[column] if column < len(row) else "" for row in rows]
             if plain_ids(ids) and "".join(ids).isascii():
                 return self._note_many(lines, each_contained(ids))
         return [self.csv_record(line, row) for line, row in zip(lines, rows, strict=True)]
+
+    def csv_column(self) -> int | None:
+        """The id column's index when rows can be decided by it alone (csv_plain_ids): the dataset has one id
+        column, the header names it, and the users are looked up in batches. None otherwise."""
+        assert self._columns is not None
+        if len(self._columns) == 1 and getattr(self.users, "each_contained", None) is not None:
+            return self._columns[0][1]
+        return None
+
+    def csv_plain_ids(self, lines: list[int], ids: list[bytes]) -> list[bool] | None:
+        """csv_rows for rows given by their bytes in the csv_column, when every one is a plain ASCII id (decoded,
+        as csv_ids reads it, to the same string); None otherwise, and nothing is noted (the rows are then decided
+        row by row)."""
+        joined = b"".join(ids)
+        if not joined.isascii():
+            return None
+        values = list(map(bytes.decode, ids))  # ASCII: the same as the surrogateescape decoding of the row
+        if not plain_ids(values):
+            return None
+        return self._note_many(lines, self.users.each_contained(values))  # type: ignore[attr-defined]
 
     def csv_record(self, line: int, row: list[str]) -> bool:
         """As the indexer reads the row: a row with an id it would not index (too long, NUL, invalid UTF-8) is

@@ -13,7 +13,7 @@ import functools
 import operator
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from itertools import compress
+from itertools import compress, filterfalse, repeat
 from typing import cast
 
 # Decides what becomes of a target line: the replacement bytes (without the line's terminator), DROP to remove
@@ -86,13 +86,13 @@ def splice_batches(chunks: Iterable[bytes], targets: Iterable[int], decide: Deci
                 parts = (chunk[pos:] if pos else chunk).split(b"\n")
                 complete = len(parts) - 1  # the last part goes on in the next chunk (or is empty)
                 stop = bisect.bisect_left(ordered, line + complete, lo=done)
+                tail = parts[-1]
                 yield _dense(parts, ordered[done:stop], line, decide)
                 average = (size - pos) / complete if complete else average
                 line += complete
                 pending = iter(ordered[stop:])
                 target = next(pending, None)
                 done = stop
-                tail = parts[-1]
                 if target is not None and target == line:
                     held_line = target
                     held.append(tail)
@@ -193,23 +193,27 @@ def skip_lines(chunk: bytes, pos: int, line: int, target: int, average: float = 
 
 
 def _dense(parts: list[bytes], chosen: list[int], first_line: int, decide: DecideMany) -> bytes:
-    """The complete lines of parts (all but the last) joined again, the chosen lines replaced as decided."""
-    if chosen:
-        places = [number - first_line for number in chosen]
-        decided = _decided(decide, chosen, [parts[place] for place in places])
-        # Each decided line into its place, without a Python step per line (DROP marks a line to leave out).
+    """The complete lines of parts (all but the last, which the caller keeps) joined again, each with its '\\n',
+    the chosen lines replaced as decided. Every step is one C call over all the lines (no Python step per line)."""
+    parts[-1] = b""  # so the join ends with the last complete line's '\n' (no copy to append it)
+    if not chosen:
+        return b"\n".join(parts)
+    places = list(map(operator.sub, chosen, repeat(first_line))) if first_line else chosen
+    decided = _decided(decide, chosen, list(map(parts.__getitem__, places)))
+    if None in decided:  # some lines stay as they are: only the others go into their places
         changed = list(map(_IS_DECIDED, decided))
-        replacements = cast("Iterator[bytes]", compress(decided, changed))  # the Nones are left out
+        replacements = cast("Iterator[bytes]", compress(decided, changed))
         deque(map(parts.__setitem__, compress(places, changed), replacements), maxlen=0)
-        if any(map(_IS_DROP, decided)):
-            kept = [part for part in parts[:-1] if part is not DROP]
-            return b"\n".join(kept) + b"\n" if kept else b""
-    return b"\n".join(parts[:-1]) + b"\n" if len(parts) > 1 else b""
+    else:
+        deque(map(parts.__setitem__, places, cast("list[bytes]", decided)), maxlen=0)
+    if any(map(_IS_DROP, decided)):  # DROP marks a line to leave out, with its '\n'
+        parts = list(filterfalse(_IS_DROP, parts))
+    return b"\n".join(parts) if len(parts) > 1 else b""
 
 
 def _decided(decide: DecideMany, lines: list[int], contents: list[bytes]) -> list[bytes | None]:
     """The target lines' new contents (without the final '\\n'; a '\\r' before it kept), DROP, or None."""
-    if not any(map(_ENDS_WITH_CARRIAGE, contents)):
+    if b"\r" not in b"".join(contents) or not any(map(_ENDS_WITH_CARRIAGE, contents)):  # the first in bulk
         return decide(lines, contents)
     carriages = [content.endswith(b"\r") for content in contents]
     contents = [c[:-1] if carried else c for c, carried in zip(contents, carriages, strict=True)]

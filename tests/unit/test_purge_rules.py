@@ -244,3 +244,111 @@ def test_given_a_csv_without_final_newline_when_its_last_record_is_dropped_then_
     out, owner = rewrite(raw, [2, 4], {"alice"}, drop=True)
     assert out == b"customer_id,note\nbob," + note + b"\ncarol,y"
     assert owner.erased == [2, 4]
+
+
+# -- CSV rows decided in a batch ------------------------------------------------------------------------------------
+
+CSV_FIELDS = st.sampled_from([b"", b"note", b"caf\xc3\xa9", b"a b", b"\xff\xfe"])
+CSV_IDS = st.sampled_from(
+    [b"alice", b"bob", b"", b"caf\xc3\xa9", b"\xff", b"a\x00", b"x" * 300, b"carol", b"a\rb", b'"alice"', b"alice\r"]
+)
+HASH_KEY = b"k" * 32
+BATCH_USERS = ["alice", "café", "a\x00", "x" * 300, "a\rb", "alice\r"]
+
+
+@st.composite
+def csv_lines(draw: st.DrawFn) -> list[bytes]:
+    """Rows of one width mostly (the batch path's case), with short, long and odd rows among them."""
+    width = draw(st.integers(0, 4))  # fields after the id (the id is the second field)
+
+    def row(fields: int) -> bytes:
+        if fields == 0:
+            return b""
+        values = [draw(CSV_FIELDS), draw(CSV_IDS)][:fields] + [draw(CSV_FIELDS) for _ in range(fields - 2)]
+        return b",".join(values)
+
+    sizes = st.one_of(st.just(width + 2), st.integers(0, 6))
+    return [row(draw(sizes)) for _ in range(draw(st.integers(1, 30)))]
+
+
+@settings(max_examples=300, deadline=None)
+@given(lines=csv_lines(), copies=st.integers(1, 40), final=st.booleans(), drop=st.booleans())
+def test_given_any_csv_rows_when_decided_in_a_batch_then_each_is_decided_as_row_by_row(lines, copies, final, drop):
+    # The batch path (one id column, keyed hashes: rows without quotes or '\r' of one width, their ids taken and
+    # looked up together) must blank or drop exactly the rows, and note exactly the lines, that the row-by-row
+    # check does (a plain set of users takes that path): short rows, empty, non-ASCII, NUL, '\r' and quoted ids.
+    from lakepurge.privacy import HashedUsers, Pseudonymizer
+
+    rows = lines * copies  # many copies: chunks over the dense splice's threshold too
+    raw = b"\n".join([b"note,customer_id,a,b,c", *rows]) + (b"\n" if final else b"")
+    targets = list(range(1, len(rows) + 2))  # every row, and one past the end
+    pseudonymizer = Pseudonymizer(HASH_KEY)
+    batched = Ownership(PROFILES, HashedUsers(pseudonymizer.many(BATCH_USERS), pseudonymizer))
+    one_by_one = Ownership(PROFILES, set(BATCH_USERS))
+    out = rewrite_csv(io.BytesIO(raw), False, targets, batched, drop, MAX).body()
+    expected = rewrite_csv(io.BytesIO(raw), False, targets, one_by_one, drop, MAX).body()
+    assert out == expected
+    assert (batched.erased, batched.not_matching, batched.lines_of) == (
+        one_by_one.erased,
+        one_by_one.not_matching,
+        one_by_one.lines_of,
+    )
+
+
+def test_given_rows_of_one_width_with_plain_ids_when_decided_then_the_batch_path_takes_them() -> None:
+    from lakepurge.privacy import HashedUsers, Pseudonymizer
+    from lakepurge.purge.rewrite import _plain_rows_decided
+
+    pseudonymizer = Pseudonymizer(HASH_KEY)
+    owner = Ownership(PROFILES, HashedUsers(pseudonymizer.many(["alice"]), pseudonymizer))
+    owner.csv_header(["note", "customer_id", "a"])
+    assert owner.csv_column() == 1
+    rows = [b"n,alice,1", b",bob,", b"caf\xc3\xa9,alice,x"]
+    assert _plain_rows_decided([1, 2, 3], rows, 1, owner, False) == [b",,", None, b",,"]
+    assert (owner.erased, owner.not_matching) == ([1, 3], 1)
+    # Another width, a short row, a non-ASCII or empty id: not the batch path's (None, nothing noted).
+    for other in ([b"n,alice,1", b"n,alice"], [b"n,alice,1", b"n"], [b"n,caf\xc3\xa9,1"], [b"n,,1"]):
+        assert _plain_rows_decided(list(range(len(other))), other, 1, owner, False) is None
+    assert (owner.erased, owner.not_matching) == ([1, 3], 1)
+
+
+JSON_LINES = st.sampled_from(
+    [
+        b'{"customer_id":"alice","n":1}',
+        b'{"customer_id":"bob"}',
+        b'{"customer_id":"alice"}\r',
+        b'{"customer_id":"caf\xc3\xa9"}',
+        b'{"customer_id":""}',
+        b'{"customer_id":7}',
+        b'{"customer_id":["alice"]}',
+        b'{"other":1}',
+        b"[1,2]",
+        b'"alice"',
+        b"7",
+        b"null",
+        b"not json",
+        b"",
+        b"{}",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(lines=st.lists(JSON_LINES, min_size=1, max_size=30), copies=st.integers(1, 60), final=st.booleans())
+def test_given_any_json_lines_when_decided_in_a_batch_then_each_is_decided_as_line_by_line(lines, copies, final):
+    # The batch path (keyed hashes: the target lines parsed and their ids looked up together) must blank exactly the
+    # lines, and note exactly what, the line-by-line check does (a plain set of users takes that path): lines that
+    # are not objects, not JSON, end in '\r', or hold an id that is not a plain string.
+    from lakepurge.privacy import HashedUsers, Pseudonymizer
+    from lakepurge.purge.rewrite import rewrite_jsonl
+
+    dataset = DatasetConfig(name="p", location="s3://lake/p/", format="jsonl", id_fields=("customer_id",))
+    body = b"\n".join(lines * copies) + (b"\n" if final else b"")
+    targets = list(range(len(lines) * copies + 1))
+    pseudonymizer = Pseudonymizer(HASH_KEY)
+    users = ["alice", "café"]
+    batched = Ownership(dataset, HashedUsers(pseudonymizer.many(users), pseudonymizer))
+    one_by_one = Ownership(dataset, set(users))
+    out = rewrite_jsonl(io.BytesIO(body), False, targets, batched, False).body()
+    assert out == rewrite_jsonl(io.BytesIO(body), False, targets, one_by_one, False).body()
+    assert (batched.erased, batched.not_matching) == (one_by_one.erased, one_by_one.not_matching)
