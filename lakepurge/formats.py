@@ -425,7 +425,7 @@ class _IdCandidates:
         if None in lines:  # an overlong line: the exact path says what it is
             return False
         data = b"\n".join(lines)  # type: ignore[arg-type]
-        if b"\\u" in data:
+        if b"\\" in data and b"\\u" in data:  # the first by memchr: most chunks hold no backslash at all
             return False
         values = self._value.findall(data)
         if len(values) != data.count(self._token):
@@ -435,6 +435,24 @@ class _IdCandidates:
         # Decoded together (no value holds a newline): invalid UTF-8 becomes U+FFFD, which no id of a valid line
         # (the only kind a record is) holds.
         return True not in wanted(b"\n".join(values).decode("utf-8", "replace").split("\n"))
+
+
+CSV_IN_MEMORY = 64 * 1024 * 1024  # a CSV object up to this size (decompressed) is rewritten and verified in memory
+ALL_BUT_COMMA_AND_NEWLINE = bytes(byte for byte in range(256) if byte not in b",\n")
+
+
+def read_up_to(stream: ByteSource, limit: int) -> bytes:
+    """The stream's first `limit` bytes, or all of it if shorter. A raw reader (GzipReader) returns what it has at
+    each read, so one read is not enough: a single read once took a gzip CSV object for its first MiB."""
+    pieces = []
+    size = 0
+    while size < limit:
+        piece = stream.read(limit - size)
+        if not piece:
+            break
+        pieces.append(piece)
+        size += len(piece)
+    return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
 
 class CsvRecord(NamedTuple):

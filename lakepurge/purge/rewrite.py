@@ -17,6 +17,8 @@ from typing import IO, TYPE_CHECKING, Any
 
 from lakepurge.config import DatasetConfig
 from lakepurge.formats import (
+    ALL_BUT_COMMA_AND_NEWLINE,
+    CSV_IN_MEMORY,
     DEFAULT_INFLATION,
     UNTERMINATED_AT_END,
     CsvRecord,
@@ -25,6 +27,7 @@ from lakepurge.formats import (
     csv_records,
     extract_ids,
     parse_paths,
+    read_up_to,
     unquoted_line,
     unquoted_row,
 )
@@ -63,8 +66,6 @@ def _chosen(choices: tuple[None, bytes], owned: list[bool]) -> list[bytes | None
 _DECODE = operator.methodcaller("decode", "utf-8", "surrogateescape")
 _SPLIT_FIELDS = operator.methodcaller("split", ",")
 
-CSV_IN_MEMORY = 64 * 1024 * 1024  # a CSV object up to this size (decompressed) is rewritten from memory
-
 
 def rewrite_csv(
     raw: IO[bytes],
@@ -84,7 +85,7 @@ def rewrite_csv(
     own, so the target's line starts a record: that stretch is counted over, not parsed. Past a quote, records are
     parsed from the last start known up to the target. Objects over CSV_IN_MEMORY are parsed record by record."""
     source: IO[bytes] = GzipReader(raw, inflation) if gz else raw  # type: ignore[assignment]
-    data = source.read(CSV_IN_MEMORY + 1)
+    data = read_up_to(source, CSV_IN_MEMORY + 1)
     if len(data) > CSV_IN_MEMORY:
         streamed = _csv_streamed(itertools.chain((data,), read_chunks(source)), set(lines), owner, drop, max_bytes)
         return Staged.of(gzip_chunks(streamed) if gz else streamed)
@@ -158,7 +159,7 @@ def _plain_rows_decided(
 
     A row's commas are its blank (`,,,` for four fields); when every row has the same commas, the rows joined with
     ',' split into fields of which every (width + 1)-th, from `column` on, is a row's id."""
-    commas = b"\n".join(contents).translate(None, _ALL_BUT_COMMA_AND_NEWLINE).split(b"\n")  # each row's own
+    commas = b"\n".join(contents).translate(None, ALL_BUT_COMMA_AND_NEWLINE).split(b"\n")  # each row's own
     blank = commas[0]
     width = len(blank)  # every row's commas, if all have the same
     if width < column or commas.count(blank) != len(commas):
@@ -168,9 +169,6 @@ def _plain_rows_decided(
     if owned is None:
         return None
     return _chosen((None, DROP if drop else blank), owned)
-
-
-_ALL_BUT_COMMA_AND_NEWLINE = bytes(byte for byte in range(256) if byte not in b",\n")
 
 
 def _csv_in_memory(
