@@ -39,7 +39,7 @@ from lakepurge.purge.placeholders import PlaceholderRecord
 from lakepurge.purge.placeholders import write_record as write_placeholder_record
 from lakepurge.purge.rewrite import rewrite_csv, rewrite_jsonl, rewrite_parquet
 from lakepurge.purge.s3write import WriteConflict, Written, delete_in_place, preserved_attributes, write_in_place
-from lakepurge.purge.streams import Staged
+from lakepurge.purge.streams import LinesLost, Staged
 from lakepurge.s3io import (
     ObjectChanged,
     ObjectHead,
@@ -198,6 +198,17 @@ class Ownership:
         else:
             self.not_matching += 1
         return owned
+
+
+def _all_lines_kept(staged: Staged, dropped: int) -> Staged:
+    """The rewrite gave back every line (Parquet: row) it read but those it dropped: no line lost by a short read or
+    a rewriter's mistake is ever written (verification looks for the users, not for everyone else's lines)."""
+    if staged.lines_read is not None and staged.lines_written != staged.lines_read - dropped:
+        staged.close()
+        raise LinesLost(
+            f"the rewritten object has {staged.lines_written} lines where {staged.lines_read - dropped} were expected"
+        )
+    return staged
 
 
 def find_user_lines(
@@ -365,7 +376,7 @@ class _PurgeStep:
         if dataset.format == "parquet":
             staged, rows = rewrite_parquet(open_seekable(s3, head), lines, self.users, dataset)
             outcome.lines_erased = len(rows)
-            return staged, len(rows)
+            return _all_lines_kept(staged, len(rows)), len(rows)
         if body is None:
             body = open_body(s3, head)
         owner = Ownership(dataset, self.users)
@@ -383,7 +394,8 @@ class _PurgeStep:
         outcome.lines_erased = len(owner.erased)
         outcome.erased_lines = owner.erased
         self.spans = owner.lines_of
-        return staged, len(owner.erased)
+        dropped = sum(owner.lines_of.get(line, 1) for line in owner.erased) if drop else 0
+        return _all_lines_kept(staged, dropped), len(owner.erased)
 
     def _still_holding(self, staged: Staged, key: str) -> list[int]:
         """Verification of the bytes produced, before they are written: the lines of the rewritten object that still

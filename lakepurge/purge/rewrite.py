@@ -32,7 +32,7 @@ from lakepurge.formats import (
     unquoted_row,
 )
 from lakepurge.purge.splice import DROP, skip_lines, splice_batches
-from lakepurge.purge.streams import LastByte, Staged, gzip_chunks, read_chunks
+from lakepurge.purge.streams import LastByte, Lines, Staged, gzip_chunks, read_chunks, to_the_end
 
 if TYPE_CHECKING:
     from lakepurge.purge.engine import Ownership
@@ -54,8 +54,21 @@ def rewrite_jsonl(
         return _chosen(choices, owner.json_lines(numbers, contents))
 
     source: IO[bytes] = GzipReader(raw, inflation) if gz else raw  # type: ignore[assignment]
-    pieces = splice_batches(read_chunks(source), lines, decide)
-    return Staged.of(gzip_chunks(pieces) if gz else pieces)
+    read = Lines()
+    pieces = to_the_end(source, splice_batches(read.through(read_chunks(source)), lines, decide))
+    return _staged(pieces, gz, drop, read)
+
+
+def _staged(pieces: Iterable[bytes | memoryview], gz: bool, drop: bool, read: Lines) -> Staged:
+    """The rewritten object, with the lines read and written counted: lines when records are dropped, newlines when
+    they are blanked (a blanked record keeps every terminator; its last line may become an empty unterminated one).
+    Plain output is counted once staged, in bulk; gzip output as its pieces pass, before they are compressed."""
+    written = Lines() if gz else None
+    staged = Staged.of(gzip_chunks(written.through(pieces)) if written is not None else pieces)
+    if written is None:
+        written = staged.lines()
+    staged.lines_read, staged.lines_written = (read.count, written.count) if drop else (read.newlines, written.newlines)
+    return staged
 
 
 def _chosen(choices: tuple[None, bytes], owned: list[bool]) -> list[bytes | None]:
@@ -86,9 +99,11 @@ def rewrite_csv(
     parsed from the last start known up to the target. Objects over CSV_IN_MEMORY are parsed record by record."""
     source: IO[bytes] = GzipReader(raw, inflation) if gz else raw  # type: ignore[assignment]
     data = read_up_to(source, CSV_IN_MEMORY + 1)
+    read = Lines()
     if len(data) > CSV_IN_MEMORY:
-        streamed = _csv_streamed(itertools.chain((data,), read_chunks(source)), set(lines), owner, drop, max_bytes)
-        return Staged.of(gzip_chunks(streamed) if gz else streamed)
+        chunks = read.through(itertools.chain((data,), read_chunks(source)))
+        return _staged(to_the_end(source, _csv_streamed(chunks, set(lines), owner, drop, max_bytes)), gz, drop, read)
+    read.add(data)
     pieces = (
         _csv_without_quotes(data, lines, owner, drop, max_bytes)
         if b'"' not in data
@@ -96,7 +111,7 @@ def rewrite_csv(
     )
     if drop and not data.endswith(b"\n"):
         pieces = _unterminated(pieces)
-    return Staged.of(gzip_chunks(pieces) if gz else pieces)
+    return _staged(to_the_end(source, pieces), gz, drop, read)
 
 
 def _unterminated(pieces: Iterable[bytes | memoryview]) -> Iterator[bytes | memoryview]:
@@ -211,6 +226,8 @@ def _csv_in_memory(
         known_line, known_pos = target + spanned, end
         if record.row is None or not owner.csv_record(target, record.row):
             continue
+        if spanned > 1:
+            owner.lines_of[target] = spanned
         if drop:
             if passed < position:
                 yield view[passed:position]
@@ -223,8 +240,6 @@ def _csv_in_memory(
             yield view[passed:position]
         yield blank + (b"\n" if data[end - 1 : end] == b"\n" else b"")
         passed = end
-        if spanned > 1:
-            owner.lines_of[target] = spanned
     if passed < len(data):
         yield view[passed:] if passed else data
 
@@ -291,13 +306,13 @@ def _csv_streamed(
                 owner.csv_header(record.row or [])
                 header = False
             elif record.line in targets and record.row is not None and owner.csv_record(record.line, record.row):
+                if len(record.lines) > 1:
+                    owner.lines_of[record.line] = len(record.lines)
                 if not drop:
                     first = record.lines[0] or b""
                     carriage = b"\r" if first.endswith(b"\r") else b""
                     yield b"," * max(len(record.row) - 1, 0) + carriage
                     yield from (b"" for _ in record.lines[1:])
-                    if len(record.lines) > 1:
-                        owner.lines_of[record.line] = len(record.lines)
                 continue
             for number, line in enumerate(record.lines, record.line):
                 if line is None:
@@ -369,7 +384,7 @@ def rewrite_parquet(
     )
     targets = sorted(set(lines))
     erased: list[int] = []
-    first_row = 0
+    first_row = written = 0
     for index in range(metadata.num_row_groups):
         table = parquet.read_row_group(index)
         rows = table.num_rows
@@ -386,8 +401,10 @@ def rewrite_parquet(
                 erased.extend(first_row + row for row in dropped)
         if table.num_rows:
             writer.write_table(table, row_group_size=table.num_rows)  # one output group per input group
+            written += table.num_rows
         first_row += rows
     writer.close()
+    staged.lines_read, staged.lines_written = metadata.num_rows, written
     return staged, erased
 
 

@@ -6,7 +6,7 @@ import base64
 import io
 import tempfile
 from collections.abc import Iterable, Iterator
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from awscrt import checksums
 
@@ -52,9 +52,52 @@ class LastByte(io.RawIOBase):
         return len(data)
 
 
+class LinesLost(Exception):
+    """A rewrite would not give back every line of the object but those erased: nothing is written."""
+
+
+def to_the_end(source: ByteSource, pieces: Iterable[_Piece]) -> Iterator[_Piece]:
+    """The pieces, then proof that the source was read to its end (LinesLost otherwise): a rewrite that stops
+    early would write a shorter object, and verification looks for the users, not for everyone else's lines."""
+    yield from pieces
+    if source.read(1):
+        raise LinesLost("the rewrite stopped before the end of the object")
+
+
 def crc64nvme_base64(value: int) -> str:
     """A CRC64NVME as S3 states it (ChecksumCRC64NVME: the 8 big-endian bytes, base64)."""
     return base64.b64encode(value.to_bytes(8, "big")).decode()
+
+
+_Piece = TypeVar("_Piece", bytes, bytes | memoryview)
+
+
+class Lines:
+    """The lines of the bytes that pass through: their newlines, and one more if the last is unterminated
+    (memoryview pieces are counted from a copy)."""
+
+    def __init__(self) -> None:
+        self._newlines = 0
+        self._last = b""
+
+    @property
+    def count(self) -> int:
+        return self._newlines + (1 if self._last not in (b"", b"\n") else 0)
+
+    @property
+    def newlines(self) -> int:
+        return self._newlines
+
+    def add(self, piece: bytes | memoryview) -> None:
+        if piece:
+            data = piece if type(piece) is bytes else bytes(piece)
+            self._newlines += data.count(b"\n")
+            self._last = data[-1:]
+
+    def through(self, pieces: Iterable[_Piece]) -> Iterator[_Piece]:
+        for piece in pieces:
+            self.add(piece)
+            yield piece
 
 
 class Staged:
@@ -71,6 +114,10 @@ class Staged:
         self._file: IO[bytes] | None = None
         self._crc: int | None = None
         self.size = 0
+        # What the rewrite read and wrote, compared before the write (engine._all_lines_kept): lines when it drops
+        # (newlines when it blanks: a blanked last record may leave an empty last line); rows for Parquet.
+        self.lines_read: int | None = None
+        self.lines_written: int | None = None
 
     @classmethod
     def of(cls, pieces: Iterable[bytes | memoryview]) -> Staged:
@@ -116,6 +163,16 @@ class Staged:
             self._joined = b"".join(self._pieces)
             self._pieces = [self._joined]
         return self._joined
+
+    def lines(self) -> Lines:
+        """The lines of the staged bytes, counted in bulk."""
+        counted = Lines()
+        if self._file is None:
+            counted.add(self.body())
+        else:
+            for part in self.parts(CHUNK_BYTES):
+                counted.add(part)
+        return counted
 
     def reader(self) -> IO[bytes]:
         """A fresh reader over the staged bytes, from the start (no copy of an in-memory object)."""

@@ -200,3 +200,26 @@ def test_given_parquet_with_ns_timestamps_and_zstd_when_rows_are_dropped_then_sc
     kept_stamps = [1_700_000_000_123_456_789 + n for n in (0, 2, 4, 5)]
     assert result.column("at").cast(pa.int64()).to_pylist() == kept_stamps  # nanoseconds, not truncated
     assert {u for u, p, _ in store.dump() if p.endswith(key)} == {"a", "b", "c", "d"}
+
+
+def test_given_a_rewrite_that_loses_lines_when_purged_then_nothing_is_written_and_the_object_fails(
+    pg_lake, monkeypatch
+):
+    # The gzipped CSV rewrite once read its source with one read of the gzip reader, which returns about a MiB: the
+    # rest of the object was lost, and no user was left for verification to find. That read is put back here: the
+    # line count before the write must refuse it.
+    lake, cfg, store = pg_lake(objects=24)
+    s3 = aws.client("s3")
+    key = "profiles/big-00000.csv.gz"
+    body = b"customer_id,name,city,note\n" + b"".join(b"c%d,Name %d,Oslo,plain\n" % (i % 97, i) for i in range(120_000))
+    s3.put_object(Bucket=lake.bucket, Key=key, Body=gzip.compress(body))
+    index_object(s3, store, cfg, lake.bucket, key)
+    before = s3.head_object(Bucket=lake.bucket, Key=key)["ETag"]
+    monkeypatch.setattr("lakepurge.purge.rewrite.read_up_to", lambda stream, limit: stream.read(limit))
+
+    [outcome] = [o for o in purge_report(store, cfg, report_for(store, cfg, ["c7"]), {"c7"}) if o.s3path.endswith(key)]
+
+    assert outcome.status == "failed"
+    assert outcome.error is not None and "LinesLost" in outcome.error
+    assert s3.head_object(Bucket=lake.bucket, Key=key)["ETag"] == before
+    assert body_of(s3, lake.bucket, key) == body

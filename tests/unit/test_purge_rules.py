@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import operator
 
 import pytest
 from hypothesis import given, settings
@@ -13,7 +14,7 @@ from lakepurge.config import DatasetConfig
 from lakepurge.formats import CHUNK_BYTES
 from lakepurge.purge.engine import ObjectOutcome, Ownership
 from lakepurge.purge.job import _settle
-from lakepurge.purge.rewrite import rewrite_csv
+from lakepurge.purge.rewrite import rewrite_csv, rewrite_jsonl
 from lakepurge.purge.streams import LastByte
 from lakepurge.purge.vacuum import PlaceholderMismatch, _is_placeholder, _placeholder_lines, _without
 
@@ -367,3 +368,63 @@ def test_given_any_json_lines_when_decided_in_a_batch_then_each_is_decided_as_li
     out = rewrite_jsonl(io.BytesIO(body), False, targets, batched, False).body()
     assert out == rewrite_jsonl(io.BytesIO(body), False, targets, one_by_one, False).body()
     assert (batched.erased, batched.not_matching) == (one_by_one.erased, one_by_one.not_matching)
+
+
+# -- the line count a rewrite is held to before its write ----------------------------------------------------------
+
+REVIEWS = DatasetConfig(name="reviews", location="s3://lake/reviews/", format="jsonl", id_fields=("user_id",))
+
+
+def _lines(data: bytes) -> int:
+    return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+
+
+def _counted_lines_hold(staged, raw: bytes, gz: bool, drop: bool, dropped: int) -> None:
+    source = gzip.decompress(raw) if gz else raw
+    out = gzip.decompress(staged.body()) if gz else staged.body()
+    count = _lines if drop else operator.methodcaller("count", b"\n")  # blanking keeps every terminator
+    assert staged.lines_read == count(source)
+    assert staged.lines_written == count(out)
+    assert staged.lines_written == staged.lines_read - dropped  # what the engine requires before a write
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    lines=st.lists(
+        st.sampled_from(
+            [b'{"user_id":"alice"}', b'{"user_id":"bob"}', b"{}", b"", b"not json", b'{"user_id":"alice"}\r']
+        ),
+        max_size=30,
+    ),
+    targets=st.sets(st.integers(0, 32)),
+    final=st.booleans(),
+    drop=st.booleans(),
+    gz=st.booleans(),
+)
+def test_given_any_json_lines_rewrite_when_its_lines_are_counted_then_only_the_dropped_are_missing(
+    lines, targets, final, drop, gz
+):
+    body = b"\n".join(lines) + (b"\n" if final else b"")
+    raw = gzip.compress(body) if gz else body
+    owner = Ownership(REVIEWS, {"alice"})
+    staged = rewrite_jsonl(io.BytesIO(raw), gz, targets, owner, drop)
+    _counted_lines_hold(staged, raw, gz, drop, len(owner.erased) if drop else 0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    targets=st.sets(st.integers(0, 10)),
+    drop=st.booleans(),
+    gz=st.booleans(),
+    tail=st.sampled_from([b"", b"\n", b'\nalice,"two\nlines",x', b'\nalice,"two\nlines",x\n']),
+)
+def test_given_any_csv_rewrite_when_its_lines_are_counted_then_only_the_dropped_records_lines_are_missing(
+    targets, drop, gz, tail
+):
+    # Quoted records over two lines, a '\r\n' line; the last record over two lines or not, terminated or not.
+    body = CSV + tail
+    raw = gzip.compress(body) if gz else body
+    owner = Ownership(PROFILES, {"alice", "carol"})
+    staged = rewrite_csv(io.BytesIO(raw), gz, targets, owner, drop, MAX)
+    dropped = sum(owner.lines_of.get(line, 1) for line in owner.erased) if drop else 0
+    _counted_lines_hold(staged, raw, gz, drop, dropped)
