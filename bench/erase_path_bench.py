@@ -197,22 +197,11 @@ def engine_rewrite(
 
 
 def verify_scan(fmt: str, staged: Any, users: Any, dataset: Any, settings: Any) -> int:
-    """What the purge runs on the produced bytes before the write (engine._PurgeStep._still_holding)."""
-    from lakepurge.formats import lines_holding
+    """What the purge runs on the produced bytes before the write."""
+    from lakepurge.purge.engine import still_holding
 
     key = "x.jsonl.gz" if fmt == "jsonl.gz" else f"x.{fmt}"
-    indexing = settings.indexing
-    return len(
-        lines_holding(
-            staged.reader(),
-            key,
-            dataset.format,
-            dataset.id_fields,
-            indexing.max_record_bytes,
-            indexing.inflation,
-            users.each_contained,
-        )
-    )
+    return len(still_holding(staged, key, dataset, settings.indexing, users))
 
 
 def run_reference(fmt: str, bodies: dict[str, bytes], work: list[tuple[str, list[int]]]) -> float:

@@ -22,7 +22,7 @@ from typing import IO, Any, Literal
 import orjson
 from botocore.exceptions import ClientError, FlexibleChecksumError
 
-from lakepurge.config import DatasetConfig, Settings
+from lakepurge.config import DatasetConfig, IndexingConfig, Settings
 from lakepurge.formats import (
     InflationLimitExceeded,
     csv_id_columns,
@@ -200,15 +200,27 @@ class Ownership:
         return owned
 
 
-def _all_lines_kept(staged: Staged, dropped: int) -> Staged:
-    """The rewrite gave back every line (Parquet: row) it read but those it dropped: no line lost by a short read or
-    a rewriter's mistake is ever written (verification looks for the users, not for everyone else's lines)."""
-    if staged.lines_read is not None and staged.lines_written != staged.lines_read - dropped:
+def _all_rows_kept(staged: Staged, dropped: int) -> Staged:
+    """A Parquet rewrite gave back every row it read but those it dropped (verification looks for the users, not for
+    everyone else's rows). Text rewrites are held to reading their source to the end (streams.to_the_end)."""
+    if staged.rows_read is not None and staged.rows_written != staged.rows_read - dropped:
         staged.close()
         raise LinesLost(
-            f"the rewritten object has {staged.lines_written} lines where {staged.lines_read - dropped} were expected"
+            f"the rewritten object has {staged.rows_written} rows where {staged.rows_read - dropped} were expected"
         )
     return staged
+
+
+def still_holding(
+    staged: Staged, key: str, dataset: DatasetConfig, indexing: IndexingConfig, users: Container[str]
+) -> list[int]:
+    """The lines of produced bytes that hold one of the users, read with the indexer's grammar."""
+    assert dataset.id_fields is not None
+    each_contained = getattr(users, "each_contained", None)
+    wanted = each_contained or (lambda ids: [user in users for user in ids])
+    return lines_holding(
+        staged.reader(), key, dataset.format, dataset.id_fields, indexing.max_record_bytes, indexing.inflation, wanted
+    )
 
 
 def find_user_lines(
@@ -376,7 +388,7 @@ class _PurgeStep:
         if dataset.format == "parquet":
             staged, rows = rewrite_parquet(open_seekable(s3, head), lines, self.users, dataset)
             outcome.lines_erased = len(rows)
-            return _all_lines_kept(staged, len(rows)), len(rows)
+            return _all_rows_kept(staged, len(rows)), len(rows)
         if body is None:
             body = open_body(s3, head)
         owner = Ownership(dataset, self.users)
@@ -394,27 +406,13 @@ class _PurgeStep:
         outcome.lines_erased = len(owner.erased)
         outcome.erased_lines = owner.erased
         self.spans = owner.lines_of
-        dropped = sum(owner.lines_of.get(line, 1) for line in owner.erased) if drop else 0
-        return _all_lines_kept(staged, dropped), len(owner.erased)
+        return staged, len(owner.erased)
 
     def _still_holding(self, staged: Staged, key: str) -> list[int]:
         """Verification of the bytes produced, before they are written: the lines of the rewritten object that still
         hold one of the users, read with the indexer's own grammar (what a re-read of the written object would
         find; the checksum then binds what S3 stores to these bytes)."""
-        dataset, indexing = self.dataset, self.settings.indexing
-        assert dataset.id_fields is not None
-        users = self.users
-        each_contained = getattr(users, "each_contained", None)
-        wanted = each_contained or (lambda ids: [user in users for user in ids])
-        return lines_holding(
-            staged.reader(),
-            key,
-            dataset.format,
-            dataset.id_fields,
-            indexing.max_record_bytes,
-            indexing.inflation,
-            wanted,
-        )
+        return still_holding(staged, key, self.dataset, self.settings.indexing, self.users)
 
     def _reindex_written(self, before: ObjectHead, written: Written, outcome: ObjectOutcome, stale: bool) -> None:
         """Index the version just written, in the step that confirms the write.

@@ -32,7 +32,7 @@ from lakepurge.formats import (
     unquoted_row,
 )
 from lakepurge.purge.splice import DROP, skip_lines, splice_batches
-from lakepurge.purge.streams import LastByte, Lines, Staged, gzip_chunks, read_chunks, to_the_end
+from lakepurge.purge.streams import LastByte, Staged, gzip_chunks, read_chunks, to_the_end
 
 if TYPE_CHECKING:
     from lakepurge.purge.engine import Ownership
@@ -54,21 +54,8 @@ def rewrite_jsonl(
         return _chosen(choices, owner.json_lines(numbers, contents))
 
     source: IO[bytes] = GzipReader(raw, inflation) if gz else raw  # type: ignore[assignment]
-    read = Lines()
-    pieces = to_the_end(source, splice_batches(read.through(read_chunks(source)), lines, decide))
-    return _staged(pieces, gz, drop, read)
-
-
-def _staged(pieces: Iterable[bytes | memoryview], gz: bool, drop: bool, read: Lines) -> Staged:
-    """The rewritten object, with the lines read and written counted: lines when records are dropped, newlines when
-    they are blanked (a blanked record keeps every terminator; its last line may become an empty unterminated one).
-    Plain output is counted once staged, in bulk; gzip output as its pieces pass, before they are compressed."""
-    written = Lines() if gz else None
-    staged = Staged.of(gzip_chunks(written.through(pieces)) if written is not None else pieces)
-    if written is None:
-        written = staged.lines()
-    staged.lines_read, staged.lines_written = (read.count, written.count) if drop else (read.newlines, written.newlines)
-    return staged
+    pieces = to_the_end(source, splice_batches(read_chunks(source), lines, decide))
+    return Staged.of(gzip_chunks(pieces) if gz else pieces)
 
 
 def _chosen(choices: tuple[None, bytes], owned: list[bool]) -> list[bytes | None]:
@@ -99,11 +86,10 @@ def rewrite_csv(
     parsed from the last start known up to the target. Objects over CSV_IN_MEMORY are parsed record by record."""
     source: IO[bytes] = GzipReader(raw, inflation) if gz else raw  # type: ignore[assignment]
     data = read_up_to(source, CSV_IN_MEMORY + 1)
-    read = Lines()
     if len(data) > CSV_IN_MEMORY:
-        chunks = read.through(itertools.chain((data,), read_chunks(source)))
-        return _staged(to_the_end(source, _csv_streamed(chunks, set(lines), owner, drop, max_bytes)), gz, drop, read)
-    read.add(data)
+        chunks = itertools.chain((data,), read_chunks(source))
+        streamed = to_the_end(source, _csv_streamed(chunks, set(lines), owner, drop, max_bytes))
+        return Staged.of(gzip_chunks(streamed) if gz else streamed)
     pieces = (
         _csv_without_quotes(data, lines, owner, drop, max_bytes)
         if b'"' not in data
@@ -111,7 +97,8 @@ def rewrite_csv(
     )
     if drop and not data.endswith(b"\n"):
         pieces = _unterminated(pieces)
-    return _staged(to_the_end(source, pieces), gz, drop, read)
+    pieces = to_the_end(source, pieces)
+    return Staged.of(gzip_chunks(pieces) if gz else pieces)
 
 
 def _unterminated(pieces: Iterable[bytes | memoryview]) -> Iterator[bytes | memoryview]:
@@ -404,7 +391,7 @@ def rewrite_parquet(
             written += table.num_rows
         first_row += rows
     writer.close()
-    staged.lines_read, staged.lines_written = metadata.num_rows, written
+    staged.rows_read, staged.rows_written = metadata.num_rows, written
     return staged, erased
 
 

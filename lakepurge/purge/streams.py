@@ -72,34 +72,6 @@ def crc64nvme_base64(value: int) -> str:
 _Piece = TypeVar("_Piece", bytes, bytes | memoryview)
 
 
-class Lines:
-    """The lines of the bytes that pass through: their newlines, and one more if the last is unterminated
-    (memoryview pieces are counted from a copy)."""
-
-    def __init__(self) -> None:
-        self._newlines = 0
-        self._last = b""
-
-    @property
-    def count(self) -> int:
-        return self._newlines + (1 if self._last not in (b"", b"\n") else 0)
-
-    @property
-    def newlines(self) -> int:
-        return self._newlines
-
-    def add(self, piece: bytes | memoryview) -> None:
-        if piece:
-            data = piece if type(piece) is bytes else bytes(piece)
-            self._newlines += data.count(b"\n")
-            self._last = data[-1:]
-
-    def through(self, pieces: Iterable[_Piece]) -> Iterator[_Piece]:
-        for piece in pieces:
-            self.add(piece)
-            yield piece
-
-
 class Staged:
     """A rewritten object held until it is written: its bytes (in memory up to SPOOL_BYTES, then in a temporary
     file), its size and the CRC64NVME of exactly those bytes (the checksum the write states and S3 must store: see
@@ -114,10 +86,9 @@ class Staged:
         self._file: IO[bytes] | None = None
         self._crc: int | None = None
         self.size = 0
-        # What the rewrite read and wrote, compared before the write (engine._all_lines_kept): lines when it drops
-        # (newlines when it blanks: a blanked last record may leave an empty last line); rows for Parquet.
-        self.lines_read: int | None = None
-        self.lines_written: int | None = None
+        # Parquet: the rows the rewrite read and wrote, compared before the write (engine._all_rows_kept).
+        self.rows_read: int | None = None
+        self.rows_written: int | None = None
 
     @classmethod
     def of(cls, pieces: Iterable[bytes | memoryview]) -> Staged:
@@ -163,16 +134,6 @@ class Staged:
             self._joined = b"".join(self._pieces)
             self._pieces = [self._joined]
         return self._joined
-
-    def lines(self) -> Lines:
-        """The lines of the staged bytes, counted in bulk."""
-        counted = Lines()
-        if self._file is None:
-            counted.add(self.body())
-        else:
-            for part in self.parts(CHUNK_BYTES):
-                counted.add(part)
-        return counted
 
     def reader(self) -> IO[bytes]:
         """A fresh reader over the staged bytes, from the start (no copy of an in-memory object)."""

@@ -480,24 +480,7 @@ def test_given_any_lines_when_split_into_csv_records_then_rows_are_those_of_the_
 )
 def test_given_any_rewritten_lines_when_looking_for_users_then_the_lines_are_those_read_records_gives(lines, gz):
     # The verification before a write takes a bulk path where it can; it must find exactly what the indexer finds.
-    body = b"\n".join(lines) + b"\n"
-    raw = gzip.compress(body) if gz else body
-    key = "x.jsonl.gz" if gz else "x.jsonl"
-    wanted = {"alice", "7"}
-    expected = [
-        item.line
-        for item in read_records(io.BytesIO(raw), key, "jsonl", ("user_id",), 100)
-        if isinstance(item, Record) and wanted & set(item.user_ids)
-    ]
-    found = formats.lines_holding(
-        io.BytesIO(raw),
-        key,
-        "jsonl",
-        ("user_id",),
-        100,
-        formats.DEFAULT_INFLATION,
-        lambda ids: [i in wanted for i in ids],
-    )
+    found, expected = holding_both_ways(b"\n".join(lines) + b"\n", "jsonl", gz, {"alice", "7"})
     assert found == expected
 
 
@@ -530,21 +513,20 @@ def test_given_any_csv_when_looking_for_users_then_the_lines_are_those_read_reco
     # Verification answers a quote-free CSV of one width from its id column in bulk: it must find what the indexer
     # finds, whatever the rows (and the id column moved by the header).
     body = b"\n".join([header, *rows]) + (b"\n" if final else b"")
+    found, expected = holding_both_ways(body, "csv", gz, {"alice", "1"})
+    assert found == expected
+
+
+def holding_both_ways(body: bytes, fmt: str, gz: bool, wanted: set[str]) -> tuple[list[int], list[int]]:
+    """The lines holding the wanted users as verification finds them, and as the indexer's reader reads them."""
     raw = gzip.compress(body) if gz else body
-    key = "x.csv.gz" if gz else "x.csv"
-    wanted = {"alice", "1"}
+    key = f"x.{fmt}.gz" if gz else f"x.{fmt}"
     expected = [
         item.line
-        for item in read_records(io.BytesIO(raw), key, "csv", ("user_id",), 100)
+        for item in read_records(io.BytesIO(raw), key, fmt, ("user_id",), 100)
         if isinstance(item, Record) and wanted & set(item.user_ids)
     ]
     found = formats.lines_holding(
-        io.BytesIO(raw),
-        key,
-        "csv",
-        ("user_id",),
-        100,
-        formats.DEFAULT_INFLATION,
-        lambda ids: [i in wanted for i in ids],
+        io.BytesIO(raw), key, fmt, ("user_id",), 100, formats.DEFAULT_INFLATION, lambda ids: [i in wanted for i in ids]
     )
-    assert found == expected
+    return found, expected

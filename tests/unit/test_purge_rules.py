@@ -370,7 +370,7 @@ def test_given_any_json_lines_when_decided_in_a_batch_then_each_is_decided_as_li
     assert (batched.erased, batched.not_matching) == (one_by_one.erased, one_by_one.not_matching)
 
 
-# -- the line count a rewrite is held to before its write ----------------------------------------------------------
+# -- a rewrite gives back every line but those it dropped -----------------------------------------------------------
 
 REVIEWS = DatasetConfig(name="reviews", location="s3://lake/reviews/", format="jsonl", id_fields=("user_id",))
 
@@ -382,10 +382,9 @@ def _lines(data: bytes) -> int:
 def _counted_lines_hold(staged, raw: bytes, gz: bool, drop: bool, dropped: int) -> None:
     source = gzip.decompress(raw) if gz else raw
     out = gzip.decompress(staged.body()) if gz else staged.body()
-    count = _lines if drop else operator.methodcaller("count", b"\n")  # blanking keeps every terminator
-    assert staged.lines_read == count(source)
-    assert staged.lines_written == count(out)
-    assert staged.lines_written == staged.lines_read - dropped  # what the engine requires before a write
+    # Blanking keeps every terminator (a blanked last record may leave an empty last line); dropping removes lines.
+    count = _lines if drop else operator.methodcaller("count", b"\n")
+    assert count(out) == count(source) - dropped
 
 
 @settings(max_examples=200, deadline=None)
