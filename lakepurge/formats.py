@@ -373,7 +373,10 @@ def lines_holding(
             raise ValueError("the object could not be read to its end") from None
         if len(data) <= CSV_IN_MEMORY and _csv_none_wanted(data, id_fields[0], wanted):
             return found
-        from_items(read_csv(_Prefixed(data, stream), id_fields, max_bytes))  # type: ignore[arg-type]
+        try:
+            from_items(read_csv(_Prefixed(data, stream), id_fields, max_bytes))  # type: ignore[arg-type]
+        except TruncatedObject as exc:
+            raise ValueError(f"the object could not be read to its end: {exc.reason}") from None
         return found
     if field is None:
         from_items(read_records(raw, key, fmt, id_fields, max_bytes, inflation))
