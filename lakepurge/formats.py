@@ -451,7 +451,7 @@ class _IdCandidates:
 
 
 CSV_IN_MEMORY = 64 * 1024 * 1024  # a CSV object up to this size (decompressed) is rewritten and verified in memory
-ALL_BUT_COMMA_AND_NEWLINE = bytes(byte for byte in range(256) if byte not in b",\n")
+_ALL_BUT_COMMA_AND_NEWLINE = bytes(byte for byte in range(256) if byte not in b",\n")
 
 
 def read_up_to(stream: ByteSource, limit: int) -> bytes:
@@ -472,26 +472,36 @@ def _csv_none_wanted(data: bytes, column_name: str, wanted: Callable[[list[str]]
     """Whether a whole CSV object provably holds none of the wanted users in its one id column, decided in a few
     C calls instead of a csv reader step per line; False when it cannot be told that way (the exact read follows).
 
-    Without a '"' or a '\\r' anywhere, csv_records reads every line as a record of its own split at every comma, so
-    when every line has the same number of commas, the id column's values are every (width + 1)-th field of the
-    lines joined with ','. Lines of another shape (empty lines, placeholders of another width, short rows) make the
-    widths differ, and the object is read exactly."""
+    Without a '"' or a '\\r' anywhere, csv_records reads every line as a record of its own split at every comma
+    (one_width_column then gives the id column's values). Lines of another shape (empty lines, placeholders of
+    another width, short rows) make the widths differ, and the object is read exactly."""
     if b'"' in data or b"\r" in data:
         return False
-    lines = data.split(b"\n")
-    if lines[-1] == b"":
-        lines.pop()
-    if len(lines) < 2:
+    rows = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+    if rows < 2:
         return False
-    header = lines[0].decode("utf-8", "surrogateescape").split(",")
-    column = header.index(column_name) if column_name in header else None
-    commas = data.translate(None, ALL_BUT_COMMA_AND_NEWLINE).split(b"\n")[: len(lines)]
-    width = len(commas[0])
-    if column is None or commas.count(commas[0]) != len(commas) or width < column:
+    header = data[: data.find(b"\n")].decode("utf-8", "surrogateescape").split(",")
+    if column_name not in header:
         return False
-    ids = b",".join(lines[1:]).split(b",")[column :: width + 1]
+    found = one_width_column(data, rows, header.index(column_name))
+    if found is None:
+        return False
+    ids = found[1][1:]  # the header's own field is no id
     # Decoded together (no field holds a newline); invalid UTF-8 becomes U+FFFD, and such a row is nobody's anyway.
     return True not in wanted(b"\n".join(ids).decode("utf-8", "replace").split("\n"))
+
+
+def one_width_column(joined: bytes, rows: int, column: int) -> tuple[bytes, list[bytes]] | None:
+    """For `rows` rows without '"' or '\\r', joined by '\\n' (a final '\\n' or not): the commas each row has and every
+    row's field in `column`, when all rows have the same number of commas, at least `column`; None otherwise.
+
+    A row's commas are also its blank (`,,,` for four fields); with one width, the rows' fields in order are every
+    (width + 1)-th field of the rows joined with ',', from `column` on. A few C calls, no step per row."""
+    commas = joined.translate(None, _ALL_BUT_COMMA_AND_NEWLINE).split(b"\n")[:rows]
+    blank = commas[0]
+    if len(blank) < column or commas.count(blank) != rows:
+        return None
+    return blank, joined.replace(b"\n", b",").split(b",")[column :: len(blank) + 1][:rows]
 
 
 class _Prefixed:

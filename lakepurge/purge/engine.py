@@ -149,15 +149,14 @@ class Ownership:
         """csv_record for several rows at once: hashed and looked up together when the dataset has one id column
         and every row holds a plain ASCII id in it (the bulk of any lake); otherwise row by row."""
         assert self._columns is not None
-        each_contained = getattr(self.users, "each_contained", None)
-        if len(self._columns) == 1 and self._columns[0][1] is not None and each_contained is not None:
-            column = self._columns[0][1]
+        column = self.csv_column()
+        if column is not None:
             if rows and min(map(len, rows)) > column:  # every row holds the column: taken in C
                 ids = list(map(operator.itemgetter(column), rows))
             else:
                 ids = [row[column] if column < len(row) else "" for row in rows]
             if plain_ids(ids) and "".join(ids).isascii():
-                return self._note_many(lines, each_contained(ids))
+                return self._note_many(lines, self.users.each_contained(ids))  # type: ignore[attr-defined]
         return [self.csv_record(line, row) for line, row in zip(lines, rows, strict=True)]
 
     def csv_column(self) -> int | None:

@@ -17,7 +17,6 @@ from typing import IO, TYPE_CHECKING, Any
 
 from lakepurge.config import DatasetConfig
 from lakepurge.formats import (
-    ALL_BUT_COMMA_AND_NEWLINE,
     CSV_IN_MEMORY,
     DEFAULT_INFLATION,
     UNTERMINATED_AT_END,
@@ -26,6 +25,7 @@ from lakepurge.formats import (
     Inflation,
     csv_records,
     extract_ids,
+    one_width_column,
     parse_paths,
     read_up_to,
     unquoted_line,
@@ -157,16 +157,11 @@ def _plain_rows_decided(
 ) -> list[bytes | None] | None:
     """The decisions on rows without '"' and without '\\r' (each split at every comma, unquoted_row's grammar) when
     all have the same number of fields, more than `column`, and hold plain ASCII ids in it; None otherwise (they are
-    then decided row by row). A few C calls over all the rows: no row is split into all its fields on its own.
-
-    A row's commas are its blank (`,,,` for four fields); when every row has the same commas, the rows joined with
-    ',' split into fields of which every (width + 1)-th, from `column` on, is a row's id."""
-    commas = b"\n".join(contents).translate(None, ALL_BUT_COMMA_AND_NEWLINE).split(b"\n")  # each row's own
-    blank = commas[0]
-    width = len(blank)  # every row's commas, if all have the same
-    if width < column or commas.count(blank) != len(commas):
+    then decided row by row). A few C calls over all the rows (one_width_column): no row is split on its own."""
+    found = one_width_column(b"\n".join(contents), len(contents), column)
+    if found is None:
         return None
-    ids = b",".join(contents).split(b",")[column :: width + 1]
+    blank, ids = found
     owned = owner.csv_plain_ids(numbers, ids)
     if owned is None:
         return None
