@@ -32,7 +32,7 @@ from lakepurge.formats import (
     unquoted_row,
 )
 from lakepurge.purge.splice import DROP, skip_lines, splice_batches
-from lakepurge.purge.streams import LastByte, Staged, gzip_chunks, read_chunks, to_the_end
+from lakepurge.purge.streams import LastByte, LinesLost, Staged, gzip_chunks, read_chunks, to_the_end
 
 if TYPE_CHECKING:
     from lakepurge.purge.engine import Ownership
@@ -386,7 +386,10 @@ def rewrite_parquet(
             written += table.num_rows
         first_row += rows
     writer.close()
-    staged.rows_read, staged.rows_written = metadata.num_rows, written
+    expected = metadata.num_rows - len(erased)  # every row but those dropped (verification looks for the users)
+    if written != expected:
+        staged.close()
+        raise LinesLost(f"the rewritten object has {written} rows where {expected} were expected")
     return staged, erased
 
 

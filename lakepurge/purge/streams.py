@@ -52,6 +52,9 @@ class LastByte(io.RawIOBase):
         return len(data)
 
 
+_Piece = TypeVar("_Piece", bytes, bytes | memoryview)
+
+
 class LinesLost(Exception):
     """A rewrite would not give back every line of the object but those erased: nothing is written."""
 
@@ -69,9 +72,6 @@ def crc64nvme_base64(value: int) -> str:
     return base64.b64encode(value.to_bytes(8, "big")).decode()
 
 
-_Piece = TypeVar("_Piece", bytes, bytes | memoryview)
-
-
 class Staged:
     """A rewritten object held until it is written: its bytes (in memory up to SPOOL_BYTES, then in a temporary
     file), its size and the CRC64NVME of exactly those bytes (the checksum the write states and S3 must store: see
@@ -86,9 +86,6 @@ class Staged:
         self._file: IO[bytes] | None = None
         self._crc: int | None = None
         self.size = 0
-        # Parquet: the rows the rewrite read and wrote, compared before the write (engine._all_rows_kept).
-        self.rows_read: int | None = None
-        self.rows_written: int | None = None
 
     @classmethod
     def of(cls, pieces: Iterable[bytes | memoryview]) -> Staged:
