@@ -158,6 +158,17 @@ def extract_ids(record: dict[str, Any], paths: tuple[tuple[str, ...], ...]) -> t
     return tuple(dict.fromkeys(found)) if len(found) > 1 else (found[0],)
 
 
+def _broken(exc: EOFError | zlib.error, line: int) -> TruncatedObject:
+    """What a stream's read error means, as the line where the object broke."""
+    if isinstance(exc, InflationLimitExceeded):
+        kind = str(exc)
+    elif isinstance(exc, EOFError):
+        kind = "truncated gzip stream"
+    else:
+        kind = f"corrupt gzip stream ({exc})"
+    return TruncatedObject(line, kind)
+
+
 def iter_line_batches(stream: ByteSource, max_bytes: int) -> Iterator[tuple[int, list[bytes | None]]]:
     """Yield (number of the first line, the lines) for each chunk read, in bounded memory; a line is given
     without its '\\n', and as None when it is longer than max_bytes.
@@ -172,13 +183,7 @@ def iter_line_batches(stream: ByteSource, max_bytes: int) -> Iterator[tuple[int,
         try:
             chunk = stream.read(CHUNK_BYTES)
         except (EOFError, zlib.error) as exc:
-            if isinstance(exc, InflationLimitExceeded):
-                kind = str(exc)
-            elif isinstance(exc, EOFError):
-                kind = "truncated gzip stream"
-            else:
-                kind = f"corrupt gzip stream ({exc})"
-            raise TruncatedObject(number, kind) from None
+            raise _broken(exc, number) from None
         if not chunk:
             break
         parts = chunk.split(b"\n")
@@ -348,11 +353,15 @@ def lines_holding(
     max_bytes: int,
     inflation: Inflation,
     wanted: Callable[[list[str]], list[bool]],
+    none_of: Callable[[list[bytes]], bool] | None = None,
 ) -> list[int]:
     """The lines (records, rows) of an object whose ids include one of the wanted users, as read_records reads
-    them. wanted answers for a list of ids at once. For JSON Lines with one top-level id field, a chunk of objects
-    whose field holds a plain id or nothing (`{}` placeholders, records without it: no user) is answered without a
-    Python step per line: what verifying a freshly rewritten object needs."""
+    them. wanted answers for a list of ids at once; none_of, if given, whether none of a list of ids (UTF-8 bytes)
+    is wanted (HashedUsers.none_of: by set operations). For JSON Lines with one top-level id field, an object (or,
+    past IN_MEMORY bytes, a chunk) whose field holds a plain id or nothing (`{}` placeholders, records without it: no
+    user) is answered without a Python step per line: what verifying a freshly rewritten object needs."""
+    if none_of is None:
+        none_of = functools.partial(_none_of, wanted)
     paths = parse_paths(id_fields)
     field = _single_field(paths) if fmt == "jsonl" else None
     found: list[int] = []
@@ -368,10 +377,10 @@ def lines_holding(
     if fmt == "csv" and len(id_fields) == 1:
         stream = open_decompressed(raw, key, inflation)
         try:
-            data = read_up_to(stream, CSV_IN_MEMORY + 1)
+            data = read_up_to(stream, IN_MEMORY + 1)
         except (EOFError, zlib.error):
             raise ValueError("the object could not be read to its end") from None
-        if len(data) <= CSV_IN_MEMORY and _csv_none_wanted(data, id_fields[0], wanted):
+        if len(data) <= IN_MEMORY and _csv_none_wanted(data, id_fields[0], wanted):
             return found
         try:
             from_items(read_csv(_Prefixed(data, stream), id_fields, max_bytes))  # type: ignore[arg-type]
@@ -386,8 +395,20 @@ def lines_holding(
     candidates = _IdCandidates.of(field)
     with collector_paused():
         try:
-            for first, lines in iter_line_batches(open_decompressed(raw, key, inflation), max_bytes):
-                if candidates is not None and candidates.none_wanted(lines, wanted):
+            source: ByteSource = open_decompressed(raw, key, inflation)
+            if candidates is not None:
+                # The whole object at once, when it fits: no line split, and one pass over its ids.
+                try:
+                    whole = read_up_to(source, IN_MEMORY + 1)
+                except (EOFError, zlib.error) as exc:
+                    raise _broken(exc, 0) from None
+                if len(whole) <= IN_MEMORY and candidates.none_wanted(whole, none_of):
+                    return found
+                source = _Prefixed(whole, source)
+            for first, lines in iter_line_batches(source, max_bytes):
+                if (
+                    candidates is not None and None not in lines and candidates.none_wanted(b"\n".join(lines), none_of)  # type: ignore[arg-type]
+                ):
                     continue
                 try:
                     if None in lines:
@@ -414,43 +435,45 @@ _PLAIN_FIELD = re.compile(r"[A-Za-z0-9_.-]+")
 
 
 class _IdCandidates:
-    """Every value a chunk of JSON Lines could hold in one top-level id field, found by one regular expression over
-    the chunk instead of parsing each line: what lets verification read a rewritten object at about the speed of a
-    scan. The values found are a superset of the lines' ids, so "none of them is wanted" proves no line of the chunk
-    holds a wanted user; anything else is left to the exact parse.
+    """Every value a stretch of JSON Lines could hold in one top-level id field, found by one regular expression
+    instead of parsing each line: what lets verification read a rewritten object at about the speed of a scan. The
+    values found are a superset of the lines' ids, so "none of them is wanted" proves no line holds a wanted user
+    (a line over max_record_bytes, which the exact read takes as unindexable, only adds candidates); anything else
+    is left to the exact parse.
 
     Why a superset: the field's name is plain ASCII, so a line can write that key only as the token `"name"`, or
-    with a \\u escape (a chunk with any `\\u` is not answered here). A JSON string cannot hold a bare `"`, so
-    every occurrence of the token in a valid line is a key (at any depth). The chunk is answered only when each
+    with a \\u escape (a stretch with any `\\u` is not answered here). A JSON string cannot hold a bare `"`, so
+    every occurrence of the token in a valid line is a key (at any depth). The stretch is answered only when each
     occurrence of the token is followed by `:` and a string without any escape, so the top-level key's value, if the
     line is a record, is among the strings matched, exactly as a parser reads it. Integers, lists, nulls and
-    escaped strings fail that count, and their chunk is parsed."""
+    escaped strings match nothing after the token, and their stretch is parsed."""
 
     def __init__(self, token: bytes) -> None:
-        self._token = token
-        self._value = re.compile(re.escape(token) + rb'[ \t\r]*:[ \t\r]*"([^"\\\n]*)"')
+        # Every occurrence of the token, with what follows it when that is `:` and a plain string (else empty).
+        self._value = re.compile(re.escape(token) + rb'((?:[ \t\r]*:[ \t\r]*"[^"\\\n]*")?)')
 
     @classmethod
     def of(cls, field: str) -> _IdCandidates | None:
         return cls(b'"' + field.encode() + b'"') if _PLAIN_FIELD.fullmatch(field) else None
 
-    def none_wanted(self, lines: list[bytes | None], wanted: Callable[[list[str]], list[bool]]) -> bool:
-        if None in lines:  # an overlong line: the exact path says what it is
+    def none_wanted(self, data: bytes, none_of: Callable[[list[bytes]], bool]) -> bool:
+        if b"\\" in data and b"\\u" in data:  # the first by memchr: most objects hold no backslash at all
             return False
-        data = b"\n".join(lines)  # type: ignore[arg-type]
-        if b"\\" in data and b"\\u" in data:  # the first by memchr: most chunks hold no backslash at all
+        found = self._value.findall(data)
+        if b"" in found:  # an occurrence of the token not followed by a plain string
             return False
-        values = self._value.findall(data)
-        if len(values) != data.count(self._token):
-            return False
-        if not values:
-            return True
-        # Decoded together (no value holds a newline): invalid UTF-8 becomes U+FFFD, which no id of a valid line
-        # (the only kind a record is) holds.
-        return True not in wanted(b"\n".join(values).decode("utf-8", "replace").split("\n"))
+        # Each match is `:`, perhaps with blanks, then one string: its two quotes, and no other, delimit the value.
+        return not found or none_of(b"".join(found).split(b'"')[1::2])
 
 
-CSV_IN_MEMORY = 64 * 1024 * 1024  # a CSV object up to this size (decompressed) is rewritten and verified in memory
+def _none_of(wanted: Callable[[list[str]], list[bool]], user_ids: list[bytes]) -> bool:
+    # Decoded together (no value holds a newline): invalid UTF-8 becomes U+FFFD, which no id of a valid line (the
+    # only kind a record is) holds.
+    return True not in wanted(b"\n".join(user_ids).decode("utf-8", "replace").split("\n"))
+
+
+# A CSV object up to this size (decompressed) is rewritten and verified in memory; a JSON Lines one is verified so.
+IN_MEMORY = 64 * 1024 * 1024
 _ALL_BUT_COMMA_AND_NEWLINE = bytes(byte for byte in range(256) if byte not in b",\n")
 
 

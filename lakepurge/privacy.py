@@ -111,6 +111,9 @@ class HashedUsers:
         self._hashes = frozenset(hashes)
         self._pseudonymizer = pseudonymizer
         self._seen: dict[str, bool] = {}
+        # none_of's memory, by the ids' UTF-8 bytes: sets, so that an object's ids are answered by set operations.
+        self._clean: set[bytes] = set()
+        self._wanted: set[bytes] = set()
 
     def __contains__(self, user_id: object) -> bool:
         if not isinstance(user_id, str):
@@ -140,3 +143,21 @@ class HashedUsers:
             seen.update(zip(new, map(self._hashes.__contains__, self._pseudonymizer.each(new)), strict=True))
             known = list(map(seen.__getitem__, user_ids))
         return known  # type: ignore[return-value]
+
+    def none_of(self, user_ids: Iterable[bytes]) -> bool:
+        """Whether none of these ids (UTF-8; an invalid sequence reads as U+FFFD, as a decoder would) is one of the
+        users: the answer verification wants for a whole object's ids. Ids seen before are answered by set
+        operations in C; the others are hashed, each once."""
+        unique = set(user_ids)
+        if not unique.isdisjoint(self._wanted):
+            return False
+        new = unique - self._clean
+        if not new:
+            return True
+        if len(self._clean) > 100_000:
+            self._clean.clear()
+        new_ids = list(new)
+        owned = self.each_contained([user.decode("utf-8", "replace") for user in new_ids])
+        self._clean.update(compress(new_ids, map(operator.not_, owned)))
+        self._wanted.update(compress(new_ids, owned))
+        return True not in owned

@@ -206,9 +206,9 @@ def still_holding(
     assert dataset.id_fields is not None
     each_contained = getattr(users, "each_contained", None)
     wanted = each_contained or (lambda ids: [user in users for user in ids])
-    return lines_holding(
-        staged.reader(), key, dataset.format, dataset.id_fields, indexing.max_record_bytes, indexing.inflation, wanted
-    )
+    none_of = getattr(users, "none_of", None)
+    limits = indexing.max_record_bytes, indexing.inflation
+    return lines_holding(staged.reader(), key, dataset.format, dataset.id_fields, *limits, wanted, none_of)
 
 
 def find_user_lines(

@@ -17,8 +17,8 @@ from typing import IO, TYPE_CHECKING, Any
 
 from lakepurge.config import DatasetConfig
 from lakepurge.formats import (
-    CSV_IN_MEMORY,
     DEFAULT_INFLATION,
+    IN_MEMORY,
     UNTERMINATED_AT_END,
     CsvRecord,
     GzipReader,
@@ -83,10 +83,10 @@ def rewrite_csv(
 
     Where no '"' stands between the last record start known and a target, every line in between is a record of its
     own, so the target's line starts a record: that stretch is counted over, not parsed. Past a quote, records are
-    parsed from the last start known up to the target. Objects over CSV_IN_MEMORY are parsed record by record."""
+    parsed from the last start known up to the target. Objects over IN_MEMORY are parsed record by record."""
     source: IO[bytes] = GzipReader(raw, inflation) if gz else raw  # type: ignore[assignment]
-    data = read_up_to(source, CSV_IN_MEMORY + 1)
-    if len(data) > CSV_IN_MEMORY:
+    data = read_up_to(source, IN_MEMORY + 1)
+    if len(data) > IN_MEMORY:
         chunks = itertools.chain((data,), read_chunks(source))
         streamed = to_the_end(source, _csv_streamed(chunks, set(lines), owner, drop, max_bytes))
         return Staged.of(gzip_chunks(streamed) if gz else streamed)

@@ -14,6 +14,9 @@ from hypothesis import strategies as st
 
 from lakepurge import formats
 from lakepurge.formats import Record, Unindexable, group_records, read_records
+from lakepurge.privacy import HashedUsers, Pseudonymizer
+
+HASHER = Pseudonymizer(b"a test key of 32 bytes, not secret")
 
 pytestmark = pytest.mark.unit
 
@@ -468,6 +471,7 @@ def test_given_any_lines_when_split_into_csv_records_then_rows_are_those_of_the_
                 b'{"user_id":"bob","user_id":"alice"}',
                 b'{"user_id":"a\\"b"}',
                 b'{"a":"x\\\\","user_id":"alice"}',
+                b'{"user_id":"al\xffice"}',
                 b'{"k":"user_id"}',
                 b'{"user_id":"alice"}\r',
                 b'{"user_id":"alice","pad":"' + b"p" * 100 + b'"}',
@@ -529,4 +533,10 @@ def holding_both_ways(body: bytes, fmt: str, gz: bool, wanted: set[str]) -> tupl
     found = formats.lines_holding(
         io.BytesIO(raw), key, fmt, ("user_id",), 100, formats.DEFAULT_INFLATION, lambda ids: [i in wanted for i in ids]
     )
+    # As the purge asks: users known by their keyed hashes, whose bulk answer is by set operations on the ids' bytes.
+    hashed = HashedUsers(HASHER.many(wanted), HASHER)
+    found_by_hash = formats.lines_holding(
+        io.BytesIO(raw), key, fmt, ("user_id",), 100, formats.DEFAULT_INFLATION, hashed.each_contained, hashed.none_of
+    )
+    assert found_by_hash == found
     return found, expected

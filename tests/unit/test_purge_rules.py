@@ -253,6 +253,24 @@ def test_given_any_key_and_ids_when_hashed_in_a_batch_then_each_hash_is_the_stan
     assert users.each_contained(ids) == [i in users for i in ids]  # again, from memory
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    wanted=st.lists(st.text(max_size=8), max_size=5),
+    batches=st.lists(st.lists(st.binary(max_size=8) | st.text(max_size=8).map(str.encode), max_size=8), max_size=6),
+)
+def test_given_batches_of_id_bytes_when_asked_in_bulk_then_the_answer_is_that_of_each_id(wanted, batches) -> None:
+    # Verification asks in bulk whether any id of an object is wanted; the answer, from set operations on ids seen
+    # before or from hashing new ones, must be that of decoding and checking each id, whatever was asked before.
+    from lakepurge.privacy import HashedUsers, Pseudonymizer
+
+    pseudonymizer = Pseudonymizer(b"0123456789abcdef")
+    users = HashedUsers(pseudonymizer.many(wanted), pseudonymizer)
+    for batch in batches:
+        expected = not any(i.decode("utf-8", "replace") in wanted for i in batch)
+        assert users.none_of(batch) is expected
+        assert users.none_of(batch) is expected  # again, from memory
+
+
 @pytest.mark.parametrize("quoted", [True, False], ids=["with quotes", "without quotes"])
 def test_given_a_csv_without_final_newline_when_its_last_record_is_dropped_then_it_still_has_none(quoted) -> None:
     note = b'"a, b"' if quoted else b"plain"
