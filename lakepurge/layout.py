@@ -14,7 +14,8 @@ Everything lakepurge keeps for the record lives under ``[reports] location`` (an
   ``decision.json`` (:class:`DecisionDocument`), ``relational.json`` (the relational DELETEs the workflow ran
   before the purge job, :class:`RelationalDocument`);
 - ``placeholders/<sha256(s3path)>/<sha256(etag)>.json``: the placeholders a blanking purge left in one object
-  version (lakepurge.purge.placeholders.PlaceholderRecord);
+  version (lakepurge.purge.placeholders.PlaceholderRecord); a purge job writes them together, many objects'
+  records to a ``placeholders/batches/<id>.json``, which the vacuum files under each object;
 - ``vacuum/<run id>.json``: what an applied vacuum removed (:class:`VacuumDocument`);
 - ``verifications/<id>/hashes.json`` and ``result.json``: a `verify --on emr-serverless` run's input (the users'
   keyed hashes) and answer;
@@ -135,6 +136,9 @@ def relational(settings: Settings, request_id: str) -> S3Uri:
     return request_document(settings, request_id, RELATIONAL)
 
 
+PLACEHOLDER_BATCHES = "batches"  # beside the objects' folders, which are named by a hex digest
+
+
 def placeholders_prefix(settings: Settings, s3path: str | None = None) -> S3Uri:
     """The placeholder records: all of them, or one object's."""
     folder = _under(settings, "placeholders/")
@@ -145,6 +149,17 @@ def placeholder_record(settings: Settings, s3path: str, etag: str) -> S3Uri:
     """The record of the placeholders a purge left in the version ``etag`` of an object."""
     folder = placeholders_prefix(settings, s3path)
     return S3Uri(folder.bucket, f"{folder.key}{_digest(etag)}.json")
+
+
+def placeholder_batches_prefix(settings: Settings) -> S3Uri:
+    # Under placeholders/, so the records' permissions and retention (infra/template.yaml) cover them too.
+    return _under(settings, f"placeholders/{PLACEHOLDER_BATCHES}/")
+
+
+def placeholder_batch(settings: Settings, batch_id: str) -> S3Uri:
+    """Placeholder records of many objects, written by a purge job in one request (``{"records": [...]}``)."""
+    folder = placeholder_batches_prefix(settings)
+    return S3Uri(folder.bucket, f"{folder.key}{batch_id}.json")
 
 
 def vacuum_record(settings: Settings, run_id: str) -> S3Uri:

@@ -35,8 +35,6 @@ from lakepurge.formats import (
 from lakepurge.index.base import WHOLE_OBJECT, IndexStore, NewVersion, ObjectIndex
 from lakepurge.indexer import index_object, scan_object
 from lakepurge.logs import get_logger, object_ref
-from lakepurge.purge.placeholders import PlaceholderRecord
-from lakepurge.purge.placeholders import write_record as write_placeholder_record
 from lakepurge.purge.rewrite import rewrite_csv, rewrite_jsonl, rewrite_parquet
 from lakepurge.purge.s3write import WriteConflict, Written, delete_in_place, preserved_attributes, write_in_place
 from lakepurge.purge.streams import Staged
@@ -94,6 +92,9 @@ class ObjectOutcome:
     # versions this purge read and found holding none of them (a version's bytes never change).
     after_checksum: str = ""
     clean_versions: list[str] = field(default_factory=list)
+    # A blanking write's placeholders (first line, number of lines): what the vacuum may remove later and nothing
+    # else, recorded by the job with the outcomes (lakepurge.purge.placeholders.recorded_from). None: no record.
+    placeholder_spans: list[tuple[int, int]] | None = None
     # False while the outcome is only an intent: recorded just before the write, so a run killed between the write
     # and its record can tell, when started again, that the erasure it finds done was its own.
     committed: bool = True
@@ -356,16 +357,13 @@ class _PurgeStep:
             if not erased:
                 return None
             attributes = preserved_attributes(self.s3, head)
+            if self.dataset.erase != "drop":
+                outcome.placeholder_spans = [(line, self.spans.get(line, 1)) for line in outcome.erased_lines]
             self.before_write(replace(outcome, status="erased", committed=False, after_checksum=staged.checksum))
             written = write_in_place(self.s3, head, staged, attributes)
         finally:
             staged.close()
         outcome.after_checksum = written.checksum
-        if self.dataset.erase != "drop":
-            # What the vacuum may remove later, and nothing else: the placeholders this write left.
-            spans = tuple((line, self.spans.get(line, 1)) for line in outcome.erased_lines)
-            record = PlaceholderRecord(outcome.s3path, written.etag, written.version_id, head.etag, spans)
-            write_placeholder_record(self.s3, self.settings, record)
         return written
 
     def _produce(

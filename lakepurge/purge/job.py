@@ -25,6 +25,8 @@ from lakepurge.index.base import IndexStore
 from lakepurge.logs import get_logger, object_ref
 from lakepurge.privacy import HashedUsers, Pseudonymizer
 from lakepurge.purge.engine import ObjectOutcome, PurgeTarget, purge_object, verify_object
+from lakepurge.purge.placeholders import recorded_from
+from lakepurge.purge.placeholders import write_batch as write_placeholder_batch
 from lakepurge.report import (
     OBJECT_REFERENCE,
     Report,
@@ -206,6 +208,9 @@ def _purge_partition(
 
     def flush(outcomes: list[ObjectOutcome]) -> None:
         if outcomes:
+            # The placeholder records first: a run killed between the two requests redoes these objects (no
+            # finished outcome), and its settled outcomes write the records again, never none.
+            write_placeholder_batch(s3, settings, recorded_from(outcomes))
             where = layout.results_batch(prefix, uuid.uuid4().hex)
             body = orjson.dumps({"outcomes": [stored(o) for o in outcomes]})
             s3.put_object(Bucket=where.bucket, Key=where.key, Body=body)

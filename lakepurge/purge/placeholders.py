@@ -1,22 +1,32 @@
 """The placeholders a blanking purge leaves, recorded so that the vacuum removes exactly those lines.
 
-A purge that blanks records writes, for each object version it produces, one small record in the reports location:
-the version it wrote, the version it read, and the spans (first line, number of lines) of every placeholder it
-wrote there. Placeholders of earlier purges are still in the new version at the same lines (blanking keeps line
-numbers), so the record of the version read, if it has one, holds the rest: the vacuum follows the chain back from
-an object's current version. A version written by anyone else has no record and ends the chain.
+For each object version a blanking purge produces there is one small record in the reports location: the version
+it wrote, the version it read, and the spans (first line, number of lines) of every placeholder it wrote there.
+Placeholders of earlier purges are still in the new version at the same lines (blanking keeps line numbers), so the
+record of the version read, if it has one, holds the rest: the vacuum follows the chain back from an object's
+current version. A version written by anyone else has no record and ends the chain.
+
+The purge job writes the records of many objects in one batch, with their outcomes (a request per object was a
+fifth of the erase path's requests); the vacuum files each batch's records under their objects before it starts.
+A job killed before its batch is written loses none: the spans are in each object's intent, recorded before the
+write, and the rerun's settled outcome carries them into its own batch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from lakepurge import layout
 from lakepurge.config import Settings
+
+if TYPE_CHECKING:
+    from lakepurge.purge.engine import ObjectOutcome
 
 Span = tuple[int, int]  # first line, number of lines
 
@@ -31,9 +41,54 @@ class PlaceholderRecord:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> PlaceholderRecord:
-        document: dict[str, Any] = orjson.loads(data)
-        document["spans"] = tuple((int(first), int(count)) for first, count in document["spans"])
-        return cls(**document)
+        return cls.from_document(orjson.loads(data))
+
+    @classmethod
+    def from_document(cls, document: dict[str, Any]) -> PlaceholderRecord:
+        return cls(**{**document, "spans": tuple(map(_span, document["spans"]))})
+
+
+def recorded_from(outcomes: Iterable[ObjectOutcome]) -> list[PlaceholderRecord]:
+    """The records of the versions the outcomes' blanking writes produced."""
+    return [
+        # Spans come back from JSON (a rerun's intent) as lists.
+        PlaceholderRecord(
+            o.s3path, o.after_etag, o.after_version, o.before_etag, tuple(map(_span, o.placeholder_spans))
+        )
+        for o in outcomes
+        if o.status == "erased" and o.placeholder_spans is not None and o.after_etag and o.before_etag
+    ]
+
+
+def _span(pair: Iterable[int]) -> Span:
+    first, count = pair
+    return int(first), int(count)
+
+
+def write_batch(s3: Any, settings: Settings, records: list[PlaceholderRecord]) -> None:
+    if records:
+        where = layout.placeholder_batch(settings, uuid.uuid4().hex)
+        body = orjson.dumps({"records": [asdict(r) for r in records]})
+        s3.put_object(Bucket=where.bucket, Key=where.key, Body=body, ContentType="application/json")
+
+
+def file_batches(s3: Any, settings: Settings, apply: bool) -> dict[str, list[PlaceholderRecord]]:
+    """The records purge jobs wrote in batches, by object. Applied, each is first filed under its object (where
+    placeholder_spans and forget_records find it) and its batch deleted; a dry run only reads them."""
+    pending: dict[str, list[PlaceholderRecord]] = defaultdict(list)
+    prefix = layout.placeholder_batches_prefix(settings)
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=prefix.bucket, Prefix=prefix.key):
+        for item in page.get("Contents", []):
+            data = s3.get_object(Bucket=prefix.bucket, Key=item["Key"])["Body"].read()
+            records = [PlaceholderRecord.from_document(r) for r in orjson.loads(data)["records"]]
+            if apply:
+                for record in records:
+                    write_record(s3, settings, record)
+                s3.delete_object(Bucket=prefix.bucket, Key=item["Key"])
+            else:
+                for record in records:
+                    pending[record.s3path].append(record)
+    return dict(pending)
 
 
 def write_record(s3: Any, settings: Settings, record: PlaceholderRecord) -> None:
@@ -46,14 +101,23 @@ def read_record(s3: Any, settings: Settings, s3path: str, etag: str) -> Placehol
     return None if stored is None else PlaceholderRecord.from_bytes(stored.body)
 
 
-def placeholder_spans(s3: Any, settings: Settings, s3path: str, etag: str, limit: int = 10_000) -> list[Span]:
+def placeholder_spans(
+    s3: Any,
+    settings: Settings,
+    s3path: str,
+    etag: str,
+    pending: Iterable[PlaceholderRecord] = (),
+    limit: int = 10_000,
+) -> list[Span]:
     """Every placeholder the purges left in this version of the object: its record's spans and, back through the
-    versions each purge read, those of the purges before it."""
+    versions each purge read, those of the purges before it. pending: the object's records still in batches (a dry
+    run's, file_batches)."""
+    batched = {record.etag: record for record in pending}
     spans: list[Span] = []
     seen: set[str] = set()
     while etag not in seen and len(seen) < limit:
         seen.add(etag)
-        record = read_record(s3, settings, s3path, etag)
+        record = batched.get(etag) or read_record(s3, settings, s3path, etag)
         if record is None:
             break
         spans.extend(record.spans)
@@ -64,8 +128,11 @@ def placeholder_spans(s3: Any, settings: Settings, s3path: str, etag: str, limit
 def recorded_objects(s3: Any, settings: Settings) -> Iterator[str]:
     """The objects of which a purge recorded placeholders (one record read per object)."""
     prefix = layout.placeholders_prefix(settings)
+    batches = layout.placeholder_batches_prefix(settings).key
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=prefix.bucket, Prefix=prefix.key, Delimiter="/"):
         for common in page.get("CommonPrefixes", []):
+            if common["Prefix"] == batches:
+                continue  # not an object's folder: file_batches reads those
             first = s3.list_objects_v2(Bucket=prefix.bucket, Prefix=common["Prefix"], MaxKeys=1).get("Contents", [])
             if first:
                 data = s3.get_object(Bucket=prefix.bucket, Key=first[0]["Key"])["Body"].read()

@@ -31,7 +31,14 @@ from lakepurge.index.base import IndexStore
 from lakepurge.indexer import index_object, scan_object
 from lakepurge.logs import get_logger, object_ref
 from lakepurge.privacy import Pseudonymizer
-from lakepurge.purge.placeholders import Span, forget_records, placeholder_spans, recorded_objects
+from lakepurge.purge.placeholders import (
+    PlaceholderRecord,
+    Span,
+    file_batches,
+    forget_records,
+    placeholder_spans,
+    recorded_objects,
+)
 from lakepurge.purge.s3write import WriteConflict, preserved_attributes, write_in_place
 from lakepurge.purge.streams import LastByte, Staged, gzip_chunks
 from lakepurge.s3io import ObjectChanged, ObjectHead, head_object, noncurrent_versions, open_body
@@ -126,7 +133,9 @@ def vacuum_object(
     s3path: str,
     apply: bool,
     versions: VersionPolicy = "erased-users",
+    pending: Iterable[PlaceholderRecord] = (),
 ) -> VacuumOutcome:
+    """pending: the object's placeholder records still in a purge job's batch (a dry run does not file them)."""
     uri = S3Uri.parse(s3path)
     csv = dataset.format == "csv"
     for _ in range(5):
@@ -134,7 +143,7 @@ def vacuum_object(
         if head is None:
             return VacuumOutcome(s3path, error="gone")
         outcome = VacuumOutcome(s3path, before_etag=head.etag)
-        remove = _placeholder_lines(placeholder_spans(s3, settings, s3path, head.etag))
+        remove = _placeholder_lines(placeholder_spans(s3, settings, s3path, head.etag, pending))
         outcome.placeholders = len(remove)
         written = None
         if remove:
@@ -171,18 +180,22 @@ def vacuum_object(
     return VacuumOutcome(s3path, error="kept changing under concurrent writes")
 
 
+VacuumItem = tuple[str, str, list[dict[str, Any]]]  # dataset, object, its records still in batches
+
+
 def _vacuum_partition(
-    settings: Settings, env: dict[str, str], apply: bool, items: Iterable[tuple[str, str]]
+    settings: Settings, env: dict[str, str], apply: bool, items: Iterable[VacuumItem]
 ) -> Iterator[dict[str, Any]]:
     apply_job_environment(env)
     s3 = aws.client("s3")
     store = open_store(settings.index, create=False)
     versions = settings.vacuum.delete_versions
     try:
-        for dataset_name, s3path in items:
+        for dataset_name, s3path, batched in items:
             dataset = settings.dataset_named(dataset_name)
+            pending = [PlaceholderRecord.from_document(r) for r in batched]
             try:
-                outcome = vacuum_object(s3, store, settings, dataset, s3path, apply, versions)
+                outcome = vacuum_object(s3, store, settings, dataset, s3path, apply, versions, pending)
             except PlaceholderMismatch as exc:
                 # Left as it is: something other than a purge changed it. Its placeholders stay until reviewed.
                 outcome = VacuumOutcome(s3path, error=f"not vacuumed: {exc}")
@@ -230,13 +243,14 @@ def run_vacuum(spark: Any, settings: Settings, datasets: Iterable[str] = (), app
     started = datetime.now(UTC)
     wanted = set(datasets)
     s3 = aws.client("s3")
-    items = []
-    for s3path in recorded_objects(s3, settings):
+    batched = file_batches(s3, settings, apply)
+    items: list[VacuumItem] = []
+    for s3path in dict.fromkeys([*recorded_objects(s3, settings), *batched]):
         uri = S3Uri.parse(s3path)
         dataset = settings.dataset_for(uri.bucket, uri.key)
         if dataset is None or dataset.erase != "blank" or (wanted and dataset.name not in wanted):
             continue
-        items.append((dataset.name, s3path))
+        items.append((dataset.name, s3path, [asdict(r) for r in batched.get(s3path, [])]))
     env = job_environment(settings)
     rows = on_executors(
         spark, items, lambda part: _vacuum_partition(settings, env, apply, part), label="objects vacuumed"

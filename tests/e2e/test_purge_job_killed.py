@@ -145,6 +145,7 @@ def test_given_a_run_killed_between_a_write_and_its_record_when_run_again_then_t
 ):
     from lakepurge.purge.engine import ObjectOutcome, PurgeTarget, purge_object
     from lakepurge.purge.job import run_purge
+    from lakepurge.purge.placeholders import file_batches
 
     # What is tested is one object's write and its missing record: a smaller lake than the kill test's will do.
     lake, settings, _, uri, digest, _ = prepare("crashed-lake", pg_dsn, tmp_path, objects=24)
@@ -177,3 +178,7 @@ def test_given_a_run_killed_between_a_write_and_its_record_when_run_again_then_t
     assert settled.lines_erased == done.lines_erased
     assert settled.after_etag == done.after_etag
     assert result.verified
+    # The placeholders the killed run left are recorded all the same (from its intent), for the vacuum to remove.
+    recorded = file_batches(s3, settings, apply=False)[first.s3path]
+    assert [r.spans for r in recorded if r.etag == done.after_etag] == [tuple(done.placeholder_spans or ())]
+    assert done.placeholder_spans

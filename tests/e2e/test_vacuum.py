@@ -78,6 +78,10 @@ def test_given_a_purge_when_vacuumed_then_only_its_placeholders_go_and_other_rec
     assert purged_csv.count(b"\n") == CSV.count("\n"), "blanking changed the line count"
     before = every_version(s3)
 
+    # The purge job wrote its placeholder records in one batch; the dry run reads them there, the applied run files
+    # them under each object first.
+    batches = s3.list_objects_v2(Bucket="vac-reports", Prefix="placeholders/batches/").get("KeyCount", 0)
+    assert batches == 1
     code, plan = cli(capsys, "vacuum", "--config", config)
     assert code == 0 and plan["dry_run"] is True
     assert plan["lines_removed"] == 2 + 3  # two `{}` lines; a one-line and a two-line CSV record
@@ -97,6 +101,7 @@ def test_given_a_purge_when_vacuumed_then_only_its_placeholders_go_and_other_rec
     document = orjson.loads(s3.get_object(Bucket="vac-reports", Key=record)["Body"].read())
     assert sum(o["placeholders_removed"] for o in document["objects"]) == 5
 
+    assert s3.list_objects_v2(Bucket="vac-reports", Prefix="placeholders/").get("KeyCount", 0) == 0, "records left"
     code, again = cli(capsys, "vacuum", "--yes", "--config", config)
     assert code == 0 and again["lines_removed"] == 0, "a second vacuum found placeholders the first one left"
     assert cli(capsys, "lookup", "bob", "carol", "--config", config)[1]["users"]["bob"]

@@ -15,6 +15,7 @@ from lakepurge.local.samples import SampleLake
 from lakepurge.privacy import Pseudonymizer
 from lakepurge.purge.engine import ObjectOutcome, purge_object
 from lakepurge.purge.job import purge_targets
+from lakepurge.purge.placeholders import recorded_from, write_batch
 from lakepurge.report import Report, build_report, resolve_references
 
 HASH_KEY = "test-hash-key-0123456789"
@@ -54,4 +55,6 @@ def purge_report(
 ) -> list[ObjectOutcome]:
     s3 = s3 or aws.client("s3")
     resolved = resolve_references(s3, settings, report, Pseudonymizer(HASH_KEY.encode()))
-    return [purge_object(s3, store, settings, target, frozenset(users)) for target in purge_targets(resolved)]
+    outcomes = [purge_object(s3, store, settings, target, frozenset(users)) for target in purge_targets(resolved)]
+    write_batch(s3, settings, recorded_from(outcomes))  # as the job records the placeholders, for the vacuum
+    return outcomes

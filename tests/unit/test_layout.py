@@ -75,6 +75,8 @@ def test_given_a_reports_location_when_asking_where_each_document_lives_then_the
         layout.placeholder_record(
             s, object_path, '"e1"'
         ): f"{root}placeholders/{sha(object_path)}/{sha(chr(34) + 'e1' + chr(34))}.json",
+        layout.placeholder_batches_prefix(s): f"{root}placeholders/batches/",
+        layout.placeholder_batch(s, "b1"): f"{root}placeholders/batches/b1.json",
         layout.vacuum_record(s, "vac-1"): f"{root}vacuum/vac-1.json",
     }
     for uri, spelled in expected.items():
