@@ -95,6 +95,14 @@ class ObjectOutcome:
     # A blanking write's placeholders (first line, number of lines): what the vacuum may remove later and nothing
     # else, recorded by the job with the outcomes (lakepurge.purge.placeholders.recorded_from). None: no record.
     placeholder_spans: list[tuple[int, int]] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The outcome as plain data (what the executors return and the results hold): dataclasses.asdict's
+        result, without its deep copy of every field, which cost a purge more than half a millisecond an object.
+        Its lists hold only immutable values, so copying each list is enough."""
+        values = ((name, getattr(self, name)) for name in self.__slots__)
+        return {name: list(value) if type(value) is list else value for name, value in values}
+
     # False while the outcome is only an intent: recorded just before the write, so a run killed between the write
     # and its record can tell, when started again, that the erasure it finds done was its own.
     committed: bool = True
