@@ -4,9 +4,10 @@ Everything lakepurge keeps for the record lives under ``[reports] location`` (an
 
 - ``reports/<request id>.json``: the purge report (lakepurge.report.Report), written once, its SHA-256 in the
   object's metadata;
-- ``results/<request id>/<sha256(s3path)>.json``: the outcome of each object the purge job handled
-  (lakepurge.purge.engine.ObjectOutcome), so that a rerun resumes; an object of a one-user-per-object dataset is
-  named there by a keyed reference, never its key (lakepurge.purge.job.result_document);
+- ``results/<request id>/``: what the purge job did to each object (lakepurge.purge.engine.ObjectOutcome), so that
+  a rerun resumes: ``intents/`` the intents recorded before the writes, ``batches/`` the finished outcomes, several
+  objects a document (earlier versions wrote one ``<sha256(s3path)>.json`` per object, still read); an object of a
+  one-user-per-object dataset is named there by a keyed reference, never its key (report.stored_name);
 - ``certificates/<request id>.json``: the erasure certificate (:class:`CertificateDocument`), under
   ``[reports] evidence_location`` instead when that is set (an Object Lock bucket: evidence is never rewritten);
 - ``requests/<request id>/``: the request's own documents (lakepurge.workflow.store): ``request.json`` (user ids
@@ -112,11 +113,19 @@ def result(prefix: S3Uri, s3path: str) -> S3Uri:
 
 def results_batch(prefix: S3Uri, batch_id: str) -> S3Uri:
     """Finished outcomes of several objects, written together (``{"outcomes": [...]}``): a task records its
-    objects' outcomes in batches; each object's intent, written before its write, stays in :func:`result`."""
+    objects' outcomes in batches."""
     return S3Uri(prefix.bucket, f"{prefix.key}{RESULTS_BATCHES}{batch_id}.json")
 
 
+def intents_batch(prefix: S3Uri, batch_id: str) -> S3Uri:
+    """Intents of several objects, each recorded before its object's write (``{"outcomes": [...]}``, committed
+    false). batch_id starts with the time it was written: listed in name order, a later intent of an object comes
+    after an earlier one. (Earlier versions wrote each intent on its own, at :func:`result`.)"""
+    return S3Uri(prefix.bucket, f"{prefix.key}{INTENTS_BATCHES}{batch_id}.json")
+
+
 RESULTS_BATCHES = "batches/"
+INTENTS_BATCHES = "intents/"
 
 
 def requests_prefix(settings: Settings) -> S3Uri:

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 import tomllib
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import orjson
@@ -140,8 +140,9 @@ def test_given_a_purge_job_killed_half_way_when_run_again_then_the_end_state_equ
 
 
 @pytest.mark.usefixtures("aws")
+@pytest.mark.parametrize("recorded", ["in a batch of intents", "on its own, as earlier versions did"])
 def test_given_a_run_killed_between_a_write_and_its_record_when_run_again_then_the_erasure_is_still_counted(
-    pg_dsn, tmp_path, spark
+    pg_dsn, tmp_path, spark, recorded
 ):
     from lakepurge.purge.engine import ObjectOutcome, PurgeTarget, purge_object
     from lakepurge.purge.job import run_purge
@@ -165,11 +166,15 @@ def test_given_a_run_killed_between_a_write_and_its_record_when_run_again_then_t
     )
     assert done.status == "erased" and done.lines_erased > 0
     prefix = layout.results_prefix(settings, report.request_id)
-    s3.put_object(
-        Bucket=prefix.bucket,
-        Key=layout.result(prefix, first.s3path).key,
-        Body=orjson.dumps(asdict(intents[0])),
-    )
+    if recorded == "in a batch of intents":
+        # An earlier intent of the same object (a first attempt) comes first in name order: the later one counts.
+        earlier = replace(intents[0], lines_erased=999)
+        for name, intent in (("00000000000000000001-a", earlier), ("00000000000000000002-b", intents[0])):
+            where = layout.intents_batch(prefix, name)
+            s3.put_object(Bucket=where.bucket, Key=where.key, Body=orjson.dumps({"outcomes": [asdict(intent)]}))
+    else:
+        where = layout.result(prefix, first.s3path)
+        s3.put_object(Bucket=where.bucket, Key=where.key, Body=orjson.dumps(asdict(intents[0])))
 
     result = run_purge(spark, settings, report, HASH_KEY.encode(), report_sha256=digest)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import gzip
 import io
 import operator
+import threading
+import time
 
 import pytest
 from hypothesis import given, settings
@@ -13,7 +15,7 @@ from hypothesis import strategies as st
 from lakepurge.config import DatasetConfig
 from lakepurge.formats import CHUNK_BYTES
 from lakepurge.purge.engine import ObjectOutcome, Ownership
-from lakepurge.purge.job import _settle
+from lakepurge.purge.job import IntentJournal, _settle
 from lakepurge.purge.rewrite import rewrite_csv, rewrite_jsonl
 from lakepurge.purge.streams import LastByte
 from lakepurge.purge.vacuum import PlaceholderMismatch, _is_placeholder, _placeholder_lines, _without
@@ -95,6 +97,108 @@ def test_given_only_versions_deleted_by_the_killed_run_when_settling_then_the_st
         ["v0"],
         1,
     )
+
+
+def test_given_an_outcome_with_every_field_when_turned_into_data_then_it_equals_asdict_and_owns_its_lists() -> None:
+    from dataclasses import asdict
+
+    full = ObjectOutcome(
+        PATH, "erased", '"e1"', "v1", '"e2"', "v2", 3, True, 1, 2, "", [4, 5, 9], ["v0"], ["s1"], "crc", ["v9"], False
+    )
+    full.placeholder_spans = [(4, 1), (5, 3)]
+    data = full.as_dict()
+    assert data == asdict(full)
+    data["erased_lines"].append(99)
+    assert full.erased_lines == [4, 5, 9], "the data shares a list with the outcome"
+
+
+# -- intents written together (group commit) ----------------------------------------------------------------------
+
+
+class SlowStore:
+    """Where the journal writes its batches: each write takes a while, so threads pile up behind it."""
+
+    def __init__(self, fail_on: int = 0) -> None:
+        self.batches: list[list[str]] = []
+        self.fail_on = fail_on  # the number of the write that fails (0: none)
+        self.lock = threading.Lock()
+
+    def write(self, intents: list[ObjectOutcome]) -> None:
+        time.sleep(0.02)
+        with self.lock:
+            self.batches.append([i.s3path for i in intents])
+            if len(self.batches) == self.fail_on:
+                raise ConnectionError("the store is down")
+
+
+def record_from_threads(journal: IntentJournal, store: SlowStore, count: int) -> dict[str, str]:
+    """Each thread records one intent; what it saw when record returned (written, or the error)."""
+    seen: dict[str, str] = {}
+
+    def one(n: int) -> None:
+        path = f"s3://lake/{n}"
+        try:
+            journal.record(ObjectOutcome(path, "erased", committed=False))
+        except ConnectionError:
+            seen[path] = "failed"
+            return
+        with store.lock:
+            seen[path] = "written" if any(path in batch for batch in store.batches) else "returned before its write"
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return seen
+
+
+def test_given_many_threads_recording_intents_when_each_returns_then_its_intent_is_written_in_fewer_requests():
+    store = SlowStore()
+    seen = record_from_threads(IntentJournal(store.write), store, 24)
+    assert set(seen.values()) == {"written"}
+    assert sorted(p for batch in store.batches for p in batch) == sorted(seen), "an intent written twice or never"
+    assert len(store.batches) < 24, "threads that arrived during a write did not share the next one"
+
+
+def test_given_a_lone_thread_when_recording_then_its_intent_is_written_at_once_on_its_own():
+    store = SlowStore()
+    journal = IntentJournal(store.write)
+    for n in range(3):
+        journal.record(ObjectOutcome(f"s3://lake/{n}", "erased", committed=False))
+    assert store.batches == [["s3://lake/0"], ["s3://lake/1"], ["s3://lake/2"]]
+
+
+def test_given_objects_in_progress_when_the_first_reaches_its_write_then_it_waits_for_the_others_intents():
+    # Four objects in progress reach their writes 10 ms apart; one more ends with nothing to write. The first waits
+    # for the others (never for the whole linger): one request holds the four intents.
+    store = SlowStore()
+    journal = IntentJournal(store.write, linger=60)
+    all_in_progress = threading.Barrier(5)
+
+    def one(n: int) -> None:
+        with journal.working():
+            all_in_progress.wait()
+            time.sleep(0.01 * n)
+            if n < 4:
+                journal.record(ObjectOutcome(f"s3://lake/{n}", "erased", committed=False))
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in range(5)]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(map(sorted, store.batches)) == [[f"s3://lake/{n}" for n in range(4)]]
+    assert time.monotonic() - started < 30, "the first waited out the linger for an object that wrote nothing"
+
+
+def test_given_a_failed_write_when_recording_then_its_threads_raise_and_the_others_are_written():
+    store = SlowStore(fail_on=1)
+    seen = record_from_threads(IntentJournal(store.write), store, 12)
+    failed = {p for p, what in seen.items() if what == "failed"}
+    assert failed == set(store.batches[0]), "a thread whose intent was not written went on to write its object"
+    assert {p for p, what in seen.items() if what == "written"} == set(seen) - failed
 
 
 # -- CSV rewrite ----------------------------------------------------------------------------------------------------
