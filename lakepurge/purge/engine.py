@@ -92,6 +92,9 @@ class ObjectOutcome:
     # versions this purge read and found holding none of them (a version's bytes never change).
     after_checksum: str = ""
     clean_versions: list[str] = field(default_factory=list)
+    # False while the outcome is only an intent: recorded just before the write, so a run killed between the write
+    # and its record can tell, when started again, that the erasure it finds done was its own.
+    committed: bool = True
     # A blanking write's placeholders (first line, number of lines): what the vacuum may remove later and nothing
     # else, recorded by the job with the outcomes (lakepurge.purge.placeholders.recorded_from). None: no record.
     placeholder_spans: list[tuple[int, int]] | None = None
@@ -102,10 +105,6 @@ class ObjectOutcome:
         Its lists hold only immutable values, so copying each list is enough."""
         values = ((name, getattr(self, name)) for name in self.__slots__)
         return {name: list(value) if type(value) is list else value for name, value in values}
-
-    # False while the outcome is only an intent: recorded just before the write, so a run killed between the write
-    # and its record can tell, when started again, that the erasure it finds done was its own.
-    committed: bool = True
 
 
 BeforeWrite = Callable[[ObjectOutcome], None]

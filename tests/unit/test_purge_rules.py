@@ -103,9 +103,9 @@ def test_given_an_outcome_with_every_field_when_turned_into_data_then_it_equals_
     from dataclasses import asdict
 
     full = ObjectOutcome(
-        PATH, "erased", '"e1"', "v1", '"e2"', "v2", 3, True, 1, 2, "", [4, 5, 9], ["v0"], ["s1"], "crc", ["v9"], False
-    )
-    full.placeholder_spans = [(4, 1), (5, 3)]
+        PATH, "erased", '"e1"', "v1", '"e2"', "v2", 3, True, 1, 2, "", [4, 5, 9], ["v0"], ["s1"], "crc", ["v9"], False,
+        [(4, 1), (5, 3)],
+    )  # fmt: skip
     data = full.as_dict()
     assert data == asdict(full)
     data["erased_lines"].append(99)
