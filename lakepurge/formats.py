@@ -375,15 +375,11 @@ def lines_holding(
                 found.append(record.line)
 
     if fmt == "csv" and len(id_fields) == 1:
-        stream = open_decompressed(raw, key, inflation)
         try:
-            data = read_up_to(stream, IN_MEMORY + 1)
-        except (EOFError, zlib.error):
-            raise ValueError("the object could not be read to its end") from None
-        if len(data) <= IN_MEMORY and _csv_none_wanted(data, id_fields[0], wanted):
-            return found
-        try:
-            from_items(read_csv(_Prefixed(data, stream), id_fields, max_bytes))  # type: ignore[arg-type]
+            whole, rows = _in_memory(open_decompressed(raw, key, inflation))
+            if whole is not None and _csv_none_wanted(whole, id_fields[0], none_of):
+                return found
+            from_items(read_csv(rows, id_fields, max_bytes))  # type: ignore[arg-type]
         except TruncatedObject as exc:
             raise ValueError(f"the object could not be read to its end: {exc.reason}") from None
         return found
@@ -398,13 +394,9 @@ def lines_holding(
             source: ByteSource = open_decompressed(raw, key, inflation)
             if candidates is not None:
                 # The whole object at once, when it fits: no line split, and one pass over its ids.
-                try:
-                    whole = read_up_to(source, IN_MEMORY + 1)
-                except (EOFError, zlib.error) as exc:
-                    raise _broken(exc, 0) from None
-                if len(whole) <= IN_MEMORY and candidates.none_wanted(whole, none_of):
+                whole, source = _in_memory(source)
+                if whole is not None and candidates.none_wanted(whole, none_of):
                     return found
-                source = _Prefixed(whole, source)
             for first, lines in iter_line_batches(source, max_bytes):
                 if (
                     candidates is not None and None not in lines and candidates.none_wanted(b"\n".join(lines), none_of)  # type: ignore[arg-type]
@@ -467,8 +459,8 @@ class _IdCandidates:
 
 
 def _none_of(wanted: Callable[[list[str]], list[bool]], user_ids: list[bytes]) -> bool:
-    # Decoded together (no value holds a newline): invalid UTF-8 becomes U+FFFD, which no id of a valid line (the
-    # only kind a record is) holds.
+    # Decoded together (no id read in bulk holds a newline): invalid UTF-8 becomes U+FFFD, which no id of a valid
+    # record holds.
     return True not in wanted(b"\n".join(user_ids).decode("utf-8", "replace").split("\n"))
 
 
@@ -491,7 +483,17 @@ def read_up_to(stream: ByteSource, limit: int) -> bytes:
     return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
 
-def _csv_none_wanted(data: bytes, column_name: str, wanted: Callable[[list[str]], list[bool]]) -> bool:
+def _in_memory(stream: ByteSource) -> tuple[bytes | None, ByteSource]:
+    """The stream's bytes in one piece when there are at most IN_MEMORY of them (None otherwise), and a source that
+    reads them again from the start: for the bulk answers, with the exact read to fall back on."""
+    try:
+        head = read_up_to(stream, IN_MEMORY + 1)
+    except (EOFError, zlib.error) as exc:
+        raise _broken(exc, 0) from None
+    return (head if len(head) <= IN_MEMORY else None), _Prefixed(head, stream)
+
+
+def _csv_none_wanted(data: bytes, column_name: str, none_of: Callable[[list[bytes]], bool]) -> bool:
     """Whether a whole CSV object provably holds none of the wanted users in its one id column, decided in a few
     C calls instead of a csv reader step per line; False when it cannot be told that way (the exact read follows).
 
@@ -509,9 +511,7 @@ def _csv_none_wanted(data: bytes, column_name: str, wanted: Callable[[list[str]]
     found = one_width_column(data, rows, header.index(column_name))
     if found is None:
         return False
-    ids = found[1][1:]  # the header's own field is no id
-    # Decoded together (no field holds a newline); invalid UTF-8 becomes U+FFFD, and such a row is nobody's anyway.
-    return True not in wanted(b"\n".join(ids).decode("utf-8", "replace").split("\n"))
+    return none_of(found[1][1:])  # the header's own field is no id
 
 
 def one_width_column(joined: bytes, rows: int, column: int) -> tuple[bytes, list[bytes]] | None:
