@@ -22,7 +22,7 @@ from lakepurge.coverage import DatasetCoverage, assess
 from lakepurge.index.base import WHOLE_OBJECT, IndexStore
 from lakepurge.logs import get_logger, object_ref
 from lakepurge.privacy import Pseudonymizer
-from lakepurge.s3io import ever_versioned, list_noncurrent, list_objects
+from lakepurge.s3io import ever_versioned, list_noncurrent, list_objects, orphaned_sidecar_subjects
 from lakepurge.s3uri import S3Uri
 
 log = get_logger(__name__)
@@ -286,10 +286,11 @@ def _check_limits(
 
 def resolve_references(s3: Any, settings: Settings, report: Report, pseudonymizer: Pseudonymizer) -> Report:
     """The report with each object reference replaced by the object's path, found in the lake: the dataset's current
-    keys, then (a versioned bucket) the keys that only noncurrent versions hold. The resolved report lives in
-    memory only. A reference that nothing in the lake resolves is kept as it is: no version of that object is left
-    (an earlier run of this purge deleted it, as its recorded outcome says, or something else did); the purge
-    never counts it erased without its own record of doing so."""
+    keys, then (a versioned bucket) the keys that only noncurrent versions hold, then the keys whose sidecar is left
+    without them (a run killed between the two deletes: the purge deletes the sidecar, verification checks it). The
+    resolved report lives in memory only. A reference that nothing in the lake resolves is kept as it is: no version
+    of that object or its sidecar is left (an earlier run of this purge deleted it, as its recorded outcome says, or
+    something else did); the purge never counts it erased without its own record of doing so."""
     wanted: dict[str, set[str]] = defaultdict(set)
     named: list[tuple[str, str]] = [(o.dataset, o.s3path) for o in report.objects]
     named += [(v.dataset, v.s3path) for v in report.versions]
@@ -326,8 +327,10 @@ def _find_in_lake(
                     return True
         return False
 
-    if scan(f"s3://{bucket}/{key}" for bucket, key, _ in list_objects(s3, dataset)):
+    bucket = dataset.uri.bucket
+    if scan(f"s3://{bucket}/{key}" for _, key, _ in list_objects(s3, dataset)):
         return found
-    if ever_versioned(s3, dataset.uri.bucket):
-        scan(version.s3path for version in list_noncurrent(s3, dataset))
+    if ever_versioned(s3, bucket) and scan(version.s3path for version in list_noncurrent(s3, dataset)):
+        return found
+    scan(f"s3://{bucket}/{key}" for key in orphaned_sidecar_subjects(s3, dataset))
     return found

@@ -194,6 +194,19 @@ def list_noncurrent(s3: Any, dataset: DatasetConfig) -> Iterator[ObjectHead]:
             )
 
 
+def orphaned_sidecar_subjects(s3: Any, dataset: DatasetConfig) -> Iterator[str]:
+    """The data key each sidecar version of the dataset (current or noncurrent) describes. A sidecar outlives its
+    object when a purge is killed between deleting the one and the other; it still names the owner."""
+    if dataset.id_sidecar is None:
+        return
+    uri = dataset.uri
+    # ListObjectVersions answers an unversioned bucket too (every object once, version "null").
+    for page in s3.get_paginator("list_object_versions").paginate(Bucket=uri.bucket, Prefix=uri.key):
+        for version in page.get("Versions", []):
+            if dataset.is_sidecar(version["Key"]):
+                yield dataset.data_key(version["Key"])
+
+
 def noncurrent_versions(s3: Any, uri: S3Uri) -> Iterator[ObjectHead]:
     """Every noncurrent version of exactly this key (delete markers hold no data)."""
     for page in s3.get_paginator("list_object_versions").paginate(Bucket=uri.bucket, Prefix=uri.key):

@@ -124,7 +124,11 @@ def test_given_a_purge_job_killed_half_way_when_run_again_then_the_end_state_equ
     summary = orjson.loads(out.splitlines()[-1])
     assert summary["verified"] is True
 
-    assert content("killed-lake") == content("clean-lake")
+    killed_lake, clean_lake = content("killed-lake"), content("clean-lake")
+    differing = sorted(
+        key for key in killed_lake.keys() | clean_lake.keys() if killed_lake.get(key) != clean_lake.get(key)
+    )
+    assert not differing, f"objects that differ from those of one clean run: {differing}"
     store = open_store(killed[1].index)
     rows = store.dump()
     assert {(u, p.replace("s3://killed-lake/", ""), n) for u, p, n in rows if p.startswith("s3://killed-lake/")} == {
@@ -187,3 +191,63 @@ def test_given_a_run_killed_between_a_write_and_its_record_when_run_again_then_t
     recorded = file_batches(s3, settings, apply=False)[first.s3path]
     assert [r.spans for r in recorded if r.etag == done.after_etag] == [tuple(done.placeholder_spans or ())]
     assert done.placeholder_spans
+
+
+class Killed(BaseException):
+    """The process dies here (raised where a kill would land; no handler of the engine catches it)."""
+
+
+@pytest.mark.usefixtures("aws")
+def test_given_a_run_killed_between_deleting_an_object_and_its_sidecar_when_run_again_then_the_sidecar_goes_too(
+    pg_dsn, tmp_path, spark, monkeypatch
+):
+    from lakepurge.purge import engine
+    from lakepurge.purge.engine import ObjectOutcome, PurgeTarget, purge_object
+    from lakepurge.purge.job import run_purge
+    from lakepurge.report import object_reference, resolve_references
+
+    lake, settings, _, _, _, _ = prepare("orphan-lake", pg_dsn, tmp_path, objects=24)
+    s3 = aws.client("s3")
+    pseudonymizer = Pseudonymizer(HASH_KEY.encode())
+    sidecar = next(o for o in lake.objects if o.key.startswith("attachments/") and o.key.endswith(".meta.json"))
+    owner = orjson.loads(sidecar.body)["owner"]
+    report = build_report(open_store(settings.index), settings, [owner], "req-orphan", pseudonymizer)
+    _, digest = layout.write_report(s3, settings, report)
+    resolved = resolve_references(s3, settings, report, pseudonymizer)
+    data_path = f"s3://orphan-lake/{sidecar.key.removesuffix('.meta.json')}"
+    [target] = [o for o in resolved.objects if o.s3path == data_path]
+
+    # The first run records its intent and deletes the object; the process dies before the sidecar's delete.
+    def killed(*_: object) -> None:
+        raise Killed
+
+    monkeypatch.setattr(engine._PurgeStep, "_delete_sidecar", killed)
+    intents: list[ObjectOutcome] = []
+    with pytest.raises(Killed):
+        purge_object(
+            s3,
+            open_store(settings.index),
+            settings,
+            PurgeTarget(target.s3path, target.dataset, target.etag, target.lines),
+            frozenset([owner]),
+            before_write=intents.append,
+        )
+    monkeypatch.undo()
+    stored = replace(intents[0], s3path=object_reference(data_path, pseudonymizer))
+    where = layout.intents_batch(layout.results_prefix(settings, report.request_id), "00000000000000000001-a")
+    s3.put_object(Bucket=where.bucket, Key=where.key, Body=orjson.dumps({"outcomes": [asdict(stored)]}))
+
+    def versions(key: str) -> list[str]:
+        page = s3.list_object_versions(Bucket="orphan-lake", Prefix=key)
+        return [v["VersionId"] for v in page.get("Versions", []) if v["Key"] == key]
+
+    assert versions(target.s3path.removeprefix("s3://orphan-lake/")) == []
+    assert versions(sidecar.key), "the sidecar, naming the owner, outlived its object"
+
+    result = run_purge(spark, settings, report, HASH_KEY.encode(), report_sha256=digest)
+
+    assert versions(sidecar.key) == [], "the rerun left the sidecar naming the owner"
+    [settled] = [o for o in result.outcomes if o.s3path == data_path]
+    assert settled.status == "deleted" and settled.committed
+    assert settled.sidecar_versions_deleted
+    assert result.verified
