@@ -22,7 +22,7 @@ from lakepurge.coverage import DatasetCoverage, assess
 from lakepurge.index.base import WHOLE_OBJECT, IndexStore
 from lakepurge.logs import get_logger, object_ref
 from lakepurge.privacy import Pseudonymizer
-from lakepurge.s3io import ever_versioned, list_noncurrent, list_objects, orphaned_sidecar_subjects
+from lakepurge.s3io import ever_versioned, list_noncurrent, list_objects, sidecar_subjects
 from lakepurge.s3uri import S3Uri
 
 log = get_logger(__name__)
@@ -332,5 +332,5 @@ def _find_in_lake(
         return found
     if ever_versioned(s3, bucket) and scan(version.s3path for version in list_noncurrent(s3, dataset)):
         return found
-    scan(f"s3://{bucket}/{key}" for key in orphaned_sidecar_subjects(s3, dataset))
+    scan(f"s3://{bucket}/{key}" for key in sidecar_subjects(s3, dataset))
     return found

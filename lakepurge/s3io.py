@@ -194,9 +194,10 @@ def list_noncurrent(s3: Any, dataset: DatasetConfig) -> Iterator[ObjectHead]:
             )
 
 
-def orphaned_sidecar_subjects(s3: Any, dataset: DatasetConfig) -> Iterator[str]:
-    """The data key each sidecar version of the dataset (current or noncurrent) describes. A sidecar outlives its
-    object when a purge is killed between deleting the one and the other; it still names the owner."""
+def sidecar_subjects(s3: Any, dataset: DatasetConfig) -> Iterator[str]:
+    """The data key each sidecar version of the dataset (current or noncurrent) describes, whether or not that
+    object still exists: a sidecar outlives its object when a purge is killed between deleting the one and the
+    other, and it still names the owner."""
     if dataset.id_sidecar is None:
         return
     uri = dataset.uri
