@@ -422,8 +422,9 @@ def test_given_no_configuration_in_the_environment_when_starting_locally_then_it
 def test_given_a_per_object_object_deleted_by_someone_else_after_approval_when_purged_then_it_fails_not_certified(
     small_lake,
 ):
-    """The report names it by reference only; nothing in the lake resolves it any more, and this purge never
-    recorded erasing it, so it cannot be counted erased: the object fails and the request is not certified."""
+    """The report names it by reference only; nothing in the lake resolves it any more (neither the object nor a
+    sidecar), and this purge never recorded erasing it, so it cannot be counted erased: the object fails and the
+    request is not certified."""
     from lakepurge.purge.job import UNRESOLVED
     from lakepurge.s3uri import S3Uri
 
@@ -442,9 +443,35 @@ def test_given_a_per_object_object_deleted_by_someone_else_after_approval_when_p
     spec = approved_spec(case, [user], "req-inline-unresolved")
     uri = S3Uri.parse(s3path)
     aws.client("s3").delete_object(Bucket=uri.bucket, Key=uri.key)
+    dataset = case.settings.dataset_for(uri.bucket, uri.key)
+    assert dataset is not None
+    if dataset.id_sidecar is not None:
+        aws.client("s3").delete_object(Bucket=uri.bucket, Key=uri.key + dataset.id_sidecar.suffix)
 
     result = run_inline(case.settings, spec)
 
     assert not result.verified
     assert [o.error for o in result.failed] == [UNRESOLVED]
     assert certificate(case, "req-inline-unresolved")["verification"]["passed"] is False
+
+
+def test_given_an_object_deleted_by_someone_else_but_not_its_sidecar_when_purged_then_the_sidecar_goes_too(
+    small_lake,
+):
+    """The sidecar still names the owner, and resolves the report's reference: the purge deletes it, and checks
+    every version of the object and of the sidecar, so the request can be certified."""
+    case = small_lake
+    s3 = aws.client("s3")
+    sidecar = next(o for o in case.lake.objects if o.key.startswith("attachments/") and o.key.endswith(".meta.json"))
+    owner = orjson.loads(sidecar.body)["owner"]
+    spec = approved_spec(case, [owner], "req-inline-orphaned-sidecar")
+    data_key = sidecar.key.removesuffix(".meta.json")
+    s3.delete_object(Bucket="lake", Key=data_key)
+
+    result = run_inline(case.settings, spec)
+
+    assert "Contents" not in s3.list_objects_v2(Bucket="lake", Prefix=sidecar.key)
+    [outcome] = [o for o in result.outcomes if o.s3path == f"s3://lake/{data_key}"]
+    assert outcome.status == "gone" and outcome.sidecar_versions_deleted == ["null"]
+    assert result.verified
+    assert certificate(case, "req-inline-orphaned-sidecar")["verification"]["passed"] is True
