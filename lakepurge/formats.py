@@ -441,8 +441,10 @@ class _IdCandidates:
     escaped strings match nothing after the token, and their stretch is parsed."""
 
     def __init__(self, token: bytes) -> None:
-        # Every occurrence of the token, with what follows it when that is `:` and a plain string (else empty).
-        self._value = re.compile(re.escape(token) + rb'((?:[ \t\r]*:[ \t\r]*"[^"\\\n]*")?)')
+        # Every occurrence of the token, with what follows it when that is `:` and a plain string (else empty). The
+        # compact form is tried first: as an alternative of its own it costs the engine less than the blanks' loops.
+        plain = rb'"[^"\\\n]*"'
+        self._value = re.compile(re.escape(token) + rb"(:" + plain + rb"|[ \t\r]*:[ \t\r]*" + plain + rb"|)")
 
     @classmethod
     def of(cls, field: str) -> _IdCandidates | None:
