@@ -113,6 +113,17 @@ CREATE OR REPLACE VIEW user_objects AS
     SELECT r.userid, o.s3path, r.recordline FROM user_rows r JOIN indexed_objects o USING (object_id)
 """
 
+# The indexed version an erasure rewrote becomes the version written, without the erased lines' rows; {only} narrows
+# the versions it applies to. Answers the object's id, or nothing when that version is not the one indexed.
+_APPLY_ERASURE = (
+    "WITH updated AS (UPDATE indexed_objects SET etag = %(etag)s, version_id = %(version)s,"
+    " last_modified = %(modified)s, records = greatest(records - %(erased)s, 0),"
+    " indexed_at = now() WHERE s3path = %(s3path)s AND etag = %(before)s{only} RETURNING object_id),"
+    " erased AS (DELETE FROM user_rows WHERE object_id IN (SELECT object_id FROM updated)"
+    " AND recordline = ANY(%(lines)s::int[]))"
+    " SELECT object_id FROM updated"
+)
+
 # Claims the objects of a batch, in path order (two batches touching the same objects cannot deadlock); returns the
 # claimed ones, not those of which a newer or identical version is already indexed.
 _CLAIM = """
@@ -340,26 +351,18 @@ class PostgresIndexStore:
             )
 
     def apply_erasure(self, s3path: str, before_etag: str, after: NewVersion, erased_lines: Sequence[int]) -> bool:
+        values = {
+            "s3path": s3path,
+            "before": before_etag,
+            "etag": after.etag,
+            "version": after.version_id,
+            "modified": after.last_modified,
+            "lines": list(erased_lines),
+            "erased": len(erased_lines),
+        }
         # An object indexed without a version id (its bucket unversioned then) leaves no version to keep: one
-        # statement (one round trip instead of five) updates it and forgets the erased lines.
-        unversioned = self._conn.execute(
-            "WITH updated AS (UPDATE indexed_objects SET etag = %s, version_id = %s, last_modified = %s,"
-            " records = greatest(records - %s, 0), indexed_at = now()"
-            " WHERE s3path = %s AND etag = %s AND version_id IS NULL RETURNING object_id),"
-            " erased AS (DELETE FROM user_rows WHERE object_id IN (SELECT object_id FROM updated)"
-            " AND recordline = ANY(%s::int[]))"
-            " SELECT object_id FROM updated",
-            (
-                after.etag,
-                after.version_id,
-                after.last_modified,
-                len(erased_lines),
-                s3path,
-                before_etag,
-                list(erased_lines),
-            ),
-        ).fetchone()
-        if unversioned is not None:
+        # statement, one round trip.
+        if self._conn.execute(_APPLY_ERASURE.format(only=" AND version_id IS NULL"), values).fetchone() is not None:
             return True
         with self._conn.transaction(), self._conn.cursor() as cur:
             cur.execute(
@@ -370,20 +373,8 @@ class PostgresIndexStore:
             rewritten = cur.fetchone()
             if rewritten is not None:
                 self._keep_as_noncurrent(cur, [(s3path, rewritten[0], rewritten[1], rewritten[2])])
-            cur.execute(
-                "UPDATE indexed_objects SET etag = %s, version_id = %s, last_modified = %s,"
-                " records = greatest(records - %s, 0), indexed_at = now()"
-                " WHERE s3path = %s AND etag = %s RETURNING object_id",
-                (after.etag, after.version_id, after.last_modified, len(erased_lines), s3path, before_etag),
-            )
-            found = cur.fetchone()
-            if found is None:
-                return False
-            cur.execute(
-                "DELETE FROM user_rows WHERE object_id = %s AND recordline = ANY(%s::int[])",
-                (found[0], list(erased_lines)),
-            )
-        return True
+            cur.execute(_APPLY_ERASURE.format(only=""), values)
+            return cur.fetchone() is not None
 
     def remove_object(self, s3path: str) -> bool:
         with self._conn.transaction(), self._conn.cursor() as cur:
