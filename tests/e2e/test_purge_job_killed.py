@@ -24,7 +24,7 @@ from lakepurge.index import open_store
 from lakepurge.local.samples import generate_lake, settings_toml
 from lakepurge.privacy import Pseudonymizer
 from lakepurge.report import build_report
-from tests.support.lakes import index_toml
+from tests.support.lakes import an_attachment, index_toml
 from tests.support.purging import HASH_KEY, index_lake
 
 pytestmark = pytest.mark.e2e
@@ -209,12 +209,12 @@ def test_given_a_run_killed_between_deleting_an_object_and_its_sidecar_when_run_
     lake, settings, _, _, _, _ = prepare("orphan-lake", pg_dsn, tmp_path, objects=24)
     s3 = aws.client("s3")
     pseudonymizer = Pseudonymizer(HASH_KEY.encode())
-    sidecar = next(o for o in lake.objects if o.key.startswith("attachments/") and o.key.endswith(".meta.json"))
-    owner = orjson.loads(sidecar.body)["owner"]
+    attachment = an_attachment(lake)
+    owner = attachment.owner
     report = build_report(open_store(settings.index), settings, [owner], "req-orphan", pseudonymizer)
     _, digest = layout.write_report(s3, settings, report)
     resolved = resolve_references(s3, settings, report, pseudonymizer)
-    data_path = f"s3://orphan-lake/{sidecar.key.removesuffix('.meta.json')}"
+    data_path = f"s3://orphan-lake/{attachment.data_key}"
     [target] = [o for o in resolved.objects if o.s3path == data_path]
 
     # The first run records its intent and deletes the object; the process dies before the sidecar's delete.
@@ -241,12 +241,12 @@ def test_given_a_run_killed_between_deleting_an_object_and_its_sidecar_when_run_
         page = s3.list_object_versions(Bucket="orphan-lake", Prefix=key)
         return [v["VersionId"] for v in page.get("Versions", []) if v["Key"] == key]
 
-    assert versions(target.s3path.removeprefix("s3://orphan-lake/")) == []
-    assert versions(sidecar.key), "the sidecar, naming the owner, outlived its object"
+    assert versions(attachment.data_key) == []
+    assert versions(attachment.sidecar_key), "the sidecar, naming the owner, outlived its object"
 
     result = run_purge(spark, settings, report, HASH_KEY.encode(), report_sha256=digest)
 
-    assert versions(sidecar.key) == [], "the rerun left the sidecar naming the owner"
+    assert versions(attachment.sidecar_key) == [], "the rerun left the sidecar naming the owner"
     [settled] = [o for o in result.outcomes if o.s3path == data_path]
     assert settled.status == "deleted" and settled.committed
     assert settled.sidecar_versions_deleted

@@ -35,7 +35,7 @@ from lakepurge.layout import write_report
 from lakepurge.privacy import Pseudonymizer
 from lakepurge.report import ReportTampered, build_report
 from tests.support.invariant import assert_invariant, snapshot
-from tests.support.lakes import LakeCase, index_toml
+from tests.support.lakes import LakeCase, an_attachment, index_toml
 from tests.support.purging import HASH_KEY, index_lake_in_its_index
 
 pytestmark = pytest.mark.integration
@@ -462,16 +462,14 @@ def test_given_an_object_deleted_by_someone_else_but_not_its_sidecar_when_purged
     every version of the object and of the sidecar, so the request can be certified."""
     case = small_lake
     s3 = aws.client("s3")
-    sidecar = next(o for o in case.lake.objects if o.key.startswith("attachments/") and o.key.endswith(".meta.json"))
-    owner = orjson.loads(sidecar.body)["owner"]
-    spec = approved_spec(case, [owner], "req-inline-orphaned-sidecar")
-    data_key = sidecar.key.removesuffix(".meta.json")
-    s3.delete_object(Bucket="lake", Key=data_key)
+    attachment = an_attachment(case.lake)
+    spec = approved_spec(case, [attachment.owner], "req-inline-orphaned-sidecar")
+    s3.delete_object(Bucket="lake", Key=attachment.data_key)
 
     result = run_inline(case.settings, spec)
 
-    assert "Contents" not in s3.list_objects_v2(Bucket="lake", Prefix=sidecar.key)
-    [outcome] = [o for o in result.outcomes if o.s3path == f"s3://lake/{data_key}"]
+    assert "Contents" not in s3.list_objects_v2(Bucket="lake", Prefix=attachment.sidecar_key)
+    [outcome] = [o for o in result.outcomes if o.s3path == f"s3://lake/{attachment.data_key}"]
     assert outcome.status == "gone" and outcome.sidecar_versions_deleted == ["null"]
     assert result.verified
     assert certificate(case, "req-inline-orphaned-sidecar")["verification"]["passed"] is True

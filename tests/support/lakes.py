@@ -5,6 +5,8 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass
 
+import orjson
+
 from lakepurge import aws
 from lakepurge.config import Settings, parse_settings
 from lakepurge.local.samples import SampleLake, generate_lake, settings_toml
@@ -35,3 +37,17 @@ def make_lake(index: str, bucket: str = "lake", versioned: bool = False, **sizes
     lake.upload(s3)
     toml = settings_toml(bucket, index, REPORTS)
     return LakeCase(lake, parse_settings(tomllib.loads(toml)), toml)
+
+
+@dataclass(frozen=True)
+class SidecarCase:
+    """An object of the sample lake's `attachments` dataset (one user per object, owner named in a sidecar)."""
+
+    data_key: str
+    sidecar_key: str
+    owner: str
+
+
+def an_attachment(lake: SampleLake) -> SidecarCase:
+    sidecar = next(o for o in lake.objects if o.key.startswith("attachments/") and o.key.endswith(".meta.json"))
+    return SidecarCase(sidecar.key.removesuffix(".meta.json"), sidecar.key, orjson.loads(sidecar.body)["owner"])
