@@ -21,6 +21,7 @@ from typing import IO, Any, NamedTuple, Protocol, cast
 
 import orjson
 
+from lakepurge.arrow_scan import leading_matches, pieces_after
 from lakepurge.memory import collector_paused
 
 CHUNK_BYTES = 1 << 20
@@ -445,6 +446,7 @@ class _IdCandidates:
         # compact form is tried first: as an alternative of its own it costs the engine less than the blanks' loops.
         plain = rb'"[^"\\\n]*"'
         self._value = re.compile(re.escape(token) + rb"(:" + plain + rb"|[ \t\r]*:[ \t\r]*" + plain + rb"|)")
+        self._token = token.decode()
 
     @classmethod
     def of(cls, field: str) -> _IdCandidates | None:
@@ -453,11 +455,22 @@ class _IdCandidates:
     def none_wanted(self, data: bytes, none_of: Callable[[list[bytes]], bool]) -> bool:
         if b"\\" in data and b"\\u" in data:  # the first by memchr: most objects hold no backslash at all
             return False
+        compact = self._compact_values(data)
+        if compact is not None:
+            return not compact or none_of(compact)
         found = self._value.findall(data)
         if b"" in found:  # an occurrence of the token not followed by a plain string
             return False
         # Each match is `:`, perhaps with blanks, then one string: its two quotes, and no other, delimit the value.
         return not found or none_of(b"".join(found).split(b'"')[1::2])
+
+    def _compact_values(self, data: bytes) -> list[bytes] | None:
+        """The value after each occurrence of the token when every one is written `:"plain"`, the compact form
+        writers use (None otherwise: the pattern above decides), found without holding the interpreter lock."""
+        return leading_matches(pieces_after(data, self._token), _COMPACT_VALUE)
+
+
+_COMPACT_VALUE = r'^:"(?P<value>[^"\\\n]*)"'  # as `plain` above: Arrow reads binary as Latin-1, one byte a character
 
 
 def _none_of(wanted: Callable[[list[str]], list[bool]], user_ids: list[bytes]) -> bool:

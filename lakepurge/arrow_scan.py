@@ -1,0 +1,62 @@
+"""Bulk byte scans run by Arrow's compute kernels, which release the interpreter lock.
+
+A purge runs a few threads per task: while one thread scans an object's bytes here, the others go on with their
+requests. The same scans with bytes methods or `re` hold the lock, and a purge's threads then queue behind them.
+pyarrow is imported on first use (a Lambda that never scans does not pay for it).
+"""
+
+from __future__ import annotations
+
+import functools
+import struct
+from typing import Any
+
+
+@functools.cache
+def _arrow() -> tuple[Any, Any]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    return pa, pc
+
+
+def _one_value(data: bytes, start: int) -> Any:
+    """data[start:] as a one-element binary array, without a copy."""
+    pa, _ = _arrow()
+    offsets = pa.py_buffer(struct.pack("<2q", start, len(data)))
+    return pa.Array.from_buffers(pa.large_binary(), 1, [None, offsets, pa.py_buffer(data)])
+
+
+def pieces_after(data: bytes, token: str) -> Any:
+    """What follows each occurrence of the token in data, up to the next occurrence or the end (an Arrow binary
+    array; the bytes before the first occurrence are not in it)."""
+    _, pc = _arrow()
+    return pc.list_flatten(pc.split_pattern(_one_value(data, 0), token)).slice(1)
+
+
+def leading_matches(pieces: Any, pattern: str) -> list[bytes] | None:
+    """What the one (named) group of `pattern` matches in each piece, or None if some piece does not match. RE2,
+    anchored with ^; binary is read as Latin-1, so a negated class matches any other byte."""
+    _, pc = _arrow()
+    matched = pc.extract_regex(pieces, pattern)
+    if matched.null_count:
+        return None
+    values: list[bytes] = matched.field(0).to_pylist()
+    return values
+
+
+class LineStarts:
+    """Where each line of data[start:] begins, found in one pass: the line `n` lines after the one at `start`."""
+
+    def __init__(self, data: bytes, start: int) -> None:
+        pa, pc = _arrow()
+        lines = pc.split_pattern(_one_value(data, start), "\n").values  # the lines, without their '\n'
+        # Line k starts at start + offsets[k] + k (the k newlines before it are not in the lines' bytes).
+        self._offsets = pa.Array.from_buffers(pa.int64(), len(lines) + 1, [None, lines.buffers()[1]], 0, lines.offset)
+        self._start = start
+        self.newlines = len(lines) - 1
+
+    def start_of(self, lines_on: int) -> int:
+        """The position of the line `lines_on` lines after the first (at most self.newlines)."""
+        offset: int = self._offsets[lines_on].as_py()
+        return self._start + offset + lines_on
