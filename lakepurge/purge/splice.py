@@ -1,8 +1,9 @@
 """Line-exact rewriting of a byte stream: only the chosen lines change, every other byte passes through.
 
-The bytes between target lines are never split into lines: the splice counts newlines in bulk (``bytes.count``,
-memchr speed) to reach the next target, and passes the untouched stretch on as a memoryview of the chunk it came
-in, so no byte of a line that is not a target is copied or looked at by Python code. A purge therefore costs about
+The bytes between target lines are never split into lines: the splice counts newlines in bulk (``bytes.count``) to
+reach the next target, or, when a chunk's skips are long, finds its line starts with Arrow outside the interpreter
+lock; it passes the untouched stretch on as a memoryview of the chunk it came in, so no byte of a line that is not
+a target is copied or looked at by Python code. A purge therefore costs about
 what reading and writing the object costs, plus the decision on each target line.
 """
 
@@ -16,6 +17,8 @@ from collections.abc import Callable, Iterable, Iterator
 from itertools import compress, filterfalse, repeat
 from typing import cast
 
+from lakepurge.arrow_scan import LineStarts
+
 # Decides what becomes of a target line: the replacement bytes (without the line's terminator), DROP to remove
 # the line with its terminator, or None to leave it as it is. The line is given without its '\n' and its '\r'.
 Decide = Callable[[int, bytes], bytes | None]
@@ -25,6 +28,10 @@ DROP = b"\x00drop"  # a sentinel no JSON or CSV line can be (NUL is not valid in
 _IS_DROP = functools.partial(operator.is_, DROP)
 
 _FEW_LINES = 8  # a gap this short is walked with find; a longer one is counted over in bulk
+# When the skips to a chunk's targets add up to at least this many bytes (estimated), the chunk's line starts are
+# found with Arrow instead of counting newlines: more CPU, but without the interpreter lock (lakepurge.arrow_scan),
+# so the purge's other threads go on meanwhile.
+_INDEXED_SKIP_BYTES = 128 * 1024
 _DENSE_EVERY = 16  # a target at least every this many lines: the chunk is split into lines instead
 _DENSE_MIN_BYTES = 4096
 _ENDS_WITH_CARRIAGE = operator.methodcaller("endswith", b"\r")
@@ -103,14 +110,29 @@ def splice_batches(chunks: Iterable[bytes], targets: Iterable[int], decide: Deci
         ends: list[int] = []
         numbers: list[int] = []
         find = chunk.find
+        indexed: LineStarts | None = None  # the rest of the chunk's line starts, when its skips are long
+        indexed_line = line  # the line where `indexed` begins
         while target is not None and pos < size:
             gap = target - line
             if gap > _FEW_LINES:
-                before, before_line = pos, line
-                pos, line = skip_lines(chunk, pos, line, target, average)
-                average = (pos - before) / (line - before_line) if line - before_line > _FEW_LINES else average
-                if line < target:
-                    break  # the target starts in a later chunk
+                if (
+                    indexed is None
+                    and _skips_ahead(ordered, done, line, (size - pos) / average) * average >= _INDEXED_SKIP_BYTES
+                ):
+                    indexed, indexed_line = LineStarts(chunk, pos), line
+                    average = (size - pos) / indexed.newlines if indexed.newlines else average
+                if indexed is not None:
+                    ahead = target - indexed_line
+                    if ahead > indexed.newlines:
+                        pos, line = size, indexed_line + indexed.newlines
+                        break  # the target starts in a later chunk
+                    pos, line = indexed.start_of(ahead), target
+                else:
+                    before, before_line = pos, line
+                    pos, line = skip_lines(chunk, pos, line, target, average)
+                    average = (pos - before) / (line - before_line) if line - before_line > _FEW_LINES else average
+                    if line < target:
+                        break  # the target starts in a later chunk
             else:  # a few lines on (dense targets): found here, without a call per target
                 while gap:
                     end = find(b"\n", pos)
@@ -157,6 +179,13 @@ def splice_batches(chunks: Iterable[bytes], targets: Iterable[int], decide: Deci
             yield content
         elif replacement is not DROP:
             yield replacement
+
+
+def _skips_ahead(ordered: list[int], done: int, line: int, lines_left: float) -> int:
+    """How many lines from `line` to the last of the targets (ordered[done:]) the chunk's estimated `lines_left`
+    lines hold: what the skips to them add up to."""
+    last = bisect.bisect_left(ordered, line + lines_left, lo=done) - 1
+    return ordered[max(last, done)] - line
 
 
 def skip_lines(chunk: bytes, pos: int, line: int, target: int, average: float = 256.0) -> tuple[int, int]:

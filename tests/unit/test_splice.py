@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import itertools
+import random
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lakepurge.formats import CHUNK_BYTES
+from lakepurge.purge import splice
 from lakepurge.purge.splice import DROP, splice_lines
 
 pytestmark = pytest.mark.unit
@@ -117,6 +121,40 @@ def test_given_dense_and_sparse_targets_in_big_chunks_when_splicing_then_each_li
     decisions = {n: seed.choice(["blank", "keep", "drop"]) for n in range(0, len(lines) + 2, every)}
     answers = {"blank": b"{}", "keep": None, "drop": DROP}
     out = b"".join(splice_lines(chunked(data, cuts), decisions, lambda n, line: answers[decisions[n]]))
+    assert out == expected_after(data, decisions)
+
+
+@given(
+    lines=st.lists(st.tuples(line_strategy, st.sampled_from([b"\n", b"\r\n"])), max_size=80),
+    final=st.booleans(),
+    decisions=st.dictionaries(st.integers(min_value=0, max_value=85), st.sampled_from(["blank", "keep", "drop"])),
+    cuts=st.lists(st.integers(min_value=0, max_value=4000), max_size=8),
+)
+@settings(max_examples=300, deadline=None)
+def test_given_skips_taken_by_line_starts_over_any_chunking_when_splicing_then_each_line_gets_its_own(
+    lines, final, decisions, cuts
+):
+    # In a lake only skips of 128 KiB or more find the chunk's line starts with Arrow; here every skip does.
+    data = b"".join(content + end for content, end in lines)
+    if final:
+        data += b"last line without newline"
+    answers = {"blank": b"{}", "keep": None, "drop": DROP}
+    with mock.patch.object(splice, "_INDEXED_SKIP_BYTES", 0):
+        out = b"".join(splice_lines(chunked(data, cuts), decisions, lambda n, line: answers[decisions[n]]))
+    assert out == expected_after(data, decisions)
+
+
+def test_given_a_4_mib_object_with_sparse_targets_when_spliced_in_its_read_chunks_then_each_line_gets_its_own():
+    # Object-sized skips (the line starts path) across 1 MiB chunks, targets on both sides of each chunk boundary.
+    rng = random.Random(16)
+    data = b"".join(b'{"n":%d,"pad":"%s"}\n' % (n, b"x" * rng.randrange(200)) for n in range(30_000))
+    boundaries = [data.count(b"\n", 0, end) for end in range(CHUNK_BYTES, len(data), CHUNK_BYTES)]
+    targets = {0, 29_999, *rng.sample(range(30_000), 12)}
+    targets |= {line + step for line in boundaries for step in (-1, 0, 1)}
+    decisions = {line: rng.choice(["blank", "drop"]) for line in targets}
+    answers = {"blank": b"{}", "drop": DROP}
+    chunks = [data[start : start + CHUNK_BYTES] for start in range(0, len(data), CHUNK_BYTES)]
+    out = b"".join(splice_lines(chunks, decisions, lambda n, line: answers[decisions[n]]))
     assert out == expected_after(data, decisions)
 
 
