@@ -35,13 +35,13 @@ def pieces_after(data: bytes, token: str) -> Any:
 
 
 def leading_matches(pieces: Any, pattern: str) -> list[bytes] | None:
-    """What the one (named) group of `pattern` matches in each piece, or None if some piece does not match. RE2,
-    anchored with ^; binary is read as Latin-1, so a negated class matches any other byte."""
+    """What the one (named) group of `pattern` matches in the pieces, each value once, or None if some piece does not
+    match. RE2, anchored with ^; binary is read as Latin-1, so a negated class matches any other byte."""
     _, pc = _arrow()
     matched = pc.extract_regex(pieces, pattern)
     if matched.null_count:
         return None
-    values: list[bytes] = matched.field(0).to_pylist()
+    values: list[bytes] = pc.unique(matched.field(0)).to_pylist()
     return values
 
 

@@ -8,7 +8,7 @@ import hashlib
 import operator
 import os
 from collections.abc import Iterable, Iterator
-from itertools import compress
+from itertools import compress, filterfalse
 
 from lakepurge import aws
 from lakepurge.config import ConfigError, PrivacyConfig
@@ -146,20 +146,16 @@ class HashedUsers:
 
     def none_of(self, user_ids: list[bytes]) -> bool:
         """Whether none of these ids (UTF-8; an invalid sequence reads as U+FFFD, as a decoder would) is one of the
-        users: the answer verification wants for a whole object's ids. Ids seen before are answered by set
-        operations in C; the others are hashed, each once."""
-        if self._clean.issuperset(user_ids):  # every id known to be no user's: most objects, once a few are read
+        users: the answer verification wants for a whole object's ids. Ids seen before are answered from memory by
+        set lookups in C; the others are hashed, each once."""
+        unknown = list(filterfalse(self._clean.__contains__, user_ids))  # a user found before is never clean
+        if not unknown:
             return True
-        unique = set(user_ids)
-        if not unique.isdisjoint(self._wanted):
+        if not self._wanted.isdisjoint(unknown):
             return False
-        new = unique - self._clean
-        if not new:
-            return True
         if len(self._clean) > 100_000:
             self._clean.clear()
-        new_ids = list(new)
-        owned = self.each_contained([user.decode("utf-8", "replace") for user in new_ids])
-        self._clean.update(compress(new_ids, map(operator.not_, owned)))
-        self._wanted.update(compress(new_ids, owned))
+        owned = self.each_contained([user.decode("utf-8", "replace") for user in unknown])
+        self._clean.update(compress(unknown, map(operator.not_, owned)))
+        self._wanted.update(compress(unknown, owned))
         return True not in owned
