@@ -17,7 +17,7 @@ from __future__ import annotations
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -68,7 +68,7 @@ def _span(pair: Iterable[int]) -> Span:
 def write_batch(s3: Any, settings: Settings, records: list[PlaceholderRecord]) -> None:
     if records:
         where = layout.placeholder_batch(settings, uuid.uuid4().hex)
-        body = orjson.dumps({"records": [asdict(r) for r in records]})
+        body = orjson.dumps({"records": records})  # orjson writes a dataclass as asdict would, without its deep copy
         s3.put_object(Bucket=where.bucket, Key=where.key, Body=body, ContentType="application/json")
 
 
@@ -93,7 +93,7 @@ def file_batches(s3: Any, settings: Settings, apply: bool) -> dict[str, list[Pla
 
 def write_record(s3: Any, settings: Settings, record: PlaceholderRecord) -> None:
     where = layout.placeholder_record(settings, record.s3path, record.etag)
-    s3.put_object(Bucket=where.bucket, Key=where.key, Body=orjson.dumps(asdict(record)), ContentType="application/json")
+    s3.put_object(Bucket=where.bucket, Key=where.key, Body=orjson.dumps(record), ContentType="application/json")
 
 
 def read_record(s3: Any, settings: Settings, s3path: str, etag: str) -> PlaceholderRecord | None:

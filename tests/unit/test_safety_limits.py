@@ -81,6 +81,25 @@ def test_given_a_user_in_two_objects_when_reporting_then_exactly_their_lines_are
     assert Report.from_bytes(planned.to_bytes()) == planned
 
 
+def test_given_a_report_when_serialised_then_its_bytes_are_the_sorted_indented_json_of_all_its_fields() -> None:
+    # An approver approves these bytes by their hash: the serialisation must stay exactly what it was (asdict's).
+    from dataclasses import asdict, replace
+
+    import orjson
+
+    from lakepurge.report import ReportTable, ReportVersions
+
+    planned = replace(
+        report(["alice"]),
+        relational=(ReportTable("crm", "public.contacts", "user_id", 2, 90),),
+        versions=(ReportVersions("s3://lake/reviews/part-0.jsonl", "reviews", ("v2", "v1")),),
+        coverage=({"dataset": "reviews", "state": "complete", "objects": {"indexed": 2}},),
+    )
+    expected = orjson.dumps(asdict(planned), option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2)
+    assert planned.to_bytes() == expected
+    assert Report.from_bytes(planned.to_bytes()) == planned
+
+
 def test_given_users_holding_more_than_5_percent_of_a_dataset_when_reporting_then_it_is_refused_unless_forced() -> None:
     crowd = [f"user-{n}" for n in range(10)]  # 10 of 200 records: exactly 5 %, allowed
     assert report(crowd).datasets == {"reviews": {"objects": 1, "records": 10}}
