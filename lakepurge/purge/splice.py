@@ -3,8 +3,8 @@
 The bytes between target lines are never split into lines: the splice counts newlines in bulk (``bytes.count``) to
 reach the next target, or, when a chunk's skips are long, finds its line starts with Arrow outside the interpreter
 lock; it passes the untouched stretch on as a memoryview of the chunk it came in, so no byte of a line that is not
-a target is copied or looked at by Python code. A purge therefore costs about
-what reading and writing the object costs, plus the decision on each target line.
+a target is copied or looked at by Python code. A purge therefore costs about what reading and writing the object
+costs, plus the decision on each target line.
 """
 
 from __future__ import annotations
