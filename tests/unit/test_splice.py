@@ -144,7 +144,7 @@ def test_given_skips_taken_by_line_starts_over_any_chunking_when_splicing_then_e
     assert out == expected_after(data, decisions)
 
 
-def test_given_a_4_mib_object_with_sparse_targets_when_spliced_in_its_read_chunks_then_each_line_gets_its_own():
+def test_given_an_object_of_several_mib_with_sparse_targets_when_spliced_in_1_mib_chunks_then_each_line_gets_its_own():
     # Object-sized skips (the line starts path) across 1 MiB chunks, targets on both sides of each chunk boundary.
     rng = random.Random(16)
     data = b"".join(b'{"n":%d,"pad":"%s"}\n' % (n, b"x" * rng.randrange(200)) for n in range(30_000))
