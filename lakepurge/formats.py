@@ -428,49 +428,39 @@ _PLAIN_FIELD = re.compile(r"[A-Za-z0-9_.-]+")
 
 
 class _IdCandidates:
-    """Every value a stretch of JSON Lines could hold in one top-level id field, found by one regular expression
-    instead of parsing each line: what lets verification read a rewritten object at about the speed of a scan. The
-    values found are a superset of the lines' ids, so "none of them is wanted" proves no line holds a wanted user
-    (a line over max_record_bytes, which the exact read takes as unindexable, only adds candidates); anything else
-    is left to the exact parse.
+    """Every value a stretch of JSON Lines could hold in one top-level id field, found without parsing each line: what
+    lets verification read a rewritten object at about the speed of a scan. The values found are a superset of the
+    lines' ids, so "none of them is wanted" proves no line holds a wanted user (a line over max_record_bytes, which
+    the exact read takes as unindexable, only adds candidates); anything else is left to the exact parse.
 
     Why a superset: the field's name is plain ASCII, so a line can write that key only as the token `"name"`, or
     with a \\u escape (a stretch with any `\\u` is not answered here). A JSON string cannot hold a bare `"`, so
     every occurrence of the token in a valid line is a key (at any depth). The stretch is answered only when each
-    occurrence of the token is followed by `:` and a string without any escape, so the top-level key's value, if the
-    line is a record, is among the strings matched, exactly as a parser reads it. Integers, lists, nulls and
-    escaped strings match nothing after the token, and their stretch is parsed."""
+    occurrence of the token is followed by `:` (blanks around it allowed) and a string without any escape, so the
+    top-level key's value, if the line is a record, is among the strings found, exactly as a parser reads it.
+    Integers, lists, nulls and escaped strings are no such string, and their stretch is parsed.
 
-    def __init__(self, token: bytes) -> None:
-        # Every occurrence of the token, with what follows it when that is `:` and a plain string (else empty). The
-        # compact form is tried first: as an alternative of its own it costs the engine less than the blanks' loops.
-        plain = rb'"[^"\\\n]*"'
-        self._value = re.compile(re.escape(token) + rb"(:" + plain + rb"|[ \t\r]*:[ \t\r]*" + plain + rb"|)")
-        self._token = token.decode()
+    The stretch is split at every occurrence of the token and the start of each piece matched, by Arrow's kernels
+    (lakepurge.arrow_scan), which release the interpreter lock: the purge's other threads go on meanwhile."""
+
+    def __init__(self, token: str) -> None:
+        self._token = token
 
     @classmethod
     def of(cls, field: str) -> _IdCandidates | None:
-        return cls(b'"' + field.encode() + b'"') if _PLAIN_FIELD.fullmatch(field) else None
+        return cls(f'"{field}"') if _PLAIN_FIELD.fullmatch(field) else None
 
     def none_wanted(self, data: bytes, none_of: Callable[[list[bytes]], bool]) -> bool:
         if b"\\" in data and b"\\u" in data:  # the first by memchr: most objects hold no backslash at all
             return False
-        compact = self._compact_values(data)
-        if compact is not None:
-            return not compact or none_of(compact)
-        found = self._value.findall(data)
-        if b"" in found:  # an occurrence of the token not followed by a plain string
+        values = leading_matches(pieces_after(data, self._token), _PLAIN_STRING_VALUE)
+        if values is None:  # an occurrence of the token not followed by a plain string
             return False
-        # Each match is `:`, perhaps with blanks, then one string: its two quotes, and no other, delimit the value.
-        return not found or none_of(b"".join(found).split(b'"')[1::2])
-
-    def _compact_values(self, data: bytes) -> list[bytes] | None:
-        """The value after each occurrence of the token when every one is written `:"plain"`, the compact form
-        writers use (None otherwise: the pattern above decides), found without holding the interpreter lock."""
-        return leading_matches(pieces_after(data, self._token), _COMPACT_VALUE)
+        return not values or none_of(values)
 
 
-_COMPACT_VALUE = r'^:"(?P<value>[^"\\\n]*)"'  # as `plain` above: Arrow reads binary as Latin-1, one byte a character
+# `:` and a string without escape or newline after the key. Arrow reads binary as Latin-1: one byte a character.
+_PLAIN_STRING_VALUE = r'^[ \t\r]*:[ \t\r]*"(?P<value>[^"\\\n]*)"'
 
 
 def _none_of(wanted: Callable[[list[str]], list[bool]], user_ids: list[bytes]) -> bool:
