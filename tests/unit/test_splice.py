@@ -7,7 +7,7 @@ import random
 from unittest import mock
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from lakepurge.formats import CHUNK_BYTES
@@ -72,21 +72,30 @@ def test_given_drop_when_splicing_then_the_line_and_its_terminator_go():
     assert out == b"a\r\nc\n"
 
 
+@pytest.mark.parametrize("skips", ["counted", "by line starts"])
 @given(
-    lines=st.lists(st.tuples(line_strategy, st.sampled_from([b"\n", b"\r\n"])), max_size=40),
+    lines=st.lists(st.tuples(line_strategy, st.sampled_from([b"\n", b"\r\n"])), max_size=80),
     final=st.booleans(),
-    decisions=st.dictionaries(st.integers(min_value=0, max_value=45), st.sampled_from(["blank", "keep", "drop"])),
-    cuts=st.lists(st.integers(min_value=0, max_value=2000), max_size=12),
+    decisions=st.dictionaries(st.integers(min_value=0, max_value=85), st.sampled_from(["blank", "keep", "drop"])),
+    cuts=st.lists(st.integers(min_value=0, max_value=4000), max_size=12),
 )
+# Skips of more than a few lines (what takes the line starts path): within a chunk, and to a line that starts at
+# the end of one chunk and goes on in the next.
+@example(lines=[(b"x", b"\n")] * 40, final=False, decisions={20: "blank", 35: "drop"}, cuts=[])
+@example(lines=[(b"xy", b"\r\n")] * 30, final=True, decisions={9: "blank", 14: "keep", 29: "drop"}, cuts=[37, 90])
 @settings(max_examples=400, deadline=None)
 def test_given_blank_keep_and_drop_decisions_over_any_chunking_when_splicing_then_each_line_gets_its_own(
-    lines, final, decisions, cuts
+    skips, lines, final, decisions, cuts
 ):
+    # In a lake only skips of 128 KiB or more find the chunk's line starts with Arrow; "by line starts" sends every
+    # skip that way.
     data = b"".join(content + end for content, end in lines)
     if final:
         data += b"last line without newline"
     answers = {"blank": b"{}", "keep": None, "drop": DROP}
-    out = b"".join(splice_lines(chunked(data, cuts), decisions, lambda n, line: answers[decisions[n]]))
+    threshold = 0 if skips == "by line starts" else splice._INDEXED_SKIP_BYTES
+    with mock.patch.object(splice, "_INDEXED_SKIP_BYTES", threshold):
+        out = b"".join(splice_lines(chunked(data, cuts), decisions, lambda n, line: answers[decisions[n]]))
     assert out == expected_after(data, decisions)
 
 
@@ -121,26 +130,6 @@ def test_given_dense_and_sparse_targets_in_big_chunks_when_splicing_then_each_li
     decisions = {n: seed.choice(["blank", "keep", "drop"]) for n in range(0, len(lines) + 2, every)}
     answers = {"blank": b"{}", "keep": None, "drop": DROP}
     out = b"".join(splice_lines(chunked(data, cuts), decisions, lambda n, line: answers[decisions[n]]))
-    assert out == expected_after(data, decisions)
-
-
-@given(
-    lines=st.lists(st.tuples(line_strategy, st.sampled_from([b"\n", b"\r\n"])), max_size=80),
-    final=st.booleans(),
-    decisions=st.dictionaries(st.integers(min_value=0, max_value=85), st.sampled_from(["blank", "keep", "drop"])),
-    cuts=st.lists(st.integers(min_value=0, max_value=4000), max_size=8),
-)
-@settings(max_examples=300, deadline=None)
-def test_given_skips_taken_by_line_starts_over_any_chunking_when_splicing_then_each_line_gets_its_own(
-    lines, final, decisions, cuts
-):
-    # In a lake only skips of 128 KiB or more find the chunk's line starts with Arrow; here every skip does.
-    data = b"".join(content + end for content, end in lines)
-    if final:
-        data += b"last line without newline"
-    answers = {"blank": b"{}", "keep": None, "drop": DROP}
-    with mock.patch.object(splice, "_INDEXED_SKIP_BYTES", 0):
-        out = b"".join(splice_lines(chunked(data, cuts), decisions, lambda n, line: answers[decisions[n]]))
     assert out == expected_after(data, decisions)
 
 
