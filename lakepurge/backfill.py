@@ -25,7 +25,7 @@ from lakepurge.s3uri import S3Uri
 from lakepurge.sparkutil import apply_job_environment, job_environment, on_executors
 from lakepurge.tableformats import refuse_table_formats
 
-log = get_logger(__name__)
+log = get_logger()
 
 # Flush a task's rows to the index once this many are buffered (bounds executor memory).
 FLUSH_ROWS = 200_000

@@ -6,6 +6,7 @@ Human output goes to stderr; ``--json`` prints exactly one JSON document on stdo
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -1236,9 +1237,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    # Library loggers read their level when created; commands talk to people on stderr, so logs stay quiet
-    # unless asked for (POWERTOOLS_LOG_LEVEL=INFO).
-    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
+    # Commands talk to people on stderr, so logs stay quiet unless asked for (POWERTOOLS_LOG_LEVEL=INFO).
+    from lakepurge.logs import SERVICE, STDERR, root_logger
+
+    log_level = os.environ.get("POWERTOOLS_LOG_LEVEL") or "WARNING"
+    level_before = logging.getLogger(SERVICE).level
     words = list(sys.argv[1:] if argv is None else argv)
     out = Output("--json" in words)
     args: argparse.Namespace | None = None
@@ -1251,9 +1254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(words)
         out = Output(args.json)
         run: Callable[[argparse.Namespace, Output], int] = args.run
-        from lakepurge.logs import STDERR, root_logger
-
-        root_logger(level=os.environ["POWERTOOLS_LOG_LEVEL"], stream=STDERR)
+        root_logger(level=log_level, stream=STDERR)
         _show_progress_and_keep_spark_quiet()
         return run(args, out)
     except KeyboardInterrupt:
@@ -1267,6 +1268,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from lakepurge import progress
 
         progress.show_on(None)  # main() called in-process (tests) leaves the process's clients as they were
+        logging.getLogger(SERVICE).setLevel(level_before)  # and its service logger's level
 
 
 def _show_progress_and_keep_spark_quiet() -> None:

@@ -32,7 +32,7 @@ from lakepurge.config import ConfigError, Settings, parse_settings
 from lakepurge.logs import get_logger
 from lakepurge.s3uri import S3Uri
 
-log = get_logger(__name__)
+log = get_logger()
 
 URI_VARIABLE = "LAKEPURGE_CONFIG_URI"
 MAX_AGE_VARIABLE = "LAKEPURGE_CONFIG_MAX_AGE"

@@ -58,7 +58,7 @@ from lakepurge.purge.rewrite import owned_rows
 from lakepurge.s3io import ObjectChanged, ObjectHead, head_object, open_body, open_seekable
 from lakepurge.s3uri import S3Uri
 
-log = get_logger(__name__)
+log = get_logger()
 
 EXPORT_VERSION = 1
 FORMATS = ("original", "jsonl", "csv")

@@ -23,7 +23,7 @@ from lakepurge.privacy import Pseudonymizer
 from lakepurge.s3io import ObjectChanged, ObjectHead, head_object, head_version, open_body, open_seekable
 from lakepurge.tableformats import TableFormatError, detect_cached, key_table_format
 
-log = get_logger(__name__)
+log = get_logger()
 
 Action = Literal["indexed", "unchanged", "removed", "absent", "ignored", "failed"]
 

@@ -42,7 +42,7 @@ from lakepurge.privacy import hash_key
 from lakepurge.purge.job import PurgeResult, run_purge
 from lakepurge.report import Report
 
-log = get_logger(__name__)
+log = get_logger()
 
 JobState = Literal["RUNNING", "SUCCEEDED", "FAILED"]
 

@@ -8,6 +8,7 @@ never a plain hash, which a dictionary of emails or numeric ids reverses), and k
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import sys
 from typing import IO, TYPE_CHECKING
@@ -20,14 +21,21 @@ if TYPE_CHECKING:
 SERVICE = "lakepurge"
 
 
-def get_logger(module: str) -> Logger:
-    """A child logger for a library module; the process's entry point creates the parent."""
-    return Logger(service=SERVICE, child=True)
+def get_logger() -> Logger:
+    """The library's child logger, one for all its modules (Powertools names a child after its caller, which is
+    this function). Its level is left to the parent, which the process's entry point sets: Powertools would fix a
+    child's level from the environment at import, so a library imported after a command changed that environment
+    would keep the command's level for the life of the process."""
+    logger = Logger(service=SERVICE, child=True)
+    logging.getLogger(logger.name).setLevel(logging.NOTSET)
+    return logger
 
 
 def root_logger(level: str = "INFO", stream: IO[str] | None = None) -> Logger:
     """The parent logger of a process; the CLI passes :data:`STDERR` so stdout carries only its JSON result."""
-    return Logger(service=SERVICE, level=level, stream=stream)
+    logger = Logger(service=SERVICE, level=level, stream=stream)
+    logger.setLevel(level)  # Powertools configures a service once per process; a second entry point sets its level
+    return logger
 
 
 class _CurrentStderr:

@@ -25,7 +25,7 @@ from lakepurge.privacy import Pseudonymizer
 from lakepurge.s3io import ever_versioned, list_noncurrent, list_objects, sidecar_subjects
 from lakepurge.s3uri import S3Uri
 
-log = get_logger(__name__)
+log = get_logger()
 
 # 3: objects of one-user-per-object datasets are named by reference (OBJECT_REFERENCE), not by their key.
 REPORT_VERSION = 3

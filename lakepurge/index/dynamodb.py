@@ -129,7 +129,7 @@ from lakepurge.logs import get_logger
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
-log = get_logger(__name__)
+log = get_logger()
 
 META_PREFIX = "#object#"
 META_SORT_KEY = "#meta"

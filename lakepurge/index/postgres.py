@@ -27,7 +27,7 @@ from lakepurge.index.base import (
 from lakepurge.logs import get_logger
 from lakepurge.memory import collector_paused
 
-log = get_logger(__name__)
+log = get_logger()
 
 # Schema, created on first use. Index rows carry an integer object id instead of the object's path: a row is about
 # half as wide, the userid index is covering (lookups read no heap page once the table is vacuumed), and ids compare

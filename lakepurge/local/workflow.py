@@ -34,7 +34,7 @@ from lakepurge.workflow.deployment import (
     definition,
 )
 
-log = get_logger(__name__)
+log = get_logger()
 
 ROLE_NAME = "lakepurge-local"
 

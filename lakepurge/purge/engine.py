@@ -52,7 +52,7 @@ from lakepurge.s3io import (
 )
 from lakepurge.s3uri import S3Uri
 
-log = get_logger(__name__)
+log = get_logger()
 
 Status = Literal["erased", "deleted", "versions-deleted", "nothing-to-erase", "gone", "failed"]
 

@@ -41,7 +41,7 @@ from lakepurge.s3io import ever_versioned, list_noncurrent, list_objects
 from lakepurge.s3uri import S3Uri
 from lakepurge.sparkutil import apply_job_environment, job_environment, on_executors
 
-log = get_logger(__name__)
+log = get_logger()
 
 
 @dataclass(frozen=True)

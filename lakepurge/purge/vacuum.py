@@ -45,7 +45,7 @@ from lakepurge.s3io import ObjectChanged, ObjectHead, head_object, noncurrent_ve
 from lakepurge.s3uri import S3Uri
 from lakepurge.sparkutil import apply_job_environment, job_environment, on_executors
 
-log = get_logger(__name__)
+log = get_logger()
 
 VersionPolicy = Literal["erased-users", "none"]
 

@@ -46,7 +46,7 @@ from lakepurge.workflow.store import (
     workflow_settings,
 )
 
-log = get_logger(__name__)
+log = get_logger()
 
 Decision = Literal["approve", "reject"]
 

@@ -19,7 +19,7 @@ from lakepurge.workflow.approval import ApprovalRefused
 from lakepurge.workflow.steps import NotApproved
 from lakepurge.workflow.store import RequestConflict, RequestNotFound
 
-log = get_logger(__name__)
+log = get_logger()
 
 SAFE_ERRORS = (ReportTampered, SafetyLimitExceeded, NotApproved, RequestNotFound, RequestConflict, ApprovalRefused)
 _TRANSIENT_CODES = {

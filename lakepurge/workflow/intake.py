@@ -16,7 +16,7 @@ from lakepurge.logs import get_logger
 from lakepurge.privacy import Pseudonymizer
 from lakepurge.workflow.store import KINDS, RequestKind, RequestStore, workflow_settings
 
-log = get_logger(__name__)
+log = get_logger()
 
 # Step Functions execution names: 1-80 characters, no whitespace or URL-special characters.
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9_-]{1,80}$")

@@ -59,7 +59,7 @@ from lakepurge.workflow.store import (
     workflow_settings,
 )
 
-log = get_logger(__name__)
+log = get_logger()
 
 
 class NotApproved(Exception):

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import importlib
+import logging
 from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 import pytest
 
 from lakepurge import aws, runtime
+from lakepurge.local.workflow import EXPORT_FUNCTIONS, FUNCTIONS
+from lakepurge.logs import SERVICE
 from tests.support.lakes import LakeCase, index_toml
 from tests.support.purging import HASH_KEY
-from tests.support.workflow import WorkflowCase, deploy_case
+from tests.support.workflow import RecordList, WorkflowCase, deploy_case
 
 
 @pytest.fixture
@@ -51,3 +55,19 @@ def browser() -> Iterator[Any]:
     ensure_chromium()
     with chromium() as session:
         yield session
+
+
+@pytest.fixture
+def service_logs() -> Iterator[RecordList]:
+    """Every record the service logs during the test, at DEBUG, from a handler on the service's logger itself (so
+    no filter on the root's handlers can hide one)."""
+    for module, _ in (FUNCTIONS | EXPORT_FUNCTIONS).values():  # Powertools takes the logger's first handler for its own
+        importlib.import_module(module)
+    service = logging.getLogger(SERVICE)
+    level_before = service.level
+    records = RecordList()
+    service.setLevel(logging.DEBUG)
+    service.addHandler(records)
+    yield records
+    service.removeHandler(records)
+    service.setLevel(level_before)

@@ -4,13 +4,11 @@ exactly the users' records into one encrypted archive; the lake is only read and
 
 from __future__ import annotations
 
-import importlib
 import io
 import json
-import logging
 import re
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -18,34 +16,13 @@ import requests
 
 from lakepurge import aws
 from lakepurge.export import unseal
-from lakepurge.local.workflow import EXPORT_FUNCTIONS, FUNCTIONS, sent_emails
+from lakepurge.local.workflow import sent_emails
 from lakepurge.workflow.store import RequestStore
 from tests.integration.test_export import assert_exactly_the_users_records, lake_state
 from tests.support.events import LambdaContext, load
 from tests.support.workflow import APPROVERS, EXPORTS_LOCATION, RecordList, WorkflowCase, call_approval, link_in
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-def captured_logs() -> Iterator[RecordList]:
-    """Every record of the service's loggers (Powertools' loggers may not propagate to caplog's root)."""
-    for module, _ in (FUNCTIONS | EXPORT_FUNCTIONS).values():
-        importlib.import_module(module)
-    handler = RecordList()
-    ours = [
-        name
-        for name, existing in logging.root.manager.loggerDict.items()
-        if (name == "lakepurge" or name.startswith("lakepurge.")) and isinstance(existing, logging.Logger)
-    ]
-    levels = {name: logging.getLogger(name).level for name in ours}
-    for name in ours:
-        logging.getLogger(name).setLevel(logging.DEBUG)
-    logging.getLogger("lakepurge").addHandler(handler)
-    yield handler
-    logging.getLogger("lakepurge").removeHandler(handler)
-    for name, level in levels.items():
-        logging.getLogger(name).setLevel(level)
 
 
 def _users_in_several_datasets(case: WorkflowCase) -> list[str]:
@@ -112,7 +89,7 @@ def _assert_the_privacy_team_opens_it(
 
 def test_approved_access_request_exports_exactly_the_users_records_and_changes_nothing(
     workflow_case: Callable[..., WorkflowCase],
-    captured_logs: RecordList,
+    service_logs: RecordList,
     tmp_path: Any,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -149,12 +126,12 @@ def test_approved_access_request_exports_exactly_the_users_records_and_changes_n
     assert lake_state(s3, case.lake.lake.bucket) == before, "the lake changed"
     assert store.get(request_id).shredded, "the sealed ids outlived the request"
     assert store.state(request_id).state == "EXPORTED"
-    _assert_nothing_raw(case, request_id, users, captured_logs)
+    _assert_nothing_raw(case, request_id, users, service_logs)
 
 
 def test_rejected_access_request_filed_by_the_cli_exports_nothing(
     workflow_case: Callable[..., WorkflowCase],
-    captured_logs: RecordList,
+    service_logs: RecordList,
     tmp_path: Any,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -182,4 +159,4 @@ def test_rejected_access_request_filed_by_the_cli_exports_nothing(
     assert s3.list_objects_v2(Bucket="lake-exports").get("KeyCount", 0) == 0, "a rejected request was exported"
     assert lake_state(s3, case.lake.lake.bucket) == before
     assert RequestStore(case.settings, s3, aws.client("kms")).get(request_id).shredded
-    _assert_nothing_raw(case, request_id, users, captured_logs)
+    _assert_nothing_raw(case, request_id, users, service_logs)

@@ -5,9 +5,7 @@ a GET on the approval link decides nothing and a replayed POST is refused."""
 
 from __future__ import annotations
 
-import importlib
 import json
-import logging
 import os
 import signal
 import time
@@ -18,7 +16,7 @@ import orjson
 import pytest
 
 from lakepurge import aws, runtime
-from lakepurge.local.workflow import FUNCTIONS, sent_emails
+from lakepurge.local.workflow import sent_emails
 from lakepurge.s3uri import S3Uri
 from tests.support.events import load
 from tests.support.invariant import assert_invariant, snapshot
@@ -48,7 +46,7 @@ def _assert_no_raw_ids(case: WorkflowCase, request_id: str, users: list[str]) ->
 
 
 def test_approved_request_is_erased_verified_certified_and_notified(
-    workflow_case: Callable[..., WorkflowCase], pg_dsn: str
+    workflow_case: Callable[..., WorkflowCase], pg_dsn: str, service_logs: RecordList
 ) -> None:
     import psycopg
 
@@ -63,21 +61,6 @@ def test_approved_request_is_erased_verified_certified_and_notified(
             conn.execute("INSERT INTO crm_customers VALUES (%s, 'pro')", (user,))
     before = snapshot(s3, case.lake.lake.bucket)
 
-    for module, _ in FUNCTIONS.values():  # Powertools sets its handler up first; ours comes after it
-        importlib.import_module(module)
-    logged_records = RecordList()
-    service_logger = logging.getLogger("lakepurge")
-    # On the service's logger itself: Powertools loggers may not propagate to the root, where caplog listens; and
-    # child loggers created after a CLI run in this process carry its WARNING level.
-    ours = [
-        name
-        for name, existing in logging.root.manager.loggerDict.items()
-        if (name == "lakepurge" or name.startswith("lakepurge.")) and isinstance(existing, logging.Logger)
-    ]
-    levels = {name: logging.getLogger(name).level for name in ours}
-    for name in ours:
-        logging.getLogger(name).setLevel(logging.DEBUG)
-    service_logger.addHandler(logged_records)
     request_id = case.file(users, "req-approve")
     mails = case.emails(request_id)
     assert sorted(m["to"][0] for m in mails) == sorted(APPROVERS)
@@ -109,10 +92,7 @@ def test_approved_request_is_erased_verified_certified_and_notified(
     other = call_approval("POST", link_in(mails[1]), "reject")
     assert other["statusCode"] == 409, "a second approver could still decide"
     _assert_no_raw_ids(case, request_id, users)
-    service_logger.removeHandler(logged_records)
-    for name, level in levels.items():
-        logging.getLogger(name).setLevel(level)
-    logged = "\n".join(json.dumps(r.__dict__, default=str) for r in logged_records.records)
+    logged = "\n".join(json.dumps(r.__dict__, default=str) for r in service_logs.records)
     assert "req-approve" in logged, "the handlers' logs were not captured"
     for user in users:
         assert user not in logged, "a raw user id was logged"

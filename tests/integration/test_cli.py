@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import logging
+import os
+
 import orjson
 import pytest
 
 from lakepurge import aws, runtime
 from lakepurge.cli import main
 from lakepurge.indexer import index_object
+from lakepurge.logs import SERVICE, get_logger
 from tests.support.lakes import index_toml
 
 pytestmark = pytest.mark.integration
@@ -66,3 +70,22 @@ def test_given_a_bad_config_when_running_then_the_error_names_the_key(tmp_path, 
     config.write_text('[index]\nbackend = "oracle"\n[reports]\nlocation = "s3://r/"\n')
     assert main(["status", "--config", str(config)]) == 2
     assert "index.backend" in capsys.readouterr().err
+
+
+def test_given_a_command_ran_in_this_process_when_the_library_logs_later_then_the_services_level_still_governs(
+    tmp_path, capsys, caplog, monkeypatch
+):
+    """A command is quiet (WARNING) while it runs; it must not leave that level behind for the library modules a
+    process loads afterwards (a notebook, a test run), whose INFO records would vanish whatever level is set."""
+    monkeypatch.delenv("POWERTOOLS_LOG_LEVEL", raising=False)
+    level_before = logging.getLogger(SERVICE).level
+    config = tmp_path / "bad.toml"
+    config.write_text('[index]\nbackend = "oracle"\n')
+    assert main(["status", "--config", str(config)]) == 2
+    assert "POWERTOOLS_LOG_LEVEL" not in os.environ
+    assert logging.getLogger(SERVICE).level == level_before
+
+    loaded_later = get_logger()
+    with caplog.at_level(logging.INFO, logger=SERVICE):
+        loaded_later.info("a library record after the command")
+    assert [r.getMessage() for r in caplog.records] == ["a library record after the command"]
