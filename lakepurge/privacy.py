@@ -148,7 +148,8 @@ class HashedUsers:
         """Whether none of these ids (UTF-8; an invalid sequence reads as U+FFFD, as a decoder would) is one of the
         users: the answer verification wants for a whole object's ids. Ids seen before are answered from memory by
         set lookups in C; the others are hashed, each once."""
-        unknown = list(filterfalse(self._clean.__contains__, user_ids))  # a user found before is never clean
+        # Each id once (a CSV column repeats its ids); a user found before is never clean.
+        unknown = list(dict.fromkeys(filterfalse(self._clean.__contains__, user_ids)))
         if not unknown:
             return True
         if not self._wanted.isdisjoint(unknown):
