@@ -183,15 +183,14 @@ def list_noncurrent(s3: Any, dataset: DatasetConfig) -> Iterator[ObjectHead]:
     """Every noncurrent version of the dataset's data objects (a versioned bucket keeps them after an overwrite or
     a delete; delete markers hold no data)."""
     uri = dataset.uri
-    for page in s3.get_paginator("list_object_versions").paginate(Bucket=uri.bucket, Prefix=uri.key):
-        for version in page.get("Versions", []):
-            key = version["Key"]
-            if version["IsLatest"] or dataset.is_sidecar(key) or dataset.skip_reason(key) is not None:
-                continue
-            # A version written before versioning was enabled is "null": GetObject takes it as it is.
-            yield ObjectHead(
-                uri.bucket, key, version["ETag"], version["VersionId"], version["LastModified"], version["Size"]
-            )
+    for version in object_versions(s3, uri.bucket, uri.key):
+        key = version["Key"]
+        if version["IsLatest"] or dataset.is_sidecar(key) or dataset.skip_reason(key) is not None:
+            continue
+        # A version written before versioning was enabled is "null": GetObject takes it as it is.
+        yield ObjectHead(
+            uri.bucket, key, version["ETag"], version["VersionId"], version["LastModified"], version["Size"]
+        )
 
 
 def sidecar_subjects(s3: Any, dataset: DatasetConfig) -> Iterator[str]:
@@ -202,22 +201,26 @@ def sidecar_subjects(s3: Any, dataset: DatasetConfig) -> Iterator[str]:
         return
     uri = dataset.uri
     # ListObjectVersions answers an unversioned bucket too (every object once, version "null").
-    for page in s3.get_paginator("list_object_versions").paginate(Bucket=uri.bucket, Prefix=uri.key):
-        for version in page.get("Versions", []):
-            if dataset.is_sidecar(version["Key"]):
-                yield dataset.data_key(version["Key"])
+    for version in object_versions(s3, uri.bucket, uri.key):
+        if dataset.is_sidecar(version["Key"]):
+            yield dataset.data_key(version["Key"])
 
 
 def noncurrent_versions(s3: Any, uri: S3Uri) -> Iterator[ObjectHead]:
     """Every noncurrent version of exactly this key (delete markers hold no data)."""
-    for page in s3.get_paginator("list_object_versions").paginate(Bucket=uri.bucket, Prefix=uri.key):
-        for version in page.get("Versions", []):
-            if version["Key"] == uri.key and not version["IsLatest"]:
-                yield ObjectHead(
-                    bucket=uri.bucket,
-                    key=uri.key,
-                    etag=version["ETag"],
-                    version_id=version["VersionId"],
-                    last_modified=version["LastModified"],
-                    size=version["Size"],
-                )
+    for version in object_versions(s3, uri.bucket, uri.key):
+        if version["Key"] == uri.key and not version["IsLatest"]:
+            yield ObjectHead(
+                bucket=uri.bucket,
+                key=uri.key,
+                etag=version["ETag"],
+                version_id=version["VersionId"],
+                last_modified=version["LastModified"],
+                size=version["Size"],
+            )
+
+
+def object_versions(s3: Any, bucket: str, prefix: str) -> Iterator[dict[str, Any]]:
+    """Every version (not delete marker) of every key under the prefix, as ListObjectVersions describes it."""
+    for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket, Prefix=prefix):
+        yield from page.get("Versions", [])

@@ -47,6 +47,7 @@ from lakepurge.s3io import (
     head_object,
     head_version,
     noncurrent_versions,
+    object_versions,
     open_body,
     open_seekable,
 )
@@ -551,20 +552,19 @@ def sidecar_versions_naming(s3: Any, dataset: DatasetConfig, uri: S3Uri, users: 
     key = uri.key + dataset.id_sidecar.suffix
     paths = parse_paths([dataset.id_sidecar.field])
     naming = []
-    for page in s3.get_paginator("list_object_versions").paginate(Bucket=uri.bucket, Prefix=key):
-        for version in page.get("Versions", []):
-            if version["Key"] != key:
-                continue
-            head = ObjectHead(uri.bucket, key, version["ETag"], version["VersionId"], version["LastModified"], 0)
-            try:
-                document = orjson.loads(s3.get_object(Bucket=uri.bucket, Key=key, **head.pinned())["Body"].read())
-                ids = extract_ids(document, paths) if isinstance(document, dict) else ()
-            except (orjson.JSONDecodeError, ValueError):
-                ids = ()
-            except ClientError as exc:
-                if error_code(exc) in ("NoSuchKey", "NoSuchVersion", "404"):
-                    continue  # deleted since listed
-                raise
-            if any(u in users for u in ids):
-                naming.append(head)
+    for version in object_versions(s3, uri.bucket, key):
+        if version["Key"] != key:
+            continue
+        head = ObjectHead(uri.bucket, key, version["ETag"], version["VersionId"], version["LastModified"], 0)
+        try:
+            document = orjson.loads(s3.get_object(Bucket=uri.bucket, Key=key, **head.pinned())["Body"].read())
+            ids = extract_ids(document, paths) if isinstance(document, dict) else ()
+        except (orjson.JSONDecodeError, ValueError):
+            ids = ()
+        except ClientError as exc:
+            if error_code(exc) in ("NoSuchKey", "NoSuchVersion", "404"):
+                continue  # deleted since listed
+            raise
+        if any(u in users for u in ids):
+            naming.append(head)
     return naming
