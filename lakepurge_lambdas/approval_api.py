@@ -65,7 +65,7 @@ def decide_by_post() -> Response:
         return _html(400, refused_page("the form must say approve or reject"))
     store = _store()
     try:
-        record = decide(
+        decided = decide(
             runtime.settings(),
             store,
             aws.client("s3"),
@@ -78,7 +78,7 @@ def decide_by_post() -> Response:
         )
     except ApprovalRefused as refused:
         return _html(refused.status, refused_page(str(refused)))
-    return _html(200, decided_page(record, store.get(form.get("request", "")).kind))
+    return _html(200, decided_page(decided.record, store.get(form.get("request", "")).kind, decided.repeated))
 
 
 @app.get("/ops")

@@ -162,6 +162,7 @@ def run_demo(
     workdir = Path(tempfile.mkdtemp(prefix="lakepurge-demo-"))
     try:
         local_workflow.install_lambda_dispatch()
+        local_workflow.close_answered_task_tokens()
         local_workflow.enable_execution(stack.endpoint)
         s3 = aws.client("s3")
         for bucket in (LAKE_BUCKET, REPORTS_BUCKET):

@@ -15,6 +15,7 @@ import io
 import json
 import os
 import secrets
+import threading
 import traceback
 import uuid
 import zipfile
@@ -78,6 +79,32 @@ def install_lambda_dispatch() -> None:
 
     LambdaFunction.invoke = _invoke_in_process  # type: ignore[method-assign,assignment]
     LambdaFunction.docker_client = property(lambda self: None)  # type: ignore[method-assign,assignment]
+
+
+def close_answered_task_tokens() -> None:
+    """Make moto answer a task token whose task was already answered as AWS does: TaskTimedOut ("the task
+    associated with the token has already been closed"). moto alone accepts the same token again and again, which
+    hides what a repeated SendTaskSuccess meets on AWS (idempotent)."""
+    from moto.stepfunctions.parser.asl.eval.callback.callback import (
+        CallbackConsumerTimeout,
+        CallbackNotifyConsumerError,
+        CallbackPoolManager,
+    )
+
+    if getattr(CallbackPoolManager.notify, "closes_answered_tokens", False):
+        return
+    answer = CallbackPoolManager.notify
+    answering = threading.Lock()
+
+    def notify_once(self: Any, callback_id: str, outcome: Any) -> bool:
+        with answering:
+            endpoint = self.get(callback_id)
+            if endpoint is not None and endpoint.get_outcome() is not None:
+                raise CallbackNotifyConsumerError(callback_consumer_error=CallbackConsumerTimeout())
+            return bool(answer(self, callback_id, outcome))
+
+    notify_once.closes_answered_tokens = True  # type: ignore[attr-defined]
+    CallbackPoolManager.notify = notify_once  # type: ignore[method-assign]
 
 
 def enable_execution(endpoint: str) -> None:
