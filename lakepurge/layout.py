@@ -171,6 +171,11 @@ def placeholder_batch(settings: Settings, batch_id: str) -> S3Uri:
     return S3Uri(folder.bucket, f"{folder.key}{batch_id}.json")
 
 
+def operations_view(settings: Settings) -> S3Uri:
+    """The operations page's view, precomputed by the hourly RequestMetrics function (lakepurge.operations)."""
+    return _under(settings, "operations/view.json")
+
+
 def vacuum_record(settings: Settings, run_id: str) -> S3Uri:
     return _under(settings, f"vacuum/{run_id}.json")
 

@@ -191,8 +191,10 @@ def prepare(
 ) -> tuple[LocalWorkflow, str]:
     """Deploy the workflow with its KMS key and verified SES sender; returns it and its [workflow] TOML. The local
     stack signs approvals with a key of its own (LAKEPURGE_APPROVAL_KEY, when not already set): this process runs
-    both RequestApproval and the approval page."""
+    both RequestApproval and the approval page; and the operations page's password is one of its own too
+    (LAKEPURGE_OPS_PASSWORD, when not already set)."""
     os.environ.setdefault("LAKEPURGE_APPROVAL_KEY", secrets.token_hex(32))
+    os.environ.setdefault("LAKEPURGE_OPS_PASSWORD", secrets.token_urlsafe(18))
     workflow = deploy()
     kms_key_id = aws.client("kms").create_key(Description="lakepurge requests")["KeyMetadata"]["KeyId"]
     aws.client("ses").verify_email_identity(EmailAddress=sender)
@@ -214,6 +216,16 @@ def prepare(
         ]
     )
     return workflow, toml
+
+
+METRICS_FUNCTION = "lakepurge-request-metrics"
+
+
+def refresh_operations_view() -> dict[str, int]:
+    """What the hourly schedule does on AWS: run RequestMetrics, which stores the operations page's view."""
+    context = LocalContext(METRICS_FUNCTION, str(uuid.uuid4()))
+    counts: dict[str, int] = handler(METRICS_FUNCTION)({"source": "aws.events"}, context)
+    return counts
 
 
 def sent_emails() -> list[dict[str, Any]]:

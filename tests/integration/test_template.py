@@ -361,7 +361,8 @@ PUTS: dict[str, set[tuple[str, str]]] = {
         (LAKE, LAKE),
     },
     "StateMachineRole": set(),
-    "RequestMetricsRole": set(),  # reads states and deadlines, publishes metrics through its logs (EMF)
+    # publishes metrics through its logs (EMF), and stores the operations page's view
+    "RequestMetricsRole": {("ReportsBucket", "operations/view.json")},
 }
 DELETES: dict[str, set[tuple[str, str]]] = {
     "StartPurgeRole": {(LAKE, LAKE)},
@@ -508,7 +509,7 @@ INDEX_ROLES = {
     "VerifyPurgeRole",
     "ExportArchiveRole",
     "SparkJobRole",
-    "ApprovalApiRole",  # the operations page (GET /ops) reads the index's counts and coverage
+    "RequestMetricsRole",  # the operations page's view: the index's counts and coverage, hourly
 }
 
 
@@ -719,6 +720,32 @@ def test_given_the_asl_files_then_every_states_statement_matches_the_machines_th
         assert answered.get(role, set()) >= {"states:SendTaskSuccess", "states:SendTaskFailure"}, role
         assert history.get(role) == waiting, f"{role} must read the history of every machine it answers"
     assert set(history) <= answering_roles
+
+
+def test_given_the_template_then_the_internet_facing_approval_page_cannot_read_the_index_and_guards_ops(
+    translated: dict[str, Any],
+) -> None:
+    """The approval page serves the operations view RequestMetrics stores: it may not read the index (raw ids), the
+    certificates or the queues; it reads the operations password, which only it is granted."""
+    granted = _role_statements(translated)
+    page = granted["ApprovalApiRole"]
+    actions = {a for statement in page for a in _as_list(statement["Action"])}
+    assert not {a for a in actions if a.startswith(("dynamodb:", "sqs:"))}, actions
+    named = set().union(*(_names(statement["Resource"]) for statement in page))
+    assert not named & {"IndexTable", "PostgresSecretArn", "EvidenceBucket", "IndexDeadLetterQueue"}, named
+    managed = {_ref_id(p) for p in translated["Resources"]["ApprovalApiRole"]["Properties"]["ManagedPolicyArns"]}
+    assert not managed & {"IndexReadPolicy", "IndexSecretReadPolicy", "EvidenceReadPolicy"}, managed
+    readers = {
+        role
+        for role, statements in granted.items()
+        for statement in statements
+        if "OperationsPasswordSecret" in _names(statement["Resource"])
+    }
+    assert readers == {"ApprovalApiRole"}
+    secret = translated["Resources"]["OperationsPasswordSecret"]["Properties"]
+    assert "GenerateSecretString" in secret and secret["KmsKeyId"] == {"Ref": "Key"}
+    for toml in _config_tomls(translated):
+        assert 'operations_password_secret = "${OperationsPasswordSecret}"' in toml
 
 
 def _approval_api_body(translated: dict[str, Any], overrides: dict[str, str] | None = None) -> dict[str, Any]:
