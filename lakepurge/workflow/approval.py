@@ -228,7 +228,7 @@ def pending(
 @dataclass(frozen=True)
 class Decided:
     """What a deciding POST recorded. ``repeated``: the same approver's decision was already recorded (a double click,
-    a retried POST); this POST changed nothing, and the decision stands."""
+    a retried POST): this POST decided nothing new (at most it completed the delivery), and the decision stands."""
 
     record: dict[str, Any]
     repeated: bool = False

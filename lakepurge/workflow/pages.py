@@ -122,10 +122,7 @@ def decided_page(record: dict[str, Any], kind: str = "erasure", repeated: bool =
     else:
         text = "Rejected: nothing will be erased. The privacy team is notified."
     if repeated:
-        text = (
-            f"This request was already {record['decision']} at {record['decided_at']}: the decision stands, and"
-            " sending it again changed nothing."
-        )
+        text = f"This request was already {record['decision']} at {record['decided_at']}: the decision stands."
     return _page(f"Request {record['decision']}", f"<p id='outcome'>{escape(text)}</p>")
 
 
