@@ -399,6 +399,12 @@ class WorkflowConfig(_Strict):
     # run time, cached for a few minutes; what the SAM template sets).
     approval_signing_key_env: Annotated[str, Field(min_length=1)] = "LAKEPURGE_APPROVAL_KEY"
     approval_signing_key_secret: Annotated[str, Field(min_length=1)] | None = None
+    # The password (16+ characters) of the operations page (GET /ops, HTTP Basic, any user name), unless the
+    # optional JWT authorizer of the API checked a token: from this environment variable (the local stack, tests), or
+    # from the Secrets Manager secret operations_password_secret names (what the SAM template sets). Neither: nobody.
+    # (S105: the variable's name, not a password)
+    operations_password_env: Annotated[str, Field(min_length=1)] = "LAKEPURGE_OPS_PASSWORD"  # noqa: S105
+    operations_password_secret: Annotated[str, Field(min_length=1)] | None = None
 
     @field_validator("exports_location")
     @classmethod

@@ -171,6 +171,11 @@ def placeholder_batch(settings: Settings, batch_id: str) -> S3Uri:
     return S3Uri(folder.bucket, f"{folder.key}{batch_id}.json")
 
 
+def operations_view(settings: Settings) -> S3Uri:
+    """The operations page's view, precomputed by the hourly RequestMetrics function (lakepurge.operations)."""
+    return _under(settings, "operations/view.json")
+
+
 def vacuum_record(settings: Settings, run_id: str) -> S3Uri:
     return _under(settings, f"vacuum/{run_id}.json")
 
@@ -225,7 +230,9 @@ class ApprovalDocument(Document):
 
 
 class DecisionDocument(Document):
-    """``decision.json``: claimed once (If-None-Match), then marked delivered once the state machine took it."""
+    """``decision.json``: claimed once (If-None-Match); ``sent_at`` recorded (If-Match on the claim) before the task
+    token is first sent, after which the claim is never removed; then ``delivered_at`` once the execution took it, or
+    ``not_taken`` when its history shows it did not (the wait had ended)."""
 
     decision: str  # "approved" | "rejected"
     approved_by: str | None = None  # exactly one of approved_by / rejected_by is stored
@@ -234,7 +241,9 @@ class DecisionDocument(Document):
     decided_at: str
     report_uri: str
     report_sha256: str
+    sent_at: str | None = None
     delivered_at: str | None = None
+    not_taken: str | None = None  # why the execution did not take it (it no longer waited), from its history
     # Who decided, as API Gateway saw the POST: its source IP, its user agent (truncated to 200 characters) and,
     # behind the optional JWT authorizer, the token's subject. Absent in documents written before they existed.
     source_ip: str | None = None

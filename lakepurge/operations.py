@@ -1,18 +1,31 @@
-"""The privacy team's view of the work: the operations page's typed view model.
+"""The privacy team's view of the work: the operations page's typed view model, and who may read the page.
 
 Built from the same sources as ``lakepurge requests`` (:func:`lakepurge.history.list_history`, the evidence in the
 reports location) and ``lakepurge status`` (the index store's counts and recorded coverage, the indexer's
 dead-letter queue). It holds request ids, states, dates and counts only: never a user id, nor an object key (a key
 of a one-user-per-object dataset may name its user). Returning users are counted, not named.
+
+The view is built by the hourly RequestMetrics function (:func:`refresh_view`: a full pass over the index and the
+evidence) and stored in the reports location; the page (GET /ops of the approval API) only reads that document
+(:func:`stored_view`), so the internet-facing function neither scans nor may read the index. The page needs the
+operations password (HTTP Basic) unless the API's optional JWT authorizer checked a token (:func:`may_read`).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
+import hmac
+import os
 from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import TypeAdapter
+
+from lakepurge import aws, layout
 from lakepurge.config import Settings
 from lakepurge.coverage import DatasetCoverage, assess, dead_letter_count
 from lakepurge.history import RequestRecord, list_history
@@ -180,8 +193,71 @@ def build_view(
     return assemble(records, status, coverage, returning, now)
 
 
-def request_counts(settings: Settings, s3: Any, now: datetime | None = None) -> tuple[int, int]:
-    """(open, overdue) requests, as the page and `lakepurge requests` count them: what the RequestsOpen and
-    RequestsOverdue metrics report."""
-    records = list_history(settings, s3, None, now or datetime.now(UTC))
-    return sum(r.open for r in records), sum(r.overdue for r in records)
+_VIEW = TypeAdapter(OperationsView)
+
+
+def refresh_view(
+    settings: Settings, s3: Any, store: IndexStore, sqs: Any = None, now: datetime | None = None
+) -> OperationsView:
+    """Build the view and store it where the page reads it (the hourly RequestMetrics function)."""
+    view = build_view(settings, s3, store, sqs, now)
+    where = layout.operations_view(settings)
+    s3.put_object(Bucket=where.bucket, Key=where.key, Body=_VIEW.dump_json(view), ContentType="application/json")
+    return view
+
+
+def stored_view(settings: Settings, s3: Any) -> OperationsView | None:
+    """The view RequestMetrics stored last, or None before its first run."""
+    stored = layout.read_or_none(s3, layout.operations_view(settings))
+    return None if stored is None else _VIEW.validate_json(stored.body)
+
+
+MIN_PASSWORD_LENGTH = 16
+
+
+class PageLocked(Exception):
+    """No operations password is configured or readable: the page is refused to everyone."""
+
+
+def _password(settings: Settings) -> str:
+    workflow = settings.workflow
+    if workflow is None:
+        raise PageLocked("no [workflow] section: the operations page has no password")
+    if workflow.operations_password_secret is not None:
+        try:
+            value = aws.secret_string(workflow.operations_password_secret)
+        except aws.SecretUnavailable as exc:
+            raise PageLocked(str(exc)) from None
+    else:
+        value = os.environ.get(workflow.operations_password_env, "")
+    if len(value) < MIN_PASSWORD_LENGTH:
+        raise PageLocked(
+            f"workflow.operations_password_secret / {workflow.operations_password_env}: the operations page needs a"
+            f" password of at least {MIN_PASSWORD_LENGTH} characters"
+        )
+    return value
+
+
+def basic_password(authorization: str | None) -> str | None:
+    """The password of an HTTP Basic ``Authorization`` header (any user name), or None for anything else."""
+    scheme, _, encoded = (authorization or "").strip().partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        decoded = base64.b64decode(encoded.strip(), validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    _, colon, password = decoded.partition(":")
+    return password if colon else None
+
+
+def may_read(settings: Settings, authorization: str | None, jwt_subject: str | None) -> bool:
+    """Whether a GET /ops may see the page: the API's JWT authorizer checked a token (its subject is set only
+    then), or the request carries the operations password. PageLocked when no password is configured."""
+    if jwt_subject:
+        return True
+    password = _password(settings)
+    given = basic_password(authorization)
+    if given is None:
+        return False
+    return hmac.compare_digest(hashlib.sha256(given.encode()).digest(), hashlib.sha256(password.encode()).digest())

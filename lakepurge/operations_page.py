@@ -100,7 +100,8 @@ def operations_page(view: OperationsView) -> str:
         ]
     )
     body = (
-        f"<p class='note'>Generated {escape(view.generated_at)}. Read-only: request ids, states and counts; no user"
+        f"<p class='note'>Generated {escape(view.generated_at)} by the hourly RequestMetrics function. Read-only:"
+        " request ids, states and counts; no user"
         " id is shown here (`lakepurge status` lists the returning users by keyed hash and the unindexable lines by"
         " object).</p>"
         f"<div class='tiles'>{tiles}</div>"
@@ -119,6 +120,15 @@ def operations_page(view: OperationsView) -> str:
         f"<h2>Coverage</h2><p class='note'>{view.datasets_covered} of {len(view.coverage)} dataset(s) covered.</p>"
         + _coverage_table(view)
     )
+    return _document(body)
+
+
+def unavailable_page(message: str) -> str:
+    """What the page answers when it is not shown (no password given, none configured, no view stored yet)."""
+    return _document(f"<p id='outcome'>{escape(message)}</p>")
+
+
+def _document(body: str) -> str:
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{TITLE}</title>"
         f"<style>{_STYLE}</style></head><body><h1>{TITLE}</h1>{body}</body></html>"

@@ -1,7 +1,8 @@
 """Approval page (HTTP API, payload 2.0): GET shows the report summary, POST decides. GET never decides.
 
 GET /ops is the read-only operations page (lakepurge.operations): requests, deadlines, erasures, index health and
-coverage, as counts and request ids only."""
+coverage, as counts and request ids only, from the view the hourly RequestMetrics function stored (this function
+never reads the index). It needs the operations password (HTTP Basic), or the API's JWT authorizer's token."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from lakepurge import aws, runtime
-from lakepurge.operations import build_view
-from lakepurge.operations_page import operations_page
+from lakepurge.operations import PageLocked, may_read, stored_view
+from lakepurge.operations_page import operations_page, unavailable_page
 from lakepurge.workflow.approval import ApprovalRefused, Requester, decide, pending
 from lakepurge.workflow.pages import confirmation_page, decided_page, refused_page
 from lakepurge.workflow.store import RequestStore
@@ -65,7 +66,7 @@ def decide_by_post() -> Response:
         return _html(400, refused_page("the form must say approve or reject"))
     store = _store()
     try:
-        record = decide(
+        decided = decide(
             runtime.settings(),
             store,
             aws.client("s3"),
@@ -78,12 +79,30 @@ def decide_by_post() -> Response:
         )
     except ApprovalRefused as refused:
         return _html(refused.status, refused_page(str(refused)))
-    return _html(200, decided_page(record, store.get(form.get("request", "")).kind))
+    return _html(200, decided_page(decided.record, store.get(form.get("request", "")).kind, decided.repeated))
+
+
+# What a browser answers with the user name and password prompt.
+CHALLENGE = {"WWW-Authenticate": 'Basic realm="lakepurge operations", charset="UTF-8"'}
 
 
 @app.get("/ops")
 def operations() -> Response:
-    view = build_view(runtime.settings(), aws.client("s3"), runtime.index_store(), aws.client("sqs"))
+    settings = runtime.settings()
+    event = app.current_event
+    try:
+        allowed = may_read(
+            settings, event.headers.get("authorization"), Requester.from_event(event.raw_event).authorized_subject
+        )
+    except PageLocked as exc:
+        logger.error("the operations page is refused to everyone: %s", exc)
+        return _html(503, unavailable_page("the operations page has no password configured"))
+    if not allowed:
+        page = unavailable_page("the operations page needs the operations password")
+        return Response(401, "text/html; charset=utf-8", page, headers={**HEADERS, **CHALLENGE})
+    view = stored_view(settings, aws.client("s3"))
+    if view is None:
+        return _html(503, unavailable_page("the operations view is computed hourly by RequestMetrics: not yet"))
     return _html(200, operations_page(view))
 
 

@@ -1,8 +1,10 @@
-"""RequestMetrics (scheduled, EventBridge): publish how many requests are open and overdue.
+"""RequestMetrics (scheduled, EventBridge): publish how many requests are open and overdue, and store the operations
+page's view.
 
 The counts are those of ``lakepurge requests`` and the operations page; the RequestsOverdue alarm of
 infra/template.yaml watches the second. A request becomes overdue by the clock alone, so the count is taken on a
-schedule, not only when a step runs.
+schedule, not only when a step runs. The view (requests, index counts, coverage: a full pass over the index) is built
+here, once an hour, and stored in the reports location, where the page (GET /ops) reads it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from lakepurge import aws, runtime
-from lakepurge.operations import request_counts
+from lakepurge.operations import refresh_view
 
 logger = Logger(service="lakepurge")
 metrics = Metrics(namespace="lakepurge", service="lakepurge")
@@ -23,9 +25,9 @@ metrics = Metrics(namespace="lakepurge", service="lakepurge")
 @metrics.log_metrics
 @logger.inject_lambda_context(clear_state=True)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, int]:
-    open_requests, overdue = request_counts(runtime.settings(), aws.client("s3"))
-    metrics.add_metric(name="RequestsOpen", unit=MetricUnit.Count, value=open_requests)
-    metrics.add_metric(name="RequestsOverdue", unit=MetricUnit.Count, value=overdue)
-    if overdue:
-        logger.warning("requests past their legal deadline", extra={"overdue": overdue})
-    return {"open": open_requests, "overdue": overdue}
+    view = refresh_view(runtime.settings(), aws.client("s3"), runtime.index_store(), aws.client("sqs"))
+    metrics.add_metric(name="RequestsOpen", unit=MetricUnit.Count, value=view.open)
+    metrics.add_metric(name="RequestsOverdue", unit=MetricUnit.Count, value=view.overdue)
+    if view.overdue:
+        logger.warning("requests past their legal deadline", extra={"overdue": view.overdue})
+    return {"open": view.open, "overdue": view.overdue}

@@ -16,6 +16,9 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from lakepurge.local.workflow import LocalContext, handler
+from lakepurge.logs import get_logger
+
+log = get_logger()
 
 PATH = "/approval"
 OPS_PATH = "/ops"  # the read-only operations page, served by the same handler
@@ -65,7 +68,11 @@ class _Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(length) if length else b""
         event = http_api_event(method, self.path, dict(self.headers.items()), body, self.client_address[0])
         context = LocalContext("lakepurge-approval-api", event["requestContext"]["requestId"])
-        response = approval_api(event, context)
+        try:
+            response = approval_api(event, context)
+        except Exception:  # what API Gateway answers for a function that raised
+            log.warning("the approval API raised", exc_info=True)
+            response = {"statusCode": 500, "body": '{"message":"Internal Server Error"}'}
         payload = response.get("body") or ""
         data = base64.b64decode(payload) if response.get("isBase64Encoded") else payload.encode()
         self.send_response(int(response["statusCode"]))

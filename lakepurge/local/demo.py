@@ -50,10 +50,12 @@ from lakepurge import aws, layout
 from lakepurge.config import Settings, parse_settings
 from lakepurge.index import open_store
 from lakepurge.local.samples import SampleLake, generate_lake, settings_toml
-from lakepurge.logs import object_ref
+from lakepurge.logs import get_logger, object_ref
 from lakepurge.privacy import Pseudonymizer
 from lakepurge.progress import Progress, track
 from lakepurge.s3uri import S3Uri
+
+log = get_logger()
 
 Say = Callable[[str], None]
 
@@ -162,6 +164,7 @@ def run_demo(
     workdir = Path(tempfile.mkdtemp(prefix="lakepurge-demo-"))
     try:
         local_workflow.install_lambda_dispatch()
+        local_workflow.close_answered_task_tokens()
         local_workflow.enable_execution(stack.endpoint)
         s3 = aws.client("s3")
         for bucket in (LAKE_BUCKET, REPORTS_BUCKET):
@@ -263,10 +266,12 @@ def run_demo(
             kept_user = next(u for u in lake.users if u in present and u not in erased)
             document["kept"] = _kept(stack.endpoint, config, page.url, kept_user)
             document["kept"]["operations_page"] = page.ops_url
+            document["kept"]["operations_password"] = os.environ["LAKEPURGE_OPS_PASSWORD"]  # the demo's own
+            local_workflow.refresh_operations_view()
             for line in _keep_instructions(document["kept"]):
                 say(line)
             keep(document)
-            _wait_until_stopped()
+            _wait_until_stopped(local_workflow.refresh_operations_view)
             say("lakepurge demo: stopping the local stack")
         return document
     finally:
@@ -303,7 +308,10 @@ def _keep_instructions(kept: dict[str, Any]) -> list[str]:
         "the local stack is still running (moto, the approval page); in another shell:",
         f"    approval page {kept['approval_page']}",
         *(
-            [f"    operations page {kept['operations_page']} (open it in a browser)"]
+            [
+                f"    operations page {kept['operations_page']} (open it in a browser: user ops, password"
+                f" {kept['operations_password']}; its view is refreshed every minute here, hourly on AWS)"
+            ]
             if "operations_page" in kept
             else []
         ),
@@ -313,13 +321,19 @@ def _keep_instructions(kept: dict[str, Any]) -> list[str]:
     ]
 
 
-def _wait_until_stopped() -> None:
-    """Block until Ctrl-C or SIGTERM."""
+def _wait_until_stopped(every_minute: Callable[[], Any] | None = None) -> None:
+    """Block until Ctrl-C or SIGTERM, running ``every_minute`` (the local stand-in for a schedule) meanwhile."""
     stopped = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+    seconds = 0
     try:
         while not stopped.wait(1):
-            pass
+            seconds += 1
+            if every_minute is not None and seconds % 60 == 0:
+                try:
+                    every_minute()
+                except Exception as exc:  # the stack keeps serving; the page shows the last view
+                    log.warning("scheduled run failed: %s", exc)
     except KeyboardInterrupt:
         pass
     finally:

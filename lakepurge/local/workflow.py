@@ -15,6 +15,7 @@ import io
 import json
 import os
 import secrets
+import threading
 import traceback
 import uuid
 import zipfile
@@ -78,6 +79,32 @@ def install_lambda_dispatch() -> None:
 
     LambdaFunction.invoke = _invoke_in_process  # type: ignore[method-assign,assignment]
     LambdaFunction.docker_client = property(lambda self: None)  # type: ignore[method-assign,assignment]
+
+
+def close_answered_task_tokens() -> None:
+    """Make moto answer a task token whose task was already answered as AWS does: TaskTimedOut ("the task
+    associated with the token has already been closed"). moto alone accepts the same token again and again, which
+    hides what a repeated SendTaskSuccess meets on AWS (idempotent)."""
+    from moto.stepfunctions.parser.asl.eval.callback.callback import (
+        CallbackConsumerTimeout,
+        CallbackNotifyConsumerError,
+        CallbackPoolManager,
+    )
+
+    if getattr(CallbackPoolManager.notify, "closes_answered_tokens", False):
+        return
+    answer = CallbackPoolManager.notify
+    answering = threading.Lock()
+
+    def notify_once(self: Any, callback_id: str, outcome: Any) -> bool:
+        with answering:
+            endpoint = self.get(callback_id)
+            if endpoint is not None and endpoint.get_outcome() is not None:
+                raise CallbackNotifyConsumerError(callback_consumer_error=CallbackConsumerTimeout())
+            return bool(answer(self, callback_id, outcome))
+
+    notify_once.closes_answered_tokens = True  # type: ignore[attr-defined]
+    CallbackPoolManager.notify = notify_once  # type: ignore[method-assign]
 
 
 def enable_execution(endpoint: str) -> None:
@@ -164,8 +191,10 @@ def prepare(
 ) -> tuple[LocalWorkflow, str]:
     """Deploy the workflow with its KMS key and verified SES sender; returns it and its [workflow] TOML. The local
     stack signs approvals with a key of its own (LAKEPURGE_APPROVAL_KEY, when not already set): this process runs
-    both RequestApproval and the approval page."""
+    both RequestApproval and the approval page; and the operations page's password is one of its own too
+    (LAKEPURGE_OPS_PASSWORD, when not already set)."""
     os.environ.setdefault("LAKEPURGE_APPROVAL_KEY", secrets.token_hex(32))
+    os.environ.setdefault("LAKEPURGE_OPS_PASSWORD", secrets.token_urlsafe(18))
     workflow = deploy()
     kms_key_id = aws.client("kms").create_key(Description="lakepurge requests")["KeyMetadata"]["KeyId"]
     aws.client("ses").verify_email_identity(EmailAddress=sender)
@@ -187,6 +216,16 @@ def prepare(
         ]
     )
     return workflow, toml
+
+
+METRICS_FUNCTION = "lakepurge-request-metrics"
+
+
+def refresh_operations_view() -> dict[str, int]:
+    """What the hourly schedule does on AWS: run RequestMetrics, which stores the operations page's view."""
+    context = LocalContext(METRICS_FUNCTION, str(uuid.uuid4()))
+    counts: dict[str, int] = handler(METRICS_FUNCTION)({"source": "aws.events"}, context)
+    return counts
 
 
 def sent_emails() -> list[dict[str, Any]]:

@@ -111,7 +111,8 @@ def confirmation_page(view: PendingApproval, approver_index: str, secret: str, a
     return _page("Approve an access export request" if access else "Approve an erasure request", body)
 
 
-def decided_page(record: dict[str, Any], kind: str = "erasure") -> str:
+def decided_page(record: dict[str, Any], kind: str = "erasure", repeated: bool = False) -> str:
+    """The decision as recorded; ``repeated``: this POST repeated it (a double click), so the page says it stands."""
     if kind == "access" and record["decision"] == "approved":
         text = "Approved: the access export starts now. The privacy team is notified when the archive is ready."
     elif kind == "access":
@@ -120,6 +121,8 @@ def decided_page(record: dict[str, Any], kind: str = "erasure") -> str:
         text = "Approved: the erasure starts now. The privacy team is notified when it is verified."
     else:
         text = "Rejected: nothing will be erased. The privacy team is notified."
+    if repeated:
+        text = f"This request was already {record['decision']} at {record['decided_at']}: the decision stands."
     return _page(f"Request {record['decision']}", f"<p id='outcome'>{escape(text)}</p>")
 
 

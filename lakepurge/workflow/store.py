@@ -256,9 +256,13 @@ class RequestStore:
                     continue
                 self._s3.delete_object(Bucket=bucket, Key=key, VersionId=version["VersionId"])
 
-    def set_state(self, request_id: str, state: str, **detail: Any) -> None:
+    def set_state(
+        self, request_id: str, state: str, *, only_from: tuple[str, ...] | None = None, **detail: Any
+    ) -> bool:
         """Move the request to a state, unless it already ended (StateIsFinal). Conditional on the state read, so a
-        concurrent writer (an ending written meanwhile) makes this one read again rather than overwrite it."""
+        concurrent writer (an ending written meanwhile) makes this one read again rather than overwrite it. With
+        ``only_from``, a request in another state is left as it is (a repeated step never moves it back): returns
+        whether the state was written."""
         body = orjson.dumps(asdict(RequestState(state, now_iso(), detail)))
         where = layout.request_document(self._settings, request_id, layout.STATE)
         for _ in range(5):
@@ -269,12 +273,14 @@ class RequestStore:
                 previous = RequestState(**orjson.loads(current.body))
                 if previous.final and previous.state != state:
                     raise StateIsFinal(f"request {request_id} already ended {previous.state}")
+                if only_from is not None and previous.state not in only_from:
+                    return False
                 condition = {"IfMatch": current.etag}
             try:
                 self._s3.put_object(
                     Bucket=where.bucket, Key=where.key, Body=body, ContentType="application/json", **condition
                 )
-                return
+                return True
             except ClientError as exc:
                 if exc.response["Error"]["Code"] not in ("PreconditionFailed", "ConditionalRequestConflict", "412"):
                     raise
@@ -284,17 +290,26 @@ class RequestStore:
         return RequestState(**self._read(request_id, layout.STATE))
 
     def put_document(
-        self, request_id: str, name: str, document: dict[str, Any] | layout.Document, only_once: bool = False
-    ) -> None:
-        """Write one of the request's documents; ``only_once`` makes a second write fail with PreconditionFailed."""
+        self,
+        request_id: str,
+        name: str,
+        document: dict[str, Any] | layout.Document,
+        only_once: bool = False,
+        if_match: str | None = None,
+    ) -> str:
+        """Write one of the request's documents; returns its ETag. ``only_once`` makes a second write fail with
+        PreconditionFailed, as does ``if_match`` when the stored document is no longer that ETag."""
         extra = {"IfNoneMatch": "*"} if only_once else {}
-        self._s3.put_object(
+        if if_match is not None:
+            extra["IfMatch"] = if_match
+        written = self._s3.put_object(
             Bucket=self._bucket,
             Key=self.key(request_id, name),
             Body=orjson.dumps(document.to_json() if isinstance(document, layout.Document) else document),
             ContentType="application/json",
             **extra,
         )
+        return str(written.get("ETag", ""))
 
     def delete_document(self, request_id: str, name: str) -> None:
         self._s3.delete_object(Bucket=self._bucket, Key=self.key(request_id, name))
@@ -315,6 +330,13 @@ class RequestStore:
 
     def decision(self, request_id: str) -> layout.DecisionDocument | None:
         return self._typed(request_id, layout.DECISION, layout.DecisionDocument)
+
+    def decision_and_etag(self, request_id: str) -> tuple[layout.DecisionDocument, str] | None:
+        """The decision with the ETag a conditional rewrite of it names (``put_document(if_match=...)``)."""
+        stored = layout.read_or_none(self._s3, layout.request_document(self._settings, request_id, layout.DECISION))
+        if stored is None:
+            return None
+        return layout.DecisionDocument.model_validate_json(stored.body), stored.etag
 
     def relational(self, request_id: str) -> layout.RelationalDocument | None:
         return self._typed(request_id, layout.RELATIONAL, layout.RelationalDocument)

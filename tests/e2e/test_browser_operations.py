@@ -1,16 +1,19 @@
 """The operations page in headless Chromium, served by the local stack's HTTP server (the approval API handler, GET
 /ops), with requests in several states on the deployed workflow: one erased, one waiting for approval, one past its
-deadline. The page lists the overdue one first, shows the counts `lakepurge requests` reads from the same evidence,
-and no user id; the workflow's functions publish their metrics as EMF (captured from stdout)."""
+deadline. The scheduled RequestMetrics run stores the page's view; the page asks for the operations password, then
+lists the overdue one first, shows the counts `lakepurge requests` reads from the same evidence, and no user id;
+the workflow's functions publish their metrics as EMF (captured from stdout)."""
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+import requests
 
 from lakepurge import aws
 from lakepurge.aws import Clients
@@ -18,7 +21,6 @@ from lakepurge.history import list_history
 from lakepurge.privacy import Pseudonymizer
 from lakepurge.workflow.intake import file_request
 from tests.support.browser import screenshot
-from tests.support.events import LambdaContext
 from tests.support.purging import HASH_KEY
 from tests.support.workflow import WorkflowCase
 
@@ -78,8 +80,15 @@ def test_given_erased_waiting_and_overdue_requests_when_the_ops_page_loads_then_
     )
     case.emails(overdue)
     workflow_metrics = _emf(capsys.readouterr().out)
+    from lakepurge.local.workflow import refresh_operations_view
 
-    browser.get(local_page.ops_url)
+    assert refresh_operations_view() == {"open": 2, "overdue": 1}  # the hourly schedule's run: the view is stored
+    scheduled_metrics = _emf(capsys.readouterr().out)
+
+    refused = requests.get(local_page.ops_url, timeout=30)
+    assert refused.status_code == 401 and refused.headers["WWW-Authenticate"].startswith("Basic")
+    password = os.environ["LAKEPURGE_OPS_PASSWORD"]  # the local stack's own (lakepurge demo --keep prints it)
+    browser.get(local_page.ops_url.replace("http://", f"http://ops:{password}@"))
     assert browser.title == "lakepurge operations", browser.page_source[:2000]
     html = browser.page_source
     screenshot(browser, "operations-page")
@@ -100,8 +109,4 @@ def test_given_erased_waiting_and_overdue_requests_when_the_ops_page_loads_then_
 
     # the functions' metrics: LinesErased from VerifyPurge, RequestsOpen/RequestsOverdue from the scheduled count
     assert workflow_metrics.get("LinesErased") == lines
-    from lakepurge_lambdas import request_metrics
-
-    assert request_metrics.handler({"source": "aws.events"}, LambdaContext()) == {"open": 2, "overdue": 1}
-    counted = _emf(capsys.readouterr().out)
-    assert (counted["RequestsOpen"], counted["RequestsOverdue"]) == (2, 1)
+    assert (scheduled_metrics["RequestsOpen"], scheduled_metrics["RequestsOverdue"]) == (2, 1)

@@ -75,6 +75,8 @@ def test_demo_runs_a_request_through_the_workflow_prints_one_json_summary_and_ke
                 timeout=120,
                 check=False,
             )
+            ops_refused = requests.get(kept["operations_page"], timeout=30)
+            ops_shown = requests.get(kept["operations_page"], auth=("ops", kept["operations_password"]), timeout=30)
         finally:
             demo.send_signal(signal.SIGINT)
             code = demo.wait(timeout=120)
@@ -86,6 +88,9 @@ def test_demo_runs_a_request_through_the_workflow_prints_one_json_summary_and_ke
     assert len(found) == 1 and next(iter(found.values())), "the kept user's records are found in the kept stack"
     assert kept["env"]["AWS_ENDPOINT_URL"].startswith("http://127.0.0.1:")
     assert "the local stack is still running" in stderr_text and "Ctrl-C" in stderr_text
+    # the operations page asks for the password the demo printed, then shows the view its stand-in schedule stored
+    assert ops_refused.status_code == 401 and kept["operations_password"] in stderr_text
+    assert ops_shown.status_code == 200 and "lakepurge operations" in ops_shown.text, ops_shown.text[:500]
     with pytest.raises(requests.exceptions.ConnectionError):
         requests.get(kept["env"]["AWS_ENDPOINT_URL"], timeout=5)  # stopped: nothing left listening
     assert not Path(kept["config"]).exists(), "the demo's files are removed when it stops"

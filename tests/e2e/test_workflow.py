@@ -87,8 +87,8 @@ def test_approved_request_is_erased_verified_certified_and_notified(
     [note] = case.notifications()
     assert "ERASED" in note["subject"] and f"s3://lake-reports/{certificate_key}" in note["message"]
 
-    replay = call_approval("POST", link, "approve")
-    assert replay["statusCode"] == 409, "a replayed POST was not refused"
+    replay = call_approval("POST", link, "approve")  # the same approver's decision again: it stands, nothing more
+    assert replay["statusCode"] == 200 and "the decision stands" in replay["body"], replay["body"]
     other = call_approval("POST", link_in(mails[1]), "reject")
     assert other["statusCode"] == 409, "a second approver could still decide"
     _assert_no_raw_ids(case, request_id, users)
@@ -170,7 +170,8 @@ def test_late_approval_the_link_still_accepts_never_rewrites_the_timed_out_endin
     workflow_case: Callable[..., WorkflowCase],
 ) -> None:
     """A decision that reaches the page after the wait timed out (a clock ahead of the state machine's) is not taken:
-    no decision is recorded and the ending stays APPROVAL_TIMED_OUT."""
+    the execution's history says so, the claim is recorded as not taken (never as delivered) and the ending stays
+    APPROVAL_TIMED_OUT."""
     from lakepurge.workflow import signing
     from lakepurge.workflow.store import APPROVED, RequestStore, StateIsFinal, workflow_settings
 
@@ -190,7 +191,8 @@ def test_late_approval_the_link_still_accepts_never_rewrites_the_timed_out_endin
     late = call_approval("POST", link, "approve")
 
     assert late["statusCode"] == 410, late["body"]
-    assert store.document(request_id, "decision.json") is None
+    recorded = store.decision(request_id)
+    assert recorded is not None and recorded.not_taken and recorded.delivered_at is None
     assert store.state(request_id).state == "APPROVAL_TIMED_OUT"
     with pytest.raises(StateIsFinal):
         store.set_state(request_id, APPROVED)

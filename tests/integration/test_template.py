@@ -24,6 +24,7 @@ CloudFormation's DefinitionSubstitutions applied.
 
 from __future__ import annotations
 
+import ast
 import copy
 import importlib
 import importlib.util
@@ -360,10 +361,10 @@ PUTS: dict[str, set[tuple[str, str]]] = {
         (LAKE, LAKE),
     },
     "StateMachineRole": set(),
-    "RequestMetricsRole": set(),  # reads states and deadlines, publishes metrics through its logs (EMF)
+    # publishes metrics through its logs (EMF), and stores the operations page's view
+    "RequestMetricsRole": {("ReportsBucket", "operations/view.json")},
 }
 DELETES: dict[str, set[tuple[str, str]]] = {
-    "ApprovalApiRole": {("ReportsBucket", "requests/*/decision.json")},  # a claim that took no effect is withdrawn
     "StartPurgeRole": {(LAKE, LAKE)},
     "SparkJobRole": {("ReportsBucket", "placeholders/*"), (LAKE, LAKE)},  # the vacuum forgets the records it cleared
 }
@@ -508,7 +509,7 @@ INDEX_ROLES = {
     "VerifyPurgeRole",
     "ExportArchiveRole",
     "SparkJobRole",
-    "ApprovalApiRole",  # the operations page (GET /ops) reads the index's counts and coverage
+    "RequestMetricsRole",  # the operations page's view: the index's counts and coverage, hourly
 }
 
 
@@ -597,6 +598,154 @@ def test_only_the_approval_functions_read_the_approval_signing_key(translated: d
         assert 'approval_signing_key_secret = "${ApprovalSigningKeySecret}"' in toml
     for name, function in functions.items():
         assert "LAKEPURGE_APPROVAL_KEY" not in json.dumps(function["Properties"]["Environment"]), name
+
+
+# Step Functions actions that answer a task token.
+TOKEN_ACTIONS = {"states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat"}
+STATES_ARN = "arn:${AWS::Partition}:states:${AWS::Region}:${AWS::AccountId}"  # as the template writes them
+TOKEN_CALLS = {"send_task_success", "send_task_failure", "send_task_heartbeat"}  # the same, as boto3 methods
+
+
+def _waits_for_a_token(states: dict[str, Any]) -> bool:
+    for state in states.values():
+        if str(state.get("Resource", "")).endswith(".waitForTaskToken"):
+            return True
+        branches = [*state.get("Branches", []), *[state[k] for k in ("Iterator", "ItemProcessor") if k in state]]
+        if any(_waits_for_a_token(branch["States"]) for branch in branches):
+            return True
+    return False
+
+
+def _machines_waiting_for_a_token(sam_template: dict[str, Any]) -> set[str]:
+    """The names (as the template writes them: ${AWS::StackName}-purge) of the state machines whose ASL file has a
+    state with a .waitForTaskToken resource."""
+    waiting = set()
+    for resource in sam_template["Resources"].values():
+        if resource["Type"] != "AWS::Serverless::StateMachine":
+            continue
+        asl = json.loads((Path(translate.HERE) / resource["Properties"]["DefinitionUri"]).read_text(encoding="utf-8"))
+        if _waits_for_a_token(asl["States"]):
+            waiting.add(resource["Properties"]["Name"]["Fn::Sub"])
+    return waiting
+
+
+def _calls(node: ast.AST) -> set[str]:
+    """The names a piece of code calls (``f(...)`` and ``x.f(...)``)."""
+    called = set()
+    for call in ast.walk(node):
+        if isinstance(call, ast.Call):
+            if isinstance(call.func, ast.Name):
+                called.add(call.func.id)
+            elif isinstance(call.func, ast.Attribute):
+                called.add(call.func.attr)
+    return called
+
+
+def _functions_answering_tokens() -> set[str]:
+    """The template's functions whose handler answers task tokens: the library's functions that call SendTaskSuccess
+    / SendTaskFailure / SendTaskHeartbeat, with the functions of their module that call those, and then the handler
+    modules that import and call one of them."""
+    answering: set[tuple[str, str]] = set()
+    for path in sorted((ROOT / "lakepurge").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        defined = {f.name: _calls(f) for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)}
+        reach = {name for name, calls in defined.items() if calls & TOKEN_CALLS}
+        while grown := {name for name, calls in defined.items() if calls & reach} - reach:
+            reach |= grown
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        answering |= {(module, name) for name in reach}
+    assert answering, "no library function answers a task token: the search is broken"
+    handlers = set()
+    for path in sorted((ROOT / "lakepurge_lambdas").glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        imported = {
+            alias.asname or alias.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom)
+            for alias in node.names
+            if (node.module, alias.name) in answering
+        }
+        if imported & _calls(tree):
+            handlers.add(f"lakepurge_lambdas.{path.stem}.handler")
+    return {name for name, handler in HANDLERS.items() if handler in handlers}
+
+
+def _state_machine_names(resource: Any, kind: str) -> set[str]:
+    """The machine names a statement's Resource names, for ARNs of that kind (stateMachine, execution): the part
+    after ``:stateMachine:`` (or before the execution name's ``:*``)."""
+    names = set()
+    for item in _as_list(resource):
+        arn = item["Fn::Sub"] if isinstance(item, dict) else item
+        assert isinstance(arn, str), item
+        match = re.fullmatch(re.escape(f"{STATES_ARN}:{kind}:") + r"(.+?)(:\*)?", arn)
+        assert match, f"{arn}: not a {kind} ARN of this stack"
+        names.add(match.group(1))
+    return names
+
+
+def test_given_the_asl_files_then_every_states_statement_matches_the_machines_that_wait_for_a_token(
+    sam_template: dict[str, Any], translated: dict[str, Any]
+) -> None:
+    """Every state machine with a .waitForTaskToken state must be answerable by every function that answers tokens
+    (the approval page: erasure and access requests alike), and by no other role; a machine added later with a
+    waiting state fails this until its ARN is in the statement."""
+    waiting = _machines_waiting_for_a_token(sam_template)
+    assert waiting == {"${AWS::StackName}-purge", "${AWS::StackName}-export"}  # the search finds today's two
+    answering = _functions_answering_tokens()
+    assert answering == {"ApprovalApiFunction"}
+    functions = {k: r for k, r in translated["Resources"].items() if r["Type"] == "AWS::Lambda::Function"}
+    answering_roles = {_role_of(functions[name]) for name in answering}
+    machines = {
+        r["Properties"]["StateMachineName"]["Fn::Sub"]
+        for r in translated["Resources"].values()
+        if r["Type"] == "AWS::StepFunctions::StateMachine"
+    }
+    answered: dict[str, set[str]] = {}
+    history: dict[str, set[str]] = {}
+    for role, statements in _role_statements(translated).items():
+        for statement in statements:
+            actions = {a for a in _as_list(statement["Action"]) if a.startswith("states:")}
+            if not actions:
+                continue
+            if actions & TOKEN_ACTIONS:
+                assert role in answering_roles, f"{role} may answer task tokens but its function never does"
+                assert actions <= TOKEN_ACTIONS, (role, actions)
+                answered.setdefault(role, set()).update(actions)
+                assert _state_machine_names(statement["Resource"], "stateMachine") == waiting, (role, statement)
+            elif actions == {"states:GetExecutionHistory"}:
+                history.setdefault(role, set()).update(_state_machine_names(statement["Resource"], "execution"))
+            else:  # starting executions (the intake): only this stack's machines
+                assert _state_machine_names(statement["Resource"], "stateMachine") <= machines, (role, statement)
+    for role in answering_roles:
+        assert answered.get(role, set()) >= {"states:SendTaskSuccess", "states:SendTaskFailure"}, role
+        assert history.get(role) == waiting, f"{role} must read the history of every machine it answers"
+    assert set(history) <= answering_roles
+
+
+def test_given_the_template_then_the_internet_facing_approval_page_cannot_read_the_index_and_guards_ops(
+    translated: dict[str, Any],
+) -> None:
+    """The approval page serves the operations view RequestMetrics stores: it may not read the index (raw ids), the
+    certificates or the queues; it reads the operations password, which only it is granted."""
+    granted = _role_statements(translated)
+    page = granted["ApprovalApiRole"]
+    actions = {a for statement in page for a in _as_list(statement["Action"])}
+    assert not {a for a in actions if a.startswith(("dynamodb:", "sqs:"))}, actions
+    named = set().union(*(_names(statement["Resource"]) for statement in page))
+    assert not named & {"IndexTable", "PostgresSecretArn", "EvidenceBucket", "IndexDeadLetterQueue"}, named
+    managed = {_ref_id(p) for p in translated["Resources"]["ApprovalApiRole"]["Properties"]["ManagedPolicyArns"]}
+    assert not managed & {"IndexReadPolicy", "IndexSecretReadPolicy", "EvidenceReadPolicy"}, managed
+    readers = {
+        role
+        for role, statements in granted.items()
+        for statement in statements
+        if "OperationsPasswordSecret" in _names(statement["Resource"])
+    }
+    assert readers == {"ApprovalApiRole"}
+    secret = translated["Resources"]["OperationsPasswordSecret"]["Properties"]
+    assert "GenerateSecretString" in secret and secret["KmsKeyId"] == {"Ref": "Key"}
+    for toml in _config_tomls(translated):
+        assert 'operations_password_secret = "${OperationsPasswordSecret}"' in toml
 
 
 def _approval_api_body(translated: dict[str, Any], overrides: dict[str, str] | None = None) -> dict[str, Any]:

@@ -173,6 +173,7 @@ def deploy_case(
     coverage), and deploy the workflow for it; the returned TOML is what handlers read. The ``unindexed`` datasets
     are never indexed nor reconciled: the index has no coverage of them."""
     local_workflow.install_lambda_dispatch()
+    local_workflow.close_answered_task_tokens()
     local_workflow.enable_execution(aws.client("s3").meta.endpoint_url)
     settings = lake.settings
     skipped = set(unindexed)

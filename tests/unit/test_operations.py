@@ -1,18 +1,21 @@
 """The operations page's view model (lakepurge.operations) and its HTML, from plain values; the request counts'
-metrics as Powertools writes them (EMF on stdout)."""
+metrics as Powertools writes them (EMF on stdout); who may read the page (the operations password, HTTP Basic)."""
 
 from __future__ import annotations
 
+import base64
 import json
+import tomllib
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
+from lakepurge.config import parse_settings
 from lakepurge.coverage import DatasetCoverage
 from lakepurge.history import RequestRecord
 from lakepurge.index.base import IndexStatus
-from lakepurge.operations import assemble
+from lakepurge.operations import PageLocked, assemble, may_read
 from lakepurge.operations_page import operations_page
 
 pytestmark = pytest.mark.unit
@@ -109,15 +112,88 @@ def test_given_request_counts_when_the_metrics_handler_runs_then_emf_carries_ope
     from tests.support.events import LambdaContext
 
     monkeypatch.setattr(request_metrics.runtime, "settings", lambda: None)
+    monkeypatch.setattr(request_metrics.runtime, "index_store", lambda: None)
     monkeypatch.setattr(request_metrics.aws, "client", lambda name: None)
-    monkeypatch.setattr(request_metrics, "request_counts", lambda settings, s3: (4, 1))
+    view = assemble(RECORDS, STATUS, COVERAGE, returning_users=2, now=NOW)
+    monkeypatch.setattr(request_metrics, "refresh_view", lambda settings, s3, store, sqs: view)
 
     result = request_metrics.handler({"source": "aws.events", "detail-type": "Scheduled Event"}, LambdaContext())
 
-    assert result == {"open": 4, "overdue": 1}
+    assert result == {"open": 3, "overdue": 1}
     emf = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
     [document] = emf
     [directive] = document["_aws"]["CloudWatchMetrics"]
     assert directive["Namespace"] == "lakepurge"
     assert {m["Name"] for m in directive["Metrics"]} == {"RequestsOpen", "RequestsOverdue"}
-    assert (document["RequestsOpen"], document["RequestsOverdue"], document["service"]) == ([4.0], [1.0], "lakepurge")
+    assert (document["RequestsOpen"], document["RequestsOverdue"], document["service"]) == ([3.0], [1.0], "lakepurge")
+
+
+OPS_TOML = """\
+[index]
+backend = "dynamodb"
+table = "index"
+
+[reports]
+location = "s3://lake-reports/"
+
+[workflow]
+kms_key_id = "k"
+sender = "privacy-bot@example.com"
+approvers = ["dpo@example.com"]
+approval_url = "https://example.com/approval"
+topic_arn = "arn:aws:sns:us-east-1:123456789012:outcomes"
+operations_password_env = "TEST_OPS_PASSWORD"
+"""
+PASSWORD = "correct horse battery staple"
+
+
+def _basic(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+@pytest.mark.parametrize(
+    ("authorization", "allowed"),
+    [
+        (None, False),
+        ("", False),
+        (_basic("ops", PASSWORD), True),
+        (_basic("anyone", PASSWORD), True),  # any user name
+        ("basic " + _basic("ops", PASSWORD).split()[1], True),  # the scheme is case-insensitive
+        (_basic("ops", PASSWORD + "x"), False),
+        (_basic("ops", PASSWORD[:-1]), False),
+        (_basic(PASSWORD, ""), False),  # the password in the user name's place
+        ("Bearer " + PASSWORD, False),
+        ("Basic not-base64!", False),
+        ("Basic " + base64.b64encode(PASSWORD.encode()).decode(), False),  # no colon
+    ],
+)
+def test_given_an_authorization_header_when_the_operations_page_is_asked_then_only_the_password_opens_it(
+    monkeypatch: pytest.MonkeyPatch, authorization: str | None, allowed: bool
+) -> None:
+    settings = parse_settings(tomllib.loads(OPS_TOML))
+    monkeypatch.setenv("TEST_OPS_PASSWORD", PASSWORD)
+
+    assert may_read(settings, authorization, jwt_subject=None) is allowed
+
+
+def test_given_a_token_the_jwt_authorizer_checked_when_asked_then_the_page_opens_without_the_password(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings = parse_settings(tomllib.loads(OPS_TOML))
+    monkeypatch.setenv("TEST_OPS_PASSWORD", PASSWORD)
+
+    assert may_read(settings, None, jwt_subject="approver-7") is True
+
+
+@pytest.mark.parametrize("configured", [None, "too short"])
+def test_given_no_usable_password_when_the_operations_page_is_asked_then_it_is_locked_for_everyone(
+    monkeypatch: pytest.MonkeyPatch, configured: str | None
+) -> None:
+    settings = parse_settings(tomllib.loads(OPS_TOML))
+    if configured is None:
+        monkeypatch.delenv("TEST_OPS_PASSWORD", raising=False)
+    else:
+        monkeypatch.setenv("TEST_OPS_PASSWORD", configured)
+
+    with pytest.raises(PageLocked, match="TEST_OPS_PASSWORD"):
+        may_read(settings, _basic("ops", ""), jwt_subject=None)

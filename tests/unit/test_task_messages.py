@@ -20,7 +20,7 @@ from pydantic import BaseModel, TypeAdapter
 
 from lakepurge import layout, runtime
 from lakepurge.workflow import steps
-from lakepurge.workflow.approval import _deliver
+from lakepurge.workflow.approval import _send
 from lakepurge.workflow.deployment import FUNCTIONS, asl_text
 from lakepurge.workflow.events import (
     ApprovalRequested,
@@ -520,7 +520,6 @@ def test_given_a_state_from_an_older_version_when_notifying_then_its_missing_fie
 def test_given_an_approval_when_the_page_wakes_the_waiting_task_then_its_output_is_what_start_purge_reads() -> None:
     sent: dict[str, Any] = {}
     sfn = SimpleNamespace(send_task_success=lambda **call: sent.update(call))
-    store = SimpleNamespace(set_state=lambda *args, **detail: None)
     approval = layout.ApprovalDocument(
         report_uri=REPORT_URI,
         report_sha256=SHA,
@@ -537,7 +536,7 @@ def test_given_an_approval_when_the_page_wakes_the_waiting_task_then_its_output_
         report_uri=REPORT_URI,
         report_sha256=SHA,
     )
-    _deliver(store, sfn, REQUEST_ID, approval, record)
+    _send(sfn, approval, record)
     output = json.loads(sent["output"])  # SendTaskSuccess: the Task's result, at $.approval
     assert sent["taskToken"] == CONTEXT["Task"]["Token"]
     assert list(output) == KEYS[Approved] and Approved.model_validate(output) == APPROVED
