@@ -20,6 +20,7 @@ from lakepurge.s3uri import S3Uri
 
 if TYPE_CHECKING:
     from lakepurge.launch import SparkJob
+    from lakepurge.privacy import Pseudonymizer
 
 DEFAULT_CONFIG = "lakepurge.toml"
 # The index does not cover every dataset (lakepurge.coverage): nothing can be certified until it does.
@@ -446,13 +447,14 @@ def cmd_lookup(args: argparse.Namespace, out: Output) -> int:
     return 0
 
 
-def _shown(settings: Settings, s3path: str) -> str:
-    """An object's path as the CLI prints it: in one-user-per-object datasets the key may name its user, masked."""
+def _shown(settings: Settings, s3path: str, pseudonymizer: Pseudonymizer | None) -> str:
+    """An object's path as the CLI prints it: in one-user-per-object datasets the key may name its user, so it is
+    the object's keyed reference (masked without the hash key)."""
     from lakepurge.logs import object_ref
 
     uri = S3Uri.parse(s3path)
     dataset = settings.dataset_for(uri.bucket, uri.key)
-    return s3path if dataset is None else object_ref(s3path, dataset)
+    return s3path if dataset is None else object_ref(s3path, dataset, pseudonymizer)
 
 
 def cmd_status(args: argparse.Namespace, out: Output) -> int:
@@ -497,7 +499,8 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
     # By keyed hash only: the raw ids are looked up again by `purge --user-hash`, never shown.
     for user in returning:
         where = "whole object" if user.lines == (-1,) else f"{len(user.lines)} line(s)"
-        out.say(f"  {_shown(settings, user.s3path)}  user {user.user_hash[:16]}  {where}  erased by {user.request_id}")
+        shown = _shown(settings, user.s3path, pseudonymizer)
+        out.say(f"  {shown}  user {user.user_hash[:16]}  {where}  erased by {user.request_id}")
     again = purge_again_command([user.user_hash for user in returning], args.config, DEFAULT_CONFIG)
     if again:
         out.say(f"  purge them again: {again}")
@@ -505,15 +508,19 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
         out.say("  these lines may hold personal data that lakepurge cannot locate; fix or remove them:")
         for path, problem in problems:
             where = "whole object" if problem.line < 0 else f"line {problem.line}"
-            out.say(f"  {_shown(settings, path)} {where}: {problem.reason}")
+            out.say(f"  {_shown(settings, path, pseudonymizer)} {where}: {problem.reason}")
     requests = _requests_status(settings, out) if settings.workflow is not None else []
     out.result(
         {
             "index": asdict(status),
             "coverage": [c.to_dict() for c in coverage],
-            "unindexable": [{"s3path": _shown(settings, p), "line": u.line, "reason": u.reason} for p, u in problems],
+            "unindexable": [
+                {"s3path": _shown(settings, p, pseudonymizer), "line": u.line, "reason": u.reason} for p, u in problems
+            ],
             "requests": requests,
-            "returning": [asdict(user) | {"s3path": _shown(settings, user.s3path)} for user in returning],
+            "returning": [
+                asdict(user) | {"s3path": _shown(settings, user.s3path, pseudonymizer)} for user in returning
+            ],
             "returning_command": again,
         }
     )

@@ -530,7 +530,7 @@ def export_users(
             dataset = settings.dataset_for(uri.bucket, uri.key)
             if dataset is None:
                 continue  # indexed under a dataset since removed from the configuration
-            ref = object_ref(s3path, dataset)
+            ref = object_ref(s3path, dataset, pseudonymizer)
             hit = hits.objects[s3path]
             try:
                 extract = read_users_records(s3, settings, dataset, s3path, hit.etag, hit.lines, wanted)
