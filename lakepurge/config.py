@@ -327,12 +327,25 @@ class PrivacyConfig(_Strict):
 
 
 class RelationalConfig(_Strict):
-    """A PostgreSQL table holding user data: erasing deletes the rows whose column equals the user id."""
+    """A PostgreSQL table holding user data: erasing deletes the rows whose column equals the user id.
+
+    Its DSN may DELETE from the table: give it as ``dsn`` (plaintext; local use) or, deployed, as ``dsn_secret``,
+    the ARN or name of a Secrets Manager secret holding it (read at run time like [index] dsn_secret; the stack
+    lets only the roles that delete rows read it). The report's row count and the access export only SELECT:
+    ``read_dsn_secret`` names a secret with a read-only DSN for them (unset: the DSN above)."""
 
     name: Annotated[str, Field(min_length=1)]
-    dsn: str
+    dsn: Annotated[str, Field(min_length=1)] | None = None
+    dsn_secret: Annotated[str, Field(min_length=1)] | None = None
+    read_dsn_secret: Annotated[str, Field(min_length=1)] | None = None
     table: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")]
     column: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+    @model_validator(mode="after")
+    def _one_dsn(self) -> RelationalConfig:
+        if (self.dsn is None) == (self.dsn_secret is None):
+            raise ValueError("needs exactly one of 'dsn' and 'dsn_secret' (the DSN that may delete the rows)")
+        return self
 
 
 class LocalLauncherConfig(_Strict):

@@ -49,7 +49,7 @@ from lakepurge import aws, layout
 from lakepurge.config import DatasetConfig, Settings
 from lakepurge.coverage import assess
 from lakepurge.formats import csv_records, iter_line_batches, open_decompressed, parse_paths
-from lakepurge.index import open_store
+from lakepurge.index import open_store, relational_dsn
 from lakepurge.index.base import WHOLE_OBJECT
 from lakepurge.logs import get_logger, object_ref
 from lakepurge.privacy import Pseudonymizer
@@ -400,7 +400,7 @@ def _export_relational(settings: Settings, users: list[str], archive: _Archive) 
         query = sql.SQL("SELECT * FROM {} WHERE {} = ANY(%s)").format(
             sql.Identifier(*table.table.split(".")), sql.Identifier(table.column)
         )
-        with psycopg.connect(table.dsn, autocommit=True, row_factory=dict_row) as conn:
+        with psycopg.connect(relational_dsn(table, deleting=False), autocommit=True, row_factory=dict_row) as conn:
             rows = conn.execute(query, (users,)).fetchall()
         if not rows:
             continue

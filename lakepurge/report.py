@@ -19,6 +19,7 @@ import orjson
 
 from lakepurge.config import DatasetConfig, Settings
 from lakepurge.coverage import DatasetCoverage, assess
+from lakepurge.index import relational_dsn
 from lakepurge.index.base import WHOLE_OBJECT, IndexStore
 from lakepurge.logs import get_logger, object_ref
 from lakepurge.privacy import OBJECT_REFERENCE, Pseudonymizer, object_reference
@@ -155,7 +156,7 @@ def count_relational(settings: Settings, users: list[str]) -> tuple[ReportTable,
 
     tables = []
     for table in settings.relational:
-        with psycopg.connect(table.dsn, autocommit=True) as conn:
+        with psycopg.connect(relational_dsn(table, deleting=False), autocommit=True) as conn:
             query = sql.SQL("SELECT count(*) FILTER (WHERE {} = ANY(%s)), count(*) FROM {}").format(
                 sql.Identifier(table.column), sql.Identifier(*table.table.split("."))
             )

@@ -22,7 +22,7 @@ import orjson
 
 from lakepurge import aws, layout
 from lakepurge.config import Settings
-from lakepurge.index import open_store
+from lakepurge.index import open_store, relational_dsn
 from lakepurge.index.base import IndexStore
 from lakepurge.logs import get_logger, object_ref
 from lakepurge.privacy import OBJECT_REFERENCE, HashedUsers, Pseudonymizer, object_reference
@@ -513,7 +513,7 @@ def purge_relational(settings: Settings, users: list[str], tables: Iterable[Repo
         statement = sql.SQL("DELETE FROM {} WHERE {} = ANY(%s)").format(
             sql.Identifier(*table.table.split(".")), sql.Identifier(table.column)
         )
-        with psycopg.connect(table.dsn) as conn, conn.transaction():
+        with psycopg.connect(relational_dsn(table, deleting=True)) as conn, conn.transaction():
             deleted = conn.execute(statement, (users,)).rowcount
         results.append(
             {"name": table.name, "table": table.table, "rows_planned": planned.rows, "rows_deleted": deleted}

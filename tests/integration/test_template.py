@@ -558,6 +558,22 @@ def test_only_the_roles_that_hash_ids_or_open_the_index_read_secrets(translated:
             assert "kms:ViaService" in statement["Condition"]["StringEquals"]
 
 
+def test_only_the_role_that_deletes_relational_rows_reads_their_deleting_dsns(translated: dict[str, Any]) -> None:
+    """[[relational]] dsn_secret (DELETE rights on CRM tables): StartPurge alone reads it; the read-only DSNs
+    (read_dsn_secret) go to the report's count and the access export."""
+    reading: dict[str, set[str]] = {}
+    for role, statements in _role_statements(translated).items():
+        for statement in statements:
+            if "secretsmanager:GetSecretValue" in _as_list(statement["Action"]):
+                reading.setdefault(role, set()).update(_names(statement["Resource"]))
+    assert {r for r, names in reading.items() if "RelationalDsnSecretArns" in names} == {"StartPurgeRole"}
+    readers = {r for r, names in reading.items() if "RelationalReadDsnSecretArns" in names}
+    assert readers == {"GenerateReportRole", "ExportArchiveRole"}
+    # without such secrets (the default) neither policy exists: nothing is granted on an empty ARN
+    for policy in ("RelationalDeleteDsnReadPolicy", "RelationalReadDsnReadPolicy"):
+        assert translated["Resources"][policy]["Condition"].startswith("HasRelational"), policy
+
+
 APPROVAL_SIGNING_ROLES = {"RequestApprovalRole", "ApprovalApiRole"}
 
 
