@@ -18,16 +18,13 @@ import pytest
 
 from lakepurge import cli
 from lakepurge.aws import client
-from lakepurge.backfill import run_reconcile
 from lakepurge.config import parse_settings
 from lakepurge.export import export_users, unseal
-from lakepurge.index import open_store
-from lakepurge.indexer import index_object
 from lakepurge.operator_purge import purge_users
 from lakepurge.privacy import Pseudonymizer
 from lakepurge.report import object_reference  # (where it was before issue 25: the test runs on either)
 from lakepurge.s3uri import S3Uri
-from tests.support.purging import HASH_KEY
+from tests.support.purging import HASH_KEY, index_keys
 
 pytestmark = pytest.mark.integration
 
@@ -75,13 +72,7 @@ def test_given_keys_naming_people_when_certified_exported_and_shown_then_hashing
     # carol's document lost its sidecar: `status` lists it as unindexable
     s3.put_object(Bucket=BUCKET, Key="docs/carol@example.com.pdf", Body=b"%PDF-1.7 carol")
     settings = parse_settings(tomllib.loads(TOML))
-    store = open_store(settings.index)
-    try:
-        for item in s3.list_objects_v2(Bucket=BUCKET)["Contents"]:
-            index_object(s3, store, settings, BUCKET, item["Key"])
-    finally:
-        store.close()
-    run_reconcile(None, settings, ["documents"])
+    index_keys(settings, BUCKET, [item["Key"] for item in s3.list_objects_v2(Bucket=BUCKET)["Contents"]])
     config = tmp_path / "lakepurge.toml"
     config.write_text(TOML)
 

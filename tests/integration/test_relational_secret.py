@@ -10,13 +10,10 @@ import psycopg
 import pytest
 
 from lakepurge import aws as lakepurge_aws
-from lakepurge.backfill import run_reconcile
 from lakepurge.config import parse_settings
-from lakepurge.index import open_store
-from lakepurge.indexer import index_object
 from lakepurge.operator_purge import purge_users
 from tests.support.lakes import index_toml
-from tests.support.purging import HASH_KEY
+from tests.support.purging import HASH_KEY, index_keys
 
 pytestmark = pytest.mark.integration
 
@@ -63,12 +60,7 @@ table = "public.crm_contacts"
 column = "customer_id"
 """
     settings = parse_settings(tomllib.loads(toml))
-    store = open_store(settings.index)
-    try:
-        index_object(s3, store, settings, BUCKET, "events/a.jsonl")
-    finally:
-        store.close()
-    run_reconcile(None, settings, ["events"])
+    index_keys(settings, BUCKET, ["events/a.jsonl"])
 
     run = purge_users(settings, ["alice"], dry_run=False, force=True, engine="inline", say=lambda _line: None)
 
