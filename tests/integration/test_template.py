@@ -226,6 +226,8 @@ def test_no_statement_grants_a_wildcard_action(translated: dict[str, Any]) -> No
         assert "NotAction" not in statement, path
         if path == "/Resources/ApprovalSigningKeySecretPolicy/Properties/ResourcePolicy":
             continue  # its one Deny: test_only_the_approval_functions_read_the_signing_key
+        if statement.get("Sid") == "OnlyTheDeployRolesWriteConfigurationAndCode":
+            continue  # test_only_the_deploy_roles_write_the_configuration_and_code_and_the_configuration_is_pinned
         if statement.get("Effect") == "Deny":  # only the TLS-only bucket policies deny, and only without TLS
             assert statement["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}, path
 
@@ -860,6 +862,36 @@ def test_every_function_and_job_reads_the_one_configuration_object(translated: d
             named = json.dumps(statement.get("Resource"))
             if "ConfigObjectKey" in named or "/config/" in named:
                 assert set(_as_list(statement["Action"])) <= {"s3:GetObject", "s3:ListBucket"}, role
+
+
+def test_only_the_deploy_roles_write_the_configuration_and_code_and_the_configuration_is_pinned(
+    translated: dict[str, Any],
+) -> None:
+    """Whoever writes config/ steers the purge and whoever writes spark/ runs code as the lake-writing role: the
+    artifacts bucket denies those writes (and the deletes that would roll an object back) to every principal but
+    DeployRoleArns, and every function and Spark driver accepts only the configuration ConfigSha256 pins."""
+    resources = translated["Resources"]
+    statements = resources["ArtifactsBucketPolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    [deny] = [s for s in statements if s.get("Sid") == "OnlyTheDeployRolesWriteConfigurationAndCode"]
+    assert deny["Effect"] == "Deny" and deny["Principal"] == "*"
+    assert set(_as_list(deny["Action"])) == {"s3:PutObject", "s3:DeleteObject", "s3:DeleteObjectVersion"}
+    assert {_objects(r) for r in _as_list(deny["Resource"])} == {
+        ("ArtifactsBucket", "config/*"),
+        ("ArtifactsBucket", "spark/*"),
+    }
+    assert deny["Condition"] == {"ArnNotLike": {"aws:PrincipalArn": {"Ref": "DeployRoleArns"}}}
+    assert "Default" not in translated["Parameters"]["DeployRoleArns"]  # a deployment names its deploy roles
+    assert translated["Parameters"]["ConfigObjectKey"]["AllowedPattern"].startswith("^config/")  # under the deny
+    pin = translated["Parameters"]["ConfigSha256"]
+    assert pin["Default"] == "" and pin["AllowedPattern"] == "^$|^[0-9a-f]{64}$"
+    for name, function in resources.items():
+        if function["Type"] == "AWS::Lambda::Function":
+            variables = function["Properties"]["Environment"]["Variables"]
+            assert variables["LAKEPURGE_CONFIG_SHA256"] == {"Ref": "ConfigSha256"}, name
+    [defaults] = resources["SparkApplication"]["Properties"]["RuntimeConfiguration"]
+    assert defaults["Properties"]["spark.emr-serverless.driverEnv.LAKEPURGE_CONFIG_SHA256"] == {
+        "Fn::If": ["HasConfigPin", {"Ref": "ConfigSha256"}, {"Ref": "AWS::NoValue"}]
+    }
 
 
 def test_storage_hardening(translated: dict[str, Any]) -> None:
