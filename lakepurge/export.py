@@ -748,7 +748,7 @@ def export_users(
     finally:
         archive.close()
     archive_version = written.get("VersionId")
-    link = presigned_link(destination, expires_seconds, not_after=archive_expires, now=created)
+    link = presigned_link(destination, expires_seconds, not_after=archive_expires)
     expires_at = link.expires_at.isoformat()
     document = layout.ExportDocument(
         export_version=EXPORT_VERSION,
