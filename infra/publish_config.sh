@@ -5,7 +5,8 @@
 # object every function (LAKEPURGE_CONFIG_URI) and Spark job (launcher.config_uri) reads: the stack's ConfigUri.
 #
 # Run it after each `sam deploy` (the stack's settings may have changed) and after each change of DATASETS_FILE.
-# No redeploy: warm functions read the new version within the stack's ConfigMaxAgeSeconds (300 s by default).
+# Warm functions read the new version within the stack's ConfigMaxAgeSeconds (300 s by default); with the stack's
+# ConfigSha256 set they accept only the pinned text: deploy the SHA-256 this prints (docs/DEPLOY.md).
 # The artifacts bucket is versioned: a bad change is undone by publishing the previous version again.
 # The configuration holds no secret (secrets are named by ARN: [privacy] hash_key_secret, [index] dsn_secret).
 #
@@ -59,4 +60,13 @@ print(f"publish_config: valid: {len(settings.datasets)} dataset(s)")
 
 version=$(aws s3api put-object --bucket "$BUCKET" --key "$KEY" --body "$work/lakepurge.toml" \
     --content-type "application/toml" --query VersionId --output text)
-echo "published $URI (version $version, $(wc -c <"$work/lakepurge.toml") bytes)"
+sha256=$("$PYTHON" -c 'import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest())' \
+    "$work/lakepurge.toml")
+echo "published $URI (version $version, $(wc -c <"$work/lakepurge.toml") bytes, sha256 $sha256)"
+# The functions and jobs accept only the configuration the stack pins (ConfigSha256): pin this one.
+pinned=$(aws cloudformation describe-stacks --stack-name "$STACK" \
+    --query "Stacks[0].Parameters[?ParameterKey=='ConfigSha256'].ParameterValue" --output text)
+if [ "$pinned" != "$sha256" ]; then
+    echo "publish_config: the stack pins ${pinned:-no configuration}; the functions refuse this one until you deploy" >&2
+    echo "  sam deploy ... --parameter-overrides ConfigSha256=$sha256   (with your other parameters)" >&2
+fi

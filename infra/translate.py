@@ -31,6 +31,7 @@ SAMPLE_PARAMETERS = {
     "LakeDatasetPrefixes": "events/",
     "SenderEmail": "privacy-bot@example.com",
     "ApproverEmails": "dpo@example.com,legal@example.com",
+    "DeployRoleArns": "arn:aws:iam::123456789012:role/lakepurge-deploy",
 }
 
 

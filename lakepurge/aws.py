@@ -34,6 +34,27 @@ def client(service: str) -> Any:
     return boto3.session.Session().client(service, config=_active["config"])  # type: ignore[call-overload]
 
 
+# Presigned links are signed with SigV4 (X-Amz-Algorithm=AWS4-HMAC-SHA256): botocore may presign S3 GETs with SigV2
+# (AWSAccessKeyId=...&Signature=...&Expires=...), which S3 refuses for SSE-KMS objects such as the export archives.
+_PRESIGN = Config(signature_version="s3v4")
+
+
+@dataclass(frozen=True)
+class Presigner:
+    """An S3 client that presigns with SigV4, and the credentials it signs with: a link lives no longer than they do
+    when they are temporary (lakepurge.export.presigned_link)."""
+
+    client: Any
+    credentials: Any  # botocore Credentials (RefreshableCredentials: temporary, with their expiry), or None
+
+
+def presigner() -> Presigner:
+    """A SigV4 presigner on the process's credentials, as boto3 finds them now."""
+    session = boto3.session.Session()
+    client = session.client("s3", config=_active["config"].merge(_PRESIGN))
+    return Presigner(client, session.get_credentials())
+
+
 @dataclass(frozen=True)
 class Clients:
     s3: Any

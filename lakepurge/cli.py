@@ -20,6 +20,7 @@ from lakepurge.s3uri import S3Uri
 
 if TYPE_CHECKING:
     from lakepurge.launch import SparkJob
+    from lakepurge.privacy import Pseudonymizer
 
 DEFAULT_CONFIG = "lakepurge.toml"
 # The index does not cover every dataset (lakepurge.coverage): nothing can be certified until it does.
@@ -446,13 +447,14 @@ def cmd_lookup(args: argparse.Namespace, out: Output) -> int:
     return 0
 
 
-def _shown(settings: Settings, s3path: str) -> str:
-    """An object's path as the CLI prints it: in one-user-per-object datasets the key may name its user, masked."""
+def _shown(settings: Settings, s3path: str, pseudonymizer: Pseudonymizer | None) -> str:
+    """An object's path as the CLI prints it: in one-user-per-object datasets the key may name its user, so it is
+    the object's keyed reference (masked without the hash key)."""
     from lakepurge.logs import object_ref
 
     uri = S3Uri.parse(s3path)
     dataset = settings.dataset_for(uri.bucket, uri.key)
-    return s3path if dataset is None else object_ref(s3path, dataset)
+    return s3path if dataset is None else object_ref(s3path, dataset, pseudonymizer)
 
 
 def cmd_status(args: argparse.Namespace, out: Output) -> int:
@@ -497,7 +499,8 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
     # By keyed hash only: the raw ids are looked up again by `purge --user-hash`, never shown.
     for user in returning:
         where = "whole object" if user.lines == (-1,) else f"{len(user.lines)} line(s)"
-        out.say(f"  {_shown(settings, user.s3path)}  user {user.user_hash[:16]}  {where}  erased by {user.request_id}")
+        shown = _shown(settings, user.s3path, pseudonymizer)
+        out.say(f"  {shown}  user {user.user_hash[:16]}  {where}  erased by {user.request_id}")
     again = purge_again_command([user.user_hash for user in returning], args.config, DEFAULT_CONFIG)
     if again:
         out.say(f"  purge them again: {again}")
@@ -505,15 +508,19 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
         out.say("  these lines may hold personal data that lakepurge cannot locate; fix or remove them:")
         for path, problem in problems:
             where = "whole object" if problem.line < 0 else f"line {problem.line}"
-            out.say(f"  {_shown(settings, path)} {where}: {problem.reason}")
+            out.say(f"  {_shown(settings, path, pseudonymizer)} {where}: {problem.reason}")
     requests = _requests_status(settings, out) if settings.workflow is not None else []
     out.result(
         {
             "index": asdict(status),
             "coverage": [c.to_dict() for c in coverage],
-            "unindexable": [{"s3path": _shown(settings, p), "line": u.line, "reason": u.reason} for p, u in problems],
+            "unindexable": [
+                {"s3path": _shown(settings, p, pseudonymizer), "line": u.line, "reason": u.reason} for p, u in problems
+            ],
             "requests": requests,
-            "returning": [asdict(user) | {"s3path": _shown(settings, user.s3path)} for user in returning],
+            "returning": [
+                asdict(user) | {"s3path": _shown(settings, user.s3path, pseudonymizer)} for user in returning
+            ],
             "returning_command": again,
         }
     )
@@ -667,10 +674,12 @@ def cmd_purge(args: argparse.Namespace, out: Output) -> int:
 
 def cmd_export(args: argparse.Namespace, out: Output) -> int:
     """GDPR Art. 15: a copy of the users' records, one encrypted archive, a time-limited link (lakepurge.export)."""
-    from lakepurge.export import ExportFailed, ExportRefused, export_users
+    from lakepurge.export import DEFAULT_RETENTION_DAYS, ExportFailed, ExportRefused, export_users
 
     if args.open is not None:
         return _open_export(args, out)
+    if args.link is not None:
+        return _export_link(args, out)
     if args.to is None:
         raise CliError("usage", "--to s3://bucket/prefix/ is needed to export (or --open ARCHIVE --out DIR)")
     users = _read_users(args)
@@ -679,6 +688,9 @@ def cmd_export(args: argparse.Namespace, out: Output) -> int:
     except ValueError:
         raise CliError("usage", "--to takes an s3://bucket/prefix/ URI") from None
     settings = _lake_settings(args)
+    retention = args.retention_days or (
+        settings.workflow.export_retention_days if settings.workflow is not None else DEFAULT_RETENTION_DAYS
+    )
     try:
         run = export_users(
             settings,
@@ -689,6 +701,7 @@ def cmd_export(args: argparse.Namespace, out: Output) -> int:
             kms_key=args.kms_key,
             expires_seconds=round(args.expires_days * 86400),
             say=out.say,
+            retention_days=retention,
         )
     except ExportRefused as exc:
         raise CliError("export_refused", f"export refused, nothing read or written: {exc}") from None
@@ -698,18 +711,57 @@ def cmd_export(args: argparse.Namespace, out: Output) -> int:
     return 0
 
 
+def _export_link(args: argparse.Namespace, out: Output) -> int:
+    """``export --link REQUEST_ID``: a new link to an exported archive, signed with this process's credentials (an
+    IAM user's long-term keys make a link of up to 7 days; temporary ones end it with their session)."""
+    from datetime import datetime
+
+    from lakepurge import aws, layout
+    from lakepurge.export import LINK_LIMITS, presigned_link
+
+    settings = _settings(args)
+    check_aws_environment()
+    where = layout.export_record(settings, args.link)
+    record = layout.read_document(aws.client("s3"), where, layout.ExportDocument)
+    if record is None:
+        raise CliError("export_refused", f"request {args.link} has no export record ({where})")
+    expiry = datetime.fromisoformat(record.archive_expires_at) if record.archive_expires_at else None
+    if expiry is not None and expiry <= datetime.now(expiry.tzinfo):
+        raise CliError("export_refused", f"the archive of request {args.link} expired at {record.archive_expires_at}")
+    link = presigned_link(S3Uri.parse(record.archive), round(args.expires_days * 86400), not_after=expiry)
+    out.say(f"link to {record.archive}, valid until {link.expires_at.isoformat()}{LINK_LIMITS[link.limited_by]}:")
+    out.say(f"  {link.url}")
+    out.result(
+        {
+            "request_id": args.link,
+            "archive": record.archive,
+            "link": link.url,
+            "link_expires_at": link.expires_at.isoformat(),
+            "link_limited_by": link.limited_by,
+        }
+    )
+    return 0
+
+
 def _open_export(args: argparse.Namespace, out: Output) -> int:
     """``export --open ARCHIVE --out DIR``: decrypt a delivered archive (s3:// URI or local file; needs kms:Decrypt
-    on its key under its request_id context) and unpack it into DIR. Only the user's own records are in it."""
+    on its key under its context) and unpack it into DIR, once it is shown to be the archive of the request it is
+    opened as (``--request-id``, else the archive's name ``<request id>.zip.enc``): its export record names these
+    bytes. Only that request's users' records are in it."""
     import io
     import zipfile
     from pathlib import Path, PurePosixPath
 
     from lakepurge import aws
-    from lakepurge.export import unseal
+    from lakepurge.export import ARCHIVE_SUFFIX, ExportRefused, open_archive
 
     if args.out is None:
         raise CliError("usage", "--open needs --out DIR, where the archive's files are written")
+    name = args.open.rsplit("/", 1)[-1]
+    request_id = args.request_id or (name.removesuffix(ARCHIVE_SUFFIX) if name.endswith(ARCHIVE_SUFFIX) else None)
+    if not request_id:
+        raise CliError("usage", f"--open {args.open}: name the request it is the archive of with --request-id ID")
+    settings = _settings(args)
     if args.open.startswith("s3://"):
         location = S3Uri.parse(args.open)
         sealed = aws.client("s3").get_object(Bucket=location.bucket, Key=location.key)["Body"].read()
@@ -719,9 +771,11 @@ def _open_export(args: argparse.Namespace, out: Output) -> int:
         except OSError as exc:
             raise CliError("usage", f"--open {args.open}: {exc.strerror}") from None
     try:
-        plaintext = unseal(io.BytesIO(sealed), aws.client("kms"))
+        plaintext = open_archive(settings, aws.client("s3"), aws.client("kms"), sealed, request_id)
     except ValueError as exc:
         raise CliError("usage", f"--open {args.open}: {exc}") from None
+    except ExportRefused as exc:
+        raise CliError("export_refused", f"--open {args.open}: refused, nothing written: {exc}") from None
     target = Path(args.out)
     with zipfile.ZipFile(io.BytesIO(plaintext)) as archive:
         names = archive.namelist()
@@ -1175,7 +1229,13 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument(
         "--open",
         metavar="ARCHIVE",
-        help="instead: decrypt a delivered archive (s3:// URI or file; needs kms:Decrypt on its key) into --out",
+        help="instead: decrypt a delivered archive (s3:// URI or file; needs kms:Decrypt on its key) into --out,"
+        " once its export record shows it is the archive of --request-id (default: its name, <id>.zip.enc)",
+    )
+    export.add_argument(
+        "--link",
+        metavar="REQUEST_ID",
+        help="instead: a new link to that request's archive, signed with your credentials (--expires-days)",
     )
     export.add_argument("--out", metavar="DIR", help="with --open: the folder the archive's files are written to")
     export.add_argument(
@@ -1185,6 +1245,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="original (default): each dataset's own format; jsonl or csv: records converted",
     )
     export.add_argument("--request-id", help="names the archive and the record exports/<id>.json (default: new)")
+    export.add_argument(
+        "--retention-days",
+        type=int,
+        help="days the archive is kept; older archives under --to are deleted"
+        " (default: [workflow] export_retention_days, 30)",
+    )
     export.add_argument("--kms-key", help="KMS key of the archive's data key (default: [workflow] kms_key_id)")
     export.add_argument(
         "--expires-days", type=float, default=7.0, help="lifetime of the link, at most 7 days (default: %(default)s)"

@@ -327,12 +327,25 @@ class PrivacyConfig(_Strict):
 
 
 class RelationalConfig(_Strict):
-    """A PostgreSQL table holding user data: erasing deletes the rows whose column equals the user id."""
+    """A PostgreSQL table holding user data: erasing deletes the rows whose column equals the user id.
+
+    Its DSN may DELETE from the table: give it as ``dsn`` (plaintext; local use) or, deployed, as ``dsn_secret``,
+    the ARN or name of a Secrets Manager secret holding it (read at run time like [index] dsn_secret; the stack
+    lets only the roles that delete rows read it). The report's row count and the access export only SELECT:
+    ``read_dsn_secret`` names a secret with a read-only DSN for them (unset: the DSN above)."""
 
     name: Annotated[str, Field(min_length=1)]
-    dsn: str
+    dsn: Annotated[str, Field(min_length=1)] | None = None
+    dsn_secret: Annotated[str, Field(min_length=1)] | None = None
+    read_dsn_secret: Annotated[str, Field(min_length=1)] | None = None
     table: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")]
     column: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+    @model_validator(mode="after")
+    def _one_dsn(self) -> RelationalConfig:
+        if (self.dsn is None) == (self.dsn_secret is None):
+            raise ValueError("needs exactly one of 'dsn' and 'dsn_secret' (the DSN that may delete the rows)")
+        return self
 
 
 class LocalLauncherConfig(_Strict):
@@ -375,8 +388,16 @@ class WorkflowConfig(_Strict):
     export_state_machine_arn: str | None = None
     # Where the ExportArchive Task writes the encrypted archives (s3://bucket/prefix/); never inside a dataset.
     exports_location: str | None = None
-    # How long the presigned link of an exported archive works (SigV4: 7 days at most).
+    # How long the presigned link of an exported archive works (SigV4: 7 days at most; a link signed with temporary
+    # credentials dies with them: lakepurge.export.presigned_link states the real end).
     export_link_seconds: Annotated[int, Field(ge=1, le=7 * 86400)] = 7 * 86400
+    # Days an exported archive is kept: the stack's lifecycle rule expires it, and each export deletes the archives
+    # of its location older than this (lakepurge.export.expire_archives). Its link never outlives it.
+    export_retention_days: Annotated[int, Field(ge=1, le=3650)] = 30
+    # The KMS key whose data keys seal the archives (the stack's ExportKey: the privacy team may decrypt with it,
+    # and nothing else); unset: kms_key_id. Either way under the context key export_request_id, which the
+    # sealed requests' context never has, so a grant to open archives opens no request.
+    export_kms_key_id: Annotated[str, Field(min_length=1)] | None = None
     # Raw user ids of a stored request are encrypted with a data key of this KMS key; only hashes stay readable.
     kms_key_id: Annotated[str, Field(min_length=1)]
     deadline_days: Annotated[int, Field(ge=1, le=90)] = 30  # GDPR Art. 12(3): one month

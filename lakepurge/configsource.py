@@ -12,6 +12,11 @@ provider, :class:`S3Provider` is one on the same base), then read again: a chang
 every warm function within that time, without a redeploy. :class:`ConfigLoader` parses and validates the text only
 when it differs from the last one read, so the Settings object stays the same while the text does.
 
+Whoever can write the configuration controls the purge (approvers, the approval page's URL, safety limits, id
+fields). A deployment pins the one it runs on: ``LAKEPURGE_CONFIG_SHA256`` (the stack's ConfigSha256) is the
+SHA-256 of the text every function and job accepts; another text is refused, unparsed, until the pinned one is
+back or the deployment pins the new one (:func:`check_pin`).
+
 Errors name the source (its URI) and the cause, never the configuration's contents.
 """
 
@@ -36,7 +41,9 @@ log = get_logger()
 
 URI_VARIABLE = "LAKEPURGE_CONFIG_URI"
 MAX_AGE_VARIABLE = "LAKEPURGE_CONFIG_MAX_AGE"
+PIN_VARIABLE = "LAKEPURGE_CONFIG_SHA256"
 DEFAULT_MAX_AGE_SECONDS = 300.0
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 SourceKind = Literal["s3", "ssm", "appconfig"]
 
@@ -91,6 +98,30 @@ def max_age_from_environment() -> float:
     if not value >= 0:  # also refuses NaN
         raise ConfigError(f"{MAX_AGE_VARIABLE}={raw!r}: must be 0 or more seconds")
     return value
+
+
+def pin_from_environment() -> str | None:
+    """LAKEPURGE_CONFIG_SHA256: the SHA-256 (hex) of the only configuration text this process accepts; unset or
+    empty: any (a deployment not pinned yet, the command line, tests)."""
+    raw = os.environ.get(PIN_VARIABLE, "").strip().lower()
+    if not raw:
+        return None
+    if not _SHA256.match(raw):
+        raise ConfigError(f"{PIN_VARIABLE}={raw[:80]!r}: must be the configuration's SHA-256, 64 hex digits")
+    return raw
+
+
+def sha256_of(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def check_pin(digest: str, source: str, pinned: str | None) -> None:
+    """Refuse a configuration whose SHA-256 is not the pinned one (ConfigError naming both hashes, never the text)."""
+    if pinned is not None and digest != pinned:
+        raise ConfigError(
+            f"{source}: refused: its SHA-256 {digest} is not the one this deployment pins ({PIN_VARIABLE}={pinned}):"
+            " publish the pinned configuration again, or deploy the new one's hash (ConfigSha256)"
+        )
 
 
 class S3Provider(BaseProvider):
@@ -169,14 +200,15 @@ def clear_cache() -> None:
 class ConfigLoader:
     """The settings at a configuration URI, read through the cache and rebuilt only when the text changes.
 
-    A text that fails to parse or validate raises ConfigError naming the URI on every use until it is fixed (the
-    last good settings are not kept in its place: a deployment runs on the configuration it was given or not at
-    all)."""
+    A text that fails to parse or validate, or is not the pinned one (``pinned``: its SHA-256; it is then not even
+    parsed), raises ConfigError naming the URI on every use until it is fixed (the last good settings are not kept
+    in its place: a deployment runs on the configuration it was given or not at all)."""
 
-    def __init__(self, uri: str, max_age: float = DEFAULT_MAX_AGE_SECONDS) -> None:
+    def __init__(self, uri: str, max_age: float = DEFAULT_MAX_AGE_SECONDS, pinned: str | None = None) -> None:
         ConfigSource.parse(uri)  # a malformed URI fails here, at the cold start
         self.uri = uri
         self.max_age = max_age
+        self.pinned = pinned
         self._digest: str | None = None
         self._text: str | None = None  # the cached text object last seen: the same object, nothing to compare
         self._settings: Settings | None = None
@@ -188,11 +220,12 @@ class ConfigLoader:
         if text is self._text and self._error is None and self._settings is not None:
             return self._settings
         self._text = text
-        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        digest = sha256_of(text)
         if digest != self._digest:
             self._digest, self._settings, self._error = digest, None, None
             self.loads += 1
             try:
+                check_pin(digest, self.uri, self.pinned)
                 self._settings = settings_from_text(text, self.uri)
             except ConfigError as exc:
                 self._error = exc
@@ -202,6 +235,7 @@ class ConfigLoader:
                 extra={
                     "source": self.uri,
                     "sha256": digest[:16],
+                    "pinned": self.pinned is not None,
                     "valid": self._error is None,
                     "datasets": len(self._settings.datasets) if self._settings is not None else None,
                 },

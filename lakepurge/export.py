@@ -17,11 +17,20 @@ For each object the index names:
    to JSON Lines or CSV on request; ``relational/<name>.jsonl``, the users' rows of each ``[[relational]]`` table;
    ``manifest.json``, what each file holds and where it came from (objects as logs name them, line numbers, version
    id and ETag). No user id appears in a file name.
-4. The zip is encrypted with a data key KMS generates for this request (``EncryptionContext {"request_id": ...}``),
-   AES-256-GCM in 1 MiB segments (:func:`seal`; :func:`unseal` reverses it, given ``kms:Decrypt`` under that
-   context), written once to the destination, and a presigned GET link to it is made (7 days at most, SigV4's limit).
+4. The zip is encrypted with a data key KMS generates for this request, of the export key (``[workflow]
+   export_kms_key_id``, the stack's ExportKey) under ``EncryptionContext {"export_request_id": ...}``: a context key
+   no sealed request has, so whoever may open archives opens no request's ids. AES-256-GCM in 1 MiB segments
+   (:func:`seal`; :func:`unseal` reverses it, given ``kms:Decrypt`` under that context). It is written to the
+   destination, and a presigned GET link to it is made (SigV4; 7 days at most, and never past the signing
+   credentials' expiry nor the archive's: :func:`presigned_link`).
 5. ``exports/<request id>.json`` in the reports location (:class:`lakepurge.layout.ExportDocument`) records what was
-   exported: users as keyed hashes, counts, objects, the archive and its SHA-256.
+   exported: users as keyed hashes, counts, objects, the archive, its version and SHA-256. The record is written
+   last, once: it is what makes the export done. A run that failed before it left at most an archive, which a run
+   of the same request id replaces (every earlier version of it deleted): an export is idempotent per request id.
+
+Archives expire: ``[workflow] export_retention_days`` (30 by default) after they were written, by the stack's
+lifecycle rule on ``access-exports/`` and, wherever they are, by each export (:func:`expire_archives`). ``lakepurge
+export --open`` opens an archive only as the request whose record names its bytes (:func:`open_archive`).
 """
 
 from __future__ import annotations
@@ -43,19 +52,20 @@ from datetime import UTC, datetime, timedelta
 from typing import IO, Any
 
 import orjson
+from botocore.exceptions import ClientError
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from lakepurge import aws, layout
 from lakepurge.config import DatasetConfig, Settings
 from lakepurge.coverage import assess
 from lakepurge.formats import csv_records, iter_line_batches, open_decompressed, parse_paths
-from lakepurge.index import open_store
+from lakepurge.index import open_store, relational_dsn
 from lakepurge.index.base import WHOLE_OBJECT
 from lakepurge.logs import get_logger, object_ref
 from lakepurge.privacy import Pseudonymizer
 from lakepurge.purge.engine import Ownership, find_user_lines
 from lakepurge.purge.rewrite import owned_rows
-from lakepurge.s3io import ObjectChanged, ObjectHead, head_object, open_body, open_seekable
+from lakepurge.s3io import ObjectChanged, ObjectHead, error_code, head_object, open_body, open_seekable
 from lakepurge.s3uri import S3Uri
 
 log = get_logger()
@@ -63,8 +73,13 @@ log = get_logger()
 EXPORT_VERSION = 1
 FORMATS = ("original", "jsonl", "csv")
 MAX_LINK_SECONDS = 7 * 24 * 3600  # a SigV4 presigned URL lives at most 7 days
+DEFAULT_RETENTION_DAYS = 30  # [workflow] export_retention_days
 ARCHIVE_SUFFIX = ".zip.enc"
+ARCHIVE_ENCRYPTION = "lakepurge-aes-256-gcm-v1"  # the archive's "encryption" metadata: what expire_archives deletes
 MAGIC = b"LPXAEAD1"  # the sealed archive's first bytes (format version 1)
+# The archive's encryption context key: sealed requests use "request_id", so a grant to open archives (conditioned
+# on this key) opens no request.
+EXPORT_CONTEXT_KEY = "export_request_id"
 SEGMENT_BYTES = 1 << 20
 _TAG_BYTES = 16
 _REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -81,11 +96,25 @@ class ExportFailed(Exception):
 
 
 @dataclass(frozen=True)
+class Link:
+    """A presigned GET link and when it really stops working: the requested lifetime, cut to the archive's expiry and
+    to the signing credentials' when they are temporary (limited_by says which; "session" when temporary credentials
+    do not tell their expiry, as a Lambda's do not: the link dies with the signer's role session, at the latest at
+    expires_at)."""
+
+    url: str
+    expires_at: datetime
+    limited_by: str  # "requested", "archive", "credentials" or "session"
+
+
+@dataclass(frozen=True)
 class ExportRun:
     request_id: str
     archive: str
     link: str
     link_expires_at: str
+    link_limited_by: str
+    archive_expires_at: str
     record: str
     archive_sha256: str
     users_requested: int
@@ -113,6 +142,8 @@ class ExportRun:
             "archive_sha256": self.archive_sha256,
             "link": self.link,
             "link_expires_at": self.link_expires_at,
+            "link_limited_by": self.link_limited_by,
+            "archive_expires_at": self.archive_expires_at,
             "record": self.record,
             "coverage_gaps": self.coverage_gaps,
             "seconds": round(self.seconds, 2),
@@ -400,7 +431,7 @@ def _export_relational(settings: Settings, users: list[str], archive: _Archive) 
         query = sql.SQL("SELECT * FROM {} WHERE {} = ANY(%s)").format(
             sql.Identifier(*table.table.split(".")), sql.Identifier(table.column)
         )
-        with psycopg.connect(table.dsn, autocommit=True, row_factory=dict_row) as conn:
+        with psycopg.connect(relational_dsn(table, deleting=False), autocommit=True, row_factory=dict_row) as conn:
             rows = conn.execute(query, (users,)).fetchall()
         if not rows:
             continue
@@ -414,11 +445,11 @@ def _export_relational(settings: Settings, users: list[str], archive: _Archive) 
 
 
 def seal(plain: IO[bytes], out: IO[bytes], kms: Any, key_id: str, request_id: str) -> str:
-    """Encrypt a stream with a fresh KMS data key (EncryptionContext {"request_id": ...}): MAGIC, a 4-byte length
+    """Encrypt a stream with a fresh KMS data key (EncryptionContext {EXPORT_CONTEXT_KEY: ...}): MAGIC, a 4-byte length
     and a JSON header (the wrapped data key, the context, the segment size, a nonce prefix), then AES-256-GCM
     segments of SEGMENT_BYTES, each authenticated with the header and a last-segment flag (a truncated or reordered
     archive does not decrypt). Returns the id of the KMS key that wrapped the data key."""
-    context = {"request_id": request_id}
+    context = {EXPORT_CONTEXT_KEY: request_id}
     data_key = kms.generate_data_key(KeyId=key_id, KeySpec="AES_256", EncryptionContext=context)
     header = orjson.dumps(
         {
@@ -444,12 +475,31 @@ def seal(plain: IO[bytes], out: IO[bytes], kms: Any, key_id: str, request_id: st
         segment, counter = following, counter + 1
 
 
-def unseal(sealed: IO[bytes], kms: Any) -> bytes:
-    """The plaintext of a sealed archive (needs kms:Decrypt on its key, under its encryption context)."""
+def archive_header(sealed: IO[bytes]) -> tuple[bytes, dict[str, Any]]:
+    """A sealed archive's header, as bytes and parsed (ValueError: not an archive)."""
     if sealed.read(len(MAGIC)) != MAGIC:
         raise ValueError("not a lakepurge export archive")
     header = sealed.read(int.from_bytes(sealed.read(4), "big"))
-    meta = orjson.loads(header)
+    try:
+        meta = orjson.loads(header)
+    except orjson.JSONDecodeError:
+        raise ValueError("not a lakepurge export archive (its header is not readable)") from None
+    if not isinstance(meta, dict):
+        raise ValueError("not a lakepurge export archive (its header is not readable)")
+    return header, meta
+
+
+def sealed_for(meta: dict[str, Any]) -> str | None:
+    """The request an archive was sealed for, from its encryption context (``request_id`` in archives written
+    before the export context key)."""
+    context = meta.get("encryption_context") or {}
+    found = context.get(EXPORT_CONTEXT_KEY) or context.get("request_id")
+    return str(found) if found else None
+
+
+def unseal(sealed: IO[bytes], kms: Any) -> bytes:
+    """The plaintext of a sealed archive (needs kms:Decrypt on its key, under its encryption context)."""
+    header, meta = archive_header(sealed)
     plaintext_key = kms.decrypt(
         CiphertextBlob=base64.b64decode(meta["encrypted_data_key"]), EncryptionContext=meta["encryption_context"]
     )["Plaintext"]
@@ -470,10 +520,13 @@ def unseal(sealed: IO[bytes], kms: Any) -> bytes:
 # -- the export -------------------------------------------------------------------------------------------------------
 
 
+def _folder(to: S3Uri) -> S3Uri:
+    return S3Uri(to.bucket, to.key if not to.key or to.key.endswith("/") else to.key + "/")
+
+
 def archive_location(settings: Settings, to: S3Uri, request_id: str) -> S3Uri:
     """Where the archive goes: ``<to>/<request id>.zip.enc``. Never inside a dataset: the lake is not written."""
-    prefix = to.key if not to.key or to.key.endswith("/") else to.key + "/"
-    target = S3Uri(to.bucket, f"{prefix}{request_id}{ARCHIVE_SUFFIX}")
+    target = S3Uri(to.bucket, f"{_folder(to).key}{request_id}{ARCHIVE_SUFFIX}")
     for dataset in settings.datasets:
         if dataset.contains(target.bucket, target.key):
             raise ExportRefused(
@@ -481,6 +534,90 @@ def archive_location(settings: Settings, to: S3Uri, request_id: str) -> S3Uri:
                 " lake; choose another bucket or prefix"
             )
     return target
+
+
+def open_archive(settings: Settings, s3: Any, kms: Any, sealed: bytes, request_id: str) -> bytes:
+    """The plaintext (a zip) of an archive opened as request ``request_id``'s, once it is shown to be that request's:
+    its export record (``exports/<request id>.json``) names these very bytes (their SHA-256), the archive was sealed
+    for that request (its encryption context) and decrypts to the plaintext the record names. Raises ExportRefused
+    otherwise (an archive of another request, delivered or opened under the wrong id, or one changed since), and
+    ValueError for bytes that are no archive."""
+    where = layout.export_record(settings, request_id)
+    record = layout.read_document(s3, where, layout.ExportDocument)
+    if record is None:
+        raise ExportRefused(f"request {request_id} has no export record ({where}): the archive cannot be checked")
+    if hashlib.sha256(sealed).hexdigest() != record.archive_sha256:
+        raise ExportRefused(
+            f"this is not the archive exported for request {request_id}: its SHA-256 is not the one its record"
+            f" ({where}) names"
+        )
+    _, meta = archive_header(io.BytesIO(sealed))
+    if sealed_for(meta) != request_id:
+        raise ExportRefused(f"this archive was sealed for another request than {request_id}")
+    plaintext = unseal(io.BytesIO(sealed), kms)
+    if hashlib.sha256(plaintext).hexdigest() != record.plaintext_sha256:
+        raise ExportRefused(f"this archive does not decrypt to the one recorded for request {request_id}")
+    return plaintext
+
+
+def expire_archives(s3: Any, to: S3Uri, retention_days: int, now: datetime | None = None) -> list[str]:
+    """Delete every version of the archives directly under ``to`` (``<request id>.zip.enc``, lakepurge's by their
+    metadata) written ``retention_days`` or more ago: what the stack's lifecycle rule does for access-exports/, for
+    any location (the command line's --to, a local stack). Returns the request ids whose archives went."""
+    folder = _folder(to)
+    cutoff = (now or datetime.now(UTC)) - timedelta(days=retention_days)
+    expired: set[str] = set()
+    for page in s3.get_paginator("list_object_versions").paginate(Bucket=folder.bucket, Prefix=folder.key):
+        for version in page.get("Versions", []):
+            name = version["Key"][len(folder.key) :]
+            if "/" in name or not name.endswith(ARCHIVE_SUFFIX) or version["LastModified"] > cutoff:
+                continue
+            pinned = {"VersionId": version["VersionId"]} if version.get("VersionId") not in (None, "null") else {}
+            head = s3.head_object(Bucket=folder.bucket, Key=version["Key"], **pinned)
+            if (head.get("Metadata") or {}).get("encryption") != ARCHIVE_ENCRYPTION:
+                continue  # not an archive of lakepurge's: never deleted
+            s3.delete_object(Bucket=folder.bucket, Key=version["Key"], **pinned)
+            expired.add(name.removesuffix(ARCHIVE_SUFFIX))
+    if expired:
+        log.info("expired access-export archives deleted", extra={"archives": len(expired), "days": retention_days})
+    return sorted(expired)
+
+
+def _delete_other_versions(s3: Any, uri: S3Uri, keep: str | None) -> None:
+    """Every version of the archive's key but ``keep``: those of an earlier, failed run of the same export hold the
+    users' records too. (An unversioned bucket has only the one the last PUT replaced.)"""
+    if keep is None or keep == "null":
+        return
+    for page in s3.get_paginator("list_object_versions").paginate(Bucket=uri.bucket, Prefix=uri.key):
+        for version in [*page.get("Versions", []), *page.get("DeleteMarkers", [])]:
+            if version["Key"] == uri.key and version["VersionId"] != keep:
+                s3.delete_object(Bucket=uri.bucket, Key=uri.key, VersionId=version["VersionId"])
+
+
+def presigned_link(uri: S3Uri, seconds: int, not_after: datetime | None = None, now: datetime | None = None) -> Link:
+    """A SigV4 presigned GET link to ``uri`` and its real lifetime: ``seconds`` (at most 7 days, SigV4's limit), cut
+    to ``not_after`` (the archive's expiry) and, when the process signs with temporary credentials (a role's), to
+    their expiry: S3 refuses a link whose signing session ended, whatever its X-Amz-Expires says. The link states
+    the lifetime it really has (X-Amz-Expires). Temporary credentials that do not tell their expiry (a Lambda's,
+    from its environment) leave it unknown: limited_by "session"."""
+    signer = aws.presigner()
+    start = now or datetime.now(UTC)
+    end, limited_by = start + timedelta(seconds=min(seconds, MAX_LINK_SECONDS)), "requested"
+    if not_after is not None and not_after < end:
+        end, limited_by = not_after, "archive"
+    frozen = signer.credentials.get_frozen_credentials() if signer.credentials is not None else None
+    if frozen is not None and frozen.token:
+        # botocore keeps a refreshable (temporary) credential's expiry in _expiry_time, with no public accessor
+        expiry = getattr(signer.credentials, "_expiry_time", None)
+        if expiry is None:
+            limited_by = "session"
+        elif expiry < end:
+            end, limited_by = expiry, "credentials"
+    lifetime = max(1, int((end - start).total_seconds()))
+    url = signer.client.generate_presigned_url(
+        "get_object", Params={"Bucket": uri.bucket, "Key": uri.key}, ExpiresIn=lifetime
+    )
+    return Link(url, start + timedelta(seconds=lifetime), limited_by)
 
 
 def export_users(
@@ -492,20 +629,27 @@ def export_users(
     kms_key: str | None = None,
     expires_seconds: int = MAX_LINK_SECONDS,
     say: Callable[[str], None] = print,
+    retention_days: int = DEFAULT_RETENTION_DAYS,
 ) -> ExportRun:
     """Export the users' records (see the module docstring). Raises ExportRefused before anything is read or written
-    when the arguments cannot work, ExportFailed when an object cannot be read (nothing is written then)."""
+    when the arguments cannot work, ExportFailed when an object cannot be read (nothing is written then). Archives
+    of the destination older than ``retention_days`` are deleted first."""
     started = time.monotonic()
     if fmt not in FORMATS:
         raise ExportRefused(f"--format {fmt}: one of {', '.join(FORMATS)}")
     if not 1 <= expires_seconds <= MAX_LINK_SECONDS:
         raise ExportRefused(f"the link's lifetime must be between 1 second and 7 days, not {expires_seconds} s")
+    if retention_days < 1:
+        raise ExportRefused(f"the archive's retention must be at least 1 day, not {retention_days}")
     request_id = request_id or f"export-{uuid.uuid4()}"
     if not _REQUEST_ID.fullmatch(request_id):
         raise ExportRefused("--request-id: 1 to 128 letters, digits, '.', '_' or '-', starting with a letter or digit")
-    key_id = kms_key or (settings.workflow.kms_key_id if settings.workflow is not None else None)
+    workflow = settings.workflow
+    key_id = kms_key or (workflow.export_kms_key_id or workflow.kms_key_id if workflow is not None else None)
     if not key_id:
-        raise ExportRefused("no KMS key to encrypt the archive: pass --kms-key KEY, or set [workflow] kms_key_id")
+        raise ExportRefused(
+            "no KMS key to encrypt the archive: pass --kms-key KEY, or set [workflow] export_kms_key_id (or kms_key_id)"
+        )
     destination = archive_location(settings, to, request_id)
     s3, kms = aws.client("s3"), aws.client("kms")
     record_uri = layout.export_record(settings, request_id)
@@ -514,6 +658,8 @@ def export_users(
     pseudonymizer = Pseudonymizer.from_config(settings.privacy)
     wanted = frozenset(users)
     created = datetime.now(UTC).replace(microsecond=0)
+    archive_expires = created + timedelta(days=retention_days)
+    expire_archives(s3, to, retention_days, created)
     archive = _Archive(created)
     try:
         store = open_store(settings.index)
@@ -530,7 +676,7 @@ def export_users(
             dataset = settings.dataset_for(uri.bucket, uri.key)
             if dataset is None:
                 continue  # indexed under a dataset since removed from the configuration
-            ref = object_ref(s3path, dataset)
+            ref = object_ref(s3path, dataset, pseudonymizer)
             hit = hits.objects[s3path]
             try:
                 extract = read_users_records(s3, settings, dataset, s3path, hit.etag, hit.lines, wanted)
@@ -585,20 +731,25 @@ def export_users(
             wrapped_by = seal(archive.file, sealed, kms, key_id, request_id)
             sealed.seek(0)
             archive_sha256 = _sha256_of(sealed)
-            s3.put_object(
+            # Unconditional: an archive already there without a record is a failed run's, replaced (and its version
+            # deleted once the record is written); the record is written once, and is what makes the export done.
+            written = s3.put_object(
                 Bucket=destination.bucket,
                 Key=destination.key,
                 Body=sealed,
                 ContentType="application/octet-stream",
-                Metadata={"request-id": request_id, "sha256": archive_sha256, "encryption": "lakepurge-aes-256-gcm-v1"},
-                IfNoneMatch="*",
+                Metadata={
+                    "request-id": request_id,
+                    "sha256": archive_sha256,
+                    "encryption": ARCHIVE_ENCRYPTION,
+                    "expires-at": archive_expires.isoformat(),
+                },
             )
     finally:
         archive.close()
-    link = s3.generate_presigned_url(
-        "get_object", Params={"Bucket": destination.bucket, "Key": destination.key}, ExpiresIn=expires_seconds
-    )
-    expires_at = (created + timedelta(seconds=expires_seconds)).isoformat()
+    archive_version = written.get("VersionId")
+    link = presigned_link(destination, expires_seconds, not_after=archive_expires)
+    expires_at = link.expires_at.isoformat()
     document = layout.ExportDocument(
         export_version=EXPORT_VERSION,
         request_id=request_id,
@@ -623,17 +774,29 @@ def export_users(
         archive_sha256=archive_sha256,
         plaintext_sha256=plaintext_sha256,
         kms_key_id=wrapped_by,
-        encryption_context={"request_id": request_id},
+        encryption_context={EXPORT_CONTEXT_KEY: request_id},
         link_expires_at=expires_at,
         coverage_gaps=manifest["coverage_gaps"],
+        archive_version_id=archive_version,
+        archive_expires_at=archive_expires.isoformat(),
     )
-    s3.put_object(
-        Bucket=record_uri.bucket,
-        Key=record_uri.key,
-        Body=orjson.dumps(document.to_json(), option=orjson.OPT_INDENT_2),
-        ContentType="application/json",
-        IfNoneMatch="*",
-    )
+    try:
+        s3.put_object(
+            Bucket=record_uri.bucket,
+            Key=record_uri.key,
+            Body=orjson.dumps(document.to_json(), option=orjson.OPT_INDENT_2),
+            ContentType="application/json",
+            IfNoneMatch="*",
+        )
+    except ClientError as exc:
+        if error_code(exc) not in ("PreconditionFailed", "ConditionalRequestConflict", "412"):
+            raise
+        if archive_version not in (None, "null"):  # the other run's archive is the one its record names
+            s3.delete_object(Bucket=destination.bucket, Key=destination.key, VersionId=archive_version)
+        raise ExportRefused(
+            f"request {request_id} was exported at the same time by another run ({record_uri})"
+        ) from None
+    _delete_other_versions(s3, destination, archive_version)
     log.info(
         "access export written",
         extra={"request_id": request_id, "objects": len(objects), "records": sum(counts.values())},
@@ -641,8 +804,10 @@ def export_users(
     run = ExportRun(
         request_id=request_id,
         archive=str(destination),
-        link=link,
+        link=link.url,
         link_expires_at=expires_at,
+        link_limited_by=link.limited_by,
+        archive_expires_at=archive_expires.isoformat(),
         record=str(record_uri),
         archive_sha256=archive_sha256,
         users_requested=len(user_hashes),
@@ -684,6 +849,19 @@ def _tell(run: ExportRun, gaps_fix: list[str], say: Callable[[str], None]) -> No
     for gap, fix in zip(run.coverage_gaps, gaps_fix, strict=True):
         say(f"  WARNING: dataset {gap}: its records may be missing from the archive (run: {fix})")
     say(f"archive {run.archive} (sha256 {run.archive_sha256}), encrypted with a KMS data key of this request")
+    say(f"  kept until {run.archive_expires_at}, then deleted (the export retention)")
     say(f"record {run.record}")
-    say(f"link, valid until {run.link_expires_at}:")
+    say(f"link, valid until {run.link_expires_at}{LINK_LIMITS[run.link_limited_by]}:")
     say(f"  {run.link}")
+
+
+# Why a link ends when it does (Link.limited_by), in the words the export prints.
+LINK_LIMITS = {
+    "requested": "",
+    "archive": " (when the archive expires)",
+    "credentials": " (when the temporary credentials that signed it expire)",
+    "session": (
+        " at the latest: it was signed with temporary credentials whose expiry this process cannot see, and stops"
+        " working when their session ends; mint a longer one with `lakepurge export --link REQUEST_ID`"
+    ),
+}

@@ -120,6 +120,9 @@ def _scan_owner(s3: Any, dataset: DatasetConfig, head: ObjectHead, result: Objec
             problem = id_problem(owners[0], "id from the key")
     elif dataset.id_sidecar is not None:
         sidecar_key = head.key + dataset.id_sidecar.suffix
+        # the reason is stored and shown by `status`: it names the sidecar by its suffix, never by its key (which
+        # holds the data object's key, and so maybe its user's id)
+        sidecar = f"sidecar (key + {dataset.id_sidecar.suffix!r})"
         try:
             body = s3.get_object(Bucket=head.bucket, Key=sidecar_key)["Body"].read()
             document = orjson.loads(body)
@@ -129,11 +132,11 @@ def _scan_owner(s3: Any, dataset: DatasetConfig, head: ObjectHead, result: Objec
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") not in ("NoSuchKey", "404"):
                 raise
-            problem = f"sidecar {sidecar_key} missing"
+            problem = f"{sidecar} missing"
         except orjson.JSONDecodeError:
-            problem = f"sidecar {sidecar_key} is not valid JSON"
+            problem = f"{sidecar} is not valid JSON"
         except IdFieldError as exc:
-            problem = f"sidecar {sidecar_key}: {exc}"
+            problem = f"{sidecar}: {exc}"
     else:
         assert dataset.id_tag is not None
         tags = s3.get_object_tagging(Bucket=head.bucket, Key=head.key, **head.pinned_version())["TagSet"]
@@ -187,7 +190,7 @@ def index_object(
         raise TableFormatError(dataset, table_format)
     key = dataset.data_key(key)
     s3path = f"s3://{bucket}/{key}"
-    ref = object_ref(s3path, dataset)
+    ref = object_ref(s3path, dataset, pseudonymizer)
     for attempt in range(1, attempts + 1):
         head = head_object(s3, bucket, key)
         if head is None:

@@ -349,7 +349,7 @@ class VacuumDocument(Document):
 
 
 class ExportObject(Document):
-    object: str  # as logs name it (a key that names a user is masked)
+    object: str  # as logs name it (logs.object_ref: a key that may name a user by its keyed reference)
     dataset: str
     version_id: str | None
     etag: str
@@ -382,6 +382,8 @@ class ExportDocument(Document):
     encryption_context: dict[str, str]
     link_expires_at: str
     coverage_gaps: list[str]  # datasets the index did not fully cover: their records may be missing
+    archive_version_id: str | None = None  # the archive's S3 version (a versioned bucket); the others were deleted
+    archive_expires_at: str | None = None  # when the archive is deleted ([workflow] export_retention_days)
 
 
 # -- reading and writing ----------------------------------------------------------------------------------------------

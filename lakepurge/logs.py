@@ -2,12 +2,11 @@
 
 Nothing that identifies a person is logged: user ids only as the keyed pseudonym of lakepurge.privacy (HMAC-SHA256,
 never a plain hash, which a dictionary of emails or numeric ids reverses), and keys of one-user-per-object datasets
-(whose key names the user) through :func:`object_ref`.
+(whose key names the user) through :func:`object_ref`, by the same keyed hash.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 import sys
@@ -17,6 +16,7 @@ from aws_lambda_powertools import Logger
 
 if TYPE_CHECKING:
     from lakepurge.config import DatasetConfig
+    from lakepurge.privacy import Pseudonymizer
 
 SERVICE = "lakepurge"
 
@@ -52,14 +52,21 @@ class _CurrentStderr:
 STDERR: IO[str] = _CurrentStderr()  # type: ignore[assignment]
 
 
-def object_ref(s3path: str, dataset: DatasetConfig) -> str:
-    """The object's path for logs. In one-user-per-object datasets the key may name its user: the id group of
-    id_from_key is masked, and a key that cannot be masked that way is replaced by a hash under the prefix."""
-    if not dataset.per_object:
+def object_ref(s3path: str, dataset: DatasetConfig, pseudonymizer: Pseudonymizer | None = None) -> str:
+    """The object's name in logs, messages, certificates, export records and `status`. In one-user-per-object
+    datasets the key may name its user: with the hash key at hand it is the object's keyed reference
+    (privacy.object_reference, as reports name it: linkable by whoever holds the key, irreversible for anyone
+    else); without it the id group of id_from_key is masked, and any other key is reduced to its dataset's
+    location. Never a plain hash of the key: hashing a few candidate ids would recover it."""
+    from lakepurge.privacy import OBJECT_REFERENCE, object_reference
+
+    if not dataset.per_object or s3path.startswith(OBJECT_REFERENCE):
         return s3path
+    if pseudonymizer is not None:
+        return object_reference(s3path, pseudonymizer)
     if dataset.id_from_key is not None:
         match = re.search(dataset.id_from_key, s3path)
         if match is not None:
             start, end = match.span("id")
             return s3path[:start] + "***" + s3path[end:]
-    return f"{dataset.location}#{hashlib.sha256(s3path.encode()).hexdigest()[:12]}"
+    return f"{dataset.location}***"

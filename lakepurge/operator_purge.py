@@ -18,9 +18,11 @@ from lakepurge.coverage import IndexIncomplete, dead_letter_count
 from lakepurge.index import open_store
 from lakepurge.launch import inline_fits
 from lakepurge.layout import load_report, write_report
+from lakepurge.logs import object_ref
 from lakepurge.privacy import Pseudonymizer, hash_key
 from lakepurge.purge.job import PurgeResult, purge_relational, run_purge, verify_everywhere
 from lakepurge.report import Report, SafetyLimitExceeded, build_report
+from lakepurge.s3uri import S3Uri
 from lakepurge.sparkutil import spark_session
 
 Engine = Literal["auto", "inline", "spark"]
@@ -35,6 +37,7 @@ class OperatorRun:
     result: PurgeResult | None  # None for a dry run
     seconds: float
     refused: str = ""  # a dry run the [purge] limits would refuse: why (its plan is shown all the same)
+    failed_objects: tuple[str, ...] = ()  # as the certificate names them (logs.object_ref: keyed references)
 
     def summary(self) -> dict[str, Any]:
         document: dict[str, Any] = {
@@ -52,7 +55,7 @@ class OperatorRun:
                 "objects_rewritten": self.result.objects_rewritten,
                 "lines_erased": self.result.lines_erased,
                 "noncurrent_versions_deleted": self.result.versions_deleted,
-                "objects_failed": [o.s3path for o in self.result.failed],
+                "objects_failed": list(self.failed_objects),
                 "relational_rows_deleted": sum(int(t["rows_deleted"]) for t in self.result.relational),
                 "verified": self.result.verified,
                 "certificate": self.result.certificate,
@@ -166,9 +169,16 @@ def purge_users(
             f" {result.versions_deleted} noncurrent version(s); verification"
             f" {'passed' if result.verified else 'FAILED'}; certificate {result.certificate}"
         )
-        return OperatorRun(request_id, report, uri, digest, result, time.monotonic() - started)
+        failed = tuple(_named(settings, o.s3path, pseudonymizer) for o in result.failed)
+        return OperatorRun(request_id, report, uri, digest, result, time.monotonic() - started, "", failed)
     finally:
         store.close()
+
+
+def _named(settings: Settings, s3path: str, pseudonymizer: Pseudonymizer) -> str:
+    uri = S3Uri.parse(s3path) if s3path.startswith("s3://") else None
+    dataset = settings.dataset_for(uri.bucket, uri.key) if uri is not None else None
+    return s3path if dataset is None else object_ref(s3path, dataset, pseudonymizer)
 
 
 def verify_users(

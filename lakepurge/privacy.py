@@ -54,6 +54,17 @@ def forget_handed_keys() -> None:
     _handed.clear()
 
 
+# How reports, results, certificates, export records and `status` name an object of a one-user-per-object dataset,
+# whose key may name its user: "ref:" and a keyed hash of its path.
+OBJECT_REFERENCE = "ref:"
+
+
+def object_reference(s3path: str, pseudonymizer: Pseudonymizer) -> str:
+    """An object's reference: a keyed hash of its path (the hash key of the user ids), so it cannot be reversed by
+    guessing ids the way a plain hash of a key that contains an id can."""
+    return OBJECT_REFERENCE + pseudonymizer(f"s3path:{s3path}")
+
+
 _BLOCK = 64  # SHA-256's block size
 _IS_NONE = functools.partial(operator.is_, None)
 

@@ -19,9 +19,10 @@ import orjson
 
 from lakepurge.config import DatasetConfig, Settings
 from lakepurge.coverage import DatasetCoverage, assess
+from lakepurge.index import relational_dsn
 from lakepurge.index.base import WHOLE_OBJECT, IndexStore
 from lakepurge.logs import get_logger, object_ref
-from lakepurge.privacy import Pseudonymizer
+from lakepurge.privacy import OBJECT_REFERENCE, Pseudonymizer, object_reference
 from lakepurge.s3io import ever_versioned, list_noncurrent, list_objects, sidecar_subjects
 from lakepurge.s3uri import S3Uri
 
@@ -29,15 +30,6 @@ log = get_logger()
 
 # 3: objects of one-user-per-object datasets are named by reference (OBJECT_REFERENCE), not by their key.
 REPORT_VERSION = 3
-
-# How reports and results name an object of a one-user-per-object dataset, whose key may name its user.
-OBJECT_REFERENCE = "ref:"
-
-
-def object_reference(s3path: str, pseudonymizer: Pseudonymizer) -> str:
-    """An object's reference: a keyed hash of its path (the hash key of the user ids), so it cannot be reversed by
-    guessing ids the way a plain hash of a key that contains an id can."""
-    return OBJECT_REFERENCE + pseudonymizer(f"s3path:{s3path}")
 
 
 def stored_name(s3path: str, dataset: DatasetConfig, pseudonymizer: Pseudonymizer) -> str:
@@ -164,7 +156,7 @@ def count_relational(settings: Settings, users: list[str]) -> tuple[ReportTable,
 
     tables = []
     for table in settings.relational:
-        with psycopg.connect(table.dsn, autocommit=True) as conn:
+        with psycopg.connect(relational_dsn(table, deleting=False), autocommit=True) as conn:
             query = sql.SQL("SELECT count(*) FILTER (WHERE {} = ANY(%s)), count(*) FROM {}").format(
                 sql.Identifier(table.column), sql.Identifier(*table.table.split("."))
             )

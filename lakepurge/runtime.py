@@ -12,15 +12,19 @@ Where the configuration comes from, first match wins:
   most 4 KB, about 15 datasets); read once per process.
 - ``LAKEPURGE_CONFIG``: a path to a TOML file (local use, the demo); read once per process.
 
-Every source is validated when read; a bad value fails with a message naming the source and the key.
+Every source is validated when read; a bad value fails with a message naming the source and the key. With
+``LAKEPURGE_CONFIG_SHA256`` set (the stack's ConfigSha256), a text with another SHA-256 is refused before it is
+parsed, whatever its source (lakepurge.configsource.check_pin).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import tomllib
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from lakepurge import configsource
@@ -37,20 +41,23 @@ CONFIG_VARIABLES = (URI_VARIABLE, TOML_VARIABLE, PATH_VARIABLE)
 
 
 @cache
-def _loader(uri: str, max_age: float) -> configsource.ConfigLoader:
-    return configsource.ConfigLoader(uri, max_age)
+def _loader(uri: str, max_age: float, pinned: str | None) -> configsource.ConfigLoader:
+    return configsource.ConfigLoader(uri, max_age, pinned)
 
 
 @cache
 def _static_settings() -> Settings:
+    pinned = configsource.pin_from_environment()
     if TOML_VARIABLE in os.environ:
+        text = os.environ[TOML_VARIABLE]
+        configsource.check_pin(configsource.sha256_of(text), TOML_VARIABLE, pinned)
         try:
-            data = tomllib.loads(os.environ[TOML_VARIABLE])
+            data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{TOML_VARIABLE}: not valid TOML: {exc}") from None
         return parse_settings(data, TOML_VARIABLE)
     if PATH_VARIABLE in os.environ:
-        return load_settings(os.environ[PATH_VARIABLE])
+        return _pinned_file(os.environ[PATH_VARIABLE], pinned)
     raise ConfigError(
         f"set {URI_VARIABLE} (s3://bucket/key or ssm:/name of lakepurge.toml), {PATH_VARIABLE} (path to "
         f"lakepurge.toml) or {TOML_VARIABLE}"
@@ -61,18 +68,33 @@ def settings() -> Settings:
     """The process's settings: the same object while the configuration's text stays the same."""
     uri = os.environ.get(URI_VARIABLE, "").strip()
     if uri:
-        return _loader(uri, configsource.max_age_from_environment()).settings()
+        return _loader(uri, configsource.max_age_from_environment(), configsource.pin_from_environment()).settings()
     return _static_settings()
 
 
 def settings_from(location: str | None) -> Settings:
     """A Spark job's settings, read once: a configuration URI (``s3://``, ``ssm:``, ``appconfig://``: how EMR
-    Serverless jobs get it, launcher.config_uri), a local TOML file, or, for None, the environment as above."""
+    Serverless jobs get it, launcher.config_uri), a local TOML file, or, for None, the environment as above. With
+    LAKEPURGE_CONFIG_SHA256 set (the stack sets it in the Spark application's driver environment), any other text is
+    refused."""
     if location is None:
         return settings()
+    pinned = configsource.pin_from_environment()
     if location.startswith(("s3://", "ssm:", "appconfig://", "arn:")):
-        return configsource.settings_from_text(configsource.read_text(location, max_age=0), location)
-    return load_settings(location)
+        text = configsource.read_text(location, max_age=0)
+        configsource.check_pin(configsource.sha256_of(text), location, pinned)
+        return configsource.settings_from_text(text, location)
+    return _pinned_file(location, pinned)
+
+
+def _pinned_file(path: str, pinned: str | None) -> Settings:
+    if pinned is not None:
+        try:
+            digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        except OSError:
+            return load_settings(path)  # its own error: missing or unreadable, named
+        configsource.check_pin(digest, path, pinned)
+    return load_settings(path)
 
 
 # What is built from a section of the settings is kept while that section stays equal, and rebuilt (the old

@@ -24,7 +24,7 @@ import orjson
 from lakepurge import aws, layout, runtime
 from lakepurge.config import ConfigError
 from lakepurge.logs import object_ref, root_logger
-from lakepurge.privacy import hash_key
+from lakepurge.privacy import Pseudonymizer, hash_key
 from lakepurge.purge.job import run_purge
 from lakepurge.report import ReportTampered
 from lakepurge.sparkutil import get_session
@@ -65,12 +65,13 @@ def main(argv: list[str] | None = None) -> int:
         approved_at=args.approved_at,
     )
     dataset_of = {o.s3path: settings.dataset_named(o.dataset) for o in report.objects}
-    failed = [object_ref(o.s3path, dataset_of[o.s3path]) for o in result.failed]
+    pseudonymizer = Pseudonymizer(key)
+    failed = [object_ref(o.s3path, dataset_of[o.s3path], pseudonymizer) for o in result.failed]
     summary = {
         "request_id": result.request_id,
         "objects_rewritten": result.objects_rewritten,
         "lines_erased": result.lines_erased,
-        "objects_failed": failed,  # keys of one-user-per-object datasets masked: they may name their user
+        "objects_failed": failed,  # keys of one-user-per-object datasets by keyed reference: they may name their user
         "verified": result.verified,
         "certificate": result.certificate,
     }

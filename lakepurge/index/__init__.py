@@ -4,31 +4,47 @@ from __future__ import annotations
 
 import json
 
-from lakepurge.config import IndexConfig
+from lakepurge.config import IndexConfig, RelationalConfig
 from lakepurge.index.base import IndexStore
 
 _RDS_FIELDS = {"host": "host", "port": "port", "dbname": "dbname", "username": "user", "password": "password"}
 
 
 def postgres_dsn(config: IndexConfig) -> str:
-    """The PostgreSQL DSN: index.dsn, or the secret index.dsn_secret names, read at run time through the Powertools
-    cache (a rotated password is used by connections opened within aws.SECRET_MAX_AGE_SECONDS of the rotation).
+    """The PostgreSQL DSN: index.dsn, or the secret index.dsn_secret names (:func:`secret_dsn`)."""
+    if config.dsn_secret is None:
+        assert config.dsn is not None
+        return config.dsn
+    return secret_dsn(config.dsn_secret)
+
+
+def relational_dsn(table: RelationalConfig, deleting: bool) -> str:
+    """The DSN of a [[relational]] table: for deleting its rows, its dsn or dsn_secret; for reading them (the
+    report's count, the access export), its read_dsn_secret when set. Secrets are read at run time."""
+    if not deleting and table.read_dsn_secret is not None:
+        return secret_dsn(table.read_dsn_secret)
+    if table.dsn_secret is not None:
+        return secret_dsn(table.dsn_secret)
+    assert table.dsn is not None
+    return table.dsn
+
+
+def secret_dsn(secret: str) -> str:
+    """The DSN a Secrets Manager secret holds, read through the Powertools cache (a rotated password is used by
+    connections opened within aws.SECRET_MAX_AGE_SECONDS of the rotation).
 
     The secret's SecretString is one of: the DSN itself (``postgresql://...`` or ``host=... password=...``); a JSON
     object with a ``"dsn"`` key; or the JSON object of an RDS-managed secret (``username``, ``password``,
     ``host``, ``port``, ``dbname``), which Secrets Manager can rotate on its own."""
-    if config.dsn_secret is None:
-        assert config.dsn is not None
-        return config.dsn
     from lakepurge import aws
 
-    text = aws.secret_string(config.dsn_secret)
+    text = aws.secret_string(secret)
     if not text.lstrip().startswith("{"):
         return text
     try:
         document = json.loads(text)
     except ValueError:
-        raise aws.SecretUnavailable(f"secret {config.dsn_secret}: not a DSN and not valid JSON") from None
+        raise aws.SecretUnavailable(f"secret {secret}: not a DSN and not valid JSON") from None
     if isinstance(document, dict) and isinstance(document.get("dsn"), str) and document["dsn"]:
         return str(document["dsn"])
     if isinstance(document, dict) and {"host", "username", "password"} <= document.keys():
@@ -37,7 +53,7 @@ def postgres_dsn(config: IndexConfig) -> str:
         fields = {_RDS_FIELDS[k]: str(v) for k, v in document.items() if k in _RDS_FIELDS and v not in (None, "")}
         return make_conninfo(**fields)
     raise aws.SecretUnavailable(
-        f'secret {config.dsn_secret}: JSON without a "dsn" key (or username, password and host of an RDS secret)'
+        f'secret {secret}: JSON without a "dsn" key (or username, password and host of an RDS secret)'
     )
 
 

@@ -447,13 +447,14 @@ def _check_index(settings: Settings, lake: SampleLake, events: EventRun, say: Sa
     )
     say(f"    index equals the generator's ground truth: {exact}")
     # The keyed pseudonym reports, certificates and the suppression list use: the demo names nobody.
-    reference = "u:" + Pseudonymizer.from_config(settings.privacy)(user)[:12]
+    pseudonymizer = Pseudonymizer.from_config(settings.privacy)
+    reference = "u:" + pseudonymizer(user)[:12]
     say(f"    lookup of one user ({reference}): {len(found)} object(s)")
     for location in found[:5]:
         where = "whole object" if location.whole_object else f"lines {list(location.lines)}"
         uri = S3Uri.parse(location.s3path)
         dataset = settings.dataset_for(uri.bucket, uri.key)
-        say(f"      {object_ref(location.s3path, dataset) if dataset else location.s3path}  {where}")
+        say(f"      {object_ref(location.s3path, dataset, pseudonymizer) if dataset else location.s3path}  {where}")
     return {
         "index_ok": exact and not events.failed,
         "objects": status.objects,

@@ -22,21 +22,14 @@ import orjson
 
 from lakepurge import aws, layout
 from lakepurge.config import Settings
-from lakepurge.index import open_store
+from lakepurge.index import open_store, relational_dsn
 from lakepurge.index.base import IndexStore
 from lakepurge.logs import get_logger, object_ref
-from lakepurge.privacy import HashedUsers, Pseudonymizer
+from lakepurge.privacy import OBJECT_REFERENCE, HashedUsers, Pseudonymizer, object_reference
 from lakepurge.purge.engine import ObjectOutcome, PurgeTarget, purge_object, verify_object
 from lakepurge.purge.placeholders import recorded_from
 from lakepurge.purge.placeholders import write_batch as write_placeholder_batch
-from lakepurge.report import (
-    OBJECT_REFERENCE,
-    Report,
-    ReportTable,
-    object_reference,
-    resolve_references,
-    stored_name,
-)
+from lakepurge.report import Report, ReportTable, resolve_references, stored_name
 from lakepurge.s3io import ever_versioned, list_noncurrent, list_objects
 from lakepurge.s3uri import S3Uri
 from lakepurge.sparkutil import apply_job_environment, job_environment, on_executors
@@ -354,7 +347,8 @@ def _verify_partition(
 ) -> Iterator[dict[str, Any]]:
     apply_job_environment(env)
     s3 = aws.client("s3")
-    users = HashedUsers(user_hashes, Pseudonymizer(key))
+    pseudonymizer = Pseudonymizer(key)
+    users = HashedUsers(user_hashes, pseudonymizer)
     versioned = _bucket_versioning(s3)
 
     def verify(item: VerifyItem) -> list[dict[str, Any]]:
@@ -364,7 +358,7 @@ def _verify_partition(
         found = verify_object(s3, settings, dataset, s3path, users, outcome, versioned=versioned(s3path))
         return [
             {
-                "object": object_ref(remaining.s3path, dataset),
+                "object": object_ref(remaining.s3path, dataset, pseudonymizer),
                 "version_id": remaining.version_id,
                 "lines": remaining.lines,
                 **({"reason": remaining.reason} if remaining.reason else {}),
@@ -424,7 +418,9 @@ def run_purge(
     remaining = _verify_on_executors(spark, settings, checks, pseudonymizer_key, hashes)
     gaps = tuple(g.dataset for g in report.gaps)
     result = PurgeResult(report.request_id, ordered, tuple(remaining), "", tuple(relational), gaps)
-    certificate = write_certificate(s3, settings, report, result, started, approved_by, report_sha256, approved_at)
+    certificate = write_certificate(
+        s3, settings, report, result, started, approved_by, report_sha256, approved_at, pseudonymizer
+    )
     return replace(result, certificate=certificate)
 
 
@@ -444,8 +440,10 @@ def write_certificate(
     approved_by: str | None,
     report_sha256: str,
     approved_at: str | None = None,
+    pseudonymizer: Pseudonymizer | None = None,
 ) -> str:
-    """The erasure certificate: what was erased, where, when, verified how; hashed ids only."""
+    """The erasure certificate: what was erased, where, when, verified how; hashed ids only. Objects whose key may
+    name their user are named by their keyed reference (logs.object_ref): the certificate is kept for years."""
     datasets = {d.name: d for d in settings.datasets}
     targets = purge_targets(report)
     certificate = layout.CertificateDocument.model_validate(
@@ -461,7 +459,7 @@ def write_certificate(
             "coverage": list(report.coverage),
             "objects": [
                 {
-                    "object": object_ref(o.s3path, datasets[r.dataset]),
+                    "object": object_ref(o.s3path, datasets[r.dataset], pseudonymizer),
                     "dataset": r.dataset,
                     "erase": "noncurrent-versions" if r.versions_only else datasets[r.dataset].erase,
                     "status": o.status,
@@ -515,7 +513,7 @@ def purge_relational(settings: Settings, users: list[str], tables: Iterable[Repo
         statement = sql.SQL("DELETE FROM {} WHERE {} = ANY(%s)").format(
             sql.Identifier(*table.table.split(".")), sql.Identifier(table.column)
         )
-        with psycopg.connect(table.dsn) as conn, conn.transaction():
+        with psycopg.connect(relational_dsn(table, deleting=True)) as conn, conn.transaction():
             deleted = conn.execute(statement, (users,)).rowcount
         results.append(
             {"name": table.name, "table": table.table, "rows_planned": planned.rows, "rows_deleted": deleted}

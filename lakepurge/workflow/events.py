@@ -111,6 +111,7 @@ class Exported(_Message):
     archive_sha256: str
     link: str  # presigned GET of the archive
     link_expires_at: str
+    link_limited_by: str = "requested"  # lakepurge.export.Link.limited_by: why the link ends then
     record: str  # s3:// URI of exports/<request id>.json
     objects: int
     records: int
@@ -164,6 +165,7 @@ class EndedExport(_Message):
     archive: str | None = None
     link: str | None = None
     link_expires_at: str | None = None
+    link_limited_by: str = "requested"
     record: str | None = None
     objects: int = 0
     records: int = 0

@@ -8,7 +8,7 @@ They are the typed messages of lakepurge.workflow.events; only the handlers turn
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -17,7 +17,7 @@ from lakepurge import aws, layout
 from lakepurge.aws import Clients
 from lakepurge.config import ConfigError, Settings
 from lakepurge.coverage import DatasetCoverage, dead_letter_count, describe_gaps
-from lakepurge.export import export_users
+from lakepurge.export import LINK_LIMITS, export_users, presigned_link
 from lakepurge.index.base import IndexStore
 from lakepurge.launch import PurgeJobSpec, inline_fits, launcher_for, run_inline
 from lakepurge.logs import get_logger
@@ -208,27 +208,31 @@ def export_archive(
             request_id=request_id,
             expires_seconds=workflow.export_link_seconds,
             say=lambda _line: None,  # the CLI's progress lines; the Task returns the counts instead
+            retention_days=workflow.export_retention_days,
         )
         return Exported(
             archive=run.archive,
             archive_sha256=run.archive_sha256,
             link=run.link,
             link_expires_at=run.link_expires_at,
+            link_limited_by=run.link_limited_by,
             record=run.record,
             objects=run.objects,
             records=sum(run.records.values()),
             relational_rows=sum(run.relational_rows.values()),
         )
-    archive = S3Uri.parse(recorded.archive)
-    link = clients.s3.generate_presigned_url(
-        "get_object", Params={"Bucket": archive.bucket, "Key": archive.key}, ExpiresIn=workflow.export_link_seconds
+    expiry = recorded.archive_expires_at
+    link = presigned_link(
+        S3Uri.parse(recorded.archive),
+        workflow.export_link_seconds,
+        not_after=datetime.fromisoformat(expiry) if expiry else None,
     )
-    expires = datetime.now(UTC) + timedelta(seconds=workflow.export_link_seconds)
     return Exported(
         archive=recorded.archive,
         archive_sha256=recorded.archive_sha256,
-        link=link,
-        link_expires_at=expires.isoformat(timespec="seconds"),
+        link=link.url,
+        link_expires_at=link.expires_at.isoformat(timespec="seconds"),
+        link_limited_by=link.limited_by,
         record=str(record_uri),
         objects=len(recorded.objects),
         records=sum(recorded.records.values()),
@@ -349,9 +353,11 @@ def _ended(
     messages = {
         "EXPORTED": (
             f"Access request {request_id} is exported: {export.records} record(s) from {export.objects} object(s)"
-            f" and {export.relational_rows} relational row(s), in one archive encrypted under the workflow's KMS key"
-            f" (decrypt it with `lakepurge export open`, which needs kms:Decrypt on that key)."
-            f" Download link, valid until {export.link_expires_at}: {export.link} ."
+            f" and {export.relational_rows} relational row(s), in one archive encrypted under the workflow's export"
+            f" key (open it with `lakepurge export --open ARCHIVE --out DIR`, which checks it against its record and"
+            f" needs kms:Decrypt on that key)."
+            f" Download link, valid until {export.link_expires_at}{LINK_LIMITS.get(export.link_limited_by, '')}:"
+            f" {export.link} ."
             f" Archive: {export.archive}. Export record: {export.record}"
         ),
         "ERASED": (

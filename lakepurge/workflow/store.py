@@ -79,6 +79,13 @@ class ErasureRequest:
     sealed: str | None = None  # base64 AES-GCM ciphertext of {"users": [...], "requester": ...}
     shredded_at: str | None = None
     kind: RequestKind = "erasure"  # "access": an Art. 15 export (statemachine/export.asl.json), nothing erased
+    # The KMS encryption context the data key was sealed under: {"request_id", "kind"} (the key policy lets
+    # ExportArchive open access requests only); None: a request sealed before issue 25, under {"request_id"}.
+    encryption_context: dict[str, str] | None = None
+
+    @property
+    def sealing_context(self) -> dict[str, str]:
+        return self.encryption_context or {"request_id": self.request_id}
 
     @property
     def shredded(self) -> bool:
@@ -150,10 +157,12 @@ class RequestStore:
         if not users:
             raise ValueError("a deletion request needs at least one user id")
         hashes = tuple(pseudonymizer.many(users))
-        # The encryption context binds the data key to this request: the key policy lets only the functions that
-        # need raw ids decrypt, and only with a request_id context (kms:EncryptionContextKeys).
+        # The encryption context binds the data key to this request and its kind: the key policy lets only the
+        # functions that need raw ids decrypt, only with a request_id context (kms:EncryptionContextKeys), and
+        # ExportArchive only with kind "access" (kms:EncryptionContext:kind): it cannot open erasure requests.
+        context = {"request_id": request_id, "kind": kind}
         data_key = self._kms.generate_data_key(
-            KeyId=self._workflow.kms_key_id, KeySpec="AES_256", EncryptionContext={"request_id": request_id}
+            KeyId=self._workflow.kms_key_id, KeySpec="AES_256", EncryptionContext=context
         )
         nonce = os.urandom(12)
         plaintext = orjson.dumps({"users": users, "requester": requester})
@@ -170,6 +179,7 @@ class RequestStore:
             nonce=base64.b64encode(nonce).decode(),
             sealed=base64.b64encode(sealed).decode(),
             kind=kind,
+            encryption_context=context,
         )
         try:
             self._s3.put_object(
@@ -201,9 +211,12 @@ class RequestStore:
                 f"request {request.request_id} ended and its sealed user ids were destroyed"
                 f" ({request.shredded_at or 'shredded'}): they cannot be decrypted any more"
             )
-        data_key = self._kms.decrypt(
-            CiphertextBlob=base64.b64decode(request.sealed_key), EncryptionContext={"request_id": request.request_id}
-        )["Plaintext"]
+        context = request.sealing_context
+        if context.get("request_id") != request.request_id:
+            raise RequestConflict(f"request {request.request_id}: its sealing context names another request")
+        data_key = self._kms.decrypt(CiphertextBlob=base64.b64decode(request.sealed_key), EncryptionContext=context)[
+            "Plaintext"
+        ]
         plaintext = AESGCM(data_key).decrypt(
             base64.b64decode(request.nonce), base64.b64decode(request.sealed), request.request_id.encode()
         )

@@ -69,21 +69,26 @@ def _assert_the_privacy_team_opens_it(
     tmp_path: Any,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """``lakepurge export --open`` (the archive's s3:// URI, or a downloaded file) unpacks exactly its files."""
+    """``lakepurge export --open`` (the archive's s3:// URI, or a downloaded file) unpacks exactly its files, checked
+    against the request's export record (the request is the archive's name, or --request-id)."""
     from lakepurge.cli import main
 
     [uri] = re.findall(r"Archive: (s3://\S+?)\.(?:\s|$)", message)
+    request_id = uri.rsplit("/", 1)[-1].removesuffix(".zip.enc")
+    config = tmp_path / "lakepurge.toml"
+    config.write_text(case.toml)
     downloaded = tmp_path / "delivered.zip.enc"
     downloaded.write_bytes(sealed)
+    opened_as = ["--config", str(config), "--request-id", request_id]
     for source, out in ((uri, tmp_path / "from-s3"), (str(downloaded), tmp_path / "from-file")):
         capsys.readouterr()
-        assert main(["export", "--open", source, "--out", str(out), "--json"]) == 0
+        assert main(["export", "--open", source, "--out", str(out), "--json", *opened_as]) == 0
         opened = json.loads(capsys.readouterr().out)
         assert opened["files"] == len(archive.namelist())
         for name in archive.namelist():
             assert (out / name).read_bytes() == archive.read(name), name
     downloaded.write_bytes(b"not an archive")
-    assert main(["export", "--open", str(downloaded), "--out", str(tmp_path / "bad")]) == 2
+    assert main(["export", "--open", str(downloaded), "--out", str(tmp_path / "bad"), *opened_as]) == 2
     assert main(["export", "--open", uri]) == 2  # --out is needed
 
 

@@ -4,6 +4,7 @@ when the text changed. On the moto server."""
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Iterator
 
@@ -130,6 +131,32 @@ def test_given_a_good_config_made_bad_when_the_ttl_passes_then_the_error_names_t
     _put_s3(_toml("s3://fixed/"))
     time.sleep(TTL + 0.1)
     assert runtime.settings().reports.location == "s3://fixed/"
+
+
+def test_given_a_pinned_config_when_the_object_is_replaced_then_functions_and_jobs_refuse_the_new_text(
+    config_env: pytest.MonkeyPatch,
+) -> None:
+    """Whoever can write the artifacts bucket must not steer the purge: the deployment pins the configuration's
+    SHA-256 (ConfigSha256 -> LAKEPURGE_CONFIG_SHA256) and a text with another hash is refused, even a valid one."""
+    pinned = _toml("s3://lake-reports/")
+    _put_s3(pinned)
+    config_env.setenv(runtime.URI_VARIABLE, URI)
+    config_env.setenv("LAKEPURGE_CONFIG_SHA256", hashlib.sha256(pinned.encode()).hexdigest())
+    runtime.reset()
+    assert runtime.settings().reports.location == "s3://lake-reports/"
+    _put_s3(_toml("s3://someone-elses-reports/"))  # valid, but not what was deployed
+    time.sleep(TTL + 0.1)
+
+    with pytest.raises(
+        ConfigError, match=r"^s3://lake-config/deploy/lakepurge\.toml: refused: its SHA-256 \w{64} is not"
+    ):
+        runtime.settings()
+    with pytest.raises(ConfigError, match="LAKEPURGE_CONFIG_SHA256"):
+        runtime.settings_from(URI)  # a Spark job's read
+    _put_s3(pinned)  # the pinned text back: accepted again
+    time.sleep(TTL + 0.1)
+    assert runtime.settings().reports.location == "s3://lake-reports/"
+    assert runtime.settings_from(URI).reports.location == "s3://lake-reports/"
 
 
 @pytest.mark.parametrize(

@@ -59,6 +59,32 @@ def test_given_a_sealed_request_when_its_data_key_is_decrypted_without_its_reque
     assert b"alice@example.com" not in stored
 
 
+def test_given_an_erasure_request_when_its_data_key_is_asked_for_as_an_access_requests_then_kms_refuses(
+    request_store,
+):
+    """The kind is in the sealing context: the key policy lets ExportArchive decrypt only with kind "access"
+    (tests/integration/test_template.py), and KMS refuses an erasure request's key under that context."""
+    pseudonymizer = Pseudonymizer(b"sealing-test-key-0123456789")
+    erasure = request_store.create("req-kind-1", ["alice@example.com"], "cli", datetime.now(UTC), pseudonymizer)
+    access = request_store.create(
+        "req-kind-2", ["bob@example.com"], "cli", datetime.now(UTC), pseudonymizer, kind="access"
+    )
+    kms = aws_client("kms")
+
+    with pytest.raises(kms.exceptions.InvalidCiphertextException):
+        kms.decrypt(
+            CiphertextBlob=base64.b64decode(erasure.sealed_key),
+            EncryptionContext={"request_id": "req-kind-1", "kind": "access"},
+        )
+    kms.decrypt(
+        CiphertextBlob=base64.b64decode(erasure.sealed_key),
+        EncryptionContext={"request_id": "req-kind-1", "kind": "erasure"},
+    )
+    assert request_store.open(request_store.get("req-kind-2")) == (["bob@example.com"], "cli")
+    assert request_store.get("req-kind-2").encryption_context == {"request_id": "req-kind-2", "kind": "access"}
+    assert access.kind == "access"
+
+
 def test_given_an_ended_request_when_shredded_then_its_ids_can_never_be_opened_and_a_retry_is_a_no_op(
     request_store,
 ):

@@ -173,15 +173,20 @@ def test_the_export_state_machine_is_deployed_from_its_asl_with_its_substitution
 def test_the_export_role_only_reads_the_lake_and_writes_only_its_prefixes(translated: dict[str, Any]) -> None:
     statements = _role_statements(translated)["ExportArchiveRole"]
     actions = {a for statement in statements for a in _as_list(statement["Action"])}
-    assert not {a for a in actions if a.startswith("s3:Delete") or a.startswith("s3:PutObjectTagging")}, actions
+    deletes = {a for a in actions if a.startswith("s3:Delete") or a.startswith("s3:PutObjectTagging")}
+    assert deletes == {"s3:DeleteObjectVersion"}, actions  # its own archives' versions (failed runs, expired)
+    assert _granted_objects(statements, "s3:DeleteObjectVersion") == {("ReportsBucket", "access-exports/*")}
     assert "LakeWritePolicy" not in json.dumps(translated["Resources"]["ExportArchiveRole"]["Properties"])
     assert _granted_objects(statements, "s3:PutObject") == {
         ("ReportsBucket", "access-exports/*"),
         ("ReportsBucket", "exports/*"),
     }
     sealing = [s for s in statements if "SealingKey" in _names(s["Resource"])]
-    assert sealing and all(s.get("Condition") == REQUEST_ID_CONTEXT for s in sealing)
-    assert {a for s in sealing for a in _as_list(s["Action"])} == {"kms:Decrypt", "kms:GenerateDataKey"}
+    assert sealing and all(s.get("Condition") == ACCESS_REQUESTS_ONLY for s in sealing)
+    assert {a for s in sealing for a in _as_list(s["Action"])} == {"kms:Decrypt"}
+    archives = [s for s in statements if "ExportKey" in _names(s["Resource"])]
+    assert archives and all(s.get("Condition") == EXPORT_CONTEXT for s in archives)
+    assert {a for s in archives for a in _as_list(s["Action"])} == {"kms:GenerateDataKey"}
 
 
 # -- (b) no wildcard actions ----------------------------------------------------------------------------------------
@@ -222,6 +227,8 @@ def test_no_statement_grants_a_wildcard_action(translated: dict[str, Any]) -> No
         assert "NotAction" not in statement, path
         if path == "/Resources/ApprovalSigningKeySecretPolicy/Properties/ResourcePolicy":
             continue  # its one Deny: test_only_the_approval_functions_read_the_signing_key
+        if statement.get("Sid") == "OnlyTheDeployRolesWriteConfigurationAndCode":
+            continue  # test_only_the_deploy_roles_write_the_configuration_and_code_and_the_configuration_is_pinned
         if statement.get("Effect") == "Deny":  # only the TLS-only bucket policies deny, and only without TLS
             assert statement["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}, path
 
@@ -230,7 +237,7 @@ def test_wildcard_resources_only_where_iam_has_no_resource_level_permission(tran
     for path, statement in _statements(translated):
         if statement.get("Effect", "Allow") != "Allow" or "*" not in _as_list(statement.get("Resource")):
             continue
-        in_key_policy = path.startswith(("/Resources/Key/", "/Resources/SealingKey/"))  # "*" is the key itself
+        in_key_policy = path.startswith(("/Resources/Key/", "/Resources/SealingKey/", "/Resources/ExportKey/"))
         describe_only = all(a.startswith("ec2:Describe") for a in _as_list(statement["Action"]))
         assert in_key_policy or describe_only, path
 
@@ -282,6 +289,7 @@ def test_reports_bucket_keeps_no_document_beyond_need(translated: dict[str, Any]
         "requests/": {"Ref": "RequestRetentionDays"},
         "results/": {"Ref": "ResultRetentionDays"},
         "placeholders/": {"Ref": "PlaceholderRetentionDays"},
+        "access-exports/": {"Ref": "ExportRetentionDays"},  # test_access_export_archives_expire_with_every_version
     }
     assert rules["expire-overwritten-versions"]["NoncurrentVersionExpiration"] == {
         "NoncurrentDays": {"Ref": "ReportNoncurrentVersionDays"}
@@ -292,6 +300,21 @@ def test_reports_bucket_keeps_no_document_beyond_need(translated: dict[str, Any]
     assert parameters["RequestRetentionDays"]["MinValue"] >= 90 + 30
     for name in ("RequestRetentionDays", "ResultRetentionDays", "PlaceholderRetentionDays"):
         assert parameters[name]["Type"] == "Number" and parameters[name]["MinValue"] >= 1, name
+
+
+def test_access_export_archives_expire_with_every_version(translated: dict[str, Any]) -> None:
+    """An archive is a full copy of a person's data: it expires ExportRetentionDays (30 by default) after it was
+    written, and its noncurrent versions (a replaced or expired one, in the versioned bucket) a day later, not after
+    the bucket-wide ReportNoncurrentVersionDays. The workflow's exports_location is under that prefix."""
+    rules = translated["Resources"]["ReportsBucket"]["Properties"]["LifecycleConfiguration"]["Rules"]
+    [rule] = [r for r in rules if r.get("Prefix") == "access-exports/"]
+    assert rule["Status"] == "Enabled" and rule["ExpirationInDays"] == {"Ref": "ExportRetentionDays"}
+    assert rule["NoncurrentVersionExpiration"] == {"NoncurrentDays": 1}
+    parameter = translated["Parameters"]["ExportRetentionDays"]
+    assert (parameter["Default"], parameter["MinValue"]) == (30, 1)
+    [toml] = _config_tomls(translated)
+    assert 'exports_location = "s3://${ReportsBucket}/access-exports/"' in toml
+    assert "export_retention_days = ${ExportRetentionDays}" in toml
 
 
 def test_intake_dead_letters_are_kept_briefly_and_only_this_accounts_events_file_requests(
@@ -326,8 +349,11 @@ HASH_KEY_FUNCTIONS = {
 }
 # The roles that may open sealed request ids (the report's lookup, the relational DELETEs), and the one that seals.
 SEALING_DECRYPT_ROLES = {"GenerateReportRole", "StartPurgeRole", "ExportArchiveRole"}
-SEALING_ENCRYPT_ROLES = {"IntakeRole", "ExportArchiveRole"}  # the request's ids; an access export's archive
+SEALING_ENCRYPT_ROLES = {"IntakeRole"}  # the request's ids (an access export's archive has the ExportKey)
 REQUEST_ID_CONTEXT = {"ForAnyValue:StringEquals": {"kms:EncryptionContextKeys": "request_id"}}
+# ExportArchive opens the ids of access requests only (RequestStore seals {"request_id", "kind"})
+ACCESS_REQUESTS_ONLY = {**REQUEST_ID_CONTEXT, "StringEquals": {"kms:EncryptionContext:kind": "access"}}
+EXPORT_CONTEXT = {"ForAnyValue:StringEquals": {"kms:EncryptionContextKeys": "export_request_id"}}
 
 LAKE = "lake"  # LakeWritePolicy's dataset prefixes, checked by test_lake_writes_stay_in_the_dataset_prefixes
 # What each role may write (s3:PutObject): (bucket logical id, key pattern).
@@ -370,7 +396,10 @@ DELETES: dict[str, set[tuple[str, str]]] = {
 }
 # Object versions deleted outside the lake: only the earlier versions of a shredded request.json (they hold its
 # sealed ids), by Notify.
-VERSION_DELETES: dict[str, set[tuple[str, str]]] = {"NotifyRole": {("ReportsBucket", "requests/*/request.json")}}
+VERSION_DELETES: dict[str, set[tuple[str, str]]] = {
+    "NotifyRole": {("ReportsBucket", "requests/*/request.json")},
+    "ExportArchiveRole": {("ReportsBucket", "access-exports/*")},  # a failed run's archive, an expired one
+}
 
 
 def _ref_id(value: Any) -> str | None:
@@ -469,7 +498,8 @@ def test_only_the_tasks_that_need_raw_ids_may_open_them(translated: dict[str, An
                 continue
             actions = set(_as_list(statement["Action"]))
             assert actions <= {"kms:Decrypt", "kms:GenerateDataKey"}, (role, actions)
-            assert statement.get("Condition") == REQUEST_ID_CONTEXT, role  # the request names the ciphertext
+            expected = ACCESS_REQUESTS_ONLY if role == "ExportArchiveRole" else REQUEST_ID_CONTEXT
+            assert statement.get("Condition") == expected, role  # the request names the ciphertext
             if "kms:Decrypt" in actions:
                 decrypting.add(role)
             if "kms:GenerateDataKey" in actions:
@@ -481,24 +511,91 @@ def test_only_the_tasks_that_need_raw_ids_may_open_them(translated: dict[str, An
     # the key policy says the same: Decrypt only for these roles, and only with the request in the context
     key = translated["Resources"]["SealingKey"]["Properties"]
     assert key["EnableKeyRotation"] is True
+    decrypting_principals = set()
     for statement in key["KeyPolicy"]["Statement"]:
-        if "Fn::If" in statement:  # the privacy team's (ExportReaderArns): opens access-export archives only
-            condition, readers, absent = statement["Fn::If"]
-            assert condition == "HasExportReaders" and absent == {"Ref": "AWS::NoValue"}
-            assert readers["Principal"] == {"AWS": {"Ref": "ExportReaderArns"}}
-            assert readers["Action"] == "kms:Decrypt" and readers["Condition"] == REQUEST_ID_CONTEXT
-            continue
+        assert "Fn::If" not in statement, "the privacy team opens archives with the ExportKey, never requests"
         actions = set(_as_list(statement["Action"]))
         if actions & {"kms:Decrypt", "kms:ReEncryptFrom", "kms:CreateGrant", "kms:Encrypt"}:
             assert actions == {"kms:Decrypt"}, statement
             principals = {p["Fn::GetAtt"][0] for p in _as_list(statement["Principal"]["AWS"])}
-            assert principals == SEALING_DECRYPT_ROLES
-            assert statement["Condition"] == REQUEST_ID_CONTEXT
+            decrypting_principals |= principals
+            expected = ACCESS_REQUESTS_ONLY if principals == {"ExportArchiveRole"} else REQUEST_ID_CONTEXT
+            assert statement["Condition"] == expected, principals
         if "kms:GenerateDataKey" in actions:
             assert statement["Condition"] == REQUEST_ID_CONTEXT
+    assert decrypting_principals == SEALING_DECRYPT_ROLES
     # the sealing key is the workflow's kms_key_id, apart from the storage key of buckets, topic and environments
     [stack_toml] = _config_tomls(translated)
     assert "${SealingKey.Arn}" in stack_toml and "${Key.Arn}" not in stack_toml
+
+
+def _context_holds(condition: dict[str, Any], context: dict[str, str]) -> bool:
+    """A statement's Condition against a KMS request's encryption context: the two forms the template uses are
+    evaluated as KMS does; any other fails the test (it would not be evaluated)."""
+    for operator, tests in condition.items():
+        for name, expected in tests.items():
+            wanted = set(_as_list(expected))
+            if operator == "ForAnyValue:StringEquals" and name == "kms:EncryptionContextKeys":
+                holds = bool(wanted & set(context))
+            elif operator == "StringEquals" and name.startswith("kms:EncryptionContext:"):
+                holds = context.get(name.removeprefix("kms:EncryptionContext:")) in wanted
+            else:
+                raise AssertionError(f"condition {operator} {name} is not evaluated here")
+            if not holds:
+                return False
+    return True
+
+
+def _kms_allows(translated: dict[str, Any], principal: str, key: str, action: str, context: dict[str, str]) -> bool:
+    """Whether KMS lets ``principal`` (a role's logical id, or the ExportReaderArns parameter) call ``action`` on
+    ``key`` with that encryption context: its key policy names the principal, or lets the account's IAM policies
+    decide (the root principal) and the principal's IAM policies allow it (unknown for ExportReaderArns: taken as
+    allowed)."""
+    policy = translated["Resources"][key]["Properties"]["KeyPolicy"]["Statement"]
+    statements = [b for s in policy for b in (s["Fn::If"][1:2] if "Fn::If" in s else [s])]  # HasExportReaders on
+    root, direct = False, False
+    for statement in statements:
+        if statement.get("Effect") != "Allow" or action not in _as_list(statement["Action"]):
+            continue
+        if not _context_holds(statement.get("Condition", {}), context):
+            continue
+        named = _names(statement["Principal"]["AWS"])
+        direct |= principal in named
+        root |= ":root" in json.dumps(statement["Principal"])
+    if direct or not root:
+        return direct
+    if principal == "ExportReaderArns":
+        return True
+    return any(
+        action in _as_list(s["Action"])
+        and key in _names(s["Resource"])
+        and _context_holds(s.get("Condition", {}), context)
+        for s in _role_statements(translated)[principal]
+    )
+
+
+def test_export_archives_have_their_own_key_and_only_access_requests_open_to_the_exporter(
+    translated: dict[str, Any],
+) -> None:
+    """ExportArchive and the privacy team (ExportReaderArns) cannot decrypt an erasure request's sealed ids: the
+    archives have a key of their own (ExportKey, context export_request_id), ExportArchive opens only requests
+    sealed with kind "access", and the readers open archives only."""
+    erasure = {"request_id": "r-1", "kind": "erasure"}
+    for context in (erasure, {"request_id": "r-0"}):  # (a request sealed before the kind was in the context)
+        assert not _kms_allows(translated, "ExportArchiveRole", "SealingKey", "kms:Decrypt", context)
+        assert not _kms_allows(translated, "ExportReaderArns", "SealingKey", "kms:Decrypt", context)
+    access = {"request_id": "r-2", "kind": "access"}
+    assert _kms_allows(translated, "ExportArchiveRole", "SealingKey", "kms:Decrypt", access)
+    assert not _kms_allows(translated, "ExportReaderArns", "SealingKey", "kms:Decrypt", access)
+    archive = {"export_request_id": "r-2"}
+    assert _kms_allows(translated, "ExportArchiveRole", "ExportKey", "kms:GenerateDataKey", archive)
+    assert _kms_allows(translated, "ExportReaderArns", "ExportKey", "kms:Decrypt", archive)
+    assert not _kms_allows(translated, "ExportArchiveRole", "ExportKey", "kms:Decrypt", archive)  # seals, never reads
+    for role in ("GenerateReportRole", "StartPurgeRole"):  # the tasks that need an erasure's ids still open them
+        assert _kms_allows(translated, role, "SealingKey", "kms:Decrypt", erasure)
+        assert not _kms_allows(translated, role, "ExportKey", "kms:Decrypt", archive)
+    [stack_toml] = _config_tomls(translated)
+    assert 'export_kms_key_id = "${ExportKey.Arn}"' in stack_toml
 
 
 # The roles that open the index: with a PostgreSQL index they read its DSN secret ([index] dsn_secret).
@@ -557,6 +654,22 @@ def test_only_the_roles_that_hash_ids_or_open_the_index_read_secrets(translated:
         if "SecretsKmsKeyArn" in _names(statement.get("Resource")):
             assert _as_list(statement["Action"]) == ["kms:Decrypt"]
             assert "kms:ViaService" in statement["Condition"]["StringEquals"]
+
+
+def test_only_the_role_that_deletes_relational_rows_reads_their_deleting_dsns(translated: dict[str, Any]) -> None:
+    """[[relational]] dsn_secret (DELETE rights on CRM tables): StartPurge alone reads it; the read-only DSNs
+    (read_dsn_secret) go to the report's count and the access export."""
+    reading: dict[str, set[str]] = {}
+    for role, statements in _role_statements(translated).items():
+        for statement in statements:
+            if "secretsmanager:GetSecretValue" in _as_list(statement["Action"]):
+                reading.setdefault(role, set()).update(_names(statement["Resource"]))
+    assert {r for r, names in reading.items() if "RelationalDsnSecretArns" in names} == {"StartPurgeRole"}
+    readers = {r for r, names in reading.items() if "RelationalReadDsnSecretArns" in names}
+    assert readers == {"GenerateReportRole", "ExportArchiveRole"}
+    # without such secrets (the default) neither policy exists: nothing is granted on an empty ARN
+    for policy in ("RelationalDeleteDsnReadPolicy", "RelationalReadDsnReadPolicy"):
+        assert translated["Resources"][policy]["Condition"].startswith("HasRelational"), policy
 
 
 APPROVAL_SIGNING_ROLES = {"RequestApprovalRole", "ApprovalApiRole"}
@@ -898,6 +1011,36 @@ def test_every_function_and_job_reads_the_one_configuration_object(translated: d
             named = json.dumps(statement.get("Resource"))
             if "ConfigObjectKey" in named or "/config/" in named:
                 assert set(_as_list(statement["Action"])) <= {"s3:GetObject", "s3:ListBucket"}, role
+
+
+def test_only_the_deploy_roles_write_the_configuration_and_code_and_the_configuration_is_pinned(
+    translated: dict[str, Any],
+) -> None:
+    """Whoever writes config/ steers the purge and whoever writes spark/ runs code as the lake-writing role: the
+    artifacts bucket denies those writes (and the deletes that would roll an object back) to every principal but
+    DeployRoleArns, and every function and Spark driver accepts only the configuration ConfigSha256 pins."""
+    resources = translated["Resources"]
+    statements = resources["ArtifactsBucketPolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    [deny] = [s for s in statements if s.get("Sid") == "OnlyTheDeployRolesWriteConfigurationAndCode"]
+    assert deny["Effect"] == "Deny" and deny["Principal"] == "*"
+    assert set(_as_list(deny["Action"])) == {"s3:PutObject", "s3:DeleteObject", "s3:DeleteObjectVersion"}
+    assert {_objects(r) for r in _as_list(deny["Resource"])} == {
+        ("ArtifactsBucket", "config/*"),
+        ("ArtifactsBucket", "spark/*"),
+    }
+    assert deny["Condition"] == {"ArnNotLike": {"aws:PrincipalArn": {"Ref": "DeployRoleArns"}}}
+    assert "Default" not in translated["Parameters"]["DeployRoleArns"]  # a deployment names its deploy roles
+    assert translated["Parameters"]["ConfigObjectKey"]["AllowedPattern"].startswith("^config/")  # under the deny
+    pin = translated["Parameters"]["ConfigSha256"]
+    assert pin["Default"] == "" and pin["AllowedPattern"] == "^$|^[0-9a-f]{64}$"
+    for name, function in resources.items():
+        if function["Type"] == "AWS::Lambda::Function":
+            variables = function["Properties"]["Environment"]["Variables"]
+            assert variables["LAKEPURGE_CONFIG_SHA256"] == {"Ref": "ConfigSha256"}, name
+    [defaults] = resources["SparkApplication"]["Properties"]["RuntimeConfiguration"]
+    assert defaults["Properties"]["spark.emr-serverless.driverEnv.LAKEPURGE_CONFIG_SHA256"] == {
+        "Fn::If": ["HasConfigPin", {"Ref": "ConfigSha256"}, {"Ref": "AWS::NoValue"}]
+    }
 
 
 def test_storage_hardening(translated: dict[str, Any]) -> None:

@@ -43,6 +43,19 @@ def index_lake(
         run_reconcile(None, settings, names)
 
 
+def index_keys(settings: Settings, bucket: str, keys: Collection[str]) -> None:
+    """Index the given objects of a hand-made lake as their events would, then reconcile every dataset (the coverage
+    a certified purge needs)."""
+    s3 = aws.client("s3")
+    store = open_store(settings.index)
+    try:
+        for key in keys:
+            index_object(s3, store, settings, bucket, key)
+    finally:
+        store.close()
+    run_reconcile(None, settings, [d.name for d in settings.datasets])
+
+
 def report_for(store: IndexStore, settings: Settings, users: list[str], request_id: str = "req-test") -> Report:
     """The report as the purge sees it: objects named by reference resolved to their paths in the lake."""
     pseudonymizer = Pseudonymizer(HASH_KEY.encode())

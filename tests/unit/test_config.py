@@ -89,3 +89,14 @@ def test_given_a_missing_or_broken_file_when_loading_then_the_error_names_the_fi
     broken.write_text("[index\n")
     with pytest.raises(ConfigError, match=r"broken\.toml: not valid TOML"):
         load_settings(broken)
+
+
+@pytest.mark.parametrize(
+    "dsns",
+    ['dsn = "postgresql://crm"\ndsn_secret = "crm-dsn"', 'read_dsn_secret = "crm-read-dsn"'],
+    ids=["both", "neither"],
+)
+def test_given_a_relational_table_without_exactly_one_deleting_dsn_when_loading_then_it_is_refused(dsns):
+    table = f'\n[[relational]]\nname = "crm"\n{dsns}\ntable = "contacts"\ncolumn = "customer_id"\n'
+    with pytest.raises(ConfigError, match=r"relational\[0\]: needs exactly one of 'dsn' and 'dsn_secret'"):
+        settings_from(ISSUE_EXAMPLE + table)
