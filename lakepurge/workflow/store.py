@@ -43,6 +43,12 @@ FINAL_STATES: tuple[str, ...] = get_args(Outcome)  # how a request can end
 STILL_OPEN: tuple[str, ...] = ("INDEX_INCOMPLETE",)
 
 
+def is_open(state: str) -> bool:
+    """Still to be answered: not ended, or ended without an answer (STILL_OPEN). The one rule `status`, `requests`,
+    `/ops` and the RequestsOpen metric count by."""
+    return state not in FINAL_STATES or state in STILL_OPEN
+
+
 class RequestNotFound(LookupError):
     pass
 
@@ -101,8 +107,7 @@ class RequestState:
 
     @property
     def open(self) -> bool:
-        """Still to be answered: not ended, or ended without an answer (STILL_OPEN)."""
-        return not self.final or self.state in STILL_OPEN
+        return is_open(self.state)
 
 
 def workflow_settings(settings: Settings) -> WorkflowConfig:
