@@ -375,6 +375,33 @@ def test_given_batches_of_id_bytes_when_asked_in_bulk_then_the_answer_is_that_of
         assert users.none_of(batch) is expected  # again, from memory
 
 
+def test_given_four_purge_threads_sharing_the_memo_past_its_limit_when_checking_new_ids_then_each_answer_is_right() -> (
+    None
+):
+    # A task's purge threads share one HashedUsers. Past 100,000 remembered ids one thread clears the memo; another
+    # must still answer its own batch (it once read its answers back from the memo: KeyError, a failed object, about
+    # 20 in these 240 calls).
+    from concurrent.futures import ThreadPoolExecutor
+
+    from lakepurge.privacy import HashedUsers, Pseudonymizer
+
+    pseudonymizer = Pseudonymizer(b"0123456789abcdef")
+    wanted = [f"t{thread}-b{batch}-0" for thread in range(4) for batch in range(0, 60, 7)]
+    users = HashedUsers(pseudonymizer.many(wanted), pseudonymizer)
+
+    def check(thread: int) -> list[str]:
+        found = []
+        for batch in range(60):
+            ids = [f"t{thread}-b{batch}-{i}" for i in range(5_000)]
+            found += [user for user, owned in zip(ids, users.each_contained(ids), strict=True) if owned]
+        return found
+
+    with ThreadPoolExecutor(4) as threads:
+        found = [user for answers in threads.map(check, range(4)) for user in answers]
+
+    assert found == wanted
+
+
 @pytest.mark.parametrize("quoted", [True, False], ids=["with quotes", "without quotes"])
 def test_given_a_csv_without_final_newline_when_its_last_record_is_dropped_then_it_still_has_none(quoted) -> None:
     note = b'"a, b"' if quoted else b"plain"
