@@ -399,6 +399,12 @@ class WorkflowConfig(_Strict):
     # run time, cached for a few minutes; what the SAM template sets).
     approval_signing_key_env: Annotated[str, Field(min_length=1)] = "LAKEPURGE_APPROVAL_KEY"
     approval_signing_key_secret: Annotated[str, Field(min_length=1)] | None = None
+    # The intake refuses a request naming more user ids than this (a person's ids, or a day's batch of requests:
+    # the report, the approval page and the inline purge are sized for thousands, not millions)...
+    max_request_users: Annotated[int, Field(ge=1)] = 10_000
+    # ... or an id longer than this many UTF-8 bytes: the index stores ids of at most 1,024 bytes (a longer one in
+    # the lake is an unindexable line), so a longer requested id could never be found.
+    max_user_id_bytes: Annotated[int, Field(ge=1, le=1024)] = 1024
 
     @field_validator("exports_location")
     @classmethod

@@ -61,6 +61,10 @@ class RequestConflict(ValueError):
     """A request id is reused for a different set of users."""
 
 
+class RequestRefused(ValueError):
+    """The intake refused a request (too many ids, an id too long): the message names the limit, never an id."""
+
+
 class RequestShredded(LookupError):
     """The request ended and its sealed ids were destroyed (crypto-shredding): they can never be opened again."""
 
@@ -85,6 +89,9 @@ class ErasureRequest:
     sealed: str | None = None  # base64 AES-GCM ciphertext of {"users": [...], "requester": ...}
     shredded_at: str | None = None
     kind: RequestKind = "erasure"  # "access": an Art. 15 export (statemachine/export.asl.json), nothing erased
+    # When the sender says it received the request, kept as information only: the deadline runs from received_at,
+    # the intake's own clock, so no sender can move it.
+    stated_received_at: str | None = None
 
     @property
     def shredded(self) -> bool:
@@ -148,6 +155,7 @@ class RequestStore:
         received_at: datetime,
         pseudonymizer: Pseudonymizer,
         kind: RequestKind = "erasure",
+        stated_received_at: datetime | None = None,
     ) -> ErasureRequest:
         """Store a new request. Filing the same request id again with the same users returns the stored one
         (EventBridge delivers at least once); with other users it is refused."""
@@ -175,6 +183,9 @@ class RequestStore:
             nonce=base64.b64encode(nonce).decode(),
             sealed=base64.b64encode(sealed).decode(),
             kind=kind,
+            stated_received_at=None
+            if stated_received_at is None
+            else stated_received_at.astimezone(UTC).isoformat(timespec="seconds"),
         )
         try:
             self._s3.put_object(

@@ -511,6 +511,8 @@ def test_killed_spark_job_ends_as_job_failed_listing_what_was_already_erased(
 def test_eventbridge_request_is_stored_encrypted_and_started_once_with_its_id_only(
     workflow_case: Callable[..., WorkflowCase],
 ) -> None:
+    from datetime import UTC, datetime, timedelta
+
     from lakepurge.workflow.store import RequestStore
     from lakepurge_lambdas import intake
     from tests.support.events import LambdaContext, load
@@ -531,7 +533,10 @@ def test_eventbridge_request_is_stored_encrypted_and_started_once_with_its_id_on
     store = RequestStore(case.settings, aws.client("s3"), aws.client("kms"))
     request = store.get(first["request_id"])
     assert store.open(request) == ([user], "privacy-portal")
-    assert request.deadline.startswith("2026-12-21"), "30 days after the received time"
+    assert request.stated_received_at == "2026-11-21T08:59:30+00:00"  # the sender's time, kept as information
+    received = datetime.fromisoformat(request.received_at)  # the intake's own clock: the deadline runs from it
+    assert abs(datetime.now(UTC) - received) < timedelta(minutes=5)
+    assert datetime.fromisoformat(request.deadline) == received + timedelta(days=30)
     call_approval("POST", link_in(case.emails(first["request_id"])[0]), "reject")
     case.finish(first["request_id"])
 
