@@ -335,6 +335,34 @@ class RequestStore:
     def relational(self, request_id: str) -> layout.RelationalDocument | None:
         return self._typed(request_id, layout.RELATIONAL, layout.RelationalDocument)
 
+    def purge_start(self, request_id: str) -> layout.PurgeStartDocument | None:
+        return self._typed(request_id, layout.PURGE_START, layout.PurgeStartDocument)
+
+    def claim_purge_start(self, request_id: str, hold_seconds: float) -> tuple[bool, layout.PurgeStartDocument]:
+        """Claim the start of the request's purge for this invocation, which runs at most ``hold_seconds`` more.
+        Returns (claimed, the claim): another delivery of the Task gets (False, the first one's claim)."""
+        now = datetime.now(UTC)
+        mine = layout.PurgeStartDocument(
+            attempt=os.urandom(8).hex(),
+            claimed_at=now.isoformat(timespec="seconds"),
+            holder_until=(now + timedelta(seconds=hold_seconds)).isoformat(timespec="seconds"),
+        )
+        for _ in range(5):
+            try:
+                self.put_document(request_id, layout.PURGE_START, mine, only_once=True)
+                return True, mine
+            except ClientError as exc:
+                if exc.response["Error"]["Code"] not in ("PreconditionFailed", "ConditionalRequestConflict", "412"):
+                    raise
+            held = self.purge_start(request_id)
+            if held is not None:
+                return False, held
+        raise RequestConflict(f"request {request_id}: the purge's start kept being claimed and released")
+
+    def release_purge_start(self, request_id: str) -> None:
+        """The claiming invocation failed: a retry of the Task may start the purge again (it resumes)."""
+        self.delete_document(request_id, layout.PURGE_START)
+
     def request_ids(self) -> list[str]:
         ids = []
         paginator = self._s3.get_paginator("list_objects_v2")

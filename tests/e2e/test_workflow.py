@@ -98,6 +98,71 @@ def test_approved_request_is_erased_verified_certified_and_notified(
         assert user not in logged, "a raw user id was logged"
 
 
+def test_a_start_purge_delivered_again_while_the_first_runs_erases_once_and_ends_erased_with_exact_counts(
+    workflow_case: Callable[..., WorkflowCase], pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Step Functions retries a Task whose call failed (Lambda.SdkClientException: the connection dropped while an
+    # inline purge ran), and acts on the retry's answer; the first delivery runs on. Here the retry arrives while
+    # the first deletes the relational rows.
+    import psycopg
+
+    from lakepurge.workflow import steps
+    from lakepurge_lambdas import start_purge
+
+    relational = f'[[relational]]\nname = "crm"\ndsn = "{pg_dsn}"\ntable = "crm_customers"\ncolumn = "user_id"\n'
+    case = workflow_case(extra_toml=relational)
+    s3 = aws.client("s3")
+    users = _users_with_data(case, 2)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS crm_customers (user_id text, plan text)")
+        conn.execute("TRUNCATE crm_customers")
+        for user in [*users, users[0], "someone-else"]:
+            conn.execute("INSERT INTO crm_customers VALUES (%s, 'pro')", (user,))
+    before = snapshot(s3, case.lake.lake.bucket)
+    handler, erase_rows = start_purge.handler, steps.purge_relational
+    answers: dict[str, Any] = {}
+    retry: list[Callable[[], None]] = []
+
+    def deliver(name: str, event: dict[str, Any], context: Any) -> Any:
+        try:
+            answers[name] = handler(json.loads(json.dumps(event)), context)
+        except Exception as exc:  # what Step Functions records for that delivery
+            answers[name] = exc
+        return answers[name]
+
+    def delivered_twice(event: dict[str, Any], context: Any) -> Any:
+        retry.append(lambda: deliver("retry", event, context))
+        deliver("first", event, context)
+        if isinstance(answers["retry"], Exception):  # the retry's answer is the one Step Functions acts on
+            raise answers["retry"]
+        return answers["retry"]
+
+    def retried_meanwhile(*args: Any) -> Any:
+        while retry:
+            retry.pop()()
+        return erase_rows(*args)
+
+    monkeypatch.setattr(start_purge, "handler", delivered_twice)
+    monkeypatch.setattr(steps, "purge_relational", retried_meanwhile)
+    request_id = case.file(users, "req-twice")
+    execution = case.approve_and_finish(request_id)
+
+    assert not [name for name, answer in answers.items() if isinstance(answer, Exception)], answers
+    assert (answers["first"]["state"], answers["retry"]["state"]) == ("SUCCEEDED", "RUNNING")  # one purge ran
+    assert json.loads(execution["output"])["outcome"] == "ERASED"
+    assert_invariant(case.lake.lake, case.lake.settings, set(users), before, snapshot(s3, case.lake.lake.bucket))
+    stored = {
+        name: s3.get_object(Bucket="lake-reports", Key=f"{name}s/{request_id}.json")
+        for name in ("report", "certificate")
+    }
+    report, certificate = (orjson.loads(stored[name]["Body"].read()) for name in ("report", "certificate"))
+    assert certificate["verification"]["passed"] is True
+    assert certificate["totals"]["relational_rows_deleted"] == 3
+    assert certificate["totals"]["lines_erased"] == sum(len(o["lines"]) for o in report["objects"])
+    [note] = case.notifications()
+    assert "ERASED" in note["subject"]
+
+
 def test_rejected_request_changes_nothing_and_says_rejected(workflow_case: Callable[..., WorkflowCase]) -> None:
     case = workflow_case()
     s3 = aws.client("s3")
