@@ -1154,7 +1154,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("auto", "inline", "spark"),
         default="auto",
         help="auto: in this process when the report has at most workflow.inline_max_objects objects (20 by"
-        " default), else local Spark",
+        " default) and workflow.inline_max_bytes bytes to read (256 MiB), else local Spark",
     )
     purge.add_argument(
         "--verify",

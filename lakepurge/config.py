@@ -386,8 +386,12 @@ class WorkflowConfig(_Strict):
     # An unanswered approval ends the execution (and its link expires) after this long.
     approval_timeout_seconds: Annotated[int, Field(ge=1, le=30 * 86400)] = 7 * 86400
     topic_arn: str  # SNS topic told the outcome of every request
-    # A report with at most this many objects is purged inline by the Task instead of on Spark.
+    # A report with at most this many objects is purged inline by the Task instead of on Spark...
     inline_max_objects: Annotated[int, Field(ge=0)] = 20
+    # ... and at most this many bytes to read (every version of each key it names; delete-object datasets' aside).
+    # 256 MiB: half of a Lambda's default 512 MB of /tmp, where rewrites past 64 MiB are staged (all of them at once
+    # fit, with room to spare), and a few minutes at worst of a 900 s run (docs/LIMITS.md).
+    inline_max_bytes: Annotated[int, Field(ge=0)] = 256 * 1024 * 1024
     poll_seconds: Annotated[int, Field(ge=1, le=3600)] = 30
     launcher: LauncherConfig = LocalLauncherConfig()
     # The approval emails are sent with this SES configuration set (the stack's requires TLS); unset: none.

@@ -176,7 +176,7 @@ def start_purge(
             )
         return PurgeStarted(backend="inline", id=request_id, state="RUNNING", poll_seconds=workflow.poll_seconds)
     try:
-        return _start_claimed(settings, requests, request_id, report.uri, planned, decision, claim)
+        return _start_claimed(settings, clients, requests, request_id, report.uri, planned, decision, claim)
     except BaseException:
         requests.release_purge_start(request_id)
         raise
@@ -184,6 +184,7 @@ def start_purge(
 
 def _start_claimed(
     settings: Settings,
+    clients: Clients,
     requests: RequestStore,
     request_id: str,
     report_uri: str,
@@ -205,7 +206,7 @@ def _start_claimed(
         approved_at=decision.decided_at,
     )
     requests.set_state(request_id, PURGING)
-    if inline_fits(settings, planned):
+    if inline_fits(settings, planned, clients.s3):
         result = run_inline(settings, spec, planned)
         return PurgeStarted(
             backend="inline",
@@ -398,6 +399,13 @@ def _incomplete(request_id: str, report: EndedReport | None, gaps: list[DatasetC
     )
 
 
+def _progress(erased: ErasedBeforeFailure) -> str:
+    return (
+        f" Of {erased.objects_planned} object(s) planned, {erased.objects_erased} were erased before the failure"
+        f" ({erased.objects_verified} re-read now and verified clean); the others are unchanged."
+    )
+
+
 def _ended(
     request_id: str,
     outcome: Outcome,
@@ -405,7 +413,12 @@ def _ended(
     rejected_by: str | None,
     gaps: list[DatasetCoverage] | None = None,
     deadline: str = "",
+    erased: ErasedBeforeFailure | None = None,
+    uncounted: str = "",
 ) -> str:
+    """The ending's message. ``erased``: what a failed purge erased (JOB_FAILED; FAILED once the report exists, as
+    when an inline purge's invocation failed or timed out half-way), counted from its recorded outcomes; or
+    ``uncounted``, why that count could not be made."""
     report = state.report
     uri = report.uri if report else None
     job = state.job or EndedJob()
@@ -448,7 +461,16 @@ def _ended(
         "JOB_FAILED": f"The purge job of request {request_id} FAILED ({job.backend}: {job.detail}).",
         "FAILED": f"Request {request_id} FAILED at a step; nothing is reported erased. Error: {error.error}: {cause}",
     }
-    return messages[outcome]
+    if outcome == "FAILED" and uncounted:
+        return (
+            f"Request {request_id} FAILED at a step; what it erased before the failure could not be counted now"
+            f" ({uncounted}). Error: {error.error}: {cause}"
+        )
+    if erased is None:
+        return messages[outcome]
+    if outcome == "FAILED":
+        return f"Request {request_id} FAILED at a step. Error: {error.error}: {cause}." + _progress(erased)
+    return messages[outcome] + _progress(erased) + " Running the purge again resumes it."
 
 
 def notify(
@@ -463,25 +485,30 @@ def notify(
         gaps = _coverage_gaps(clients, state.report)
         deadline = requests.get(request_id).deadline
     rejected_by = decision.rejected_by if decision is not None else None
-    message = _ended(request_id, outcome, state, rejected_by, gaps, deadline)
     try:
         kind = requests.get(request_id).kind
     except RequestNotFound:
         kind = "erasure"  # (its ending is still told; shredding below reports the missing request)
+    erased, uncounted = None, ""
+    if outcome == "JOB_FAILED" and state.report is not None:
+        erased = erased_before_failure(settings, clients, key, request_id, state.report)
+    elif outcome == "FAILED" and state.report is not None and kind == "erasure":
+        # Any step may have failed, the purge too (an inline one that raised or ran out of time half-way). The
+        # catch-all ending must still be told: what cannot be counted now is said so, never "nothing".
+        try:
+            erased = erased_before_failure(settings, clients, key, request_id, state.report)
+        except Exception as exc:
+            log.warning("what was erased could not be counted", extra={"error": type(exc).__name__})
+            uncounted = type(exc).__name__
+    message = _ended(request_id, outcome, state, rejected_by, gaps, deadline, erased, uncounted)
     if kind == "access":
         # The same endings, said of an access export: nothing is ever erased by one.
         message = re.sub(r"\berased\b", "exported", message)
     detail: dict[str, Any] = {}
     if gaps is not None:
         detail = {"coverage_gaps": [gap.dataset for gap in gaps]}  # dataset names, for lakepurge status
-    if outcome == "JOB_FAILED" and state.report is not None:
-        erased = erased_before_failure(settings, clients, key, request_id, state.report)
+    if erased is not None:
         detail = dict(erased)
-        message += (
-            f" Of {erased.objects_planned} object(s) planned, {erased.objects_erased} were erased before the"
-            f" failure ({erased.objects_verified} re-read now and verified clean); the others are unchanged."
-            " Running the purge again resumes it."
-        )
     sns.publish(
         TopicArn=workflow_settings(settings).topic_arn,
         Subject=f"lakepurge {outcome}: request {request_id}"[:100],

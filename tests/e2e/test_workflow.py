@@ -573,6 +573,40 @@ def test_killed_spark_job_ends_as_job_failed_listing_what_was_already_erased(
     assert "ERASED" not in note["subject"]
 
 
+def test_an_inline_purge_whose_invocation_dies_half_way_ends_failed_counting_what_was_erased(
+    workflow_case: Callable[..., WorkflowCase], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A StartPurge invocation that raises or runs out of its 900 s half-way through an inline purge answers
+    # nothing: the request ends FAILED, and the message counts the objects its recorded outcomes say are erased.
+    from dataclasses import replace
+
+    from lakepurge.workflow import steps
+
+    case = workflow_case()
+    users = _users_with_data(case, 3)
+    purge = steps.run_inline
+
+    def dies_after_two_objects(settings: Any, spec: Any, report: Any) -> Any:
+        purge(settings, spec, replace(report, objects=report.objects[:2], versions=()))
+        raise TimeoutError("the invocation ran out of time")
+
+    monkeypatch.setattr(steps, "run_inline", dies_after_two_objects)
+    request_id = case.file(users, "req-inline-dies")
+    assert call_approval("POST", link_in(case.emails(request_id)[0]), "approve")["statusCode"] == 200
+    execution = case.finish(request_id)
+
+    assert execution["status"] == "FAILED"
+    [note] = case.notifications()
+    assert "FAILED" in note["subject"] and "nothing is reported erased" not in note["message"]
+    planned = len(
+        orjson.loads(
+            aws.client("s3").get_object(Bucket="lake-reports", Key=f"reports/{request_id}.json")["Body"].read()
+        )["objects"]
+    )
+    assert planned > 2
+    assert f"Of {planned} object(s) planned, 2 were erased before the failure (2 re-read now" in note["message"]
+
+
 def test_eventbridge_request_is_stored_encrypted_and_started_once_with_its_id_only(
     workflow_case: Callable[..., WorkflowCase],
 ) -> None:
