@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lakepurge.config import DatasetConfig
-from lakepurge.formats import CHUNK_BYTES
+from lakepurge.formats import CHUNK_BYTES, Record, read_records
 from lakepurge.purge.engine import ObjectOutcome, Ownership
 from lakepurge.purge.job import IntentJournal, _settle
 from lakepurge.purge.rewrite import rewrite_csv, rewrite_jsonl
@@ -494,6 +494,13 @@ JSON_LINES = st.sampled_from(
         b"not json",
         b"",
         b"{}",
+        # the id field's key written twice: each value counts, as the indexer reads it
+        b'{"customer_id":"alice","n":1,"customer_id":"bob"}',
+        b'{"customer_id":"bob","customer_id":"alice"}',
+        b'{"customer_id":"alice","customer_id":null}',
+        b'{"customer_id":"bob","customer\\u005fid":"alice"}',
+        b'{"customer_id":"bob","x":{"customer_id":"alice"}}',
+        b'{"customer_id":"caf\xc3\xa9","customer_id":""}',
     ]
 )
 
@@ -517,6 +524,26 @@ def test_given_any_json_lines_when_decided_in_a_batch_then_each_is_decided_as_li
     out = rewrite_jsonl(io.BytesIO(body), False, targets, batched, False).body()
     assert out == rewrite_jsonl(io.BytesIO(body), False, targets, one_by_one, False).body()
     assert (batched.erased, batched.not_matching) == (one_by_one.erased, one_by_one.not_matching)
+    # ... and both blank exactly the records the indexer's reader gives the users
+    read = read_records(io.BytesIO(body), "p.jsonl", "jsonl", ("customer_id",), MAX)
+    assert batched.erased == [r.line for r in read if isinstance(r, Record) and set(users) & set(r.user_ids)]
+
+
+def test_given_a_line_writing_the_id_field_twice_when_the_purge_checks_it_then_it_is_each_values_record() -> None:
+    # Indexed under alice and bob (every value counts): erasing either blanks it; a stale plan naming it for carol
+    # leaves it.
+    from lakepurge.privacy import HashedUsers, Pseudonymizer
+    from lakepurge.purge.rewrite import rewrite_jsonl
+
+    body = b'{"user_id":"alice","n":1,"user_id":"bob"}\n{"user_id":"carol"}\n'
+    pseudonymizer = Pseudonymizer(HASH_KEY)
+    for users, blanked in (({"alice"}, True), ({"bob"}, True), ({"carol"}, False)):
+        for owner in (
+            Ownership(REVIEWS, users),
+            Ownership(REVIEWS, HashedUsers(pseudonymizer.many(users), pseudonymizer)),
+        ):
+            out = rewrite_jsonl(io.BytesIO(body), False, [0], owner, False).body()
+            assert out.startswith(b"{}\n") is blanked, (users, type(owner.users))
 
 
 # -- a rewrite gives back every line but those it dropped -----------------------------------------------------------
