@@ -45,20 +45,29 @@ def _assert_no_raw_ids(case: WorkflowCase, request_id: str, users: list[str]) ->
         assert user not in execution, "a raw user id is in the execution's input or output"
 
 
-def test_approved_request_is_erased_verified_certified_and_notified(
-    workflow_case: Callable[..., WorkflowCase], pg_dsn: str, service_logs: RecordList
-) -> None:
+def _case_with_a_crm_table(workflow_case: Callable[..., WorkflowCase], pg_dsn: str) -> tuple[WorkflowCase, list[str]]:
+    """A workflow over the sample lake and a [[relational]] CRM table holding 3 rows of two users with data (their
+    ids) and one of someone else."""
     import psycopg
 
     relational = f'[[relational]]\nname = "crm"\ndsn = "{pg_dsn}"\ntable = "crm_customers"\ncolumn = "user_id"\n'
     case = workflow_case(extra_toml=relational)
-    s3 = aws.client("s3")
     users = _users_with_data(case, 2)
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE IF NOT EXISTS crm_customers (user_id text, plan text)")
         conn.execute("TRUNCATE crm_customers")
         for user in [*users, users[0], "someone-else"]:
             conn.execute("INSERT INTO crm_customers VALUES (%s, 'pro')", (user,))
+    return case, users
+
+
+def test_approved_request_is_erased_verified_certified_and_notified(
+    workflow_case: Callable[..., WorkflowCase], pg_dsn: str, service_logs: RecordList
+) -> None:
+    import psycopg
+
+    case, users = _case_with_a_crm_table(workflow_case, pg_dsn)
+    s3 = aws.client("s3")
     before = snapshot(s3, case.lake.lake.bucket)
 
     request_id = case.file(users, "req-approve")
@@ -104,20 +113,11 @@ def test_a_start_purge_delivered_again_while_the_first_runs_erases_once_and_ends
     # Step Functions retries a Task whose call failed (Lambda.SdkClientException: the connection dropped while an
     # inline purge ran), and acts on the retry's answer; the first delivery runs on. Here the retry arrives while
     # the first deletes the relational rows.
-    import psycopg
-
     from lakepurge.workflow import steps
     from lakepurge_lambdas import start_purge
 
-    relational = f'[[relational]]\nname = "crm"\ndsn = "{pg_dsn}"\ntable = "crm_customers"\ncolumn = "user_id"\n'
-    case = workflow_case(extra_toml=relational)
+    case, users = _case_with_a_crm_table(workflow_case, pg_dsn)
     s3 = aws.client("s3")
-    users = _users_with_data(case, 2)
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute("CREATE TABLE IF NOT EXISTS crm_customers (user_id text, plan text)")
-        conn.execute("TRUNCATE crm_customers")
-        for user in [*users, users[0], "someone-else"]:
-            conn.execute("INSERT INTO crm_customers VALUES (%s, 'pro')", (user,))
     before = snapshot(s3, case.lake.lake.bucket)
     handler, erase_rows = start_purge.handler, steps.purge_relational
     answers: dict[str, Any] = {}

@@ -18,7 +18,7 @@ import pytest
 
 from lakepurge.config import load_settings
 from lakepurge.local.postgres import free_port
-from tests.support.configs import reviews_toml
+from tests.support.configs import reviews_toml, workflow_toml
 
 pytestmark = pytest.mark.integration
 
@@ -188,19 +188,8 @@ def test_given_more_ids_than_the_intake_takes_when_requesting_then_the_limit_is_
 
     clients.client("s3").create_bucket(Bucket="lake")
     config = workdir / "lakepurge.toml"
-    config.write_text(
-        config.read_text()
-        + """
-[workflow]
-state_machine_arn = "arn:aws:states:us-east-1:123456789012:stateMachine:lakepurge"
-kms_key_id = "alias/lakepurge"
-sender = "lakepurge@example.com"
-approvers = ["dpo@example.com"]
-approval_url = "https://approve.example.com/"
-topic_arn = "arn:aws:sns:us-east-1:123456789012:lakepurge"
-max_request_users = 1
-"""
-    )
+    machine = "arn:aws:states:us-east-1:123456789012:stateMachine:lakepurge"
+    config.write_text(config.read_text() + "\n" + workflow_toml(machine, "alias/lakepurge", max_request_users=1))
     env = {**CREDENTIALS, **REGION, "AWS_ENDPOINT_URL": aws.endpoint, "LAKEPURGE_HASH_KEY": "cli-test-key-0123456789"}
     result = run(workdir, "request", SECRET_USER, "other-user-0815", "--json", env=env)
     assert_one_line(result, "2 user ids", "workflow.max_request_users (1)")

@@ -13,6 +13,7 @@ import pytest
 
 from lakepurge import aws, runtime
 from lakepurge.workflow.store import RequestStore
+from tests.support.configs import workflow_toml
 from tests.support.events import LambdaContext, load
 
 pytestmark = pytest.mark.integration
@@ -32,7 +33,7 @@ def intake(aws: object, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     )["stateMachineArn"]
     monkeypatch.setenv(
         runtime.TOML_VARIABLE,
-        f"""
+        """
 [index]
 backend = "dynamodb"
 table = "unused"
@@ -40,14 +41,8 @@ table = "unused"
 [reports]
 location = "s3://intake-reports/"
 
-[workflow]
-state_machine_arn = "{machine}"
-kms_key_id = "{key_id}"
-sender = "lakepurge@example.com"
-approvers = ["dpo@example.com"]
-approval_url = "https://approve.example.com/"
-topic_arn = "arn:aws:sns:us-east-1:123456789012:lakepurge"
-""",
+"""
+        + workflow_toml(machine, key_id),
     )
     monkeypatch.setenv("LAKEPURGE_HASH_KEY", "intake-test-hash-key-0123456789")
     runtime.reset()

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from lakepurge import runtime
+from lakepurge import aws, runtime
 from lakepurge.workflow.store import RequestRefused
+from tests.support.configs import workflow_toml
 from tests.support.events import LambdaContext, load
 
 pytestmark = pytest.mark.unit
@@ -23,16 +24,12 @@ table = "lakepurge-index"
 [reports]
 location = "s3://lake-reports/"
 
-[workflow]
-state_machine_arn = "arn:aws:states:us-east-1:123456789012:stateMachine:lakepurge"
-kms_key_id = "alias/lakepurge"
-sender = "lakepurge@example.com"
-approvers = ["dpo@example.com"]
-approval_url = "https://approve.example.com/"
-topic_arn = "arn:aws:sns:us-east-1:123456789012:lakepurge"
-max_request_users = 3
-max_user_id_bytes = 64
-"""
+""" + workflow_toml(
+    "arn:aws:states:us-east-1:123456789012:stateMachine:lakepurge",
+    "alias/lakepurge",
+    max_request_users=3,
+    max_user_id_bytes=64,
+)
 
 
 @pytest.fixture
@@ -45,6 +42,7 @@ def intake(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     runtime.reset()
     yield intake
     runtime.reset()
+    aws.client.cache_clear()  # the handler made clients without the moto server's endpoint: later tests need theirs
 
 
 def _event(user_ids: list[str]) -> dict[str, Any]:
