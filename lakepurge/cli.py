@@ -570,20 +570,24 @@ def cmd_request(args: argparse.Namespace, out: Output) -> int:
     from lakepurge import aws
     from lakepurge.privacy import Pseudonymizer
     from lakepurge.workflow.intake import file_request
+    from lakepurge.workflow.store import RequestRefused
 
     users = _read_users(args)  # a wrong argument is reported before anything is touched
     settings = _lake_settings(args)
     request_id = args.request_id or f"req-{uuid.uuid4()}"
-    filed = file_request(
-        settings,
-        aws.Clients.from_environment(),
-        aws.client("stepfunctions"),
-        Pseudonymizer.from_config(settings.privacy),
-        users,
-        args.requester,
-        request_id,
-        kind="access" if args.access else "erasure",
-    )
+    try:
+        filed = file_request(
+            settings,
+            aws.Clients.from_environment(),
+            aws.client("stepfunctions"),
+            Pseudonymizer.from_config(settings.privacy),
+            users,
+            args.requester,
+            request_id,
+            kind="access" if args.access else "erasure",
+        )
+    except RequestRefused as exc:
+        raise CliError("request_refused", str(exc)) from None
     out.say(f"request {filed.request_id} filed for {len(users)} user(s); due {filed.deadline}")
     out.say(f"  execution {filed.execution_arn}: the approvers get an email once the report is ready")
     out.result({"request_id": filed.request_id, "execution_arn": filed.execution_arn, "deadline": filed.deadline})
@@ -1204,7 +1208,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("auto", "inline", "spark"),
         default="auto",
         help="auto: in this process when the report has at most workflow.inline_max_objects objects (20 by"
-        " default), else local Spark",
+        " default) and workflow.inline_max_bytes bytes to read (256 MiB), else local Spark",
     )
     purge.add_argument(
         "--verify",

@@ -407,8 +407,12 @@ class WorkflowConfig(_Strict):
     # An unanswered approval ends the execution (and its link expires) after this long.
     approval_timeout_seconds: Annotated[int, Field(ge=1, le=30 * 86400)] = 7 * 86400
     topic_arn: str  # SNS topic told the outcome of every request
-    # A report with at most this many objects is purged inline by the Task instead of on Spark.
+    # A report with at most this many objects is purged inline by the Task instead of on Spark...
     inline_max_objects: Annotated[int, Field(ge=0)] = 20
+    # ... and at most this many bytes to read (every version of each key it names; delete-object datasets' aside).
+    # 256 MiB: half of a Lambda's default 512 MB of /tmp, where rewrites past 64 MiB are staged (all of them at once
+    # fit, with room to spare), and a few minutes at worst of a 900 s run (docs/LIMITS.md).
+    inline_max_bytes: Annotated[int, Field(ge=0)] = 256 * 1024 * 1024
     poll_seconds: Annotated[int, Field(ge=1, le=3600)] = 30
     launcher: LauncherConfig = LocalLauncherConfig()
     # The approval emails are sent with this SES configuration set (the stack's requires TLS); unset: none.
@@ -426,6 +430,12 @@ class WorkflowConfig(_Strict):
     # (S105: the variable's name, not a password)
     operations_password_env: Annotated[str, Field(min_length=1)] = "LAKEPURGE_OPS_PASSWORD"  # noqa: S105
     operations_password_secret: Annotated[str, Field(min_length=1)] | None = None
+    # The intake refuses a request naming more user ids than this (a person's ids, or a day's batch of requests:
+    # the report, the approval page and the inline purge are sized for thousands, not millions)...
+    max_request_users: Annotated[int, Field(ge=1)] = 10_000
+    # ... or an id longer than this many UTF-8 bytes: the index stores ids of at most 1,024 bytes (a longer one in
+    # the lake is an unindexable line), so a longer requested id could never be found.
+    max_user_id_bytes: Annotated[int, Field(ge=1, le=1024)] = 1024
 
     @field_validator("exports_location")
     @classmethod

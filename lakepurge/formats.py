@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import functools
 import io
+import json
 import operator
 import re
 import zlib
@@ -116,6 +117,10 @@ def _add_id(value: Any, field: str, out: list[str]) -> None:
 
 
 def _collect(value: Any, path: tuple[str, ...], depth: int, field: str, out: list[str]) -> None:
+    if type(value) is _Repeated:  # a key the object writes more than once: each of its values, at this same place
+        for each in value:
+            _collect(each, path, depth, field, out)
+        return
     if depth == len(path):
         if isinstance(value, list):
             for item in value:
@@ -131,6 +136,81 @@ def _collect(value: Any, path: tuple[str, ...], depth: int, field: str, out: lis
         # ids inside arrays of objects: "orders.buyer" finds the buyer of every order.
         for item in value:
             _collect(item, path, depth, field, out)
+
+
+# -- objects that write a key more than once -------------------------------------------------------------------------
+#
+# JSON leaves a repeated key's meaning open: orjson (like Python's json) keeps the last value, other readers the
+# first, so `{"user_id":"alice",...,"user_id":"bob"}` is alice's record to some of the lake's readers and bob's to
+# others. Every value of an id field counts: the record is indexed under both, the purge of either blanks it, and
+# verification finds it for either. Every reader that must agree (the indexer's reader and its bulk path, the
+# purge's ownership check, verification's exact read) parses such a record with parse_record. Finding them is cheap:
+# only a line in which an id field's key occurs more than once, or a key is written with an escape (which could
+# spell that key another way), is parsed a second time, by Python's json keeping every value.
+
+
+class _Repeated(list):
+    """The values of a key an object writes more than once, in order."""
+
+
+def _keeping_every_value(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    record: dict[str, Any] = {}
+    for key, value in pairs:
+        if key not in record:
+            record[key] = value
+        elif type(held := record[key]) is _Repeated:
+            held.append(value)
+        else:
+            record[key] = _Repeated((held, value))
+    return record
+
+
+# A \u escape inside a key: from the escape to the string's end, then the `:` that makes it a key (a value's closing
+# quote is never followed by one, and a plain field name can be spelled otherwise only with such an escape).
+_ESCAPED_KEY = re.compile(rb'\\u[0-9A-Fa-f]{4}[^"]*"[ \t\r\n]*:')
+_PLAIN_FIELD = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+class IdKeys:
+    """The keys of a dataset's id fields as a JSON text writes them, to tell which texts may repeat one."""
+
+    def __init__(self, paths: tuple[tuple[str, ...], ...]) -> None:
+        names = sorted({name for path in paths for name in path})
+        self.tokens = tuple(orjson.dumps(name) for name in names)
+        self._plain = all(_PLAIN_FIELD.fullmatch(name) for name in names)
+
+    @classmethod
+    @functools.cache
+    def of(cls, paths: tuple[tuple[str, ...], ...]) -> IdKeys:
+        return cls(paths)
+
+    def _escaped_key(self, text: bytes) -> bool:
+        if b"\\" not in text:  # memchr: most texts hold no backslash at all
+            return False
+        # Another name could be spelled with any escape: such a text is read exactly.
+        return not self._plain or (b"\\u" in text and _ESCAPED_KEY.search(text) is not None)
+
+    def may_repeat(self, text: bytes) -> bool:
+        """Whether the JSON text may write one of the id fields' keys more than once (at any depth)."""
+        return self._escaped_key(text) or any(text.count(token) > 1 for token in self.tokens)
+
+    def repeated_among(self, lines: list[bytes], holding: int) -> bool:
+        """For the one key of a single top-level id field: whether any of the lines may write it more than once,
+        ``holding`` of them being objects that hold it. Without escaped keys each of those writes it at least once,
+        so more occurrences in all than ``holding`` is the only way one could write it twice: one count, no step
+        per line."""
+        joined = b"\n".join(lines)
+        return self._escaped_key(joined) or joined.count(self.tokens[0]) != holding
+
+
+def parse_record(text: bytes, keys: IdKeys) -> Any:
+    """A JSON value as orjson reads it, except that an object writing an id field's key more than once holds every
+    value of it (the reader every reader of ids must agree with). Raises orjson.JSONDecodeError as orjson does."""
+    record = orjson.loads(text)
+    if type(record) is dict and keys.may_repeat(text):
+        # orjson read it, so json does too, to the same values
+        return json.loads(text, object_pairs_hook=_keeping_every_value)
+    return record
 
 
 def plain_ids(values: Sequence[Any]) -> bool:
@@ -235,7 +315,7 @@ def _jsonl_items(
     first: int, lines: list[bytes | None], paths: tuple[tuple[str, ...], ...], max_bytes: int
 ) -> Iterator[Record | Unindexable]:
     """Each line's record or the reason it cannot be indexed; blank lines and `{}` give nothing."""
-    loads = orjson.loads
+    keys = IdKeys.of(paths)
     for number, line in enumerate(lines, first):
         if line is None:
             yield Unindexable(number, _too_long(max_bytes))
@@ -243,7 +323,7 @@ def _jsonl_items(
         if len(line) <= 3 and line.strip() in (b"", b"{}"):
             continue
         try:
-            record = loads(line)
+            record = parse_record(line, keys)
         except orjson.JSONDecodeError as exc:
             if not line.strip():
                 continue
@@ -281,11 +361,14 @@ def _plain_ids(lines: list[bytes | None], field: str) -> list[str] | None:
         return None
     # Ids an index cannot store (NUL, too long) make their line unindexable: the line-by-line path says which.
     # orjson refuses lone surrogates, so a parsed id is valid UTF-8; only ids long enough to pass MAX_ID_BYTES
-    # are measured.
-    if "\x00" in "".join(ids):
-        return None
-    if max(map(len, ids), default=0) > _SHORT_ID_CHARS and any(
-        len(i) > _SHORT_ID_CHARS and len(i.encode("utf-8")) > MAX_ID_BYTES for i in ids
+    # are measured. A line that may write the key twice is read there too, every value of it.
+    if (
+        "\x00" in "".join(ids)
+        or (
+            max(map(len, ids), default=0) > _SHORT_ID_CHARS
+            and any(len(i) > _SHORT_ID_CHARS and len(i.encode("utf-8")) > MAX_ID_BYTES for i in ids)
+        )
+        or IdKeys.of(((field,),)).repeated_among(lines, len(ids))  # type: ignore[arg-type]
     ):
         return None
     return ids
@@ -390,6 +473,7 @@ def lines_holding(
     get = operator.methodcaller("get", field)
     is_a_value = functools.partial(operator.is_not, None)
     candidates = _IdCandidates.of(field)
+    keys = IdKeys.of(paths)
     with collector_paused():
         try:
             source: ByteSource = open_decompressed(raw, key, inflation)
@@ -411,9 +495,10 @@ def lines_holding(
                     from_items(_jsonl_items(first, lines, paths, max_bytes))
                     continue
                 present = list(filter(is_a_value, values))
-                if not plain_ids(present):
-                    if present:
-                        from_items(_jsonl_items(first, lines, paths, max_bytes))
+                if not present and not keys.repeated_among(lines, 0):  # type: ignore[arg-type]
+                    continue  # no line writes the field (placeholders, records without it): no user
+                if not plain_ids(present) or keys.repeated_among(lines, len(present)):  # type: ignore[arg-type]
+                    from_items(_jsonl_items(first, lines, paths, max_bytes))
                     continue
                 owned = wanted(present)
                 if True in owned:  # rare: only then walk the lines to number them
@@ -422,9 +507,6 @@ def lines_holding(
         except TruncatedObject as exc:
             raise ValueError(f"the object could not be read to its end: {exc.reason}") from None
     return found
-
-
-_PLAIN_FIELD = re.compile(r"[A-Za-z0-9_.-]+")
 
 
 class _IdCandidates:
@@ -437,7 +519,8 @@ class _IdCandidates:
     with a \\u escape (a stretch with any `\\u` is not answered here). A JSON string cannot hold a bare `"`, so
     every occurrence of the token in a valid line is a key (at any depth). The stretch is answered only when each
     occurrence of the token is followed by `:` (blanks around it allowed) and a string without any escape, so the
-    top-level key's value, if the line is a record, is among the strings found, exactly as a parser reads it.
+    top-level key's value, if the line is a record, is among the strings found, exactly as a parser reads it (each
+    value of a key the line writes twice too: parse_record's reading).
     Integers, lists, nulls and escaped strings are no such string, and their stretch is parsed.
 
     The stretch is split at every occurrence of the token and the start of each piece matched, by Arrow's kernels

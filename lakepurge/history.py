@@ -14,8 +14,12 @@ from typing import Any, Literal
 from lakepurge import layout
 from lakepurge.config import Settings
 from lakepurge.report import Report
+from lakepurge.workflow.store import RequestStore, is_open, list_requests
 
 Kind = Literal["workflow", "operator"]
+# An operator purge that ran but did not end certified is still to be finished; a report never purged (PLANNED, a dry
+# run) asks nothing of anyone.
+OPERATOR_UNFINISHED: tuple[str, ...] = ("NOT_VERIFIED", "INCOMPLETE")
 
 
 @dataclass(frozen=True)
@@ -35,7 +39,9 @@ class RequestRecord:
 
     @property
     def open(self) -> bool:
-        return self.state not in ("ERASED", "NOTHING_FOUND", "REJECTED", "APPROVAL_TIMED_OUT", "PLANNED")
+        if self.kind == "workflow":
+            return is_open(self.state)
+        return self.state in OPERATOR_UNFINISHED
 
 
 def list_history(settings: Settings, s3: Any, kms: Any = None, now: datetime | None = None) -> list[RequestRecord]:
@@ -45,8 +51,6 @@ def list_history(settings: Settings, s3: Any, kms: Any = None, now: datetime | N
     certified = set(layout.request_ids_under(s3, layout.certificates_prefix(settings)))
     workflow: dict[str, Any] = {}
     if settings.workflow is not None:
-        from lakepurge.workflow.store import RequestStore, list_requests
-
         workflow = {view.request_id: view for view in list_requests(RequestStore(settings, s3, kms), now)}
     records = []
     for request_id in sorted(reported | certified | workflow.keys()):

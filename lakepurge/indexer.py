@@ -16,7 +16,7 @@ import orjson
 from botocore.exceptions import ClientError
 
 from lakepurge.config import DatasetConfig, Settings
-from lakepurge.formats import IdFieldError, extract_ids, group_records, id_problem, parse_paths
+from lakepurge.formats import IdFieldError, IdKeys, extract_ids, group_records, id_problem, parse_paths, parse_record
 from lakepurge.index.base import WHOLE_OBJECT, IndexStore, NoncurrentVersion, ObjectIndex, UnindexableLine
 from lakepurge.logs import get_logger, object_ref
 from lakepurge.privacy import Pseudonymizer
@@ -125,10 +125,11 @@ def _scan_owner(s3: Any, dataset: DatasetConfig, head: ObjectHead, result: Objec
         sidecar = f"sidecar (key + {dataset.id_sidecar.suffix!r})"
         try:
             body = s3.get_object(Bucket=head.bucket, Key=sidecar_key)["Body"].read()
-            document = orjson.loads(body)
+            paths = parse_paths([dataset.id_sidecar.field])
+            document = parse_record(body, IdKeys.of(paths))  # every owner it names, should it name the field twice
             if not isinstance(document, dict):
                 raise IdFieldError("sidecar is not a JSON object")
-            owners = extract_ids(document, parse_paths([dataset.id_sidecar.field]))
+            owners = extract_ids(document, paths)
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") not in ("NoSuchKey", "404"):
                 raise

@@ -40,7 +40,9 @@ from lakepurge.config import (
 from lakepurge.logs import get_logger
 from lakepurge.privacy import hash_key
 from lakepurge.purge.job import PurgeResult, run_purge
-from lakepurge.report import Report
+from lakepurge.report import OBJECT_REFERENCE, Report
+from lakepurge.s3io import ever_versioned, head_object, object_versions
+from lakepurge.s3uri import S3Uri
 
 log = get_logger()
 
@@ -103,16 +105,44 @@ def launcher_for(settings: Settings, config_path: str | Path | None = None) -> J
 # -- inline -----------------------------------------------------------------------------------------------------------
 
 
-def inline_max_objects(settings: Settings) -> int:
-    if settings.workflow is not None:
-        return settings.workflow.inline_max_objects
-    default: int = WorkflowConfig.model_fields["inline_max_objects"].default
-    return default
+def _inline_limit(settings: Settings, name: str) -> int:
+    limit: int = (
+        getattr(settings.workflow, name) if settings.workflow is not None else WorkflowConfig.model_fields[name].default
+    )
+    return limit
 
 
-def inline_fits(settings: Settings, report: Report) -> bool:
-    """Whether the report is small enough to purge inline (no Spark): workflow.inline_max_objects."""
-    return len(report.objects) + len(report.versions) <= inline_max_objects(settings)
+def inline_fits(settings: Settings, report: Report, s3: Any) -> bool:
+    """Whether the report is small enough to purge inline (no Spark): at most workflow.inline_max_objects objects
+    and workflow.inline_max_bytes bytes to read (:func:`bytes_to_read`, asked only when the count fits)."""
+    if len(report.objects) + len(report.versions) > _inline_limit(settings, "inline_max_objects"):
+        return False
+    limit = _inline_limit(settings, "inline_max_bytes")
+    return bytes_to_read(s3, settings, report, stop_above=limit) <= limit
+
+
+def bytes_to_read(s3: Any, settings: Settings, report: Report, stop_above: int | None = None) -> int:
+    """The bytes a purge of the report reads: every version of each key it rewrites or names noncurrent versions
+    of (the current one is rewritten, the noncurrent ones read for the users), from one listing per key in a
+    bucket that was ever versioned, a HEAD otherwise. Objects of delete-object datasets are deleted, never read; a
+    reference that resolved to nothing has no bytes. Counting stops once past ``stop_above``."""
+    keys = [(o.s3path, o.dataset) for o in report.objects] + [(v.s3path, v.dataset) for v in report.versions]
+    versioned: dict[str, bool] = {}
+    total = 0
+    for s3path, dataset in dict.fromkeys(keys):
+        if s3path.startswith(OBJECT_REFERENCE) or settings.dataset_named(dataset).erase == "delete-object":
+            continue
+        uri = S3Uri.parse(s3path)
+        if uri.bucket not in versioned:
+            versioned[uri.bucket] = ever_versioned(s3, uri.bucket)
+        if versioned[uri.bucket]:
+            total += sum(v["Size"] for v in object_versions(s3, uri.bucket, uri.key) if v["Key"] == uri.key)
+        else:
+            head = head_object(s3, uri.bucket, uri.key)
+            total += head.size if head is not None else 0
+        if stop_above is not None and total > stop_above:
+            break
+    return total
 
 
 def run_inline(settings: Settings, spec: PurgeJobSpec, report: Report | None = None) -> PurgeResult:

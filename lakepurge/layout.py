@@ -13,7 +13,8 @@ Everything lakepurge keeps for the record lives under ``[reports] location`` (an
 - ``requests/<request id>/``: the request's own documents (lakepurge.workflow.store): ``request.json`` (user ids
   sealed until the request ends, then shredded), ``state.json``, ``approval.json`` (:class:`ApprovalDocument`),
   ``decision.json`` (:class:`DecisionDocument`), ``relational.json`` (the relational DELETEs the workflow ran
-  before the purge job, :class:`RelationalDocument`);
+  before the purge job, :class:`RelationalDocument`), ``purge-start.json`` (which StartPurge invocation started the
+  purge, :class:`PurgeStartDocument`);
 - ``placeholders/<sha256(s3path)>/<sha256(etag)>.json``: the placeholders a blanking purge left in one object
   version (lakepurge.purge.placeholders.PlaceholderRecord); a purge job writes them together, many objects'
   records to a ``placeholders/batches/<id>.json``, which the vacuum files under each object;
@@ -48,6 +49,7 @@ STATE: Final = "state.json"
 APPROVAL: Final = "approval.json"
 DECISION: Final = "decision.json"
 RELATIONAL: Final = "relational.json"
+PURGE_START: Final = "purge-start.json"
 
 _MISSING = ("NoSuchKey", "404")
 
@@ -268,6 +270,17 @@ class RelationalDocument(Document):
     """``relational.json``: one entry per configured table, written once before the purge starts."""
 
     tables: tuple[RelationalDeletion, ...]
+
+
+class PurgeStartDocument(Document):
+    """``purge-start.json``: the StartPurge invocation that starts the purge, claimed once (If-None-Match); another
+    delivery of the Task finds it and waits for that purge instead of starting a second one."""
+
+    attempt: str
+    claimed_at: str
+    holder_until: str  # when the claiming invocation has ended for sure (its Lambda's time left at the claim)
+    backend: str | None = None  # a Spark job's launcher and id, once started; an inline purge records none
+    job_id: str | None = None
 
 
 class VersionRef(Document):

@@ -152,9 +152,10 @@ def purge_users(
                 say(execute)
             return OperatorRun(request_id, report, uri, digest, None, time.monotonic() - started, refused)
         relational = purge_relational(settings, users, report.relational)
-        # A small report (workflow.inline_max_objects, the workflow's own rule) is purged in this process: the
-        # engine needs milliseconds per object, Spark's start seconds. Nothing found never starts Spark.
-        inline = report.empty or (engine == "inline") or (engine == "auto" and inline_fits(settings, report))
+        # A small report (workflow.inline_max_objects and inline_max_bytes, the workflow's own rule) is purged in
+        # this process: the engine needs milliseconds per object, Spark's start seconds. Nothing found never starts
+        # Spark.
+        inline = report.empty or (engine == "inline") or (engine == "auto" and inline_fits(settings, report, s3))
         if inline:
             result = run_purge(None, settings, report, key, relational, approved_by, digest)
         else:

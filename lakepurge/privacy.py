@@ -142,17 +142,17 @@ class HashedUsers:
     def each_contained(self, user_ids: list[str]) -> list[bool]:
         """Whether each id is one of the users, in order: the ids of a batch of records checked at once. Ids seen
         before are answered from memory; the others are hashed together, each once."""
+        # The memo is shared by a task's purge threads: another thread may clear it at any moment, so the answers of
+        # this call are read back from its own dict of new answers, never from the memo (each step is one C call).
         seen = self._seen
         known = list(map(seen.get, user_ids))
         if None in known:
+            new = dict.fromkeys(compress(user_ids, map(_IS_NONE, known)))  # each once, in order
+            answers = dict(zip(new, map(self._hashes.__contains__, self._pseudonymizer.each(new)), strict=True))
             if len(seen) > 100_000:
                 seen.clear()
-                unseen: Iterable[str] = user_ids
-            else:
-                unseen = compress(user_ids, map(_IS_NONE, known))
-            new = list(dict.fromkeys(unseen))  # each once, in order
-            seen.update(zip(new, map(self._hashes.__contains__, self._pseudonymizer.each(new)), strict=True))
-            known = list(map(seen.__getitem__, user_ids))
+            seen.update(answers)
+            known = list(map(answers.get, user_ids, known))  # a new id's answer, else the one remembered
         return known  # type: ignore[return-value]
 
     def none_of(self, user_ids: list[bytes]) -> bool:

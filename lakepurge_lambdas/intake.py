@@ -2,7 +2,8 @@
 "erasure" or "access") and a started execution of the purge or the export state machine.
 
 detail: ``{"user_ids": [...], "requester": "...", "received_at": "ISO-8601", "request_id": "optional"}``. Without a
-request id the event id names the request, so a redelivered event files nothing twice.
+request id the event id names the request, so a redelivered event files nothing twice. The intake stamps the time of
+receipt itself (the deadline runs from it); the sender's ``received_at`` is kept only as information.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str, Any]:
         detail.user_ids,
         detail.requester,
         request_id,
-        detail.received_at or datetime.fromisoformat(event.time.replace("Z", "+00:00")),
         KINDS_BY_DETAIL_TYPE[event.detail_type],
+        stated_received_at=detail.received_at,
     )
     return {"request_id": filed.request_id, "execution_arn": filed.execution_arn, "deadline": filed.deadline}

@@ -22,5 +22,12 @@ logger = Logger(service="lakepurge")
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     task = PurgeTask.model_validate(event)
     logger.set_correlation_id(task.request_id)
-    job = steps.start_purge(runtime.settings(), Clients.from_environment(), task.request_id, task.report, task.approval)
+    job = steps.start_purge(
+        runtime.settings(),
+        Clients.from_environment(),
+        task.request_id,
+        task.report,
+        task.approval,
+        context.get_remaining_time_in_millis() / 1000,  # how long this invocation may still hold the purge
+    )
     return job.model_dump(mode="json")

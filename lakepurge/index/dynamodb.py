@@ -510,9 +510,16 @@ class DynamoIndexStore:
             rounds[occurrence].append(obj)
         return sum(self._replace_round(batch, force) for batch in rounds)
 
-    def _replace_round(self, objects: list[ObjectIndex], force: bool) -> int:
+    def _replace_round(self, objects: list[ObjectIndex], force: bool, moving_from: str | None = None) -> int:
+        """Replace the objects' rows. ``moving_from``: only if the index still holds that ETag of the (one) object,
+        checked when read and again by the conditional flip (apply_erasure)."""
         current = self._get_metas([obj.s3path for obj in objects])
-        todo = [obj for obj in objects if not self._superseded(current.get(obj.s3path), obj, force)]
+        todo = [
+            obj
+            for obj in objects
+            if not self._superseded(meta := current.get(obj.s3path), obj, force)
+            and (moving_from is None or (meta is not None and meta.etag == moving_from))
+        ]
         if not todo:
             log.debug("objects already indexed", extra={"objects": len(objects)})
             return 0
@@ -527,7 +534,7 @@ class DynamoIndexStore:
         def settle(obj: ObjectIndex) -> tuple[bool, list[Item]]:
             """Flip the meta item; returns whether it was claimed and the row keys to delete."""
             mine = rows[obj.s3path]
-            claimed, meta = self._flip(obj, len(mine), force)
+            claimed, meta = self._flip(obj, len(mine), force, moving_from)
             written = {(item["userid"]["S"], item["location"]["S"]) for item in mine}
             if not claimed:
                 if meta is not None and meta.etag == obj.etag:
@@ -571,15 +578,23 @@ class DynamoIndexStore:
             return False
         return meta.last_modified > _timestamp(obj.last_modified) or (meta.etag == obj.etag and not force)
 
-    def _flip(self, obj: ObjectIndex, row_items: int, force: bool) -> tuple[bool, _Meta | None]:
-        """Make obj the indexed version if the index holds no newer one; returns (claimed, the meta item before)."""
-        values: Item = {":lm": {"S": _timestamp(obj.last_modified)}}
-        if force:
+    def _flip(
+        self, obj: ObjectIndex, row_items: int, force: bool, moving_from: str | None = None
+    ) -> tuple[bool, _Meta | None]:
+        """Make obj the indexed version if the index holds no newer one (or, ``moving_from`` given, if it still holds
+        exactly that ETag: a version indexed meanwhile in the same second is newer, whatever LastModified says);
+        returns (claimed, the meta item before)."""
+        names: dict[str, str]
+        values: Item
+        if moving_from is not None:
+            condition, names, values = "#e = :from", {"#e": "etag"}, {":from": {"S": moving_from}}
+        elif force:
             condition = "attribute_not_exists(#u) OR #m <= :lm"
+            names, values = {"#u": "userid", "#m": "last_modified"}, {":lm": {"S": _timestamp(obj.last_modified)}}
         else:
             condition = "attribute_not_exists(#u) OR (#m <= :lm AND #e <> :etag)"
-            values[":etag"] = {"S": obj.etag}
-        names = {"#u": "userid", "#m": "last_modified"} | ({} if force else {"#e": "etag"})
+            names = {"#u": "userid", "#m": "last_modified", "#e": "etag"}
+            values = {":lm": {"S": _timestamp(obj.last_modified)}, ":etag": {"S": obj.etag}}
         try:
             response = self._client.put_item(
                 TableName=self._table,
@@ -631,7 +646,9 @@ class DynamoIndexStore:
     # -- reads ----------------------------------------------------------------------------------------------------
 
     def apply_erasure(self, s3path: str, before_etag: str, after: NewVersion, erased_lines: Sequence[int]) -> bool:
-        # Rows are keyed by the object's version here, so the new version's rows are written whole.
+        # Rows are keyed by the object's version here, so the new version's rows are written whole, and the flip to
+        # them is conditional on the version read: a version indexed in between (S3's LastModified has whole
+        # seconds, so it may not look newer) keeps its rows.
         base = self.get_object(s3path)
         if base is None or base.etag != before_etag:
             return False
@@ -647,7 +664,7 @@ class DynamoIndexStore:
             lines_by_user=rows,
             records=max(base.records - len(erased), 0),
         )
-        return self.replace_objects([new], force=True) == 1
+        return self._replace_round([new], force=True, moving_from=before_etag) == 1
 
     def lookup_objects(self, user_ids: Sequence[str]) -> Hits:
         return hits_from_locations(self.lookup(user_ids))

@@ -24,12 +24,14 @@ from botocore.exceptions import ClientError, FlexibleChecksumError
 
 from lakepurge.config import DatasetConfig, IndexingConfig, Settings
 from lakepurge.formats import (
+    IdKeys,
     InflationLimitExceeded,
     csv_id_columns,
     csv_ids,
     extract_ids,
     lines_holding,
     parse_paths,
+    parse_record,
     plain_ids,
 )
 from lakepurge.index.base import WHOLE_OBJECT, IndexStore, NewVersion, ObjectIndex
@@ -121,6 +123,7 @@ class Ownership:
     def __init__(self, dataset: DatasetConfig, users: Container[str]) -> None:
         assert dataset.id_fields is not None
         self._paths = parse_paths(dataset.id_fields)
+        self._keys = IdKeys.of(self._paths)
         self._columns: list[tuple[str, int | None]] | None = None
         self._fields = dataset.id_fields
         self.users = users
@@ -139,13 +142,14 @@ class Ownership:
                 ids = list(map(dict.get, map(orjson.loads, contents), itertools.repeat(field)))
             except (orjson.JSONDecodeError, TypeError):  # not JSON, or not an object: line by line
                 ids = []
-            if plain_ids(ids):
+            # (a line that may write the field twice is read line by line, every value of it)
+            if plain_ids(ids) and not self._keys.repeated_among(contents, len(ids)):
                 return self._note_many(lines, each_contained(ids))
         return [self.json_line(line, content) for line, content in zip(lines, contents, strict=True)]
 
     def json_line(self, line: int, content: bytes) -> bool:
         try:
-            record = orjson.loads(content)
+            record = parse_record(content, self._keys)
             owned = isinstance(record, dict) and any(u in self.users for u in extract_ids(record, self._paths))
         except (orjson.JSONDecodeError, ValueError):
             owned = False
@@ -551,13 +555,14 @@ def sidecar_versions_naming(s3: Any, dataset: DatasetConfig, uri: S3Uri, users: 
         return []
     key = uri.key + dataset.id_sidecar.suffix
     paths = parse_paths([dataset.id_sidecar.field])
+    keys = IdKeys.of(paths)
     naming = []
     for version in object_versions(s3, uri.bucket, key):
         if version["Key"] != key:
             continue
         head = ObjectHead(uri.bucket, key, version["ETag"], version["VersionId"], version["LastModified"], 0)
         try:
-            document = orjson.loads(s3.get_object(Bucket=uri.bucket, Key=key, **head.pinned())["Body"].read())
+            document = parse_record(s3.get_object(Bucket=uri.bucket, Key=key, **head.pinned())["Body"].read(), keys)
             ids = extract_ids(document, paths) if isinstance(document, dict) else ()
         except (orjson.JSONDecodeError, ValueError):
             ids = ()

@@ -17,11 +17,19 @@ from lakepurge.logs import get_logger
 from lakepurge.report import ReportTampered, SafetyLimitExceeded
 from lakepurge.workflow.approval import ApprovalRefused
 from lakepurge.workflow.steps import NotApproved
-from lakepurge.workflow.store import RequestConflict, RequestNotFound
+from lakepurge.workflow.store import RequestConflict, RequestNotFound, RequestRefused
 
 log = get_logger()
 
-SAFE_ERRORS = (ReportTampered, SafetyLimitExceeded, NotApproved, RequestNotFound, RequestConflict, ApprovalRefused)
+SAFE_ERRORS = (
+    ReportTampered,
+    SafetyLimitExceeded,
+    NotApproved,
+    RequestNotFound,
+    RequestConflict,
+    ApprovalRefused,
+    RequestRefused,
+)
 _TRANSIENT_CODES = {
     "Throttling",
     "ThrottlingException",

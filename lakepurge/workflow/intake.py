@@ -11,10 +11,10 @@ from typing import Any
 import orjson
 
 from lakepurge.aws import Clients
-from lakepurge.config import ConfigError, Settings
+from lakepurge.config import ConfigError, Settings, WorkflowConfig
 from lakepurge.logs import get_logger
 from lakepurge.privacy import Pseudonymizer
-from lakepurge.workflow.store import KINDS, RequestKind, RequestStore, workflow_settings
+from lakepurge.workflow.store import KINDS, RequestKind, RequestRefused, RequestStore, workflow_settings
 
 log = get_logger()
 
@@ -37,11 +37,15 @@ def file_request(
     users: list[str],
     requester: str,
     request_id: str,
-    received_at: datetime | None = None,
     kind: RequestKind = "erasure",
+    stated_received_at: datetime | None = None,
 ) -> FiledRequest:
     """Idempotent per request id: the same request filed twice is stored and started once. An ``access`` request
-    (GDPR Art. 15) starts the export state machine (workflow.export_state_machine_arn) instead of the purge's."""
+    (GDPR Art. 15) starts the export state machine (workflow.export_state_machine_arn) instead of the purge's.
+
+    The request is received now: its legal deadline runs from this clock, never from a time the sender states
+    (``stated_received_at`` is kept in the request as information). Too many ids, or an id too long, are refused
+    (RequestRefused naming the limit) before anything is stored."""
     workflow = workflow_settings(settings)
     if kind not in KINDS:
         raise ValueError(f"request kind {kind!r}: one of {', '.join(KINDS)}")
@@ -56,8 +60,11 @@ def file_request(
     if not _REQUEST_ID.match(request_id):
         raise ValueError(f"request id {request_id!r}: use 1-80 letters, digits, '-' or '_'")
     users = [u for u in users if u]  # exactly as given: the index matches ids exactly (" bob" is not "bob")
+    _within_limits(workflow, request_id, users)
     store = RequestStore(settings, clients.s3, clients.kms)
-    request = store.create(request_id, users, requester, received_at or datetime.now(UTC), pseudonymizer, kind)
+    request = store.create(
+        request_id, users, requester, datetime.now(UTC), pseudonymizer, kind, stated_received_at=stated_received_at
+    )
     try:
         execution_arn = sfn.start_execution(
             stateMachineArn=state_machine_arn,
@@ -68,3 +75,18 @@ def file_request(
         execution_arn = state_machine_arn.replace(":stateMachine:", ":execution:") + f":{request_id}"
     log.info("request filed", extra={"request_id": request_id, "kind": kind, "users": len(request.user_hashes)})
     return FiledRequest(request_id, execution_arn, request.deadline)
+
+
+def _within_limits(workflow: WorkflowConfig, request_id: str, users: list[str]) -> None:
+    if len(users) > workflow.max_request_users:
+        raise RequestRefused(
+            f"request {request_id}: {len(users)} user ids, more than workflow.max_request_users"
+            f" ({workflow.max_request_users}): split it into several requests, or raise the limit"
+        )
+    for number, user in enumerate(users, 1):
+        size = len(user.encode("utf-8", "surrogatepass"))
+        if size > workflow.max_user_id_bytes:
+            raise RequestRefused(
+                f"request {request_id}: user id #{number} is {size} bytes, longer than workflow.max_user_id_bytes"
+                f" ({workflow.max_user_id_bytes}): no indexed id is that long; check what was sent"
+            )

@@ -19,7 +19,7 @@ from lakepurge.config import ConfigError, Settings
 from lakepurge.coverage import DatasetCoverage, dead_letter_count, describe_gaps
 from lakepurge.export import LINK_LIMITS, export_users, presigned_link
 from lakepurge.index.base import IndexStore
-from lakepurge.launch import PurgeJobSpec, inline_fits, launcher_for, run_inline
+from lakepurge.launch import JobState, PurgeJobSpec, inline_fits, launcher_for, run_inline
 from lakepurge.logs import get_logger
 from lakepurge.privacy import HashedUsers, Pseudonymizer
 from lakepurge.purge.engine import verify_object
@@ -138,11 +138,26 @@ def request_approval(
     return ApprovalRequested(emails_sent=len(links), expires_at=expires_at)
 
 
+# The longest a Lambda invocation runs: an inline purge whose start was claimed longer ago has ended, one way or
+# another. The handler passes its own time left instead.
+LONGEST_INVOCATION_SECONDS = 900.0
+
+
 def start_purge(
-    settings: Settings, clients: Clients, request_id: str, report: ReportRef, approval: Approved
+    settings: Settings,
+    clients: Clients,
+    request_id: str,
+    report: ReportRef,
+    approval: Approved,
+    seconds_left: float = LONGEST_INVOCATION_SECONDS,
 ) -> PurgeStarted:
     """Check the approval against the stored decision and the report's bytes, erase the relational rows, then
-    purge inline (small reports) or start the Spark job."""
+    purge inline (small reports) or start the Spark job.
+
+    Idempotent: the first invocation claims the start (``purge-start.json``); another delivery of the Task (Step
+    Functions retrying a call whose answer was lost, while the first may still be purging) starts nothing and
+    answers RUNNING, and PurgeStatus follows the first one's purge. A claiming invocation that fails gives its
+    claim up, so that a retry starts the purge again (it resumes)."""
     workflow = workflow_settings(settings)
     requests = RequestStore(settings, clients.s3, clients.kms)
     decision = requests.decision(request_id)
@@ -152,6 +167,32 @@ def start_purge(
         raise ReportTampered(f"request {request_id}: the approved report hash is not the generated one")
     # The one read of the report in this step (raises ReportTampered); the inline purge is handed it.
     planned, _ = layout.load_report(clients.s3, report.uri, decision.report_sha256)
+    claimed, claim = requests.claim_purge_start(request_id, seconds_left)
+    if not claimed:
+        log.info("the purge was started by another delivery of this Task", extra={"request_id": request_id})
+        if claim.backend is not None and claim.job_id is not None:
+            return PurgeStarted(
+                backend=claim.backend, id=claim.job_id, state="RUNNING", poll_seconds=workflow.poll_seconds
+            )
+        return PurgeStarted(backend="inline", id=request_id, state="RUNNING", poll_seconds=workflow.poll_seconds)
+    try:
+        return _start_claimed(settings, clients, requests, request_id, report.uri, planned, decision, claim)
+    except BaseException:
+        requests.release_purge_start(request_id)
+        raise
+
+
+def _start_claimed(
+    settings: Settings,
+    clients: Clients,
+    requests: RequestStore,
+    request_id: str,
+    report_uri: str,
+    planned: Report,
+    decision: layout.DecisionDocument,
+    claim: layout.PurgeStartDocument,
+) -> PurgeStarted:
+    workflow = workflow_settings(settings)
     if planned.relational and requests.relational(request_id) is None:
         users, _ = requests.open(requests.get(request_id))
         deleted = purge_relational(settings, users, planned.relational)
@@ -159,13 +200,13 @@ def start_purge(
         requests.put_document(request_id, layout.RELATIONAL, recorded, only_once=True)
     spec = PurgeJobSpec(
         request_id=request_id,
-        report_uri=report.uri,
+        report_uri=report_uri,
         report_sha256=decision.report_sha256,
         approved_by=decision.approved_by,
         approved_at=decision.decided_at,
     )
     requests.set_state(request_id, PURGING)
-    if inline_fits(settings, planned):
+    if inline_fits(settings, planned, clients.s3):
         result = run_inline(settings, spec, planned)
         return PurgeStarted(
             backend="inline",
@@ -175,6 +216,8 @@ def start_purge(
         )
     launcher = launcher_for(settings)
     job_id = launcher.start(spec)
+    started = claim.model_copy(update={"backend": launcher.backend, "job_id": job_id})
+    requests.put_document(request_id, layout.PURGE_START, started)  # another delivery now polls this job
     return PurgeStarted(backend=launcher.backend, id=job_id, state="RUNNING", poll_seconds=workflow.poll_seconds)
 
 
@@ -243,12 +286,37 @@ def export_archive(
 def purge_status(settings: Settings, clients: Clients, job: PurgeStarted, report: ReportRef) -> PurgeStatus:
     """The job's state. A failed job whose report no longer hashes to the approved one was refused by the job:
     that is reported as the tampering it is (ReportTampered), not as a crash."""
+    if job.backend == "inline":
+        return _purge_started_elsewhere(settings, clients, job, report)
     status = launcher_for(settings).status(job.id)
     if status.state == "FAILED":
         layout.load_report(clients.s3, report.uri, report.sha256)
     return PurgeStatus(
         backend=job.backend, id=job.id, state=status.state, poll_seconds=job.poll_seconds, detail=status.detail
     )
+
+
+def _purge_started_elsewhere(settings: Settings, clients: Clients, job: PurgeStarted, report: ReportRef) -> PurgeStatus:
+    """The purge another delivery of StartPurge claimed (``job.id`` is the request id): its Spark job once it
+    records one; inline, done when it wrote the certificate, failed when its invocation gave the claim up or ran out
+    of time without one."""
+    request_id = job.id
+    claim = RequestStore(settings, clients.s3, clients.kms).purge_start(request_id)
+    if claim is not None and claim.backend is not None and claim.job_id is not None:
+        started = PurgeStarted(backend=claim.backend, id=claim.job_id, state="RUNNING", poll_seconds=job.poll_seconds)
+        return purge_status(settings, clients, started, report)
+    certificate = layout.read_certificate(clients.s3, layout.certificate(settings, request_id))
+    state: JobState
+    if claim is not None and certificate is not None and certificate.started_at >= claim.claimed_at:
+        passed = certificate.verification.passed and certificate.report_sha256 == report.sha256
+        state, detail = ("SUCCEEDED", "certified") if passed else ("FAILED", "certified, but not verified")
+    elif claim is not None and datetime.now(UTC) <= datetime.fromisoformat(claim.holder_until):
+        state, detail = "RUNNING", "running in the StartPurge invocation that claimed it"
+    else:
+        state, detail = "FAILED", "the StartPurge invocation that ran it ended without a certificate"
+    if state == "FAILED":
+        layout.load_report(clients.s3, report.uri, report.sha256)
+    return PurgeStatus(backend="inline", id=request_id, state=state, poll_seconds=job.poll_seconds, detail=detail)
 
 
 def verify(
@@ -335,6 +403,13 @@ def _incomplete(request_id: str, report: EndedReport | None, gaps: list[DatasetC
     )
 
 
+def _progress(erased: ErasedBeforeFailure) -> str:
+    return (
+        f" Of {erased.objects_planned} object(s) planned, {erased.objects_erased} were erased before the failure"
+        f" ({erased.objects_verified} re-read now and verified clean); the others are unchanged."
+    )
+
+
 def _ended(
     request_id: str,
     outcome: Outcome,
@@ -342,7 +417,12 @@ def _ended(
     rejected_by: str | None,
     gaps: list[DatasetCoverage] | None = None,
     deadline: str = "",
+    erased: ErasedBeforeFailure | None = None,
+    uncounted: str = "",
 ) -> str:
+    """The ending's message. ``erased``: what a failed purge erased (JOB_FAILED; FAILED once the report exists, as
+    when an inline purge's invocation failed or timed out half-way), counted from its recorded outcomes; or
+    ``uncounted``, why that count could not be made."""
     report = state.report
     uri = report.uri if report else None
     job = state.job or EndedJob()
@@ -387,7 +467,16 @@ def _ended(
         "JOB_FAILED": f"The purge job of request {request_id} FAILED ({job.backend}: {job.detail}).",
         "FAILED": f"Request {request_id} FAILED at a step; nothing is reported erased. Error: {error.error}: {cause}",
     }
-    return messages[outcome]
+    if outcome == "FAILED" and uncounted:
+        return (
+            f"Request {request_id} FAILED at a step; what it erased before the failure could not be counted now"
+            f" ({uncounted}). Error: {error.error}: {cause}"
+        )
+    if erased is None:
+        return messages[outcome]
+    if outcome == "FAILED":
+        return f"Request {request_id} FAILED at a step. Error: {error.error}: {cause}." + _progress(erased)
+    return messages[outcome] + _progress(erased) + " Running the purge again resumes it."
 
 
 def notify(
@@ -402,25 +491,30 @@ def notify(
         gaps = _coverage_gaps(clients, state.report)
         deadline = requests.get(request_id).deadline
     rejected_by = decision.rejected_by if decision is not None else None
-    message = _ended(request_id, outcome, state, rejected_by, gaps, deadline)
     try:
         kind = requests.get(request_id).kind
     except RequestNotFound:
         kind = "erasure"  # (its ending is still told; shredding below reports the missing request)
+    erased, uncounted = None, ""
+    if outcome == "JOB_FAILED" and state.report is not None:
+        erased = erased_before_failure(settings, clients, key, request_id, state.report)
+    elif outcome == "FAILED" and state.report is not None and kind == "erasure":
+        # Any step may have failed, the purge too (an inline one that raised or ran out of time half-way). The
+        # catch-all ending must still be told: what cannot be counted now is said so, never "nothing".
+        try:
+            erased = erased_before_failure(settings, clients, key, request_id, state.report)
+        except Exception as exc:
+            log.warning("what was erased could not be counted", extra={"error": type(exc).__name__})
+            uncounted = type(exc).__name__
+    message = _ended(request_id, outcome, state, rejected_by, gaps, deadline, erased, uncounted)
     if kind == "access":
         # The same endings, said of an access export: nothing is ever erased by one.
         message = re.sub(r"\berased\b", "exported", message)
     detail: dict[str, Any] = {}
     if gaps is not None:
         detail = {"coverage_gaps": [gap.dataset for gap in gaps]}  # dataset names, for lakepurge status
-    if outcome == "JOB_FAILED" and state.report is not None:
-        erased = erased_before_failure(settings, clients, key, request_id, state.report)
+    if erased is not None:
         detail = dict(erased)
-        message += (
-            f" Of {erased.objects_planned} object(s) planned, {erased.objects_erased} were erased before the"
-            f" failure ({erased.objects_verified} re-read now and verified clean); the others are unchanged."
-            " Running the purge again resumes it."
-        )
     sns.publish(
         TopicArn=workflow_settings(settings).topic_arn,
         Subject=f"lakepurge {outcome}: request {request_id}"[:100],

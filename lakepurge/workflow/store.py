@@ -38,9 +38,17 @@ AWAITING_APPROVAL = "AWAITING_APPROVAL"
 APPROVED = "APPROVED"
 PURGING = "PURGING"
 FINAL_STATES: tuple[str, ...] = get_args(Outcome)  # how a request can end
-# Endings that leave the request to be answered within its legal deadline: the execution is over, nothing was
-# erased or certified (the index could not be trusted), so status keeps it open and flags it overdue.
-STILL_OPEN: tuple[str, ...] = ("INDEX_INCOMPLETE",)
+# Endings that answer the person: erased and certified, exported, nothing to erase, or refused by an approver.
+ANSWERED: tuple[str, ...] = ("ERASED", "EXPORTED", "NOTHING_FOUND", "REJECTED")
+# Every other ending (the index could not be trusted, nobody approved in time, a job or its verification failed, a
+# tampered report) leaves the request to be answered within its legal deadline: status keeps it open, flags it overdue.
+STILL_OPEN: tuple[str, ...] = tuple(state for state in FINAL_STATES if state not in ANSWERED)
+
+
+def is_open(state: str) -> bool:
+    """Still to be answered: not ended, or ended without an answer (STILL_OPEN). The one rule `status`, `requests`,
+    `/ops` and the RequestsOpen metric count by."""
+    return state not in ANSWERED
 
 
 class RequestNotFound(LookupError):
@@ -53,6 +61,10 @@ class StateIsFinal(Exception):
 
 class RequestConflict(ValueError):
     """A request id is reused for a different set of users."""
+
+
+class RequestRefused(ValueError):
+    """The intake refused a request (too many ids, an id too long): the message names the limit, never an id."""
 
 
 class RequestShredded(LookupError):
@@ -86,6 +98,9 @@ class ErasureRequest:
     @property
     def sealing_context(self) -> dict[str, str]:
         return self.encryption_context or {"request_id": self.request_id}
+    # When the sender says it received the request, kept as information only: the deadline runs from received_at,
+    # the intake's own clock, so no sender can move it.
+    stated_received_at: str | None = None
 
     @property
     def shredded(self) -> bool:
@@ -108,8 +123,7 @@ class RequestState:
 
     @property
     def open(self) -> bool:
-        """Still to be answered: not ended, or ended without an answer (STILL_OPEN)."""
-        return not self.final or self.state in STILL_OPEN
+        return is_open(self.state)
 
 
 def workflow_settings(settings: Settings) -> WorkflowConfig:
@@ -150,6 +164,7 @@ class RequestStore:
         received_at: datetime,
         pseudonymizer: Pseudonymizer,
         kind: RequestKind = "erasure",
+        stated_received_at: datetime | None = None,
     ) -> ErasureRequest:
         """Store a new request. Filing the same request id again with the same users returns the stored one
         (EventBridge delivers at least once); with other users it is refused."""
@@ -180,6 +195,9 @@ class RequestStore:
             sealed=base64.b64encode(sealed).decode(),
             kind=kind,
             encryption_context=context,
+            stated_received_at=None
+            if stated_received_at is None
+            else stated_received_at.astimezone(UTC).isoformat(timespec="seconds"),
         )
         try:
             self._s3.put_object(
@@ -353,6 +371,34 @@ class RequestStore:
 
     def relational(self, request_id: str) -> layout.RelationalDocument | None:
         return self._typed(request_id, layout.RELATIONAL, layout.RelationalDocument)
+
+    def purge_start(self, request_id: str) -> layout.PurgeStartDocument | None:
+        return self._typed(request_id, layout.PURGE_START, layout.PurgeStartDocument)
+
+    def claim_purge_start(self, request_id: str, hold_seconds: float) -> tuple[bool, layout.PurgeStartDocument]:
+        """Claim the start of the request's purge for this invocation, which runs at most ``hold_seconds`` more.
+        Returns (claimed, the claim): another delivery of the Task gets (False, the first one's claim)."""
+        now = datetime.now(UTC)
+        mine = layout.PurgeStartDocument(
+            attempt=os.urandom(8).hex(),
+            claimed_at=now.isoformat(timespec="seconds"),
+            holder_until=(now + timedelta(seconds=hold_seconds)).isoformat(timespec="seconds"),
+        )
+        for _ in range(5):
+            try:
+                self.put_document(request_id, layout.PURGE_START, mine, only_once=True)
+                return True, mine
+            except ClientError as exc:
+                if exc.response["Error"]["Code"] not in ("PreconditionFailed", "ConditionalRequestConflict", "412"):
+                    raise
+            held = self.purge_start(request_id)
+            if held is not None:
+                return False, held
+        raise RequestConflict(f"request {request_id}: the purge's start kept being claimed and released")
+
+    def release_purge_start(self, request_id: str) -> None:
+        """The claiming invocation failed: a retry of the Task may start the purge again (it resumes)."""
+        self.delete_document(request_id, layout.PURGE_START)
 
     def request_ids(self) -> list[str]:
         ids = []

@@ -45,20 +45,29 @@ def _assert_no_raw_ids(case: WorkflowCase, request_id: str, users: list[str]) ->
         assert user not in execution, "a raw user id is in the execution's input or output"
 
 
-def test_approved_request_is_erased_verified_certified_and_notified(
-    workflow_case: Callable[..., WorkflowCase], pg_dsn: str, service_logs: RecordList
-) -> None:
+def _case_with_a_crm_table(workflow_case: Callable[..., WorkflowCase], pg_dsn: str) -> tuple[WorkflowCase, list[str]]:
+    """A workflow over the sample lake and a [[relational]] CRM table holding 3 rows of two users with data (their
+    ids) and one of someone else."""
     import psycopg
 
     relational = f'[[relational]]\nname = "crm"\ndsn = "{pg_dsn}"\ntable = "crm_customers"\ncolumn = "user_id"\n'
     case = workflow_case(extra_toml=relational)
-    s3 = aws.client("s3")
     users = _users_with_data(case, 2)
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE IF NOT EXISTS crm_customers (user_id text, plan text)")
         conn.execute("TRUNCATE crm_customers")
         for user in [*users, users[0], "someone-else"]:
             conn.execute("INSERT INTO crm_customers VALUES (%s, 'pro')", (user,))
+    return case, users
+
+
+def test_approved_request_is_erased_verified_certified_and_notified(
+    workflow_case: Callable[..., WorkflowCase], pg_dsn: str, service_logs: RecordList
+) -> None:
+    import psycopg
+
+    case, users = _case_with_a_crm_table(workflow_case, pg_dsn)
+    s3 = aws.client("s3")
     before = snapshot(s3, case.lake.lake.bucket)
 
     request_id = case.file(users, "req-approve")
@@ -96,6 +105,62 @@ def test_approved_request_is_erased_verified_certified_and_notified(
     assert "req-approve" in logged, "the handlers' logs were not captured"
     for user in users:
         assert user not in logged, "a raw user id was logged"
+
+
+def test_a_start_purge_delivered_again_while_the_first_runs_erases_once_and_ends_erased_with_exact_counts(
+    workflow_case: Callable[..., WorkflowCase], pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Step Functions retries a Task whose call failed (Lambda.SdkClientException: the connection dropped while an
+    # inline purge ran), and acts on the retry's answer; the first delivery runs on. Here the retry arrives while
+    # the first deletes the relational rows.
+    from lakepurge.workflow import steps
+    from lakepurge_lambdas import start_purge
+
+    case, users = _case_with_a_crm_table(workflow_case, pg_dsn)
+    s3 = aws.client("s3")
+    before = snapshot(s3, case.lake.lake.bucket)
+    handler, erase_rows = start_purge.handler, steps.purge_relational
+    answers: dict[str, Any] = {}
+    retry: list[Callable[[], None]] = []
+
+    def deliver(name: str, event: dict[str, Any], context: Any) -> Any:
+        try:
+            answers[name] = handler(json.loads(json.dumps(event)), context)
+        except Exception as exc:  # what Step Functions records for that delivery
+            answers[name] = exc
+        return answers[name]
+
+    def delivered_twice(event: dict[str, Any], context: Any) -> Any:
+        retry.append(lambda: deliver("retry", event, context))
+        deliver("first", event, context)
+        if isinstance(answers["retry"], Exception):  # the retry's answer is the one Step Functions acts on
+            raise answers["retry"]
+        return answers["retry"]
+
+    def retried_meanwhile(*args: Any) -> Any:
+        while retry:
+            retry.pop()()
+        return erase_rows(*args)
+
+    monkeypatch.setattr(start_purge, "handler", delivered_twice)
+    monkeypatch.setattr(steps, "purge_relational", retried_meanwhile)
+    request_id = case.file(users, "req-twice")
+    execution = case.approve_and_finish(request_id)
+
+    assert not [name for name, answer in answers.items() if isinstance(answer, Exception)], answers
+    assert (answers["first"]["state"], answers["retry"]["state"]) == ("SUCCEEDED", "RUNNING")  # one purge ran
+    assert json.loads(execution["output"])["outcome"] == "ERASED"
+    assert_invariant(case.lake.lake, case.lake.settings, set(users), before, snapshot(s3, case.lake.lake.bucket))
+    stored = {
+        name: s3.get_object(Bucket="lake-reports", Key=f"{name}s/{request_id}.json")
+        for name in ("report", "certificate")
+    }
+    report, certificate = (orjson.loads(stored[name]["Body"].read()) for name in ("report", "certificate"))
+    assert certificate["verification"]["passed"] is True
+    assert certificate["totals"]["relational_rows_deleted"] == 3
+    assert certificate["totals"]["lines_erased"] == sum(len(o["lines"]) for o in report["objects"])
+    [note] = case.notifications()
+    assert "ERASED" in note["subject"]
 
 
 def test_rejected_request_changes_nothing_and_says_rejected(workflow_case: Callable[..., WorkflowCase]) -> None:
@@ -510,9 +575,45 @@ def test_killed_spark_job_ends_as_job_failed_listing_what_was_already_erased(
     assert "ERASED" not in note["subject"]
 
 
+def test_an_inline_purge_whose_invocation_dies_half_way_ends_failed_counting_what_was_erased(
+    workflow_case: Callable[..., WorkflowCase], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A StartPurge invocation that raises or runs out of its 900 s half-way through an inline purge answers
+    # nothing: the request ends FAILED, and the message counts the objects its recorded outcomes say are erased.
+    from dataclasses import replace
+
+    from lakepurge.workflow import steps
+
+    case = workflow_case()
+    users = _users_with_data(case, 3)
+    purge = steps.run_inline
+
+    def dies_after_two_objects(settings: Any, spec: Any, report: Any) -> Any:
+        purge(settings, spec, replace(report, objects=report.objects[:2], versions=()))
+        raise TimeoutError("the invocation ran out of time")
+
+    monkeypatch.setattr(steps, "run_inline", dies_after_two_objects)
+    request_id = case.file(users, "req-inline-dies")
+    assert call_approval("POST", link_in(case.emails(request_id)[0]), "approve")["statusCode"] == 200
+    execution = case.finish(request_id)
+
+    assert execution["status"] == "FAILED"
+    [note] = case.notifications()
+    assert "FAILED" in note["subject"] and "nothing is reported erased" not in note["message"]
+    planned = len(
+        orjson.loads(
+            aws.client("s3").get_object(Bucket="lake-reports", Key=f"reports/{request_id}.json")["Body"].read()
+        )["objects"]
+    )
+    assert planned > 2
+    assert f"Of {planned} object(s) planned, 2 were erased before the failure (2 re-read now" in note["message"]
+
+
 def test_eventbridge_request_is_stored_encrypted_and_started_once_with_its_id_only(
     workflow_case: Callable[..., WorkflowCase],
 ) -> None:
+    from datetime import UTC, datetime, timedelta
+
     from lakepurge.workflow.store import RequestStore
     from lakepurge_lambdas import intake
     from tests.support.events import LambdaContext, load
@@ -533,7 +634,10 @@ def test_eventbridge_request_is_stored_encrypted_and_started_once_with_its_id_on
     store = RequestStore(case.settings, aws.client("s3"), aws.client("kms"))
     request = store.get(first["request_id"])
     assert store.open(request) == ([user], "privacy-portal")
-    assert request.deadline.startswith("2026-12-21"), "30 days after the received time"
+    assert request.stated_received_at == "2026-11-21T08:59:30+00:00"  # the sender's time, kept as information
+    received = datetime.fromisoformat(request.received_at)  # the intake's own clock: the deadline runs from it
+    assert abs(datetime.now(UTC) - received) < timedelta(minutes=5)
+    assert datetime.fromisoformat(request.deadline) == received + timedelta(days=30)
     call_approval("POST", link_in(case.emails(first["request_id"])[0]), "reject")
     case.finish(first["request_id"])
 

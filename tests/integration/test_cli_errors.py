@@ -18,7 +18,7 @@ import pytest
 
 from lakepurge.config import load_settings
 from lakepurge.local.postgres import free_port
-from tests.support.configs import reviews_toml
+from tests.support.configs import reviews_toml, workflow_toml
 
 pytestmark = pytest.mark.integration
 
@@ -181,6 +181,19 @@ def test_given_a_wrong_argument_when_running_with_json_then_stdout_holds_the_err
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert_json_error(result, "usage")
+
+
+def test_given_more_ids_than_the_intake_takes_when_requesting_then_the_limit_is_named_and_no_id_repeated(workdir, aws):
+    from lakepurge import aws as clients
+
+    clients.client("s3").create_bucket(Bucket="lake")
+    config = workdir / "lakepurge.toml"
+    machine = "arn:aws:states:us-east-1:123456789012:stateMachine:lakepurge"
+    config.write_text(config.read_text() + "\n" + workflow_toml(machine, "alias/lakepurge", max_request_users=1))
+    env = {**CREDENTIALS, **REGION, "AWS_ENDPOINT_URL": aws.endpoint, "LAKEPURGE_HASH_KEY": "cli-test-key-0123456789"}
+    result = run(workdir, "request", SECRET_USER, "other-user-0815", "--json", env=env)
+    assert_one_line(result, "2 user ids", "workflow.max_request_users (1)")
+    assert_json_error(result, "request_refused")
 
 
 def test_given_debug_when_a_fault_happens_then_the_traceback_is_kept(workdir):

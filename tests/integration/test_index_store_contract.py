@@ -613,6 +613,55 @@ def test_given_a_versioned_object_when_a_purge_rewrites_it_then_the_rewritten_ve
     assert store.dump() == {("bob", A, 1), ("carol", A, 3), ("dave", B, 1)}
 
 
+# A purge moves the index from the version it read (a1) to the one it wrote (p); S3 stamps whole seconds, so another
+# writer's version (w) written in the same second carries the same LastModified as both.
+PURGED = NewVersion('"p"', "vp", T0)
+NEWER = version(A, '"w"', T0, {"bob": [0], "erin": [1]}, version_id="vw")
+
+
+def _purge_race_start(store: IndexStore) -> None:
+    store.replace_objects([version(A, '"a1"', T0, {"alice": [0], "bob": [1]}, version_id="va1")])
+
+
+def _assert_newer_kept(store: IndexStore) -> None:
+    assert store.dump() == {("bob", A, 0), ("erin", A, 1)}
+    assert store.lookup(["alice", "bob"]) == {"bob": [Location(A, '"w"', (0,))]}
+    # Only the version the newer one replaced is noncurrent; the current one is never recorded as such.
+    assert store.dump_noncurrent() == {("alice", A, "va1"), ("bob", A, "va1")}
+
+
+def test_given_a_newer_version_indexed_in_the_same_second_when_a_purge_moves_the_index_then_the_newer_stays(store):
+    _purge_race_start(store)
+    store.replace_objects([NEWER])
+
+    assert store.apply_erasure(A, '"a1"', PURGED, [0]) is False
+
+    _assert_newer_kept(store)
+
+
+@pytest.mark.parametrize("store", ["dynamodb"], indirect=True)
+def test_given_a_newer_version_indexed_between_the_dynamodb_read_and_write_when_moving_the_index_then_it_stays(
+    store, monkeypatch
+):
+    # DynamoDB reads the object's rows, then writes the new version's: an indexer may index another writer's version
+    # in between. The write must be conditional on the version read (PostgreSQL's one statement compares the ETag;
+    # the memory store holds its lock), or the newer version's rows are replaced by stale ones.
+    _purge_race_start(store)
+    read = store.get_object
+
+    def read_then_another_indexer_writes(s3path: str) -> ObjectIndex | None:
+        held = read(s3path)
+        store.replace_objects([NEWER])
+        return held
+
+    monkeypatch.setattr(store, "get_object", read_then_another_indexer_writes)
+
+    assert store.apply_erasure(A, '"a1"', PURGED, [0]) is False
+
+    monkeypatch.undo()
+    _assert_newer_kept(store)
+
+
 # -- coverage -------------------------------------------------------------------------------------------------------
 
 

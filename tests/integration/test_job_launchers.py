@@ -27,13 +27,15 @@ from lakepurge.launch import (
     JobStatus,
     LocalSparkLauncher,
     PurgeJobSpec,
+    bytes_to_read,
     inline_fits,
     launcher_for,
     run_inline,
 )
 from lakepurge.layout import write_report
 from lakepurge.privacy import Pseudonymizer
-from lakepurge.report import ReportTampered, build_report
+from lakepurge.report import Report, ReportTampered, build_report
+from lakepurge.s3uri import S3Uri
 from tests.support.invariant import assert_invariant, snapshot
 from tests.support.lakes import LakeCase, an_attachment, index_toml
 from tests.support.purging import HASH_KEY, index_lake_in_its_index
@@ -46,7 +48,9 @@ ACCOUNT = "123456789012"  # moto's default account: StartJobRun refuses a role o
 APPLICATION_ARN = f"arn:aws:emr-serverless:us-east-1:{ACCOUNT}:/applications/00fabc"
 
 
-def with_workflow(settings: Settings, launcher: object, inline_max_objects: int = 20) -> Settings:
+def with_workflow(
+    settings: Settings, launcher: object, inline_max_objects: int = 20, inline_max_bytes: int = 256 << 20
+) -> Settings:
     workflow = WorkflowConfig(
         kms_key_id="alias/lakepurge",
         sender="lakepurge@example.com",
@@ -54,6 +58,7 @@ def with_workflow(settings: Settings, launcher: object, inline_max_objects: int 
         approval_url="http://127.0.0.1/approve",
         topic_arn=f"arn:aws:sns:us-east-1:{ACCOUNT}:lakepurge",
         inline_max_objects=inline_max_objects,
+        inline_max_bytes=inline_max_bytes,
         launcher=launcher,  # type: ignore[arg-type]
     )
     return settings.model_copy(update={"workflow": workflow})
@@ -389,21 +394,52 @@ def test_given_a_report_changed_after_approval_when_purged_inline_then_it_is_ref
     assert snapshot(s3, "lake") == before
 
 
-def test_given_the_inline_threshold_when_sizing_a_report_then_only_reports_within_it_fit(small_lake):
-    case = small_lake
+def _report_of(case: LakeCase, users: list[str], request_id: str) -> Report:
     store = open_store(case.settings.index)
     try:
-        report = build_report(
-            store, case.settings, case.lake.users[:2], "req-size", Pseudonymizer(HASH_KEY.encode()), force=True
-        )
+        return build_report(store, case.settings, users, request_id, Pseudonymizer(HASH_KEY.encode()), force=True)
     finally:
         store.close()
-    objects = len(report.objects)
+
+
+def _bytes_read(case: LakeCase, report: Report) -> int:
+    """What the purge reads of the lake's objects the report names: those of delete-object datasets are not read."""
+    read = {o.s3path for o in report.objects if case.settings.dataset_named(o.dataset).erase != "delete-object"}
+    return sum(len(o.body) for o in case.lake.objects if f"s3://{case.lake.bucket}/{o.key}" in read)
+
+
+def test_given_the_inline_thresholds_when_sizing_a_report_then_only_reports_within_both_count_and_bytes_fit(
+    small_lake,
+):
+    case = small_lake
+    report = _report_of(case, case.lake.users[:2], "req-size")
+    s3 = aws.client("s3")
+    objects, read = len(report.objects), _bytes_read(case, report)
+    assert read > 0 and bytes_to_read(s3, case.settings, report) == read
     local = LocalLauncherConfig()
-    assert inline_fits(with_workflow(case.settings, local, inline_max_objects=objects), report)
-    assert not inline_fits(with_workflow(case.settings, local, inline_max_objects=objects - 1), report)
-    assert not inline_fits(with_workflow(case.settings, local, inline_max_objects=0), report)
-    assert inline_fits(case.settings, report) == (objects <= 20)  # no [workflow]: the default threshold
+
+    def fits(max_objects: int, max_bytes: int) -> bool:
+        return inline_fits(with_workflow(case.settings, local, max_objects, max_bytes), report, s3)
+
+    assert fits(objects, read)
+    assert not fits(objects, read - 1)  # few objects, but too many bytes for one Lambda
+    assert not fits(objects - 1, read)
+    assert not fits(0, read)
+    assert inline_fits(case.settings, report, s3) == (objects <= 20)  # no [workflow]: the defaults (256 MiB)
+
+
+def test_given_a_versioned_lake_when_sizing_a_report_then_every_version_of_its_keys_counts(lake_factory, pg_dsn):
+    # The purge rewrites the current version and reads each noncurrent one for the users: all of them take its time.
+    case = lake_factory(index_toml("postgres", pg_dsn), objects=10, users=6, versioned=True)
+    index_lake_in_its_index(case.settings, case.lake)
+    report = _report_of(case, case.lake.users[:1], "req-size-versions")
+    s3 = aws.client("s3")
+    rewritten = next(o for o in report.objects if case.settings.dataset_named(o.dataset).erase != "delete-object")
+    where = S3Uri.parse(rewritten.s3path)
+    newer = s3.get_object(Bucket=where.bucket, Key=where.key)["Body"].read() + b"\n"
+    s3.put_object(Bucket=where.bucket, Key=where.key, Body=newer)
+
+    assert bytes_to_read(s3, case.settings, report) == _bytes_read(case, report) + len(newer)
 
 
 def test_given_no_configuration_in_the_environment_when_starting_locally_then_it_fails_before_starting_a_jvm(

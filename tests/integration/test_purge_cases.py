@@ -14,6 +14,7 @@ import pytest
 from lakepurge import aws
 from lakepurge.index import open_store
 from lakepurge.indexer import index_object
+from lakepurge.purge.engine import verify_object
 from tests.integration.test_purge import fresh_lake
 from tests.support.lakes import index_toml
 from tests.support.purging import index_lake, purge_report, report_for
@@ -96,6 +97,35 @@ def test_given_an_object_changed_since_indexing_when_purged_then_only_the_users_
     assert body_of(s3, lake.bucket, target) == b"".join(line + b"\n" for line in expected)
     assert store.lookup([user]) == {}
     assert {u for u, p, _ in store.dump() if p.endswith(target)} == {"keep-a", "keep-b", "keep-c"}
+
+
+def test_given_a_record_writing_its_id_field_twice_when_indexed_and_purged_then_each_user_finds_it_and_it_is_erased(
+    index_backend,
+):
+    # {"user_id":"alice",...,"user_id":"bob"}: orjson alone reads bob only, and alice's record was never found.
+    lake, cfg = fresh_lake(index_backend, objects=10)
+    store = open_store(cfg.index)
+    s3 = aws.client("s3")
+    target = "reviews/dt=2026-01/part-09999.jsonl"
+    kept = b'{"user_id":"keep-c","n":2}\n'
+    s3.put_object(Bucket=lake.bucket, Key=target, Body=b'{"user_id":"dup-alice","n":1,"user_id":"dup-bob"}\n' + kept)
+    index_object(s3, store, cfg, lake.bucket, target)
+    path = f"s3://{lake.bucket}/{target}"
+    try:
+        found = store.lookup(["dup-alice", "dup-bob"])
+        assert {user: [(where.s3path, where.lines) for where in at] for user, at in found.items()} == {
+            "dup-alice": [(path, (0,))],
+            "dup-bob": [(path, (0,))],
+        }
+
+        [outcome] = purge_report(store, cfg, report_for(store, cfg, ["dup-alice"]), {"dup-alice"})
+
+        assert (outcome.status, outcome.erased_lines) == ("erased", [0])
+        assert body_of(s3, lake.bucket, target) == b"{}\n" + kept
+        assert store.lookup(["dup-alice", "dup-bob"]) == {}  # the line is blank: nobody's any more
+        assert verify_object(s3, cfg, cfg.dataset_named("reviews"), path, {"dup-alice", "dup-bob"}) == []
+    finally:
+        store.close()
 
 
 class WriterRacesOnce:

@@ -366,6 +366,7 @@ PUTS: dict[str, set[tuple[str, str]]] = {
     "StartPurgeRole": {
         ("ReportsBucket", "requests/*/relational.json"),
         ("ReportsBucket", "requests/*/state.json"),
+        ("ReportsBucket", "requests/*/purge-start.json"),  # the claim that makes a repeated StartPurge start nothing
         ("ReportsBucket", "results/*"),
         ("ReportsBucket", "placeholders/*"),
         ("EvidenceBucket", "certificates/*"),
@@ -391,7 +392,7 @@ PUTS: dict[str, set[tuple[str, str]]] = {
     "RequestMetricsRole": {("ReportsBucket", "operations/view.json")},
 }
 DELETES: dict[str, set[tuple[str, str]]] = {
-    "StartPurgeRole": {(LAKE, LAKE)},
+    "StartPurgeRole": {(LAKE, LAKE), ("ReportsBucket", "requests/*/purge-start.json")},  # a failed start's claim
     "SparkJobRole": {("ReportsBucket", "placeholders/*"), (LAKE, LAKE)},  # the vacuum forgets the records it cleared
 }
 # Object versions deleted outside the lake: only the earlier versions of a shredded request.json (they hold its

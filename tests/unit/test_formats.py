@@ -62,6 +62,39 @@ def test_given_nested_fields_and_arrays_when_reading_then_every_id_is_found_once
     assert found == [(0, ("a", "b", "c", "s1", "s2"))]
 
 
+# -- a record that writes an id field's key more than once: every value counts, in every reader --------------------
+
+REPEATED = (
+    b'{"user_id":"carol"}\n'
+    b'{"user_id":"alice","n":1,"user_id":"bob"}\n'  # orjson alone keeps only bob
+    b'{"user_id":"dave","user\\u005fid":"erin"}\n'  # the same key, spelled with an escape
+    b'{"user_id":"frank","user_id":null}\n'  # a null says no more than an absent field
+    b'{"order":{"buyer":"gus","buyer":"hal"}}\n'
+)
+
+
+def test_given_a_record_writing_its_id_field_twice_when_reading_or_grouping_then_each_value_is_its_user(monkeypatch):
+    expected = [(0, ("carol",)), (1, ("alice", "bob")), (2, ("dave", "erin")), (3, ("frank",))]
+    assert records(read(REPEATED)) == expected
+    assert records(read(REPEATED, fields=("order.buyer",))) == [(4, ("gus", "hal"))]
+    for chunk in (1 << 20, 20):  # the whole object one chunk (the bulk path), and a chunk per line or so
+        monkeypatch.setattr(formats, "CHUNK_BYTES", chunk)
+        grouped = group_records(io.BytesIO(REPEATED), "x.jsonl", "jsonl", ("user_id",), MAX)
+        assert grouped.lines_by_user == {"carol": [0], "alice": [1], "bob": [1], "dave": [2], "erin": [2], "frank": [3]}
+
+
+def test_given_a_record_writing_its_id_field_twice_when_verifying_then_it_is_found_for_each_value():
+    for wanted in ({"alice"}, {"bob"}, {"dave"}, {"frank"}):
+        found, expected = holding_both_ways(REPEATED, "jsonl", False, wanted)
+        assert found == expected != []
+    assert holding_both_ways(REPEATED, "jsonl", False, {"nobody"}) == ([], [])
+
+
+def test_given_a_repeated_id_field_with_an_empty_value_when_reading_then_the_record_is_unindexable():
+    # As an empty id in a list of ids: the record's ids cannot all be read, so it is reported, not half-indexed.
+    assert problems(read(b'{"user_id":"","user_id":"alice"}\n')) == [(0, "id field 'user_id' is empty")]
+
+
 def test_given_one_of_several_id_fields_present_when_reading_then_record_is_indexed():
     data = b'{"buyer":{"id":"a"}}\n'
     assert records(read(data, fields=("buyer.id", "gift.recipients"))) == [(0, ("a",))]
@@ -189,6 +222,15 @@ LINE_KINDS = st.sampled_from(
         b'{"user_id":"frank"',
         b'{"user_id":"gr\xffce"}',
         b'{"user_id":"hal","pad":"' + b"x" * 90 + b'"}',
+        # an id field's key written twice (orjson alone keeps the last value): each value counts
+        b'{"user_id":"ivy","n":1,"user_id":"jo"}',
+        b'{"user_id":"kim","user_id":null}',
+        b'{"user_id":null,"user_id":"lee"}',
+        b'{"user_id":"mo","user\\u005fid":"ned"}',
+        b'{"user_id":"ola","x":{"user_id":"pia"}}',
+        b'{"user_id":"quin","user_id":["rob","quin"]}',
+        b'{"user_id":"sam","user_id":""}',
+        b'{"note":"\\"user_id\\"","user_id":"tom"}',
     ]
 )
 
@@ -479,6 +521,13 @@ def test_given_any_lines_when_split_into_csv_records_then_rows_are_those_of_the_
                 b'{"user_id":"alice"}\r',
                 b'{"user_id":"alice","pad":"' + b"p" * 100 + b'"}',
                 b'{"user_id":"carol","n":2}',
+                # an id field's key written twice: each value counts (orjson alone keeps the last)
+                b'{"user_id":"alice","n":1,"user_id":"bob"}',
+                b'{"user_id":"alice","user_id":null}',
+                b'{"user_id":null,"user_id":"bob"}',
+                b'{"user_id":"alice","user\\u005fid":"bob"}',
+                b'{"user_id":"bob","x":{"user_id":"alice"}}',
+                b'{"user_id":7,"user_id":"bob"}',
             ]
         ),
         max_size=60,

@@ -17,6 +17,7 @@ from lakepurge.history import RequestRecord
 from lakepurge.index.base import IndexStatus
 from lakepurge.operations import PageLocked, assemble, may_read
 from lakepurge.operations_page import operations_page
+from lakepurge.workflow.store import AWAITING_APPROVAL, FINAL_STATES, PURGING, RECEIVED, RequestState
 
 pytestmark = pytest.mark.unit
 
@@ -79,6 +80,21 @@ def test_given_requests_in_several_states_when_assembled_then_overdue_comes_firs
     assert order[3:] == ["req-rejected", "op-erased", "req-erased-2", "req-erased-1"]  # ended: newest first
     assert (view.open, view.overdue) == (3, 1)
     assert view.by_state == {"AWAITING_APPROVAL": 2, "ERASED": 3, "INDEX_INCOMPLETE": 1, "REJECTED": 1}
+
+
+def test_given_an_answered_access_request_when_counted_then_it_is_closed_as_status_counts_each_workflow_state() -> None:
+    exported = _record("req-exported", "EXPORTED", "2026-11-22T12:00:00+00:00", "2026-12-22T12:00:00+00:00")
+
+    view = assemble([*RECORDS, exported], STATUS, COVERAGE, returning_users=2, now=NOW)
+
+    assert not exported.open
+    assert view.open == 3 and [r.request_id for r in view.requests][3] == "req-exported"  # first of the ended
+    for state in (*FINAL_STATES, RECEIVED, AWAITING_APPROVAL, PURGING):
+        record = _record("req", state, "2026-11-22T12:00:00+00:00", "2026-12-22T12:00:00+00:00")
+        assert record.open == RequestState(state, NOW.isoformat()).open, state
+    # only an answer closes a request: a failed ending leaves the legal deadline running
+    closed = {state for state in FINAL_STATES if not RequestState(state, NOW.isoformat()).open}
+    assert closed == {"ERASED", "EXPORTED", "NOTHING_FOUND", "REJECTED"}
 
 
 def test_given_verified_erasures_when_assembled_then_lines_and_objects_are_summed_per_day() -> None:

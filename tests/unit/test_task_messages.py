@@ -350,7 +350,8 @@ def test_given_an_approved_request_when_the_workflow_runs_then_each_task_reads_w
     _, _, _, request_id, ref, token, began = calls["RequestApproval"][0]
     assert (request_id, ref, token) == (REQUEST_ID, ReportRef(uri=REPORT_URI, sha256=SHA), CONTEXT["Task"]["Token"])
     assert began.isoformat() == "2026-03-01T12:00:00.123000+00:00"
-    assert calls["StartPurge"][0][2:] == (REQUEST_ID, ReportRef(uri=REPORT_URI, sha256=SHA), APPROVED)
+    # ... and the invocation's time left (the context's), for as long as it may hold the purge it starts
+    assert calls["StartPurge"][0][2:] == (REQUEST_ID, ReportRef(uri=REPORT_URI, sha256=SHA), APPROVED, 300.0)
     first_poll, second_poll = calls["PurgeStatus"]
     assert first_poll[2] == RUNNING and second_poll[2] == RUNNING  # the previous poll's detail is not read
     assert calls["VerifyPurge"][0][3:] == (REQUEST_ID, ReportRef(uri=REPORT_URI, sha256=SHA))

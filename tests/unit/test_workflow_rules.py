@@ -11,7 +11,7 @@ import pytest
 
 from lakepurge.coverage import DatasetCoverage
 from lakepurge.workflow.approval import expiry
-from lakepurge.workflow.events import EndedState, Outcome
+from lakepurge.workflow.events import EndedState, ErasedBeforeFailure, Outcome
 from lakepurge.workflow.steps import _ended
 
 pytestmark = pytest.mark.unit
@@ -114,6 +114,18 @@ def test_given_the_specific_endings_when_notifying_then_each_states_what_the_rea
     assert REPORT_URI in message("REPORT_TAMPERED")
     failed = message("FAILED")
     assert "States.TaskFailed: " + "x" * 300 in failed and "x" * 301 not in failed  # the cause is cut short
+
+
+def test_given_a_failed_step_after_the_report_when_notifying_then_what_was_erased_is_counted_or_said_unknown() -> None:
+    state = EndedState.model_validate(ended_state())
+    erased = ErasedBeforeFailure(objects_erased=2, objects_verified=2, objects_planned=5)
+
+    counted = _ended(REQUEST_ID, "FAILED", state, None, erased=erased)
+    unknown = _ended(REQUEST_ID, "FAILED", state, None, uncounted="EndpointConnectionError")
+
+    assert "Of 5 object(s) planned, 2 were erased before the failure (2 re-read now" in counted
+    assert "could not be counted now (EndpointConnectionError)" in unknown
+    assert not any("nothing" in text for text in (counted, unknown))
 
 
 def test_given_an_ending_without_decision_or_gaps_when_notifying_then_the_message_still_reads() -> None:
