@@ -8,7 +8,7 @@ They are the typed messages of lakepurge.workflow.events; only the handlers turn
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
