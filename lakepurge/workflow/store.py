@@ -98,6 +98,7 @@ class ErasureRequest:
     @property
     def sealing_context(self) -> dict[str, str]:
         return self.encryption_context or {"request_id": self.request_id}
+
     # When the sender says it received the request, kept as information only: the deadline runs from received_at,
     # the intake's own clock, so no sender can move it.
     stated_received_at: str | None = None
