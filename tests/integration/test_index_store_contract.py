@@ -705,3 +705,12 @@ def test_given_objects_with_unindexable_lines_when_asked_then_only_their_current
     assert store.problems() == {}
     store.replace_objects([version(A, '"a3"', T0 + timedelta(seconds=2), {}, [UnindexableLine(0, "newer")])])
     assert store.problems() == {"events": DatasetProblems("events", 1, 1, 0, 0)}
+
+
+def test_given_an_object_with_unindexable_lines_when_a_purge_rewrites_it_then_its_lines_still_count(store):
+    """Blanking keeps every line number, so the unindexable lines of the version rewritten are the new version's."""
+    bad = [UnindexableLine(2, "invalid JSON")]
+    store.replace_objects([version(A, '"a1"', T0, {"alice": [0], "bob": [1]}, bad)])
+    assert store.apply_erasure(A, '"a1"', NewVersion('"a2"', None, T0 + timedelta(seconds=1)), [0])
+    assert store.problems() == {"events": DatasetProblems("events", 1, 1, 0, 0)}
+    assert [(o.etag, o.lines) for o in store.problem_objects("events", limit=5)] == [('"a2"', tuple(bad))]
