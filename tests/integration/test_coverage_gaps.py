@@ -38,7 +38,6 @@ from lakepurge.workflow.steps import generate_report
 from lakepurge.workflow.store import RequestStore
 from lakepurge_lambdas import indexer as indexer_lambda
 from tests.support.events import LambdaContext, drained, retargeted, s3_notification, s3_record, sqs_event
-from tests.support.lakes import index_toml
 from tests.support.purging import HASH_KEY
 
 pytestmark = pytest.mark.integration
@@ -121,22 +120,17 @@ def parquet(*users: str) -> bytes:
 UNREADABLE_PARQUET = b"PAR1" + b"\x00synthetic, not a footer pyarrow can read" * 4 + b"PAR1"
 
 
-@pytest.fixture(params=["postgres", "dynamodb"])
-def glake(
-    request: pytest.FixtureRequest, aws: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[GapLake]:
-    """An unversioned lake with a JSON Lines, a Parquet and a tag-owned dataset, indexed by events and reconciled
-    (every dataset covered); its configuration is the indexer Lambda's and the CLI's."""
+@pytest.fixture
+def glake(index_backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[GapLake]:
+    """An unversioned lake with a JSON Lines, a Parquet, a tag-owned and a sidecar-owned dataset, indexed by events
+    and reconciled (every dataset covered), on each index backend; its configuration is the indexer Lambda's and the
+    CLI's."""
     monkeypatch.setenv("LAKEPURGE_HASH_KEY", HASH_KEY)
-    if request.param == "postgres":
-        index = index_toml("postgres", request.getfixturevalue("pg_dsn"))
-    else:
-        index = index_toml("dynamodb", table=f"index-{uuid.uuid4().hex[:8]}")
     s3 = clients.client("s3")
     s3.create_bucket(Bucket=BUCKET)
     s3.create_bucket(Bucket=f"{BUCKET}-reports")
     toml = (
-        f'[index]\n{index}\n\n[reports]\nlocation = "s3://{BUCKET}-reports/"\n\n'
+        f'[index]\n{index_backend}\n\n[reports]\nlocation = "s3://{BUCKET}-reports/"\n\n'
         f"[purge]\nmax_dataset_fraction = 1.0\nmax_object_fraction = 1.0\n{DATASETS}"
     )
     config = tmp_path / "lakepurge.toml"
