@@ -9,18 +9,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+
+from botocore.exceptions import ClientError
 
 from lakepurge import aws
 from lakepurge.config import DatasetConfig, Settings
 from lakepurge.index import open_store
 from lakepurge.index.base import Coverage, IndexStore, NoncurrentVersion, ObjectIndex
-from lakepurge.indexer import failed_object, failure_reason, flag_erased_users, scan_object
+from lakepurge.indexer import failed_object, failure_reason, flag_erased_users, scan_object, tag_owners
 from lakepurge.logs import get_logger, object_ref
 from lakepurge.privacy import Pseudonymizer
-from lakepurge.s3io import ObjectChanged, ObjectHead, ever_versioned, head_object, list_noncurrent
+from lakepurge.s3io import ObjectChanged, ObjectHead, error_code, ever_versioned, head_object, list_noncurrent
 from lakepurge.s3uri import S3Uri
 from lakepurge.sparkutil import apply_job_environment, job_environment, on_executors
 from lakepurge.tableformats import refuse_table_formats
@@ -305,7 +308,7 @@ class ReconcileResult:
     objects: int  # current objects listed
     versions: int  # noncurrent versions read (all of them the first time, else those of drifted keys)
     missing: int  # listed, not indexed
-    changed: int  # indexed at another ETag than the one listed (or failed before)
+    changed: int  # indexed at another ETag than the one listed (or failed before), or another owner tag
     gone: int  # indexed, no longer listed (deleted without its event reaching the indexer)
     fixed: int
     failed: tuple[tuple[str, str], ...]
@@ -317,7 +320,9 @@ def run_reconcile(
 ) -> list[ReconcileResult]:
     """Compare each dataset's listing (keys, ETags, noncurrent versions) with the index, index what differs (or only
     report it), and record the dataset's coverage. Only the differences are read, so a healthy index costs one
-    listing. spark None does the work in this process."""
+    listing; a tag-owned dataset also costs one GetObjectTagging per object, since tagging keeps the ETag and only
+    the owner tag tells a re-tagged object. Objects the index holds as owner unknown (one-user datasets) are read
+    again too: a sidecar or tag whose event was lost may have arrived. spark None does the work in this process."""
     s3 = aws.client("s3")
     chosen = _chosen(settings, datasets)
     refuse_table_formats(s3, chosen)
@@ -338,7 +343,9 @@ def run_reconcile(
             missing = [k for k in listing.current if k not in mine]
             changed = [k for k, (etag, _) in listing.current.items() if k in mine and mine[k] != etag]
             gone = [k for k in mine if k not in listing.current]
-            drifted = {*missing, *changed, *gone}
+            # Same ETag, other owner: read again whatever ETag the index holds (forced).
+            retagged = _retagged(s3, store, dataset, [k for k in listing.current if k in mine and k not in changed])
+            drifted = {*missing, *changed, *retagged, *gone}
             # Never fully listed before: every noncurrent version is unknown. Otherwise the event stream kept the
             # old versions of every key it saw change; only keys it missed can hide versions the index never saw.
             first = dataset.name not in recorded or recorded[dataset.name].location != dataset.location
@@ -349,6 +356,10 @@ def run_reconcile(
                     store.remove_object(f"s3://{bucket}/{key}")
                 objects = [(dataset.name, bucket, key, listing.current[key][1]) for key in [*missing, *changed]]
                 failures = _result(_index_listed(spark, settings, False, objects, versions)).failed
+                again = [*retagged, *(k for k in _unowned(store, dataset) if k in listing.current and k not in drifted)]
+                if again:
+                    forced = [(dataset.name, bucket, key, listing.current[key][1]) for key in again]
+                    failures += _result(_index_listed(spark, settings, True, forced, [])).failed
             left = len(failures) if fix else len(drifted)
             store.record_coverage(
                 Coverage(
@@ -369,20 +380,59 @@ def run_reconcile(
                     objects=len(listing.current),
                     versions=len(versions),
                     missing=len(missing),
-                    changed=len(changed),
+                    changed=len(changed) + len(retagged),
                     gone=len(gone),
-                    fixed=len(drifted) - left if fix else 0,
+                    fixed=max(len(drifted) - left, 0) if fix else 0,
                     failed=failures,
                     drift=left,
                 )
             )
             log.info(
                 "reconciled",
-                extra={"dataset": dataset.name, "missing": len(missing), "changed": len(changed), "gone": len(gone)},
+                extra={
+                    "dataset": dataset.name,
+                    "missing": len(missing),
+                    "changed": len(changed) + len(retagged),
+                    "gone": len(gone),
+                },
             )
     finally:
         store.close()
     return results
+
+
+_TAGGING_THREADS = 16
+
+
+def _retagged(s3: Any, store: IndexStore, dataset: DatasetConfig, keys: list[str]) -> list[str]:
+    """The keys of a tag-owned dataset whose owner tag names other users than the index holds (tagging keeps the
+    ETag), or that vanished while being compared; empty for other datasets."""
+    if dataset.id_tag is None or not keys:
+        return []
+    bucket = dataset.uri.bucket
+    indexed = store.object_owners(dataset.name)
+
+    def differs(key: str) -> bool:
+        try:
+            return tag_owners(s3, dataset, bucket, key) != indexed.get(f"s3://{bucket}/{key}", frozenset())
+        except ClientError as exc:
+            if error_code(exc) in ("NoSuchKey", "404", "MethodNotAllowed", "405"):
+                return True  # deleted since the listing: indexing it removes it
+            raise
+
+    with ThreadPoolExecutor(max_workers=_TAGGING_THREADS, thread_name_prefix="lakepurge-tags") as pool:
+        return [key for key, different in zip(keys, pool.map(differs, keys), strict=True) if different]
+
+
+def _unowned(store: IndexStore, dataset: DatasetConfig) -> list[str]:
+    """The keys of a one-user dataset's objects the index holds as read, owner unknown."""
+    if not dataset.per_object:
+        return []
+    problems = store.problems().get(dataset.name)
+    if problems is None or not problems.unowned:
+        return []
+    found = store.problem_objects(dataset.name, limit=problems.objects, lines=1)
+    return [S3Uri.parse(o.s3path).key for o in found if o.whole and o.etag]
 
 
 def _bucket_key(s3path: str) -> tuple[str, str]:

@@ -411,7 +411,7 @@ def _read_users(args: argparse.Namespace, required: bool = True) -> list[str]:
 
 
 def cmd_lookup(args: argparse.Namespace, out: Output) -> int:
-    from lakepurge.coverage import assess
+    from lakepurge.coverage import of_index
     from lakepurge.index import open_store
 
     settings = _settings(args)
@@ -420,7 +420,7 @@ def cmd_lookup(args: argparse.Namespace, out: Output) -> int:
     try:
         found = store.lookup(users)
         old_versions = {user: store.noncurrent_of([user]) for user in users}
-        gaps = [c for c in assess(settings, store.coverage()) if not c.complete]
+        gaps = [c for c in of_index(settings, store) if not c.complete]
     finally:
         store.close()
     document: dict[str, Any] = {}
@@ -459,7 +459,7 @@ def _shown(settings: Settings, s3path: str, pseudonymizer: Pseudonymizer | None)
 
 def cmd_status(args: argparse.Namespace, out: Output) -> int:
     from lakepurge import aws
-    from lakepurge.coverage import assess, dead_letter_count
+    from lakepurge.coverage import dead_letter_count, of_index
     from lakepurge.index import open_store
     from lakepurge.privacy import Pseudonymizer
     from lakepurge.returning import purge_again_command, returning_users
@@ -470,7 +470,8 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
     try:
         status = store.status()
         problems = store.unindexable(limit=args.limit)
-        recorded = store.coverage()
+        dead_letters = dead_letter_count(aws.client("sqs"), settings.indexing.dead_letter_queue_url)
+        coverage = of_index(settings, store, dead_letters)
         returning = (
             returning_users(store, pseudonymizer)
             if pseudonymizer is not None and status.objects_with_erased_users
@@ -478,7 +479,6 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
         )
     finally:
         store.close()
-    coverage = assess(settings, recorded, dead_letter_count(aws.client("sqs"), settings.indexing.dead_letter_queue_url))
     for dataset in coverage:
         if dataset.complete:
             out.say(

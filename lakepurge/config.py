@@ -288,6 +288,10 @@ class PurgeConfig(_Strict):
     # (no second read of the object). "full": verification reads every version again (`purge --verify full`).
     # Versions the purge did not produce or read are read in full either way (docs/ARCHITECTURE.md).
     verify: Literal["checksum", "full"] = "checksum"
+    # Unindexable lines (invalid JSON, an unterminated quote, an id too long...) of the covered datasets are read
+    # when a report is made, for the requested ids' bytes (lakepurge.unindexable): a request is certified only when
+    # none may hold them. At most this many lines are read per report; beyond, the request is not certifiable.
+    max_unindexable_lines_checked: Annotated[int, Field(ge=0)] = 10_000
 
 
 class VacuumConfig(_Strict):

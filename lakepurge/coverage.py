@@ -2,9 +2,13 @@
 
 An index only knows what it was shown. A dataset that was never backfilled, was moved, had objects that could not
 be indexed, or drifted from the lake (missed events, a dead-letter queue holding some) would make a lookup answer
-"nothing here" while the person's records are there. A request is certified only when every dataset it covers (every
-configured dataset: a person's records may be anywhere) is complete. The check reads recorded facts, never the lake,
-so its cost per request does not grow with the lake.
+"nothing here" while the person's records are there. So would an object the index holds now as not located, whatever
+the last listing said: one that could not be read (an event after the listing recorded it failed), or, in a
+one-user-per-object dataset, one whose owner is unknown (no sidecar, no owner tag). A request is certified only when
+every dataset it covers (every configured dataset: a person's records may be anywhere) is complete. The check reads
+recorded facts (the last listing, and the index's own record of the objects with problems), never the lake, so its
+cost per request does not grow with the lake. Unindexable lines of otherwise located objects are the report's to
+check against the requested users (lakepurge.unindexable).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from lakepurge.config import Settings
-from lakepurge.index.base import Coverage
+from lakepurge.index.base import Coverage, DatasetProblems, IndexStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,11 +51,23 @@ def describe_gaps(gaps: list[DatasetCoverage]) -> str:
     return "; ".join(f"dataset {g.dataset}: {g.reason} (run: {g.fix})" for g in gaps)
 
 
-def assess(settings: Settings, recorded: Mapping[str, Coverage], dead_letters: int = 0) -> list[DatasetCoverage]:
-    """Each configured dataset's coverage, from what the index recorded and the indexer's dead-letter count."""
+def of_index(settings: Settings, store: IndexStore, dead_letters: int = 0) -> list[DatasetCoverage]:
+    """Each configured dataset's coverage, from what the index holds (its listings and its objects' problems)."""
+    return assess(settings, store.coverage(), dead_letters, store.problems())
+
+
+def assess(
+    settings: Settings,
+    recorded: Mapping[str, Coverage],
+    dead_letters: int = 0,
+    problems: Mapping[str, DatasetProblems] | None = None,
+) -> list[DatasetCoverage]:
+    """Each configured dataset's coverage, from what the index recorded (its listings and, through of_index, its
+    objects' problems) and the indexer's dead-letter count."""
     assessed = []
     for dataset in settings.datasets:
         record = recorded.get(dataset.name)
+        now = (problems or {}).get(dataset.name)
         backfill = f"lakepurge index backfill --dataset {dataset.name}"
         reconcile = f"lakepurge index reconcile --dataset {dataset.name}"
         reason, fix = "", ""
@@ -62,6 +78,13 @@ def assess(settings: Settings, recorded: Mapping[str, Coverage], dead_letters: i
         elif record.failed:
             reason = f"{record.failed} object(s) could not be indexed (listed by lakepurge status)"
             fix = f"fix or remove them, then {reconcile}"
+        elif now is not None and now.failed:
+            reason = f"{now.failed} object(s) could not be read, so none of their records is located (lakepurge status)"
+            fix = f"fix or remove them: their next event indexes them again (or: {reconcile})"
+        elif now is not None and now.unowned:
+            source = "owner tag" if dataset.id_tag else "sidecar" if dataset.id_sidecar else "id in the key"
+            reason = f"{now.unowned} object(s) whose owner is unknown (no valid {source}; lakepurge status)"
+            fix = f"give them a valid {source} or remove them: the change's event indexes them again (or: {reconcile})"
         elif record.drift:
             reason, fix = f"{record.drift} difference(s) between the lake and the index not reconciled", reconcile
         elif dead_letters:

@@ -57,7 +57,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from lakepurge import aws, layout
 from lakepurge.config import DatasetConfig, Settings
-from lakepurge.coverage import assess
+from lakepurge.coverage import of_index
 from lakepurge.formats import csv_records, iter_line_batches, open_decompressed, parse_paths
 from lakepurge.index import open_store, relational_dsn
 from lakepurge.index.base import WHOLE_OBJECT
@@ -664,7 +664,7 @@ def export_users(
     try:
         store = open_store(settings.index)
         try:
-            gaps = [c for c in assess(settings, store.coverage()) if not c.complete]
+            gaps = [c for c in of_index(settings, store) if not c.complete]
             hits = store.lookup_objects(sorted(wanted))
         finally:
             store.close()

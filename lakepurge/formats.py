@@ -819,7 +819,7 @@ def read_csv(stream: IO[bytes], columns: Sequence[str], max_bytes: int) -> Itera
     if header is None:
         return
     if header.row is None:
-        yield Unindexable(0, f"header: {header.problem}")
+        yield Unindexable(0, f"{HEADER_PROBLEM}{header.problem}")
         return
     positions = csv_id_columns(header.row, columns)
     for record in records:
@@ -974,5 +974,11 @@ def read_records(
         yield _truncated(exc)
 
 
+# The reasons of an unindexable line that stands for the rest of its object: a stream broken at that line, a CSV
+# header that could not be read (no record after it was indexed).
+UNREAD_FROM_HERE = "the object could not be read from this line on"
+HEADER_PROBLEM = "header: "
+
+
 def _truncated(exc: TruncatedObject) -> Unindexable:
-    return Unindexable(exc.line, f"{exc.reason}: the object could not be read from this line on")
+    return Unindexable(exc.line, f"{exc.reason}: {UNREAD_FROM_HERE}")

@@ -140,8 +140,7 @@ def _scan_owner(s3: Any, dataset: DatasetConfig, head: ObjectHead, result: Objec
             problem = f"{sidecar}: {exc}"
     else:
         assert dataset.id_tag is not None
-        tags = s3.get_object_tagging(Bucket=head.bucket, Key=head.key, **head.pinned_version())["TagSet"]
-        owners = tuple(t["Value"] for t in tags if t["Key"] == dataset.id_tag and t["Value"])
+        owners = tag_values(s3, dataset, head.bucket, head.key, head.version_id)
         if not owners:
             problem = f"object tag '{dataset.id_tag}' missing"
         for owner in owners:
@@ -151,6 +150,23 @@ def _scan_owner(s3: Any, dataset: DatasetConfig, head: ObjectHead, result: Objec
         return
     result.records = 1
     result.lines_by_user = {owner: [WHOLE_OBJECT] for owner in owners}
+
+
+def tag_values(s3: Any, dataset: DatasetConfig, bucket: str, key: str, version_id: str | None) -> tuple[str, ...]:
+    """The values of a tag-owned object's owner tag (an object has each tag key at most once); version_id None: the
+    current version's."""
+    pinned = {"VersionId": version_id} if version_id else {}
+    tags = s3.get_object_tagging(Bucket=bucket, Key=key, **pinned)["TagSet"]
+    return tuple(t["Value"] for t in tags if t["Key"] == dataset.id_tag and t["Value"])
+
+
+def tag_owners(s3: Any, dataset: DatasetConfig, bucket: str, key: str, version_id: str | None = None) -> frozenset[str]:
+    """The owners an index of the object holds now, as its owner tag names them (none while the tag is missing or
+    not a valid id: the object is then unindexable)."""
+    values = tag_values(s3, dataset, bucket, key, version_id)
+    if any(id_problem(value, "tag") is not None for value in values):
+        return frozenset()
+    return frozenset(values)
 
 
 def flag_erased_users(store: IndexStore, scanned: ObjectIndex, pseudonymizer: Pseudonymizer | None) -> None:
@@ -171,15 +187,24 @@ def index_object(
     force: bool = False,
     attempts: int = 3,
     pseudonymizer: Pseudonymizer | None = None,
+    tags_changed: bool = False,
 ) -> IndexOutcome:
-    """Bring the index in line with what S3 holds now at bucket/key (created, overwritten or removed).
+    """Bring the index in line with what S3 holds now at bucket/key (created, overwritten, removed or, with
+    tags_changed, tagged).
 
     Keys that are not data (commit markers, checksums, hidden and temporary files: DatasetConfig.skip_reason) are
     ignored unread. A Delta, Iceberg or Hudi table is refused (TableFormatError): its files must not be indexed
-    for a purge that would rewrite them."""
+    for a purge that would rewrite them.
+
+    Where the owner is named outside the object's bytes (an owner tag, a sidecar), it can change while the object's
+    ETag does not (tagging keeps ETag and last-modified time; a sidecar is an object of its own): the object is then
+    indexed whatever ETag the index holds, and its owner read again after the write, so that an owner changed
+    meanwhile (an earlier event handled late) starts it again. A tag change elsewhere changes nothing indexed."""
     dataset = settings.dataset_for(bucket, key)
     if dataset is None:
         return IndexOutcome(f"s3://{bucket}/{key}", "ignored")
+    if tags_changed and dataset.id_tag is None:
+        return IndexOutcome(f"s3://{bucket}/{key}", "ignored", reason="a tag change outside a tag-owned dataset")
     table_format = key_table_format(dataset, key)
     if table_format is not None:
         raise TableFormatError(dataset, table_format)
@@ -192,6 +217,8 @@ def index_object(
     key = dataset.data_key(key)
     s3path = f"s3://{bucket}/{key}"
     ref = object_ref(s3path, dataset, pseudonymizer)
+    owner_apart = dataset.id_tag is not None or dataset.id_sidecar is not None
+    force = force or owner_apart
     for attempt in range(1, attempts + 1):
         head = head_object(s3, bucket, key)
         if head is None:
@@ -218,6 +245,9 @@ def index_object(
             # seconds) would not win the index's ordering against ours, so bring the index to what S3 holds now.
             log.info("object changed while being indexed; indexing it again", extra={"object": ref})
             continue
+        if owner_apart and _owners_of(scan_object(s3, settings, dataset, now)) != _owners_of(scanned):
+            log.info("owner changed while being indexed; indexing it again", extra={"object": ref})
+            continue
         if scanned.reappeared:
             log.warning("erased users found again", extra={"object": ref, "users": scanned.reappeared})
         if scanned.unindexable:
@@ -232,6 +262,11 @@ def index_object(
         action: Action = "indexed" if written else "unchanged"
         return IndexOutcome(s3path, action, scanned.records, len(scanned.unindexable), scanned.reappeared)
     raise ObjectChanged(f"{ref} kept changing while being indexed ({attempts} attempts)")
+
+
+def _owners_of(scanned: ObjectIndex) -> frozenset[str]:
+    """The users an index entry holds as owning the whole object."""
+    return frozenset(user for user, lines in scanned.lines_by_user.items() if WHOLE_OBJECT in lines)
 
 
 def _record_failure(

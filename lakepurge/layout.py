@@ -331,6 +331,9 @@ class CertificateDocument(Document):
     started_at: str
     finished_at: str
     coverage: list[dict[str, Any]]  # lakepurge.coverage.DatasetCoverage.to_dict(), as in the report
+    # lakepurge.unindexable.DatasetLines.to_dict(), as in the report: the lines lakepurge cannot locate, per dataset,
+    # and what reading them for the users found (absent from certificates written before they were stated)
+    unindexable: list[dict[str, Any]] = []
     objects: list[CertificateObject]
     relational: list[RelationalDeletion]
     totals: CertificateTotals

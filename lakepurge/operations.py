@@ -27,7 +27,7 @@ from pydantic import TypeAdapter
 
 from lakepurge import aws, layout
 from lakepurge.config import Settings
-from lakepurge.coverage import DatasetCoverage, assess, dead_letter_count
+from lakepurge.coverage import DatasetCoverage, dead_letter_count, of_index
 from lakepurge.history import RequestRecord, list_history
 from lakepurge.index.base import IndexStatus, IndexStore
 from lakepurge.returning import DEFAULT_LIMIT
@@ -188,7 +188,7 @@ def build_view(
     status = store.status()
     queue = settings.indexing.dead_letter_queue_url
     dead_letters = dead_letter_count(sqs, queue) if sqs is not None and queue else 0
-    coverage = assess(settings, store.coverage(), dead_letters)
+    coverage = of_index(settings, store, dead_letters)
     returning = count_returning(store) if status.objects_with_erased_users else 0
     return assemble(records, status, coverage, returning, now)
 

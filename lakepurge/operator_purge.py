@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from lakepurge import aws, layout
+from lakepurge import aws, layout, unindexable
 from lakepurge.config import Settings
 from lakepurge.coverage import IndexIncomplete, dead_letter_count
 from lakepurge.index import open_store
@@ -79,7 +79,7 @@ def plan_lines(report: Report) -> list[str]:
         lines.append(f"  dataset {versions.dataset}: {len(versions.version_ids)} noncurrent version(s) of one object")
     for table in report.relational:
         lines.append(f"  table {table.name}: {table.rows} of {table.total_rows} row(s)")
-    return lines
+    return lines + unindexable.plan_lines(unindexable.summary(report.unindexable))
 
 
 def _reviewed_report(
@@ -124,7 +124,7 @@ def purge_users(
             dead_letters = dead_letter_count(aws.client("sqs"), settings.indexing.dead_letter_queue_url)
             try:
                 report = build_report(
-                    store, settings, users, request_id, pseudonymizer, force=force, dead_letters=dead_letters
+                    store, settings, users, request_id, pseudonymizer, force=force, dead_letters=dead_letters, s3=s3
                 )
             except SafetyLimitExceeded as exc:
                 if not dry_run:
@@ -132,7 +132,7 @@ def purge_users(
                 # The dry run shows what the limits refuse: the operator decides with the whole plan in view.
                 refused = str(exc)
                 report = build_report(
-                    store, settings, users, request_id, pseudonymizer, force=True, dead_letters=dead_letters
+                    store, settings, users, request_id, pseudonymizer, force=True, dead_letters=dead_letters, s3=s3
                 )
             uri, digest = write_report(s3, settings, report)
         say(f"report {uri} (sha256 {digest}):")

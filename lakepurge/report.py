@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from lakepurge import unindexable
 from lakepurge.config import DatasetConfig, Settings
 from lakepurge.coverage import DatasetCoverage, assess
 from lakepurge.index import relational_dsn
@@ -29,7 +30,9 @@ from lakepurge.s3uri import S3Uri
 log = get_logger()
 
 # 3: objects of one-user-per-object datasets are named by reference (OBJECT_REFERENCE), not by their key.
-REPORT_VERSION = 3
+# 4: unindexable lines are stated per dataset and were read for the requested users (lakepurge.unindexable).
+REPORT_VERSION = 4
+UNINDEXABLE_CHECKED = 4  # reports before it never read unindexable lines: they certify nothing
 
 
 def stored_name(s3path: str, dataset: DatasetConfig, pseudonymizer: Pseudonymizer) -> str:
@@ -91,9 +94,11 @@ class Report:
     forced: bool = False
     datasets: dict[str, dict[str, int]] = field(default_factory=dict)
     versions: tuple[ReportVersions, ...] = ()
-    # Every configured dataset's coverage when the report was made (lakepurge.coverage): a request is certified
-    # only if all are complete.
+    # Every configured dataset's coverage when the report was made (lakepurge.coverage), incomplete too where an
+    # unindexable line may hold a requested user: a request is certified only if all are complete.
     coverage: tuple[dict[str, Any], ...] = ()
+    # Each dataset's unindexable lines and what reading them for the users found (unindexable.DatasetLines.to_dict).
+    unindexable: tuple[dict[str, Any], ...] = ()
 
     @property
     def lines(self) -> int:
@@ -106,7 +111,17 @@ class Report:
     @property
     def gaps(self) -> list[DatasetCoverage]:
         """The datasets whose coverage is not complete: while there is any, the request cannot be certified."""
-        return [DatasetCoverage(**c) for c in self.coverage if not c["complete"]]
+        gaps = [DatasetCoverage(**c) for c in self.coverage if not c["complete"]]
+        if self.version < UNINDEXABLE_CHECKED:
+            gaps.append(
+                DatasetCoverage(
+                    "(every dataset)",
+                    False,
+                    "the report predates reading unindexable lines for the requested users",
+                    "make a new report: file the request again",
+                )
+            )
+        return gaps
 
     @property
     def version_count(self) -> int:
@@ -128,6 +143,7 @@ class Report:
             ReportVersions(**{**v, "version_ids": tuple(v["version_ids"])}) for v in document.get("versions", ())
         )
         document["coverage"] = tuple(document.get("coverage", ()))
+        document["unindexable"] = tuple(document.get("unindexable", ()))
         return cls(**document)
 
     def summary(self) -> dict[str, Any]:
@@ -143,6 +159,7 @@ class Report:
             "relational_rows": {t.name: t.rows for t in self.relational},
             "relational_totals": {t.name: t.total_rows for t in self.relational},
             "coverage": {c["dataset"]: "complete" if c["complete"] else c["reason"] for c in self.coverage},
+            "unindexable": unindexable.summary(self.unindexable),
         }
 
 
@@ -189,13 +206,19 @@ def build_report(
     pseudonymizer: Pseudonymizer,
     force: bool = False,
     dead_letters: int = 0,
+    s3: Any = None,
 ) -> Report:
     """Look the users up and plan the erasure, refusing one that breaks a safety limit unless forced. The report
-    states every dataset's coverage; whether an incomplete one stops the request is the caller's decision."""
+    states every dataset's coverage and unindexable lines, read for the users (s3: the client that reads them; the
+    process's when None); whether an incomplete dataset stops the request is the caller's decision."""
     sentinel_problems = check_sentinels(settings, users)
     if sentinel_problems and not force:
         raise SafetyLimitExceeded("; ".join(sentinel_problems))
-    coverage = assess(settings, store.coverage(), dead_letters)
+    problems = store.problems()
+    coverage = assess(settings, store.coverage(), dead_letters, problems)
+    coverage, lines = unindexable.check(
+        store, settings, users, coverage, problems, lambda path, d: stored_name(path, d, pseudonymizer), s3
+    )
     hits = store.lookup_objects(users)
     objects = []
     for s3path in sorted(hits.objects):
@@ -234,6 +257,7 @@ def build_report(
         datasets=datasets,
         versions=tuple(versions),
         coverage=tuple(c.to_dict() for c in coverage),
+        unindexable=tuple(statement.to_dict() for statement in lines),
     )
 
 

@@ -1,9 +1,11 @@
-"""Indexer Lambda: S3 ObjectCreated/ObjectRemoved notifications, through SQS (partial-batch failures) or direct.
-The SQS messages may be S3 event notifications or EventBridge events from the bucket ("Object Created"/"Object
-Deleted", source aws.s3: how a bucket that already has notifications can feed the index too).
+"""Indexer Lambda: S3 ObjectCreated/ObjectRemoved/ObjectTagging notifications, through SQS (partial-batch failures)
+or direct. The SQS messages may be S3 event notifications or EventBridge events from the bucket ("Object
+Created"/"Object Deleted"/"Object Tags Added"/"Object Tags Deleted", source aws.s3: how a bucket that already has
+notifications can feed the index too).
 
 Each notification only names a key: the library reads what S3 holds now and replaces that object's index rows,
-so duplicates and out-of-order deliveries are harmless.
+so duplicates and out-of-order deliveries are harmless. A tag change matters only to a tag-owned dataset (the owner
+tag names the object's user), whose object is then read again although its ETag did not change.
 """
 
 from __future__ import annotations
@@ -26,6 +28,11 @@ metrics = Metrics(namespace="lakepurge", service="lakepurge")
 processor = BatchProcessor(event_type=EventType.SQS)
 
 
+# (bucket, key, the version an ObjectCreated event created, whether the event is a tag change)
+Change = tuple[str, str, str | None, bool]
+TAGS_CHANGED = ("Object Tags Added", "Object Tags Deleted")  # EventBridge's detail-types of s3:ObjectTagging:*
+
+
 def _index_s3_event(event: S3Event) -> list[IndexOutcome]:
     # S3 URL-encodes keys in notifications. A created version is named so that, if it is overwritten before its event
     # is handled, it is still indexed (as the noncurrent version it has become).
@@ -35,15 +42,16 @@ def _index_s3_event(event: S3Event) -> list[IndexOutcome]:
                 r.s3.bucket.name,
                 unquote_plus(r.s3.get_object.key),
                 r.s3.get_object.version_id if r.event_name.startswith("ObjectCreated") else None,
+                r.event_name.startswith("ObjectTagging"),
             )
             for r in event.records
         ]
     )
 
 
-def _index_keys(keys: list[tuple[str, str, str | None]]) -> list[IndexOutcome]:
+def _index_keys(keys: list[Change]) -> list[IndexOutcome]:
     outcomes = []
-    for bucket, key, created_version in keys:
+    for bucket, key, created_version, tags_changed in keys:
         if created_version:
             record_created_version(
                 aws.client("s3"), runtime.index_store(), runtime.settings(), bucket, key, created_version
@@ -55,6 +63,7 @@ def _index_keys(keys: list[tuple[str, str, str | None]]) -> list[IndexOutcome]:
             bucket,
             key,
             pseudonymizer=runtime.pseudonymizer(),
+            tags_changed=tags_changed,
         )
         outcomes.append(outcome)
         metrics.add_metric(name="ObjectsIndexed", unit=MetricUnit.Count, value=1)
@@ -74,7 +83,8 @@ def record_handler(record: SQSRecord) -> dict[str, int]:
         # EventBridge names the key as it is (not URL-encoded).
         bridged = EventBridgeEvent(body)
         created = bridged.detail["object"].get("version-id") if bridged.detail_type == "Object Created" else None
-        outcomes = _index_keys([(bridged.detail["bucket"]["name"], bridged.detail["object"]["key"], created)])
+        tagged = bridged.detail_type in TAGS_CHANGED
+        outcomes = _index_keys([(bridged.detail["bucket"]["name"], bridged.detail["object"]["key"], created, tagged)])
     elif "Records" in body:
         outcomes = _index_s3_event(S3Event(body))
     else:

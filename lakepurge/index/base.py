@@ -130,6 +130,36 @@ class Coverage:
 
 
 @dataclass(frozen=True, slots=True)
+class DatasetProblems:
+    """What one dataset's current objects hold that the index could not locate, from the objects' own records (never
+    by reading every row): the facts coverage decides from besides the last listing."""
+
+    dataset: str
+    objects: int  # objects with at least one unindexable line
+    lines: int  # unindexable lines (an object that could not be attributed at all counts one)
+    failed: int  # objects that could not be read (failed_object: no record of them is indexed)
+    unowned: int  # objects read whose owner is unknown (a one-user dataset's missing sidecar or tag, an invalid id)
+
+
+@dataclass(frozen=True, slots=True)
+class UnindexableObject:
+    """An object holding unindexable lines, at the version indexed, with the first of those lines."""
+
+    s3path: str
+    dataset: str
+    etag: str  # "" for an object that could not be read
+    version_id: str | None
+    last_modified: datetime
+    count: int  # unindexable lines recorded
+    lines: tuple[UnindexableLine, ...]  # in line order, the first ones (up to what was asked; DynamoDB keeps 100)
+
+    @property
+    def whole(self) -> bool:
+        """Nothing of it is located: it could not be read, or (one-user datasets) its owner is unknown."""
+        return any(u.line == WHOLE_OBJECT for u in self.lines)
+
+
+@dataclass(frozen=True, slots=True)
 class IndexStatus:
     objects: int
     records: int
@@ -190,6 +220,19 @@ class IndexStore(Protocol):
 
     def unindexable(self, limit: int = 100) -> list[tuple[str, UnindexableLine]]:
         """Reported unindexable lines, object by object (up to limit)."""
+
+    def problems(self) -> dict[str, DatasetProblems]:
+        """Per dataset, the current objects holding unindexable lines (datasets without any are absent): read from
+        the objects' records, at a cost that grows with the objects that have problems, not with the index."""
+
+    def problem_objects(self, dataset: str, limit: int, lines: int = 100) -> list[UnindexableObject]:
+        """The current objects of a dataset that hold unindexable lines, in path order, up to limit, each with its
+        first `lines` unindexable lines."""
+
+    def object_owners(self, dataset: str) -> dict[str, frozenset[str]]:
+        """s3path -> the users indexed as owning the whole object, for every indexed object of the dataset (an
+        object with none: empty). What a reconciliation compares a tag-owned dataset's tags with: tagging an object
+        keeps its ETag."""
 
     def record_erased(self, user_hashes: Sequence[str], request_id: str) -> None:
         """Add erased users (keyed hashes only) to the suppression list."""

@@ -22,7 +22,8 @@ Object meta item: one per indexed object, the item that says which version of th
 * ``s3path``, ``dataset``, ``etag``, ``version_id`` (absent when None), ``last_modified`` (ISO-8601 UTC with
   microseconds: compares as a string), ``records``, ``row_items``, ``rows``, ``unindexable`` (count),
   ``unindexable_lines`` (the first 100 as maps ``{line, reason}``), ``reappeared`` (how many of the object's users
-  are on the suppression list), ``indexed_at``.
+  are on the suppression list), ``indexed_at``, ``owners`` (SS, the users owning the whole object, when any: what a
+  reconciliation compares an object's owner tag with).
 
 Suppression item: one per erased user (``record_erased``), never a raw user id.
 
@@ -51,12 +52,25 @@ Query, never a scan of the table.
   ``started_at`` and ``finished_at`` (ISO-8601 UTC, read back tz-aware), ``objects``, ``versions``, ``failed``,
   ``drift``. No ``s3path``: not in the GSI.
 
+Unindexable marker item: one per object version that holds unindexable lines, all in one partition, so what coverage
+reads for every request (``problems()``, ``problem_objects()``) is one Query of the objects with problems, never a
+scan of the table.
+
+* ``userid`` = ``"#unindexable"``, ``location`` = ``"#dataset#<dataset>\\x1f<s3path>\\x1f<etag>"`` (``"#sha256:<hex>"``
+  for the path when the key would exceed 1,024 bytes), ``kind`` = ``"unindexable"``.
+* ``object_s3path``, ``dataset``, ``etag``, ``unindexable`` (count), ``whole`` (BOOL: nothing of the object is
+  located), ``written_at``. No ``s3path``: not in the GSI.
+
+A marker counts only while its ETag is the one in the object's meta item (readers check it): it is written with the
+version's rows, before the flip, and deleted after the flip like superseded rows (the replaced version's at once,
+other ETags' after an hour), or at once when the new version has no unindexable line.
+
 Reserved namespaces: partition keys starting with ``"#object#"`` hold meta items, ``"#erased#"`` suppression items,
-``"#nc#"`` noncurrent pointers, and ``"#coverage"`` is the coverage partition. A user id that happens to start with
-one of them still works (a row's sort key always starts with an ``s3://`` path or ``#sha256:`` and holds
-``\\x1f``, the others' sort keys are ``"#meta"``, ``"#erased"``, ``"#nc\\x1f..."`` and ``"#dataset#..."``, so they
-never collide; every item that is not a row has a ``kind``, which every reader of rows excludes, and the scans of
-meta items filter on ``kind = "object"``), but such ids should not be fed to the index.
+``"#nc#"`` noncurrent pointers, ``"#coverage"`` is the coverage partition and ``"#unindexable"`` the markers'. A user
+id that happens to start with one of them still works (a row's sort key always starts with an ``s3://`` path or
+``#sha256:`` and holds ``\\x1f``, the others' sort keys are ``"#meta"``, ``"#erased"``, ``"#nc\\x1f..."`` and
+``"#dataset#..."``, so they never collide; every item that is not a row has a ``kind``, which every reader of rows
+excludes, and the scans of meta items filter on ``kind = "object"``), but such ids should not be fed to the index.
 
 Replacing an object (atomic per object without transactions)
 ------------------------------------------------------------
@@ -114,7 +128,9 @@ from botocore.exceptions import ClientError
 
 from lakepurge import aws
 from lakepurge.index.base import (
+    WHOLE_OBJECT,
     Coverage,
+    DatasetProblems,
     Hits,
     IndexStatus,
     Location,
@@ -122,6 +138,7 @@ from lakepurge.index.base import (
     NoncurrentVersion,
     ObjectIndex,
     UnindexableLine,
+    UnindexableObject,
     hits_from_locations,
 )
 from lakepurge.logs import get_logger
@@ -139,6 +156,8 @@ NONCURRENT_PREFIX = "#nc#"
 NONCURRENT_SORT_PREFIX = "#nc\x1f"
 COVERAGE_PARTITION = "#coverage"
 COVERAGE_SORT_PREFIX = "#dataset#"
+PROBLEM_PARTITION = "#unindexable"
+PROBLEM_SORT_PREFIX = "#dataset#"
 # Sort keys of items that are not index rows (a row's sort key always holds SEPARATOR).
 RESERVED_SORT_KEYS = frozenset({META_SORT_KEY, ERASED_SORT_KEY})
 SEPARATOR = "\x1f"
@@ -194,6 +213,7 @@ class _Meta:
     row_items: int
     version_id: str | None = None  # None also when the read did not project it
     dataset: str = ""
+    unindexable: int = 0  # 0 also when the read did not project it
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +266,7 @@ def _parse_meta(item: Item) -> _Meta:
         row_items=int(item.get("row_items", {"N": "0"})["N"]),
         version_id=item["version_id"]["S"] if "version_id" in item else None,
         dataset=item["dataset"]["S"] if "dataset" in item else "",
+        unindexable=int(item["unindexable"]["N"]) if "unindexable" in item else 0,
     )
 
 
@@ -325,6 +346,28 @@ def _parse_coverage(item: Item) -> Coverage:
     )
 
 
+def _problem_prefix(dataset: str, s3path: str) -> str:
+    """The sort key of an object's unindexable markers up to the ETag (the path hashed when it would be too long)."""
+    prefix = f"{PROBLEM_SORT_PREFIX}{dataset}{SEPARATOR}{s3path}{SEPARATOR}"
+    if len(prefix.encode()) + 100 > MAX_SORT_KEY_BYTES:  # room for an ETag
+        prefix = f"{PROBLEM_SORT_PREFIX}{dataset}{SEPARATOR}#sha256:{_sha256(s3path)}{SEPARATOR}"
+    return prefix
+
+
+def _problem_item(obj: ObjectIndex, written_at: int) -> Item:
+    return {
+        "userid": {"S": PROBLEM_PARTITION},
+        "location": {"S": _problem_prefix(obj.dataset, obj.s3path) + obj.etag},
+        "kind": {"S": "unindexable"},
+        "object_s3path": {"S": obj.s3path},
+        "dataset": {"S": obj.dataset},
+        "etag": {"S": obj.etag},
+        "unindexable": {"N": str(len(obj.unindexable))},
+        "whole": {"BOOL": any(u.line == WHOLE_OBJECT for u in obj.unindexable)},
+        "written_at": {"N": str(written_at)},
+    }
+
+
 def _parse_row(item: Item) -> _Row:
     return _Row(
         userid=item["userid"]["S"],
@@ -396,6 +439,9 @@ def _meta_item(obj: ObjectIndex, row_items: int) -> Item:
     }
     if obj.version_id is not None:
         item["version_id"] = {"S": obj.version_id}
+    owners = [user for user, lines in obj.lines_by_user.items() if WHOLE_OBJECT in lines]
+    if owners:
+        item["owners"] = {"SS": owners}
     return item
 
 
@@ -529,7 +575,12 @@ class DynamoIndexStore:
         self._keep_noncurrent(replaced)
         written_at = int(time.time())
         rows = {obj.s3path: _row_items(obj, written_at) for obj in todo}
-        self._batch_write([{"PutRequest": {"Item": item}} for obj in todo for item in rows[obj.s3path]])
+        # An object's unindexable marker goes with its rows: it counts only once the flip makes its ETag current.
+        markers = [_problem_item(obj, written_at) for obj in todo if obj.unindexable]
+        self._batch_write(
+            [{"PutRequest": {"Item": item}} for obj in todo for item in rows[obj.s3path]]
+            + [{"PutRequest": {"Item": item}} for item in markers]
+        )
 
         def settle(obj: ObjectIndex) -> tuple[bool, list[Item]]:
             """Flip the meta item; returns whether it was claimed and the row keys to delete."""
@@ -539,7 +590,10 @@ class DynamoIndexStore:
             if not claimed:
                 if meta is not None and meta.etag == obj.etag:
                     return False, []  # the rows just written are the current ones (written concurrently)
-                return False, [_key(user, location) for user, location in written]
+                mine_marker = [_key(PROBLEM_PARTITION, _problem_prefix(obj.dataset, obj.s3path) + obj.etag)]
+                return False, [_key(user, location) for user, location in written] + (
+                    mine_marker if obj.unindexable else []
+                )
             read = current.get(obj.s3path)
             if _kept_as_noncurrent(meta, obj.version_id) and (
                 read is None or (read.etag, read.version_id) != (meta.etag, meta.version_id)
@@ -556,6 +610,8 @@ class DynamoIndexStore:
                     superseded = key.etag == previous or key.written_at < horizon
                 if superseded:
                     stale.append(_key(key.userid, key.location))
+            if obj.unindexable or (meta is not None and meta.unindexable):
+                stale += self._stale_markers(obj, meta, horizon)
             return True, stale
 
         outcomes = _parallel(settle, todo)
@@ -571,6 +627,34 @@ class DynamoIndexStore:
             },
         )
         return claimed
+
+    def _stale_markers(self, obj: ObjectIndex, replaced: _Meta | None, horizon: int) -> list[Item]:
+        """The unindexable markers of an object just made current that no longer count: the replaced version's,
+        this version's when it has no unindexable line, and other ETags' older than the grace period."""
+        stale = []
+        for item in self._object_markers(obj.s3path, {obj.dataset, replaced.dataset if replaced else obj.dataset}):
+            etag = item["etag"]["S"]
+            if etag == obj.etag:
+                superseded = not obj.unindexable
+            else:
+                superseded = (replaced is not None and etag == replaced.etag) or int(item["written_at"]["N"]) < horizon
+            if superseded:
+                stale.append(_key(PROBLEM_PARTITION, item["location"]["S"]))
+        return stale
+
+    def _object_markers(self, s3path: str, datasets: set[str]) -> list[Item]:
+        found: list[Item] = []
+        for dataset in sorted(d for d in datasets if d):
+            found += self._query(
+                KeyConditionExpression="#u = :u AND begins_with(#l, :prefix)",
+                ExpressionAttributeNames={"#u": "userid", "#l": "location"},
+                ExpressionAttributeValues={
+                    ":u": {"S": PROBLEM_PARTITION},
+                    ":prefix": {"S": _problem_prefix(dataset, s3path)},
+                },
+                ConsistentRead=True,
+            )
+        return [item for item in found if item.get("object_s3path", {}).get("S") == s3path]
 
     @staticmethod
     def _superseded(meta: _Meta | None, obj: ObjectIndex, force: bool) -> bool:
@@ -627,8 +711,10 @@ class DynamoIndexStore:
                 read is None or (read.etag, read.version_id) != (meta.etag, meta.version_id)
             ):
                 self._keep_noncurrent([meta])  # replaced between the read and the delete
-        keys = self._object_keys(s3path)
-        self._batch_write([{"DeleteRequest": {"Key": _key(k.userid, k.location)}} for k in keys])
+        keys = [_key(k.userid, k.location) for k in self._object_keys(s3path)]
+        datasets = {meta.dataset for meta in (read, _parse_meta(old) if old else None) if meta is not None}
+        keys += [_key(PROBLEM_PARTITION, item["location"]["S"]) for item in self._object_markers(s3path, datasets)]
+        self._batch_write([{"DeleteRequest": {"Key": key}} for key in keys])
         log.debug("object removed", extra={"indexed": existed, "row_items": len(keys)})
         return existed
 
@@ -816,6 +902,98 @@ class DynamoIndexStore:
             if len(found) >= limit:
                 break
         return found[: max(limit, 0)]
+
+    def _current_markers(self, prefix: str) -> list[tuple[Item, Item]]:
+        """The unindexable markers under a sort key prefix that count (their ETag is the object's current one), each
+        with its object's meta item."""
+        markers = list(
+            self._query(
+                KeyConditionExpression="#u = :u AND begins_with(#l, :prefix)",
+                ExpressionAttributeNames={"#u": "userid", "#l": "location"},
+                ExpressionAttributeValues={":u": {"S": PROBLEM_PARTITION}, ":prefix": {"S": prefix}},
+                ConsistentRead=True,
+            )
+        )
+        metas = {
+            item["s3path"]["S"]: item
+            for item in self._batch_get(
+                [_meta_key(path) for path in dict.fromkeys(m["object_s3path"]["S"] for m in markers)],
+                ProjectionExpression="#p, #e, #v, #m, #x",
+                ExpressionAttributeNames={
+                    "#p": "s3path",
+                    "#e": "etag",
+                    "#v": "version_id",
+                    "#m": "last_modified",
+                    "#x": "unindexable_lines",
+                },
+            )
+        }
+        counted = []
+        for marker in markers:
+            meta = metas.get(marker["object_s3path"]["S"])
+            if meta is not None and meta["etag"]["S"] == marker["etag"]["S"]:
+                counted.append((marker, meta))
+        return counted
+
+    def problems(self) -> dict[str, DatasetProblems]:
+        totals: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+        for marker, _ in self._current_markers(PROBLEM_SORT_PREFIX):
+            counts = totals[marker["dataset"]["S"]]
+            failed = marker["etag"]["S"] == ""
+            counts[0] += 1
+            counts[1] += int(marker["unindexable"]["N"])
+            counts[2] += failed
+            counts[3] += marker["whole"]["BOOL"] and not failed
+        return {name: DatasetProblems(name, *counts) for name, counts in totals.items()}
+
+    def problem_objects(self, dataset: str, limit: int, lines: int = 100) -> list[UnindexableObject]:
+        found = []
+        prefix = f"{PROBLEM_SORT_PREFIX}{dataset}{SEPARATOR}"
+        for marker, meta in sorted(self._current_markers(prefix), key=lambda pair: pair[0]["object_s3path"]["S"]):
+            entries = sorted(
+                (
+                    UnindexableLine(int(entry["M"]["line"]["N"]), entry["M"]["reason"]["S"])
+                    for entry in meta.get("unindexable_lines", {"L": []})["L"]
+                ),
+                key=lambda entry: entry.line,
+            )
+            found.append(
+                UnindexableObject(
+                    s3path=marker["object_s3path"]["S"],
+                    dataset=dataset,
+                    etag=meta["etag"]["S"],
+                    version_id=meta["version_id"]["S"] if "version_id" in meta else None,
+                    last_modified=datetime.fromisoformat(meta["last_modified"]["S"]),
+                    count=int(marker["unindexable"]["N"]),
+                    lines=tuple(entries[: max(lines, 0)]),
+                )
+            )
+        return found[: max(limit, 0)]
+
+    def object_owners(self, dataset: str) -> dict[str, frozenset[str]]:
+        owners: dict[str, frozenset[str]] = {}
+        for item in self._scan(
+            FilterExpression="#k = :object AND #d = :dataset",
+            ProjectionExpression="#p, #e, #m, #r, #o, #n",
+            ExpressionAttributeNames={
+                "#k": "kind",
+                "#d": "dataset",
+                "#p": "s3path",
+                "#e": "etag",
+                "#m": "last_modified",
+                "#r": "row_items",
+                "#o": "owners",
+                "#n": "rows",
+            },
+            ExpressionAttributeValues={":object": {"S": "object"}, ":dataset": {"S": dataset}},
+        ):
+            if "owners" in item or int(item.get("rows", {"N": "0"})["N"]) == 0:
+                owners[item["s3path"]["S"]] = frozenset(item.get("owners", {"SS": []})["SS"])
+            else:  # indexed before meta items named their owners: read its rows
+                meta = _parse_meta(item)
+                rows = self._current_rows(meta)
+                owners[meta.s3path] = frozenset(user for user, lines in rows.items() if WHOLE_OBJECT in lines)
+        return owners
 
     # -- suppression list -----------------------------------------------------------------------------------------
 

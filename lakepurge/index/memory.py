@@ -13,7 +13,9 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from lakepurge.index.base import (
+    WHOLE_OBJECT,
     Coverage,
+    DatasetProblems,
     Hits,
     IndexStatus,
     Location,
@@ -21,6 +23,7 @@ from lakepurge.index.base import (
     NoncurrentVersion,
     ObjectIndex,
     UnindexableLine,
+    UnindexableObject,
     hits_from_locations,
 )
 
@@ -215,6 +218,45 @@ class MemoryIndexStore:
         with self._lock:
             every = [(s3path, line) for s3path in sorted(self._objects) for line in self._objects[s3path].unindexable]
         return every[:limit]
+
+    def problems(self) -> dict[str, DatasetProblems]:
+        totals: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+        with self._lock:
+            for held in self._objects.values():
+                if not held.unindexable:
+                    continue
+                counts = totals[held.dataset]
+                whole = any(u.line == WHOLE_OBJECT for u in held.unindexable)
+                counts[0] += 1
+                counts[1] += len(held.unindexable)
+                counts[2] += held.etag == ""
+                counts[3] += whole and held.etag != ""
+        return {name: DatasetProblems(name, *counts) for name, counts in totals.items()}
+
+    def problem_objects(self, dataset: str, limit: int, lines: int = 100) -> list[UnindexableObject]:
+        with self._lock:
+            found = [
+                UnindexableObject(
+                    s3path,
+                    dataset,
+                    held.etag,
+                    held.version_id,
+                    held.last_modified,
+                    len(held.unindexable),
+                    tuple(held.unindexable[: max(lines, 0)]),
+                )
+                for s3path, held in sorted(self._objects.items())
+                if held.dataset == dataset and held.unindexable
+            ]
+        return found[: max(limit, 0)]
+
+    def object_owners(self, dataset: str) -> dict[str, frozenset[str]]:
+        with self._lock:
+            return {
+                s3path: frozenset(user for user, lines in held.rows.items() if WHOLE_OBJECT in lines)
+                for s3path, held in self._objects.items()
+                if held.dataset == dataset
+            }
 
     def erased_among(self, user_hashes: Sequence[str]) -> set[str]:
         with self._lock:

@@ -15,6 +15,7 @@ from psycopg import sql
 
 from lakepurge.index.base import (
     Coverage,
+    DatasetProblems,
     Hits,
     IndexStatus,
     Location,
@@ -23,6 +24,7 @@ from lakepurge.index.base import (
     ObjectHits,
     ObjectIndex,
     UnindexableLine,
+    UnindexableObject,
 )
 from lakepurge.logs import get_logger
 from lakepurge.memory import collector_paused
@@ -106,6 +108,8 @@ CREATE INDEX IF NOT EXISTS user_rows_userid ON user_rows (userid) INCLUDE (objec
 CREATE INDEX IF NOT EXISTS user_rows_object_line ON user_rows (object_id, recordline);
 -- The few objects holding erased users again (`lakepurge status` lists them): found without reading the others.
 CREATE INDEX IF NOT EXISTS indexed_objects_reappeared ON indexed_objects (s3path) WHERE reappeared > 0;
+-- The objects holding unindexable lines, per dataset (what coverage reads for every request): only those are read.
+CREATE INDEX IF NOT EXISTS indexed_objects_unindexable ON indexed_objects (dataset, s3path) WHERE unindexable > 0;
 """
 
 VIEW = """
@@ -597,6 +601,48 @@ class PostgresIndexStore:
             cur.execute("SELECT count(DISTINCT userid), count(*) FROM user_rows")
             users, rows = cur.fetchone() or (0, 0)
         return IndexStatus(objects, int(records), users, rows, int(unindexable), with_unindexable, with_erased)
+
+    def problems(self) -> dict[str, DatasetProblems]:
+        with self._conn.cursor() as cur:
+            cur.execute(
+                "SELECT o.dataset, count(*), sum(o.unindexable), count(*) FILTER (WHERE o.etag = ''),"
+                " count(*) FILTER (WHERE o.etag <> '' AND EXISTS (SELECT 1 FROM unindexable_lines u"
+                " WHERE u.s3path = o.s3path AND u.recordline = -1))"
+                " FROM indexed_objects o WHERE o.unindexable > 0 GROUP BY o.dataset"
+            )
+            return {row[0]: DatasetProblems(row[0], row[1], int(row[2]), row[3], row[4]) for row in cur.fetchall()}
+
+    def problem_objects(self, dataset: str, limit: int, lines: int = 100) -> list[UnindexableObject]:
+        with self._conn.cursor() as cur:
+            cur.execute(
+                "SELECT s3path, etag, version_id, last_modified, unindexable FROM indexed_objects"
+                " WHERE dataset = %s AND unindexable > 0 ORDER BY s3path LIMIT %s",
+                (dataset, max(limit, 0)),
+            )
+            objects = cur.fetchall()
+            cur.execute(
+                "SELECT p.s3path, l.recordline, l.reason FROM unnest(%s::text[]) AS p(s3path) CROSS JOIN LATERAL"
+                " (SELECT recordline, reason FROM unindexable_lines u WHERE u.s3path = p.s3path"
+                " ORDER BY recordline LIMIT %s) l",
+                ([row[0] for row in objects], max(lines, 0)),
+            )
+            found: dict[str, list[UnindexableLine]] = defaultdict(list)
+            for path, line, reason in cur.fetchall():
+                found[path].append(UnindexableLine(line, reason))
+        return [
+            UnindexableObject(path, dataset, etag, version_id, modified, count, tuple(found[path]))
+            for path, etag, version_id, modified, count in objects
+        ]
+
+    def object_owners(self, dataset: str) -> dict[str, frozenset[str]]:
+        with self._conn.cursor() as cur:
+            cur.execute(
+                "SELECT o.s3path, array_remove(array_agg(r.userid), NULL) FROM indexed_objects o"
+                " LEFT JOIN user_rows r ON r.object_id = o.object_id AND r.recordline = -1"
+                " WHERE o.dataset = %s GROUP BY o.s3path",
+                (dataset,),
+            )
+            return {path: frozenset(owners) for path, owners in cur.fetchall()}
 
     def record_erased(self, user_hashes: Sequence[str], request_id: str) -> None:
         with self._conn.transaction(), self._conn.cursor() as cur:

@@ -457,6 +457,7 @@ def write_certificate(
             "started_at": started.isoformat(timespec="seconds"),
             "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "coverage": list(report.coverage),
+            "unindexable": list(report.unindexable),
             "objects": [
                 {
                     "object": object_ref(o.s3path, datasets[r.dataset], pseudonymizer),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from lakepurge import unindexable
 from lakepurge.workflow.approval import ApprovalLink, PendingApproval
 from lakepurge.workflow.store import ErasureRequest
 
@@ -23,7 +24,7 @@ def _plan_lines(summary: dict[str, Any], kind: str = "erasure") -> list[str]:
         total = totals.get(name)
         share = f" of {total} ({rows / total:.1%})" if total else ""
         lines.append(f"  table {name}: {rows} row(s){share}")
-    return lines
+    return lines + unindexable.plan_lines(summary.get("unindexable", {}))
 
 
 def approval_email(
@@ -103,12 +104,34 @@ def confirmation_page(view: PendingApproval, approver_index: str, secret: str, a
     body = (
         f"<p>Request <b>{escape(view.request.request_id)}</b>, received {escape(view.request.received_at)}; "
         f"legal deadline <b>{escape(view.request.deadline)}</b> ({view.request.days_left()} days left).</p>"
-        f"<ul>{items}</ul>"
+        f"<ul>{items}</ul>{_unindexable_objects(view)}"
         f"<p class='note'>Report SHA-256 <code>{escape(view.report_sha256)}</code>: {effect}. "
         f"Signed in as {escape(view.approver)}; this link expires at {escape(view.expires_at)}.</p>"
         f"{forms}"
     )
     return _page("Approve an access export request" if access else "Approve an erasure request", body)
+
+
+def _unindexable_objects(view: PendingApproval) -> str:
+    """The objects holding unindexable lines, per dataset (as the report names them; line numbers, never content):
+    lines lakepurge cannot locate and does not erase, read for the requested users before this page was sent."""
+    rows = [
+        f"<li>dataset {escape(s['dataset'])}: {escape(o['object'])}, {o['count']} line(s)"
+        + (
+            f" ({', '.join(map(str, o['lines']))}{', ...' if o['count'] > len(o['lines']) else ''})"
+            if o["lines"]
+            else ""
+        )
+        + "</li>"
+        for s in view.report.unindexable
+        for o in s["listed"]
+    ]
+    if not rows:
+        return ""
+    return (
+        "<p class='note'>Unindexable lines (lakepurge cannot locate their records and does not erase them; each was"
+        f" read for the requested users' ids):</p><ul id='unindexable'>{''.join(rows)}</ul>"
+    )
 
 
 def decided_page(record: dict[str, Any], kind: str = "erasure", repeated: bool = False) -> str:

@@ -83,7 +83,9 @@ def generate_report(
         users, _ = requests.open(request)
         queue_url = settings.indexing.dead_letter_queue_url
         dead_letters = dead_letter_count(clients.sqs or aws.client("sqs"), queue_url) if queue_url else 0
-        report = build_report(index, settings, users, request_id, pseudonymizer, dead_letters=dead_letters)
+        report = build_report(
+            index, settings, users, request_id, pseudonymizer, dead_letters=dead_letters, s3=clients.s3
+        )
         uri, digest = layout.write_report(clients.s3, settings, report)
     summary = report.summary()
     requests.set_state(request_id, REPORTED, objects=summary["objects"], lines=summary["lines"])

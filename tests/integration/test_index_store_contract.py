@@ -13,6 +13,7 @@ import pytest
 from lakepurge.index.base import (
     WHOLE_OBJECT,
     Coverage,
+    DatasetProblems,
     IndexStatus,
     IndexStore,
     Location,
@@ -20,6 +21,7 @@ from lakepurge.index.base import (
     NoncurrentVersion,
     ObjectIndex,
     UnindexableLine,
+    UnindexableObject,
 )
 
 pytestmark = pytest.mark.integration
@@ -713,3 +715,51 @@ def test_given_rows_noncurrent_versions_coverage_and_erased_users_when_truncatin
     assert store.coverage() == {}
     assert store.erased_among([keyed("alice")]) == set()
     assert store.status() == IndexStatus(0, 0, 0, 0, 0, 0, 0)
+
+
+def test_given_objects_with_unindexable_lines_when_asked_then_only_their_current_versions_are_counted(store):
+    failed = "s3://lake/events/failed.parquet"
+    whole = [UnindexableLine(WHOLE_OBJECT, "object could not be indexed: ArrowInvalid")]
+    unowned = [UnindexableLine(WHOLE_OBJECT, "object tag 'owner' missing")]
+    store.replace_objects(
+        [
+            version(A, '"a1"', T0, {"alice": [0]}, [UnindexableLine(1, "invalid JSON"), UnindexableLine(3, "x")]),
+            version(B, '"b1"', T0, {"bob": [0]}),
+            version(failed, "", T0, {}, whole),
+            ObjectIndex(C, "owners", '"c1"', None, T0, {}, 0, unowned),
+        ]
+    )
+    assert store.problems() == {
+        "events": DatasetProblems("events", objects=2, lines=3, failed=1, unowned=0),
+        "owners": DatasetProblems("owners", objects=1, lines=1, failed=0, unowned=1),
+    }
+    assert store.problem_objects("events", limit=5, lines=1) == [
+        UnindexableObject(A, "events", '"a1"', None, T0, 2, (UnindexableLine(1, "invalid JSON"),)),
+        UnindexableObject(failed, "events", "", None, T0, 1, tuple(whole)),
+    ]
+    assert [o.s3path for o in store.problem_objects("events", limit=1)] == [A]
+    assert store.object_owners("owners") == {C: frozenset()}
+
+    # A later clean version of A, the failed object removed, C tagged: nothing of the old versions counts.
+    store.replace_objects([version(A, '"a2"', T0 + timedelta(seconds=1), {"alice": [0]})])
+    store.remove_object(failed)
+    store.replace_objects([ObjectIndex(C, "owners", '"c1"', None, T0, {"carol": [WHOLE_OBJECT]}, 1)], force=True)
+    assert store.problems() == {}
+    assert store.problem_objects("events", limit=5) == []
+    assert store.object_owners("owners") == {C: frozenset({"carol"})}
+    assert store.object_owners("events") == {A: frozenset(), B: frozenset()}
+
+    # An older version with problems arriving late changes nothing; a newer one counts again.
+    store.replace_objects([version(A, '"a0"', T0, {}, [UnindexableLine(0, "late")])])
+    assert store.problems() == {}
+    store.replace_objects([version(A, '"a3"', T0 + timedelta(seconds=2), {}, [UnindexableLine(0, "newer")])])
+    assert store.problems() == {"events": DatasetProblems("events", 1, 1, 0, 0)}
+
+
+def test_given_an_object_with_unindexable_lines_when_a_purge_rewrites_it_then_its_lines_still_count(store):
+    """Blanking keeps every line number, so the unindexable lines of the version rewritten are the new version's."""
+    bad = [UnindexableLine(2, "invalid JSON")]
+    store.replace_objects([version(A, '"a1"', T0, {"alice": [0], "bob": [1]}, bad)])
+    assert store.apply_erasure(A, '"a1"', NewVersion('"a2"', None, T0 + timedelta(seconds=1)), [0])
+    assert store.problems() == {"events": DatasetProblems("events", 1, 1, 0, 0)}
+    assert [(o.etag, o.lines) for o in store.problem_objects("events", limit=5)] == [('"a2"', tuple(bad))]

@@ -11,7 +11,7 @@ import pytest
 
 from lakepurge import aws, runtime
 from lakepurge_lambdas import indexer as indexer_lambda
-from tests.support.events import LambdaContext, load, s3_notification, s3_record, sqs_event
+from tests.support.events import LambdaContext, drained, load, s3_notification, s3_record, sqs_event
 
 pytestmark = pytest.mark.integration
 
@@ -170,27 +170,9 @@ def test_given_s3_notifications_to_sqs_when_the_queue_is_drained_then_index_foll
     )
     lake.put("reviews/dt=2026-09/queued é.jsonl", ["u8", "u9"])
     lake.delete("reviews/dt=2026-01/part-00000.jsonl")
-    messages = []
-    while batch := sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10).get("Messages", []):
-        messages.extend(batch)
-    assert len(messages) >= 2
-    event = {
-        "Records": [
-            {
-                "messageId": m["MessageId"],
-                "receiptHandle": m["ReceiptHandle"],
-                "body": m["Body"],
-                "attributes": {},
-                "messageAttributes": {},
-                "md5OfBody": m["MD5OfBody"],
-                "eventSource": "aws:sqs",
-                "eventSourceARN": queue_arn,
-                "awsRegion": "us-east-1",
-            }
-            for m in messages
-        ]
-    }
-    assert json.loads(messages[0]["Body"])  # moto delivers S3's JSON notification
+    event = drained(sqs, queue_url)
+    assert len(event["Records"]) >= 2
+    assert json.loads(event["Records"][0]["body"])  # moto delivers S3's JSON notification
     assert indexer_lambda.handler(event, LambdaContext())["batchItemFailures"] == []
     assert index_rows() == lake.rows()
 

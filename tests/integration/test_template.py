@@ -336,6 +336,31 @@ def test_intake_dead_letters_are_kept_briefly_and_only_this_accounts_events_file
     assert pattern["detail-type"] == ["DeletionRequested", "AccessRequested"]  # the same source restrictions
 
 
+def test_the_lake_object_events_the_index_follows_include_tag_changes(translated: dict[str, Any]) -> None:
+    """A tag-owned dataset's owner is an object tag, and tagging keeps the ETag: without the tagging events an object
+    tagged (or re-tagged) after upload is never indexed under its owner. Both forms deliver them to the index queue:
+    the stack's EventBridge rule, and the bucket notification docs/DEPLOY.md has the operator add (CloudFormation
+    cannot add notifications to a bucket it does not own)."""
+    rule = translated["Resources"]["LakeObjectEventsRule"]
+    assert rule["Condition"] == "UseEventBridgeNotifications"
+    pattern = rule["Properties"]["EventPattern"]
+    assert pattern["source"] == ["aws.s3"]
+    assert set(pattern["detail-type"]) == {
+        "Object Created",
+        "Object Deleted",
+        "Object Tags Added",
+        "Object Tags Deleted",
+    }
+    assert rule["Properties"]["Targets"] == [{"Id": "index-queue", "Arn": {"Fn::GetAtt": ["IndexQueue", "Arn"]}}]
+    deploy = (Path(__file__).resolve().parents[2] / "docs" / "DEPLOY.md").read_text()
+    [events] = re.findall(r'\\"Events\\": \[([^\]]*)\]', deploy)
+    assert {e.strip(' \\"') for e in events.split(",")} == {
+        "s3:ObjectCreated:*",
+        "s3:ObjectRemoved:*",
+        "s3:ObjectTagging:*",
+    }
+
+
 # -- (d) issue 14: keys, evidence, least-privilege writes ------------------------------------------------------------
 
 # The functions that hash user ids (privacy.hash_key_secret); the others may not read the hash key.

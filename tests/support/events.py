@@ -45,6 +45,48 @@ def s3_notification(*records: dict[str, Any]) -> dict[str, Any]:
     return {"Records": list(records)}
 
 
+def retargeted(name: str, bucket: str, key: str) -> dict[str, Any]:
+    """An SQS batch fixture whose one message (an S3 notification or an EventBridge S3 event) names bucket/key
+    instead, the key URL-encoded where S3 encodes it (notifications, not EventBridge)."""
+    event = load(name)
+    body = json.loads(event["Records"][0]["body"])
+    if "detail" in body:
+        body["resources"] = [f"arn:aws:s3:::{bucket}"]
+        body["detail"]["bucket"]["name"] = bucket
+        body["detail"]["object"]["key"] = key
+    else:
+        record = body["Records"][0]
+        record["s3"]["bucket"]["name"] = bucket
+        record["s3"]["bucket"]["arn"] = f"arn:aws:s3:::{bucket}"
+        record["s3"]["object"]["key"] = quote_plus(key, safe="/")
+    event["Records"][0]["body"] = json.dumps(body)
+    return event
+
+
+def drained(sqs: Any, queue_url: str) -> dict[str, Any]:
+    """Every message waiting in a queue, received (and so hidden) as one SQS batch event for a handler."""
+    queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    messages = []
+    while batch := sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10).get("Messages", []):
+        messages.extend(batch)
+    return {
+        "Records": [
+            {
+                "messageId": m["MessageId"],
+                "receiptHandle": m["ReceiptHandle"],
+                "body": m["Body"],
+                "attributes": {},
+                "messageAttributes": {},
+                "md5OfBody": m["MD5OfBody"],
+                "eventSource": "aws:sqs",
+                "eventSourceARN": queue_arn,
+                "awsRegion": "us-east-1",
+            }
+            for m in messages
+        ]
+    }
+
+
 @dataclass
 class LambdaContext:
     """The fields of the Lambda runtime's context object that Powertools reads."""

@@ -58,6 +58,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "lakepurge.report",
         "lakepurge.returning",
         "lakepurge.runtime",
+        "lakepurge.unindexable",
     ),
     "purge": ("lakepurge.purge", "lakepurge.launch", "lakepurge.export"),
     "workflow": ("lakepurge.workflow",),
