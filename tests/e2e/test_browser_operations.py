@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -58,6 +58,7 @@ def test_given_erased_waiting_and_overdue_requests_when_the_ops_page_loads_then_
     workflow_case: Callable[..., WorkflowCase],
     local_page: Any,
     capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from selenium.webdriver.common.by import By
 
@@ -68,6 +69,14 @@ def test_given_erased_waiting_and_overdue_requests_when_the_ops_page_loads_then_
     waiting = case.file(users[2:3], "req-ops-waiting")
     case.emails(waiting)
     overdue = "req-ops-overdue"
+
+    class FortyFiveDaysAgo(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> datetime:  # type: ignore[override]
+            return datetime.now(tz) - timedelta(days=45)
+
+    # received 45 days ago by the intake's own clock (a sender cannot state it): past its one-month deadline
+    monkeypatch.setattr("lakepurge.workflow.intake.datetime", FortyFiveDaysAgo)
     file_request(
         case.settings,
         Clients.from_environment(),
@@ -76,8 +85,8 @@ def test_given_erased_waiting_and_overdue_requests_when_the_ops_page_loads_then_
         users[3:4],
         "privacy-portal",
         overdue,
-        datetime.now(UTC) - timedelta(days=45),  # received 45 days ago: past its one-month deadline
     )
+    monkeypatch.undo()
     case.emails(overdue)
     workflow_metrics = _emf(capsys.readouterr().out)
     from lakepurge.local.workflow import refresh_operations_view

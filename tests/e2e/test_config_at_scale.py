@@ -80,4 +80,4 @@ def test_workflow_with_100_datasets_reads_its_config_from_s3(
     assert "ERASED" in note["subject"]
     # every handler ran on the object's settings, parsed once for all their invocations (the text did not change)
     assert runtime.settings() is runtime.settings()
-    assert runtime._loader(CONFIG_URI, 300.0).loads == 1
+    assert runtime._loader(CONFIG_URI, 300.0, None).loads == 1
