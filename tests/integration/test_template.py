@@ -295,6 +295,9 @@ def test_reports_bucket_keeps_no_document_beyond_need(translated: dict[str, Any]
         "NoncurrentDays": {"Ref": "ReportNoncurrentVersionDays"}
     }
     assert rules["remove-expired-delete-markers"]["ExpiredObjectDeleteMarker"] is True
+    # the operations page's view, rewritten hourly, keeps no day of old versions
+    assert rules["expire-old-operations-views"]["Prefix"] == "operations/"
+    assert rules["expire-old-operations-views"]["NoncurrentVersionExpiration"] == {"NoncurrentDays": 1}
     parameters = translated["Parameters"]
     # a request's documents outlive any running request (deadline at most 90 days, approval wait at most 30)
     assert parameters["RequestRetentionDays"]["MinValue"] >= 90 + 30
@@ -926,13 +929,17 @@ def test_with_an_issuer_and_audience_the_decision_post_needs_their_jwt_and_the_p
     assert _parameter_values(translated, overrides)["ApprovalJwtAudience"] == "approvers-app-client"
 
 
-def test_given_no_issuer_when_translated_then_the_operations_page_route_has_no_authorizer(
+def test_given_no_issuer_when_translated_then_the_ops_route_has_no_gateway_authorizer_and_its_function_asks_a_password(
     translated: dict[str, Any],
 ) -> None:
     body = _approval_api_body(translated)
     assert set(body["paths"]["/ops"]) == {"get"}
     assert "security" not in body["paths"]["/ops"]["get"]
     assert body["paths"]["/ops"]["get"]["x-amazon-apigateway-integration"]["payloadFormatVersion"] == "2.0"
+    # the function asks for the password instead (tests/integration/test_operations_page.py): the deployed
+    # configuration names the generated secret
+    [toml] = _config_tomls(translated)
+    assert 'operations_password_secret = "${OperationsPasswordSecret}"' in toml
 
 
 def test_given_an_issuer_when_translated_then_the_operations_page_takes_the_decisions_jwt(
