@@ -762,7 +762,8 @@ def cmd_verify(args: argparse.Namespace, out: Output) -> int:
         f" {len(document['remaining'])} still hold the users; index locations left: {document['index_locations']}"
     )
     for place in document["remaining"]:
-        out.say(f"  {place['object']} version {place['version_id']}: {place['lines']} line(s)")
+        held = f"{place['lines']} line(s)" if "lines" in place else place.get("reason", "")
+        out.say(f"  {place['object']} version {place.get('version_id')}: {held}")
     out.result(document)
     return 0 if document["verified"] else 1
 

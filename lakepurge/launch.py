@@ -111,8 +111,13 @@ def inline_max_objects(settings: Settings) -> int:
 
 
 def inline_fits(settings: Settings, report: Report) -> bool:
-    """Whether the report is small enough to purge inline (no Spark): workflow.inline_max_objects."""
-    return len(report.objects) + len(report.versions) <= inline_max_objects(settings)
+    """Whether the report is small enough to purge inline (no Spark): workflow.inline_max_objects. A report that
+    changes a table needs deltalake and DuckDB, which the Lambda layer cannot hold: inline only where they are
+    installed (the CLI, the local stack), on Spark otherwise."""
+    if any(not t.empty for t in report.tables) and importlib.util.find_spec("deltalake") is None:
+        return False
+    files = sum(len(t.files) for t in report.tables)
+    return len(report.objects) + len(report.versions) + files <= inline_max_objects(settings)
 
 
 def run_inline(settings: Settings, spec: PurgeJobSpec, report: Report | None = None) -> PurgeResult:
