@@ -180,7 +180,8 @@ class _TablePurge:
             self.outcome.error = f"the table kept changing: no commit in {COMMIT_ATTEMPTS} attempts"
             return self.outcome
         erasing = self.outcome.version_committed is not None or not self.plan.empty
-        if self.outcome.version_committed is not None:
+        if erasing:
+            # Log entries before a checkpoint are not needed to read the current version: they can go.
             self.outcome.checkpoint_version = _checkpoint(self.dataset)
         state = table.state()
         deleted: dict[str, list[str]] = {}

@@ -72,13 +72,18 @@ class TablePlan:
         """What happens to the table's history, in words (the report, the approval page, the plan)."""
         if self.empty:
             return "nothing of the users is in the table or its history: no commit, checkpoint or deletion"
-        kept = _ranges(v for v in range(self.version + 1) if v not in set(self.versions_cut))
+        if self.files:
+            change, readable = f"one commit (version {self.version + 1}) replaces {len(self.files)} file(s)", 1
+        else:
+            change, readable = "no commit (no live file holds the users)", 0
+        before = self.version + readable - 1
+        kept = _ranges(v for v in range(before + 1) if v not in set(self.versions_cut))
         cut = _ranges(self.versions_cut)
         return (
-            f"one commit (version {self.version + 1}) replaces {len(self.files)} file(s) and is checkpointed;"
-            f" {len(self.history)} file(s) of the table's history and {len(self.log_entries)} log entr(y/ies) naming"
-            f" the users are deleted with every S3 version. Time travel: version {self.version + 1} on stays"
-            f" readable; of versions 0-{self.version}, {kept or 'none'} stay readable, {cut or 'none'} are cut"
+            f"{change}; a checkpoint at version {self.version + readable}; {len(self.history)} file(s) of the table's"
+            f" history and {len(self.log_entries)} log entr(y/ies) naming the users are deleted with every S3"
+            f" version. Time travel: version {self.version + readable} on stays readable; of versions 0-{before},"
+            f" {kept or 'none'} stay readable, {cut or 'none'} are cut"
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -168,6 +173,8 @@ def plan_table(
         if isinstance(table, DeltaLog)
         else ()
     )
+    if not found.files:  # no commit: the checkpoint is written at the current version, which stays readable
+        cut = [v for v in cut if v != state.version]
     return TablePlan(
         dataset=dataset.name,
         format=dataset.format,

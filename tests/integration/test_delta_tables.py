@@ -97,3 +97,109 @@ def test_given_a_table_with_a_history_when_purged_then_no_version_of_any_object_
     )
     assert certificate["tables"][0]["version_committed"] == table["version_committed"]
     assert {d["what"] for d in certificate["tables"][0]["objects_deleted"]} == {"data", "log"}
+
+
+@pytest.fixture
+def indexed(lake, capsys):
+    """The history table, indexed on DynamoDB in an unversioned bucket."""
+    from tests.support.lakes import index_toml
+
+    config = lake(index_toml("dynamodb"))
+    history = D.make_history_table(change_data=False)
+    assert main(["index", "reconcile", "--config", config]) == 0
+    capsys.readouterr()
+    return config, history
+
+
+def test_given_appends_between_the_report_and_the_commit_when_purged_then_they_stay_and_the_user_in_them_goes(
+    indexed, capsys, monkeypatch
+):
+    import lakepurge.purge.tables as erasure
+
+    config, history = indexed
+    code, plan = cli(capsys, "purge", history.edge, "--config", config)  # the dry run writes the report
+    assert code == 0
+    D.write(D.rows(["gina@example.com", history.edge], "d5", 50))  # after the report: the user comes back
+    real_commit = erasure.commit_replacement
+
+    def racing_commit(*args, **kwargs):  # another writer commits between the erasure's read and its commit
+        D.write(D.rows(["hugo@example.com"], "d6", 60))
+        return real_commit(*args, **kwargs)
+
+    monkeypatch.setattr(erasure, "commit_replacement", racing_commit)
+    code, purged = cli(
+        capsys, "purge", history.edge, "--report", plan["request_id"], "--sha256", plan["report_sha256"], "--yes",
+        "--config", config,
+    )  # fmt: skip
+
+    assert code == 0 and purged["verified"] is True
+    rows = D.current_rows()
+    assert {r["user_id"] for r in rows if r["day"] in ("d5", "d6")} == {"gina@example.com", "hugo@example.com"}
+    assert history.edge not in {r["user_id"] for r in rows}
+    assert D.holding(history.edge) == []
+
+
+def test_given_a_commit_the_index_never_saw_when_purged_then_it_is_read_first_or_the_request_is_not_certified(
+    indexed, capsys, monkeypatch
+):
+    import lakepurge.tables.plan as planning
+
+    config, _history = indexed
+    D.write(D.rows(["ivan@example.com"], "d7", 70))  # no event reaches the index (nothing listens here)
+    monkeypatch.setattr(planning, "MAX_CATCHUP_COMMITS", 0)
+    code, refused = cli(capsys, "purge", "ivan@example.com", "--yes", "--config", config)
+    assert code == 4 and refused["status"] == "INDEX_INCOMPLETE"
+    assert "moved on by 1 commits" in refused["datasets"][0]["reason"]
+    assert [r for r in D.current_rows() if r["user_id"] == "ivan@example.com"]  # nothing was touched
+
+    monkeypatch.setattr(planning, "MAX_CATCHUP_COMMITS", 1000)
+    code, purged = cli(capsys, "purge", "ivan@example.com", "--yes", "--config", config)
+    assert code == 0 and purged["verified"] is True and purged["tables"][0]["rows_erased"] == 1
+    assert D.holding("ivan@example.com") == []
+
+
+def test_given_an_erased_user_planted_back_when_verified_then_verify_exits_1_naming_where(indexed, capsys):
+    config, history = indexed
+    code, purged = cli(capsys, "purge", history.old_only, "--yes", "--config", config)
+    assert code == 0 and purged["verified"] is True
+    assert cli(capsys, "verify", history.old_only, "--config", config)[0] == 0
+
+    # a file no commit added (a failed writer's), holding the user
+    orphan = D.rows([history.old_only], "d2")
+    body = io.BytesIO()
+    pq.write_table(orphan, body)
+    aws_client().put_object(Bucket=D.BUCKET, Key=f"{D.ROOT}day=d2/part-orphan.parquet", Body=body.getvalue())
+    code, found = cli(capsys, "verify", history.old_only, "--config", config)
+    assert code == 1 and any(p["object"].endswith("part-orphan.parquet") for p in found["remaining"])
+    aws_client().delete_object(Bucket=D.BUCKET, Key=f"{D.ROOT}day=d2/part-orphan.parquet")
+
+    # a commit the index has not seen, bringing the user back into the current version
+    D.write(D.rows([history.old_only], "d8", 80))
+    code, found = cli(capsys, "verify", history.old_only, "--config", config)
+    assert code == 1 and any("second reader" in p.get("reason", "") for p in found["remaining"])
+
+
+def test_given_a_commit_event_when_indexed_then_the_index_follows_the_table_and_ignores_data_file_events(
+    indexed, capsys
+):
+    from lakepurge.config import load_settings
+    from lakepurge.index import open_store
+    from lakepurge.indexer import index_object
+
+    config, _history = indexed
+    settings = load_settings(config)
+    D.write(D.rows(["jane@example.com"], "d9", 90))
+    s3 = aws_client()
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=D.BUCKET, Prefix=D.ROOT)["Contents"]]
+    commit = max(k for k in keys if k.endswith(".json"))
+    data = next(k for k in keys if "day=d9/" in k)
+    store = open_store(settings.index)
+    try:
+        assert index_object(s3, store, settings, D.BUCKET, data).action == "ignored"  # its commit indexes it
+        assert store.lookup(["jane@example.com"]) == {}
+        assert index_object(s3, store, settings, D.BUCKET, commit).action == "indexed"
+        [where] = store.lookup(["jane@example.com"])["jane@example.com"]
+        assert where.s3path == f"s3://{D.BUCKET}/{data}" and where.lines == (0,)
+        assert index_object(s3, store, settings, D.BUCKET, commit).action == "unchanged"  # a redelivery
+    finally:
+        store.close()
