@@ -372,7 +372,7 @@ def rewrite_parquet(
     erased: list[int] = []
     first_row = written = hidden_dropped = 0
     schema = parquet.schema_arrow
-    plain = _without_views(schema)
+    plain = without_views(schema)
     for index in range(metadata.num_row_groups):
         table = parquet.read_row_group(index)
         if plain is not None:  # Arrow's take and filter have no kernels for view types: work on their plain forms
@@ -407,7 +407,7 @@ def rewrite_parquet(
     return staged, erased
 
 
-def _without_views(schema: Any) -> Any:
+def without_views(schema: Any) -> Any:
     """The schema with every string_view/binary_view (at any depth) as string/binary, or None if it has none."""
     import pyarrow as pa
 

@@ -203,3 +203,30 @@ def test_given_a_commit_event_when_indexed_then_the_index_follows_the_table_and_
         assert index_object(s3, store, settings, D.BUCKET, commit).action == "unchanged"  # a redelivery
     finally:
         store.close()
+
+
+def test_given_a_table_when_a_user_asks_for_their_data_then_the_archive_holds_exactly_their_rows_of_its_version(
+    indexed, capsys
+):
+    import zipfile
+
+    from lakepurge.config import load_settings
+    from lakepurge.export import export_users, unseal
+    from lakepurge.s3uri import S3Uri
+
+    config, history = indexed
+    D.write(D.rows(["kim@example.com", history.edge], "d10", 100))  # a commit the index has not seen yet
+    s3 = aws_client()
+    s3.create_bucket(Bucket="exports")
+    key = aws.client("kms").create_key(Description="exports")["KeyMetadata"]["KeyId"]
+    run = export_users(load_settings(config), [history.edge], S3Uri("exports", "a/"), kms_key=key, say=print)
+    sealed = s3.get_object(Bucket="exports", Key=run.archive.split("/", 3)[3])["Body"].read()
+    archive = zipfile.ZipFile(io.BytesIO(unseal(io.BytesIO(sealed), aws.client("kms"))))
+    exported = []
+    for name in archive.namelist():
+        if name.endswith(".parquet"):
+            exported += pq.read_table(io.BytesIO(archive.read(name))).to_pylist()
+    expected = [r for r in D.current_rows() if r["user_id"] == history.edge]
+    key_of = lambda r: (r["day"], r["amount"])  # noqa: E731
+    assert sorted(exported, key=key_of) == sorted(expected, key=key_of) and len(expected) == 3
+    assert "olga" not in str(exported) and history.deleted not in str(exported)  # history is not the table's
