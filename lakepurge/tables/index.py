@@ -254,3 +254,42 @@ def _apply(
 
 def read_history(s3: Any, settings: Settings, table: LakeTable, item: HistoryItem) -> tuple[str, ...]:
     return history_users(s3, settings, table, item.head())
+
+
+@dataclass(frozen=True)
+class TableStatus:
+    """A table dataset as `status` and `lookup` show it."""
+
+    dataset: str
+    version_indexed: int | None
+    newest_version: int | None
+    problem: str = ""  # why the index could not follow it ("" when it did, or was not asked to)
+
+    @property
+    def behind(self) -> int:
+        if self.version_indexed is None or self.newest_version is None:
+            return 0
+        return max(self.newest_version - self.version_indexed, 0)
+
+    def line(self) -> str:
+        indexed = "never indexed" if self.version_indexed is None else f"version {self.version_indexed} indexed"
+        newest = "" if self.newest_version is None else f", newest {self.newest_version}"
+        return f"table {self.dataset}: {indexed}{newest}" + (f" ({self.problem})" if self.problem else "")
+
+
+def tables_status(
+    s3: Any, store: IndexStore, settings: Settings, follow: bool = False, max_commits: int | None = None
+) -> list[TableStatus]:
+    """Each table dataset's version indexed and newest version; follow=True first brings the index to the newest
+    (what `lookup` does, so the rows it names are those of the table's current version)."""
+    found = []
+    for dataset in (d for d in settings.datasets if d.is_table):
+        problem = ""
+        try:
+            if follow:
+                follow_table(s3, store, settings, dataset, max_commits)
+            newest = open_table(s3, dataset).latest_version()
+        except TableError as exc:
+            problem, newest = str(exc), None
+        found.append(TableStatus(dataset.name, indexed_version(store, dataset), newest, problem))
+    return found

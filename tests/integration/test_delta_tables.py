@@ -71,7 +71,7 @@ def test_given_a_table_with_a_history_when_purged_then_no_version_of_any_object_
     before = D.current_rows()
 
     code, found = cli(capsys, "lookup", *erased, "--config", config)
-    assert code == 0
+    assert code == 0 and found["tables"][0]["version_indexed"] == 3
     live = [e for e in found["users"][history.edge] if "lines" in e]
     assert len(live) == 2  # days d1 and d3, each the data file and the 0-based row in it
     for entry in live:
@@ -203,6 +203,9 @@ def test_given_a_commit_event_when_indexed_then_the_index_follows_the_table_and_
         assert index_object(s3, store, settings, D.BUCKET, commit).action == "unchanged"  # a redelivery
     finally:
         store.close()
+    code, status = cli(capsys, "status", "--config", config)
+    assert code == 0
+    assert status["tables"] == [{"dataset": "events", "version_indexed": 4, "newest_version": 4, "problem": ""}]
 
 
 def test_given_a_table_when_a_user_asks_for_their_data_then_the_archive_holds_exactly_their_rows_of_its_version(
