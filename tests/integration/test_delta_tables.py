@@ -233,3 +233,31 @@ def test_given_a_table_when_a_user_asks_for_their_data_then_the_archive_holds_ex
     key_of = lambda r: (r["day"], r["amount"])  # noqa: E731
     assert sorted(exported, key=key_of) == sorted(expected, key=key_of) and len(expected) == 3
     assert "olga" not in str(exported) and history.deleted not in str(exported)  # history is not the table's
+
+
+def test_given_spark_when_backfilled_and_purged_then_files_are_read_and_rewritten_on_executors(lake, spark, capsys):
+    from lakepurge.backfill import run_backfill
+    from lakepurge.config import load_settings
+    from lakepurge.index import open_store
+    from lakepurge.privacy import Pseudonymizer
+    from lakepurge.purge.job import run_purge
+    from lakepurge.report import build_report
+    from tests.support.lakes import index_toml
+
+    settings = load_settings(lake(index_toml("dynamodb"), versioned=True))
+    history = D.make_history_table(change_data=False)
+    result = run_backfill(spark, settings)
+    assert result.failed == () and result.objects == 3 and result.versions == 2  # live files; olga's, dora's
+    before = D.current_rows()
+    pseudonymizer = Pseudonymizer(HASH_KEY.encode())
+    store = open_store(settings.index)
+    try:
+        report = build_report(store, settings, [history.edge], "req-spark", pseudonymizer)
+    finally:
+        store.close()
+
+    purged = run_purge(spark, settings, report, HASH_KEY.encode())
+
+    assert purged.verified and purged.tables[0]["rows_erased"] == 2
+    assert D.current_rows() == [r for r in before if r["user_id"] != history.edge]
+    assert D.holding(history.edge) == []
