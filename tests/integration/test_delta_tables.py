@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -261,3 +262,50 @@ def test_given_spark_when_backfilled_and_purged_then_files_are_read_and_rewritte
     assert purged.verified and purged.tables[0]["rows_erased"] == 2
     assert D.current_rows() == [r for r in before if r["user_id"] != history.edge]
     assert D.holding(history.edge) == []
+
+
+def test_given_delta_tables_in_glue_when_imported_then_they_become_delta_datasets_the_index_reads(
+    lake, capsys, tmp_path
+):
+    from tests.support.lakes import index_toml
+
+    config = lake(index_toml("dynamodb"))
+    D.make_history_table(change_data=False)
+    glue = aws.client("glue")
+    glue.create_database(DatabaseInput={"Name": "curated"})
+    spark_registered = {  # as Spark's saveAsTable leaves a Delta table: a placeholder location, the root in `path`
+        "Name": "events",
+        "TableType": "EXTERNAL_TABLE",
+        "Parameters": {"spark.sql.sources.provider": "delta", "lakepurge.id_fields": "user_id"},
+        "StorageDescriptor": {
+            "Location": "s3://lake/curated/events-__PLACEHOLDER__",
+            "Columns": [{"Name": "col", "Type": "array<string>"}],
+            "SerdeInfo": {"Parameters": {"path": D.URI}},
+        },
+    }
+    athena = {  # as Athena registers one: table_type DELTA, the root as Location
+        "Name": "events_athena",
+        "TableType": "EXTERNAL_TABLE",
+        "Parameters": {"table_type": "DELTA", "lakepurge.id_fields": "user_id"},
+        "StorageDescriptor": {"Location": D.URI, "Columns": []},
+    }
+    for table in (spark_registered, athena):
+        glue.create_table(DatabaseName="curated", TableInput=table)
+    out = tmp_path / "datasets.toml"
+
+    code, imported = cli(
+        capsys, "datasets", "import", "--glue-database", "curated", "--table", "events", "--out", str(out)
+    )
+
+    assert code == 0
+    assert [(i["table"], i["format"], i["location"]) for i in imported["imported"]] == [
+        ("events", "delta", f"s3://{D.BUCKET}/{D.ROOT}")
+    ]
+    assert 'format = "delta"' in out.read_text() and 'erase = "drop"' in out.read_text()
+    configured = tmp_path / "imported.toml"
+    configured.write_text(Path(config).read_text().split("[[datasets]]")[0] + out.read_text())
+    assert main(["index", "reconcile", "--config", str(configured)]) == 0
+    code, found = cli(capsys, "lookup", "alice@example.com", "--config", str(configured))
+    assert len([e for e in found["users"]["alice@example.com"] if "lines" in e]) == 2
+    code, athena_import = cli(capsys, "datasets", "import", "--glue-database", "curated", "--table", "events_athena")
+    assert athena_import["imported"][0]["format"] == "delta"
