@@ -55,7 +55,7 @@ from lakepurge.s3io import (
 )
 from lakepurge.s3uri import S3Uri
 from lakepurge.sparkutil import apply_job_environment, job_environment, on_executors
-from lakepurge.tables.base import TableFile, TableState
+from lakepurge.tables.base import TableError, TableFile, TableState
 from lakepurge.tables.delta import LOG, DeltaLog
 from lakepurge.tables.index import follow_table, indexed_version
 from lakepurge.tables.plan import TablePlan
@@ -117,7 +117,8 @@ def purge_tables(
             outcomes.append(_TablePurge(spark, settings, plan, key, hashes, request_id).run())
         except Exception as exc:
             log.exception("erasure from a table failed", extra={"dataset": plan.dataset, "error": type(exc).__name__})
-            error = str(exc) if isinstance(exc, ImportError) else type(exc).__name__
+            # Messages of these name a table and what to do, never a record.
+            error = str(exc) if isinstance(exc, (ImportError, TableError, RewriteFailed)) else type(exc).__name__
             outcomes.append(TableOutcome(plan.dataset, "failed", plan.version, error=error))
     return outcomes
 
@@ -250,6 +251,12 @@ class _TablePurge:
         file = state.files.get(path)
         if file is None:
             return None
+        if file.deletes:
+            raise TableError(
+                f"dataset '{self.dataset.name}': a file to rewrite has a deletion vector, whose removal deltalake"
+                " cannot commit exactly: purge the table's deletion vectors first (REORG TABLE ... APPLY (PURGE)"
+                " on Spark), then run the request again"
+            )
         directory = file.native_path.rsplit("/", 1)[0] + "/" if "/" in file.native_path else ""
         new_key = f"{directory}part-00000-{uuid.uuid4()}-c000.parquet"
         hidden = tuple(sorted(table.deleted_rows(file)))
