@@ -29,6 +29,7 @@ import json
 import time
 import uuid
 from collections.abc import Container, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import unquote
@@ -56,7 +57,7 @@ from lakepurge.s3io import (
 from lakepurge.s3uri import S3Uri
 from lakepurge.sparkutil import apply_job_environment, job_environment, on_executors
 from lakepurge.tables.base import TableError, TableFile, TableState
-from lakepurge.tables.delta import LOG, DeltaLog
+from lakepurge.tables.delta import LOG, READ_THREADS, DeltaLog
 from lakepurge.tables.index import follow_table, indexed_version
 from lakepurge.tables.plan import TablePlan
 from lakepurge.tables.scan import contained, data_file_users, object_names
@@ -301,22 +302,29 @@ class _TablePurge:
         needed_from = checkpoint.version if checkpoint is not None else 0
         needed_keys = set(checkpoint.keys) if checkpoint is not None else set()
         deleted: dict[str, list[str]] = {}
-        checked = 0
         remaining = []
-        for version in list(object_versions(self.s3, uri.bucket, uri.key)):
+        candidates = []
+        for version in object_versions(self.s3, uri.bucket, uri.key):
             key, version_id = version["Key"], version["VersionId"] or "null"
             path = f"s3://{uri.bucket}/{key}"
             if (key, version_id) in self.proven:
                 continue
             if version["IsLatest"] and path in state.files and path in trusted:
                 continue
-            checked += 1
+            candidates.append((version, key, version_id, path))
+
+        def naming(candidate: tuple[dict[str, Any], str, str, str]) -> bool | None:
             try:
-                naming = self._names(table, key, version_id)
+                return self._names(table, candidate[1], candidate[2])
             except ObjectChanged:
-                continue  # deleted since listed
-            if not naming:
-                self.proven.add((key, version_id))
+                return None  # deleted since listed
+
+        with ThreadPoolExecutor(READ_THREADS) as pool:
+            answers = list(pool.map(naming, candidates))
+        for (version, key, version_id, path), names in zip(candidates, answers, strict=True):
+            if not names:
+                if names is not None:
+                    self.proven.add((key, version_id))
                 continue
             needed = (version["IsLatest"] and path in state.files) or _needed_log(
                 key, uri.key, needed_from, needed_keys
@@ -327,6 +335,7 @@ class _TablePurge:
                 continue
             why = "needed by the table's current version" if needed else "holds the users"
             remaining.append({"object": path, "version_id": version_id, "reason": why})
+        checked = len(candidates)
         for path, versions in deleted.items():
             what = "log" if table.is_metadata(S3Uri.parse(path).key) else "data"
             self.outcome.objects_deleted.append({"object": path, "version_ids": versions, "what": what})
@@ -365,22 +374,35 @@ class _TablePurge:
     # verification
 
     def _second_reader(self, table: DeltaLog, state: TableState, trusted: set[str]) -> None:
-        """DuckDB's delta extension reads the current version on its own: the same live files, each with the rows
-        the log states, and none of the users' ids in the files not vouched for (every file with verify = "full")."""
-        full = self.settings.purge.verify == "full"
+        """DuckDB's delta extension reads the current version with its own log replay. What changed is read: the
+        files replaced are gone from it, the files written hold the rows the rewrite kept, and none of the users'
+        ids is in them (nor in any file not vouched for). With verify = "full" (and for `verify`), every file: the
+        same live files as the log reader, each with the rows its log entry states, and no id of the users."""
+        full = self.settings.purge.verify == "full" or not self.request_id
+        replaced = {_normal(f["before"]): f for f in self.outcome.files_replaced}
+        written = {_normal(f["after"]): f for f in self.outcome.files_replaced if f.get("after")}
         reading = set(state.files) if full else (set(state.files) - trusted) | self.written
-        found = second_reader(self.dataset, reading)
+        counted = None if full else set(replaced) | set(written) | {_normal(p) for p in reading}
+        found = second_reader(self.dataset, counted, reading)
         self.outcome.second_reader = {
-            "files": len(found.counts),
-            "rows": sum(found.counts.values()),
+            "files_counted": len(found.counts),
+            "rows_counted": sum(found.counts.values()),
             "files_read_for_ids": len(reading),
         }
-        if set(found.counts) != {_normal(p) for p in state.files}:
+        gone = sorted(set(replaced) & set(found.counts))
+        if gone:
+            self.outcome.remaining.append(
+                {"object": gone[0], "reason": "the second reader still reads a replaced file"}
+            )
+        if full and set(found.counts) != {_normal(p) for p in state.files}:
             self.outcome.remaining.append(
                 {"object": table.uri, "reason": "the second reader sees other live files than the table's log"}
             )
-        stated = {_normal(p): f.records for p, f in state.files.items() if f.records is not None}
-        differing = sorted(p for p, n in stated.items() if found.counts.get(p, n) != n)
+        expected = {path: f["rows_after"] for path, f in written.items()}
+        if full:
+            expected |= {_normal(p): f.records for p, f in state.files.items() if f.records is not None}
+        live = _normal_set(state)
+        differing = sorted(p for p, n in expected.items() if found.counts.get(p) != n and p in live)
         if differing:
             self.outcome.remaining.append(
                 {"object": differing[0], "reason": f"{len(differing)} file(s) read with other row counts than stated"}
@@ -392,6 +414,10 @@ class _TablePurge:
 def _replaced(result: dict[str, Any]) -> dict[str, Any]:
     names = ("before", "after", "rows_before", "rows_erased", "rows_hidden_dropped", "rows_after")
     return {name: result.get(name) for name in names}
+
+
+def _normal_set(state: TableState) -> set[str]:
+    return {_normal(p) for p in state.files}
 
 
 def verify_table(settings: Settings, dataset: DatasetConfig, key: bytes, hashes: tuple[str, ...]) -> TableOutcome:
@@ -451,8 +477,16 @@ def _delete_written(s3: Any, dataset: DatasetConfig, results: Iterable[dict[str,
             _delete_version(s3, uri.bucket, uri.key, result.get("after_version") or "null")
 
 
+_LOADED: dict[str, Any] = {}  # dataset -> the DeltaTable the erasure's commit loaded (the driver's only)
+
+
 def _checkpoint(dataset: DatasetConfig) -> int:
-    table = _delta_table(dataset)
+    """Checkpoint the table's newest version (the table as the commit loaded it, brought up to date)."""
+    table = _LOADED.pop(dataset.name, None)
+    if table is not None:
+        table.update_incremental()
+    else:
+        table = _delta_table(dataset)
     table.create_checkpoint()
     version: int = table.version()
     return version
@@ -476,6 +510,7 @@ def commit_replacement(
     from deltalake.transaction import AddAction, CommitProperties, RemoveAction
 
     table = _delta_table(dataset, state.version)
+    _LOADED[dataset.name] = table  # the checkpoint that follows brings it up to date instead of loading it again
     now = int(time.time() * 1000)
     actions: list[Any] = []
     for result in rewritten:
@@ -596,32 +631,50 @@ def _write_new(s3: Any, bucket: str, key: str, staged: Staged) -> tuple[str, str
     return key, None if version in (None, "null") else version, staged.checksum, staged.size
 
 
-def second_reader(dataset: DatasetConfig, files_for_ids: set[str]) -> SecondReading:
-    """The current version as DuckDB's delta extension reads it: rows per live file, and every id in the given
-    files (their paths as the log names them)."""
+def second_reader(dataset: DatasetConfig, counted: set[str] | None, files_for_ids: set[str] | None) -> SecondReading:
+    """The current version as DuckDB's delta extension reads it: the rows of each live file (of the `counted` ones
+    only, when given: a filter DuckDB pushes into its scan), and every id in the `files_for_ids` (all: None)."""
     connection = duckdb_with_delta()
     uri = f"s3://{dataset.uri.bucket}/{dataset.uri.key.rstrip('/')}".replace("'", "''")
     scan = f"delta_scan('{uri}', filename=true)"
-    try:
-        read = connection.execute(f"SELECT filename, count(*) FROM {scan} GROUP BY filename").fetchall()
-        counts = {_normal(name): int(count) for name, count in read}
-        ids: list[str] = []
-        chosen = {_normal(p) for p in files_for_ids}
-        wanted = sorted(name for name, _ in read if _normal(name) in chosen)
-        if wanted:
-            assert dataset.id_fields is not None
-            paths = parse_paths(dataset.id_fields)
-            columns = ", ".join(_identifier(c) for c in sorted({p[0] for p in paths}))
-            where = "" if len(wanted) == len(counts) else f" WHERE filename IN ({', '.join(map(_literal, wanted))})"
-            for batch in connection.execute(f"SELECT {columns} FROM {scan}{where}").to_arrow_reader():
-                for record in batch.to_pylist():
+    assert dataset.id_fields is not None
+    paths = parse_paths(dataset.id_fields)
+    columns = ", ".join(_identifier(c) for c in sorted({p[0] for p in paths}))
+    counts: dict[str, int] = {}
+    ids: list[str] = []
+
+    def take(query: str, counting: bool) -> None:
+        for batch in connection.execute(query).to_arrow_reader():
+            for record in batch.to_pylist():
+                name = _normal(record.pop("filename"))
+                if counting:
+                    counts[name] = counts.get(name, 0) + 1
+                if files_for_ids is None or name in wanted:
                     try:
                         ids.extend(extract_ids(record, paths))
                     except ValueError:
                         continue  # an id the indexer reports unindexable is nobody's
+
+    wanted = {_normal(p) for p in files_for_ids or ()}
+    try:
+        if counted is not None:  # what changed: one scan of those files, rows counted and ids read
+            if counted or wanted:
+                take(f"SELECT filename, {columns} FROM {scan} WHERE {_among(counted | wanted)}", True)
+        else:  # every file: the counts from DuckDB's own aggregate, the ids as they come
+            query = f"SELECT filename, count(*) FROM {scan} GROUP BY filename"
+            counts = {_normal(name): int(n) for name, n in connection.execute(query).fetchall()}
+            if files_for_ids is None or wanted:
+                where = "" if files_for_ids is None else f" WHERE {_among(wanted)}"
+                take(f"SELECT filename, {columns} FROM {scan}{where}", False)
     finally:
         connection.close()
     return SecondReading(counts, ids)
+
+
+def _among(paths: set[str]) -> str:
+    """A filter on DuckDB's filename column: each path as the log names it and as it is decoded."""
+    names = sorted({*paths, *map(_normal, paths)})
+    return f"filename IN ({', '.join(map(_literal, names))})"
 
 
 def _identifier(name: str) -> str:

@@ -17,7 +17,8 @@ import json
 import re
 import struct
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
@@ -30,6 +31,10 @@ from lakepurge.tables.base import TableChanges, TableError, TableFile, TableStat
 from lakepurge.tables.storage import S3Access
 
 LOG = "_delta_log/"
+READ_THREADS = 16  # log objects read at once (small objects: the round trip is the cost)
+# Parsed commits by (bucket, key, ETag), shared by every reader of this process (a commit never changes).
+_COMMITS: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+_COMMITS_KEPT = 20_000
 _COMMIT = re.compile(r"^(\d{20})\.json$")
 _CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(?:\.(\d{10})\.(\d{10})|\.([0-9a-fA-F-]{36}))?\.(parquet|json)$")
 # Reader features lakepurge reads correctly; a table needing another one is refused (TableError), never misread.
@@ -51,6 +56,7 @@ class LogListing:
 
     commits: dict[int, str] = field(default_factory=dict)  # version -> key
     checkpoints: dict[int, list[Checkpoint]] = field(default_factory=dict)
+    etags: dict[str, str] = field(default_factory=dict)  # key -> ETag: what a parsed commit is cached under
 
     @property
     def latest(self) -> int | None:
@@ -110,6 +116,8 @@ class DeltaLog:
         self.bucket = dataset.uri.bucket
         self.root = dataset.uri.key
         self._listing: LogListing | None = None
+        self._states: dict[int, TableState] = {}
+        self._metadata: dict[str, Any] | None = None
 
     # listing
 
@@ -120,6 +128,7 @@ class DeltaLog:
             prefix = self.root + LOG
             for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
                 for item in page.get("Contents", []):
+                    listing.etags[item["Key"]] = item["ETag"]
                     name = item["Key"][len(prefix) :]
                     commit = _COMMIT.match(name)
                     checkpoint = _CHECKPOINT.match(name)
@@ -154,10 +163,32 @@ class DeltaLog:
         return body
 
     def commit_actions(self, version: int) -> list[dict[str, Any]]:
-        key = self.listing().commits.get(version)
+        listing = self.listing()
+        key = listing.commits.get(version)
         if key is None:
             raise TableError(f"dataset '{self.dataset.name}': commit {version} of the Delta log is not there")
-        return parse_commit(self.read(key))
+        cached = (self.bucket, key, listing.etags.get(key, ""))
+        actions = _COMMITS.get(cached)
+        if actions is None:
+            actions = parse_commit(self.read(key))
+            if len(_COMMITS) >= _COMMITS_KEPT:
+                _COMMITS.clear()
+            _COMMITS[cached] = actions
+        return actions
+
+    def prefetch(self, versions: Iterable[int]) -> None:
+        """Read the commits of these versions at once (a few requests in flight), into the cache: a commit never
+        changes once written (it is cached under its ETag), so the reads of one process share them."""
+        listing = self.listing()
+        missing = [
+            v
+            for v in versions
+            if v in listing.commits
+            and (self.bucket, listing.commits[v], listing.etags.get(listing.commits[v], "")) not in _COMMITS
+        ]
+        if len(missing) > 1:
+            with ThreadPoolExecutor(READ_THREADS) as pool:
+                list(pool.map(self.commit_actions, missing))
 
     def checkpoint_actions(self, checkpoint: Checkpoint) -> Iterator[dict[str, Any]]:
         for key in checkpoint.keys:
@@ -170,7 +201,7 @@ class DeltaLog:
                     yield action
 
     def _replay(self, version: int | None) -> tuple[_Replay, int]:
-        listing = self.listing(refresh=version is None)  # the newest version: as the log is now
+        listing = self.listing()
         latest = listing.latest
         if latest is None:
             raise TableError(f"dataset '{self.dataset.name}': no Delta table at {self.dataset.location}")
@@ -182,6 +213,7 @@ class DeltaLog:
             for action in self.checkpoint_actions(checkpoint):
                 replay.apply(action)
             start = checkpoint.version + 1
+        self.prefetch(range(start, target + 1))
         for v in range(start, target + 1):
             if v not in listing.commits:
                 raise TableError(
@@ -203,13 +235,20 @@ class DeltaLog:
             )
 
     def state(self, version: int | None = None) -> TableState:
+        if version is None:
+            latest = self.listing(refresh=True).latest
+            version = latest if latest is not None else version
+        if version is not None and version in self._states:
+            return self._states[version]
         replay, target = self._replay(version)
         self._metadata = replay.metadata
         files = {}
         for relative, add in replay.files.items():
             file = self._file(relative, add)
             files[file.path] = file
-        return TableState(target, replay.timestamp_ms, files)
+        state = TableState(target, replay.timestamp_ms, files)
+        self._states[target] = state  # a version's files never change
+        return state
 
     def _file(self, relative: str, add: dict[str, Any]) -> TableFile:
         if "://" in relative:
@@ -244,6 +283,7 @@ class DeltaLog:
         removed: set[str] = set()
         passed: set[str] = set()
         history: set[str] = set()
+        self.prefetch(range(since + 1, version + 1))
         for v in range(since + 1, version + 1):
             for action in self.commit_actions(v):
                 if "add" in action:
@@ -275,10 +315,9 @@ class DeltaLog:
 
     def physical_id_fields(self) -> tuple[str, ...]:
         assert self.dataset.id_fields is not None
-        metadata = getattr(self, "_metadata", None)
-        if metadata is None:
+        if self._metadata is None:
             self.state()
-            metadata = self._metadata
+        metadata = self._metadata
         schema = json.loads((metadata or {}).get("schemaString") or '{"fields": []}')
         partitions = set((metadata or {}).get("partitionColumns") or ())
         physical = []

@@ -9,6 +9,7 @@ MAX_CATCHUP_COMMITS); a table it cannot follow is planned as not certifiable, wi
 from __future__ import annotations
 
 from collections.abc import Container, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -18,7 +19,7 @@ from lakepurge.logs import get_logger
 from lakepurge.s3io import object_versions
 from lakepurge.s3uri import S3Uri
 from lakepurge.tables.base import TableError
-from lakepurge.tables.delta import LOG, DeltaLog, parse_commit
+from lakepurge.tables.delta import LOG, READ_THREADS, DeltaLog
 from lakepurge.tables.index import follow_table, open_table
 from lakepurge.tables.scan import object_names
 
@@ -195,13 +196,20 @@ def _versions_of(s3: Any, s3path: str) -> set[str]:
 def _log_entries(s3: Any, settings: Settings, table: Any, hashed: Container[str]) -> dict[str, set[str]]:
     """Every version of every object of the table's log that names one of the users."""
     uri = table.dataset.uri
-    naming: dict[str, set[str]] = {}
-    for version in object_versions(s3, uri.bucket, uri.key + LOG):
+
+    def names(version: dict[str, Any]) -> tuple[str, str] | None:
         key, version_id = version["Key"], version["VersionId"] or "null"
         pinned = {"VersionId": version_id} if version_id != "null" else {}
         body = s3.get_object(Bucket=uri.bucket, Key=key, **pinned)["Body"].read()
         if object_names(body, key, hashed, (), False, settings.indexing.max_record_bytes):
-            naming.setdefault(f"s3://{uri.bucket}/{key}", set()).add(version_id)
+            return f"s3://{uri.bucket}/{key}", version_id
+        return None
+
+    naming: dict[str, set[str]] = {}
+    with ThreadPoolExecutor(READ_THREADS) as pool:  # small objects: the round trips are the cost
+        for found in pool.map(names, list(object_versions(s3, uri.bucket, uri.key + LOG))):
+            if found is not None:
+                naming.setdefault(found[0], set()).add(found[1])
     return naming
 
 
@@ -220,13 +228,14 @@ def _versions_cut(table: DeltaLog, erased: set[str], removed: Mapping[str, set[s
     live: set[str] = set(table.state(start - 1).files) if start > 0 else set()
     erased_live = len(live & erased)
     cut = list(range(start))  # no longer readable before lakepurge touches anything
+    table.prefetch(range(start, newest + 1))
     chain_ok = start == 0 or (start - 1) in usable_checkpoints
     for version in range(start, newest + 1):
         if version not in listing.commits:
             cut.append(version)
             chain_ok = False
             continue
-        for action in parse_commit(table.read(listing.commits[version])):
+        for action in table.commit_actions(version):
             if "add" in action:
                 path = table.path_of(action["add"]["path"])
                 if path not in live:
