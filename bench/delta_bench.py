@@ -179,7 +179,8 @@ def run_lakepurge(tmp: Path, dsn: str, endpoint: str, prefix: str, users: list[s
     with out.open("w") as handle:
         sys.stdout = handle
         try:
-            argv = ["purge", "--users-file", str(users_file), "--yes", "--force", "--config", str(path), "--json"]
+            argv = ["purge", "--users-file", str(users_file), "--yes", "--force", "--engine", "inline"]
+            argv += ["--config", str(path), "--json"]
             if os.environ.get("DELTA_BENCH_PROFILE"):
                 import cProfile
 
@@ -244,8 +245,13 @@ def still_holding(prefix: str, users: list[str]) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="40 files of 1,000 rows (a smoke test)")
+    parser.add_argument("--files", type=int, help="files (one append each) instead of 200")
+    parser.add_argument("--rows", type=int, help="rows per file instead of 5,000")
+    parser.add_argument("--users", type=int, help="distinct users instead of 200,000")
+    parser.add_argument("--only", action="append", default=[], help="only this user set (1, 100, 1%%)")
     args = parser.parse_args()
     files, rows, users = (40, 1_000, 10_000) if args.quick else (200, 5_000, 200_000)
+    files, rows, users = args.files or files, args.rows or rows, args.users or users
     os.environ["LAKEPURGE_HASH_KEY"] = HASH_KEY
     moto, endpoint = start_moto()
     from lakepurge import aws
@@ -262,6 +268,8 @@ def main() -> int:
         print(f"table: {files} files, {files * rows:,} rows, {users:,} users ({time.perf_counter() - started:.0f} s)")
         rng = random.Random(3)
         sets = {"1 user": 1, "100 users": 100, "1% of users": users // 100}
+        short = {"1 user": "1", "100 users": "100", "1% of users": "1%"}
+        sets = {label: n for label, n in sets.items() if not args.only or short[label] in args.only}
         results = []
         for label, count in sets.items():
             chosen = [user(n) for n in rng.sample(range(users), count)]

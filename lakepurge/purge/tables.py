@@ -26,11 +26,13 @@ For each table the report plans (lakepurge.tables.plan), on the driver:
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 from collections.abc import Container, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import unquote
 
@@ -40,7 +42,7 @@ from lakepurge import aws
 from lakepurge.config import DatasetConfig, Settings
 from lakepurge.formats import extract_ids, parse_paths
 from lakepurge.index import open_store
-from lakepurge.index.base import IndexStore
+from lakepurge.index.base import IndexStore, ObjectIndex
 from lakepurge.logs import get_logger
 from lakepurge.privacy import HashedUsers, Pseudonymizer
 from lakepurge.purge.rewrite import rewrite_parquet
@@ -137,11 +139,15 @@ class _TablePurge:
         self.s3 = aws.client("s3")
         self.dataset = settings.dataset_named(plan.dataset)
         self.users = HashedUsers(hashes, Pseudonymizer(key))
+        self._threads = threading.local()  # each reading thread's own HashedUsers (its memory is not thread-safe)
         self.outcome = TableOutcome(plan.dataset, "nothing-to-erase", plan.version)
         # Object versions known to hold none of the users: the files this erasure wrote (read before the write,
         # confirmed by checksum) and every version read clean.
         self.proven: set[tuple[str, str]] = set()
+        self.log_clean = {(S3Uri.parse(path).key, version, etag) for path, version, etag in plan.log_clean}
         self.written: set[str] = set()  # the live files this erasure wrote: the second reader reads their ids
+        self.replaced: set[str] = set()  # the files it replaced: they hold the users (their rows were erased)
+        self.new_entries: list[dict[str, Any]] = []  # the rewrites' results: the new files' index rows
 
     def run(self) -> TableOutcome:
         if self.plan.not_certifiable:
@@ -173,6 +179,8 @@ class _TablePurge:
             self.outcome.status = "erased"
             self.outcome.version_committed = committed
             self.outcome.files_replaced += [_replaced(r) for r in rewritten]
+            self.replaced |= {r["before"] for r in rewritten}
+            self.new_entries += [r for r in rewritten if r.get("after")]
             planned = {}
             since = committed
             self.written |= {r["after"] for r in rewritten if r.get("after")}
@@ -193,10 +201,9 @@ class _TablePurge:
             self.outcome.versions_cut = list(self.plan.versions_cut)
         store = open_store(self.settings.index, create=False)
         try:
-            self._reindex(store, deleted)
+            state = self._reindex(store, table, deleted) or table.state()
         finally:
             store.close()
-        state = table.state()
         self._second_reader(table, state, trusted)
         self._history(table, state, trusted, delete=False)  # what is left, listed again
         if self.outcome.remaining and self.outcome.status != "failed":
@@ -307,13 +314,15 @@ class _TablePurge:
         for version in object_versions(self.s3, uri.bucket, uri.key):
             key, version_id = version["Key"], version["VersionId"] or "null"
             path = f"s3://{uri.bucket}/{key}"
-            if (key, version_id) in self.proven:
+            if (key, version_id) in self.proven or (key, version_id, version["ETag"]) in self.log_clean:
                 continue
             if version["IsLatest"] and path in state.files and path in trusted:
                 continue
             candidates.append((version, key, version_id, path))
 
         def naming(candidate: tuple[dict[str, Any], str, str, str]) -> bool | None:
+            if candidate[3] in self.replaced:
+                return True  # this erasure took the users' rows out of it: no need to read it again
             try:
                 return self._names(table, candidate[1], candidate[2])
             except ObjectChanged:
@@ -344,8 +353,15 @@ class _TablePurge:
             self.outcome.remaining = remaining
         return deleted
 
+    def _thread_users(self) -> HashedUsers:
+        users: HashedUsers | None = getattr(self._threads, "users", None)
+        if users is None:
+            users = self._threads.users = HashedUsers(self.hashes, Pseudonymizer(self.key))
+        return users
+
     def _names(self, table: DeltaLog, key: str, version_id: str) -> bool:
         bucket = self.dataset.uri.bucket
+        users = self._thread_users()
         pinned = {"VersionId": version_id} if version_id != "null" else {}
         max_bytes = self.settings.indexing.max_record_bytes
         try:
@@ -355,21 +371,33 @@ class _TablePurge:
                     bucket, key, head["ETag"], pinned.get("VersionId"), head["LastModified"], head["ContentLength"]
                 )
                 with open_seekable(self.s3, found) as raw:
-                    return contained(self.users, data_file_users(raw, key, table.physical_id_fields(), max_bytes))
+                    return contained(users, data_file_users(raw, key, table.physical_id_fields(), max_bytes))
             body = self.s3.get_object(Bucket=bucket, Key=key, **pinned)["Body"].read()
         except ClientError as exc:
             if error_code(exc) in ("NoSuchKey", "NoSuchVersion", "404"):
                 raise ObjectChanged(key) from None
             raise
-        return object_names(body, key, self.users, (), False, max_bytes)
+        return object_names(body, key, users, (), False, max_bytes)
 
-    def _reindex(self, store: IndexStore, deleted: dict[str, list[str]]) -> None:
-        """The index follows the table to the erasure's commit (the replaced files leave it, the new ones come in),
-        then forgets every version deleted (the index keeps a removed file's version in a versioned bucket)."""
-        if indexed_version(store, self.dataset) is not None:
-            follow_table(self.s3, store, self.settings, self.dataset)
+    def _reindex(self, store: IndexStore, table: DeltaLog, deleted: dict[str, list[str]]) -> TableState | None:
+        """The index follows the table to the erasure's commit (the replaced files leave it, the new ones come in:
+        indexed from what the rewrite read of them, not read again), then forgets every version deleted (the index
+        keeps a removed file's version in a versioned bucket)."""
+        if indexed_version(store, self.dataset) is None:
+            return None
+        now = datetime.now(UTC)
+        entries = []
+        for result in self.new_entries:
+            entry = ObjectIndex(result["after"], self.dataset.name, result["after_etag"], result["after_version"], now)
+            entry.lines_by_user = {user: list(rows) for user, rows in result["rows_by_user"].items()}
+            entry.records = result["rows_after"]
+            entries.append(entry)
+        if entries:
+            store.replace_objects(entries, force=True)
+        followed = follow_table(self.s3, store, self.settings, self.dataset, table=table)
         for path, versions in deleted.items():
             store.forget_noncurrent(path, [*versions, "null"])
+        return table.state(followed.version)
 
     # verification
 
@@ -382,8 +410,7 @@ class _TablePurge:
         replaced = {_normal(f["before"]): f for f in self.outcome.files_replaced}
         written = {_normal(f["after"]): f for f in self.outcome.files_replaced if f.get("after")}
         reading = set(state.files) if full else (set(state.files) - trusted) | self.written
-        counted = None if full else set(replaced) | set(written) | {_normal(p) for p in reading}
-        found = second_reader(self.dataset, counted, reading)
+        found = second_reader(self.dataset, None if full else set(replaced) | set(written) | reading)
         self.outcome.second_reader = {
             "files_counted": len(found.counts),
             "rows_counted": sum(found.counts.values()),
@@ -550,13 +577,20 @@ def _rewrite_partition(
 ) -> Iterator[dict[str, Any]]:
     apply_job_environment(env)
     s3 = aws.client("s3")
-    users = HashedUsers(hashes, Pseudonymizer(key))
-    for item in items:
+    local = threading.local()  # a HashedUsers per thread: its memory is not thread-safe
+
+    def rewrite(item: RewriteItem) -> dict[str, Any]:
+        if not hasattr(local, "users"):
+            local.users = HashedUsers(hashes, Pseudonymizer(key))
         try:
-            yield _rewrite_one(s3, settings, users, item)
+            return _rewrite_one(s3, settings, local.users, item)
         except Exception as exc:
             log.exception("rewrite of a table file failed", extra={"error": type(exc).__name__})
-            yield {"before": item.file.path, "error": type(exc).__name__}
+            return {"before": item.file.path, "error": type(exc).__name__}
+
+    # Several files at once per task, as the purge does objects: the work is S3 round trips and Arrow (no GIL).
+    with ThreadPoolExecutor(settings.purge.threads_per_task) as pool:
+        yield from pool.map(rewrite, list(items))
 
 
 def _rewrite_one(s3: Any, settings: Settings, users: Container[str], item: RewriteItem) -> dict[str, Any]:
@@ -602,8 +636,10 @@ def _rewrite_one(s3: Any, settings: Settings, users: Container[str], item: Rewri
         "after_native": item.new_key,
         "after_version": written[1],
         "after_checksum": written[2],
+        "after_etag": written[4],
         "rows_after": rows_after,
         "size_after": written[3],
+        "rows_by_user": left,  # the new file's index rows, as verification read them before the write
     }
 
 
@@ -618,7 +654,7 @@ def _row_count(staged: Staged) -> int:
     return rows
 
 
-def _write_new(s3: Any, bucket: str, key: str, staged: Staged) -> tuple[str, str | None, str, int]:
+def _write_new(s3: Any, bucket: str, key: str, staged: Staged) -> tuple[str, str | None, str, int, str]:
     response = s3.put_object(
         Bucket=bucket,
         Key=key,
@@ -628,44 +664,41 @@ def _write_new(s3: Any, bucket: str, key: str, staged: Staged) -> tuple[str, str
         ChecksumCRC64NVME=staged.checksum,
     )
     version = response.get("VersionId")
-    return key, None if version in (None, "null") else version, staged.checksum, staged.size
+    return key, None if version in (None, "null") else version, staged.checksum, staged.size, response["ETag"]
 
 
-def second_reader(dataset: DatasetConfig, counted: set[str] | None, files_for_ids: set[str] | None) -> SecondReading:
-    """The current version as DuckDB's delta extension reads it: the rows of each live file (of the `counted` ones
-    only, when given: a filter DuckDB pushes into its scan), and every id in the `files_for_ids` (all: None)."""
-    connection = duckdb_with_delta()
-    uri = f"s3://{dataset.uri.bucket}/{dataset.uri.key.rstrip('/')}".replace("'", "''")
-    scan = f"delta_scan('{uri}', filename=true)"
+def second_reader(dataset: DatasetConfig, files: set[str] | None) -> SecondReading:
+    """The current version as DuckDB's delta extension reads it: the rows of each live file among `files` (every
+    live file: None; a filter DuckDB pushes into its scan) and every distinct value of their id columns. One scan
+    answers both (DuckDB's grouping, in C): a million rows cost a hash per distinct id, not a Python step per row."""
+    if files is not None and not files:
+        return SecondReading({}, [])
     assert dataset.id_fields is not None
     paths = parse_paths(dataset.id_fields)
-    columns = ", ".join(_identifier(c) for c in sorted({p[0] for p in paths}))
+    top = sorted({p[0] for p in paths})
+    uri = f"s3://{dataset.uri.bucket}/{dataset.uri.key.rstrip('/')}".replace("'", "''")
+    scan = f"delta_scan('{uri}', filename=true)"
+    sets = ", ".join(["(filename)", *(f"({_identifier(c)})" for c in top)])
+    where = "" if files is None else f" WHERE {_among(files)}"
+    query = (
+        f"SELECT filename, {', '.join(_identifier(c) for c in top)}, count(*) AS n FROM {scan}{where}"
+        f" GROUP BY GROUPING SETS ({sets})"
+    )
     counts: dict[str, int] = {}
     ids: list[str] = []
-
-    def take(query: str, counting: bool) -> None:
+    connection = duckdb_with_delta()
+    try:
         for batch in connection.execute(query).to_arrow_reader():
             for record in batch.to_pylist():
-                name = _normal(record.pop("filename"))
-                if counting:
-                    counts[name] = counts.get(name, 0) + 1
-                if files_for_ids is None or name in wanted:
-                    try:
-                        ids.extend(extract_ids(record, paths))
-                    except ValueError:
-                        continue  # an id the indexer reports unindexable is nobody's
-
-    wanted = {_normal(p) for p in files_for_ids or ()}
-    try:
-        if counted is not None:  # what changed: one scan of those files, rows counted and ids read
-            if counted or wanted:
-                take(f"SELECT filename, {columns} FROM {scan} WHERE {_among(counted | wanted)}", True)
-        else:  # every file: the counts from DuckDB's own aggregate, the ids as they come
-            query = f"SELECT filename, count(*) FROM {scan} GROUP BY filename"
-            counts = {_normal(name): int(n) for name, n in connection.execute(query).fetchall()}
-            if files_for_ids is None or wanted:
-                where = "" if files_for_ids is None else f" WHERE {_among(wanted)}"
-                take(f"SELECT filename, {columns} FROM {scan}{where}", False)
+                n = record.pop("n")
+                name = record.pop("filename")
+                if name is not None:
+                    counts[_normal(name)] = int(n)
+                    continue
+                try:
+                    ids.extend(extract_ids(record, paths))
+                except ValueError:
+                    continue  # an id the indexer reports unindexable is nobody's
     finally:
         connection.close()
     return SecondReading(counts, ids)

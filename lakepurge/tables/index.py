@@ -187,7 +187,12 @@ class NotIndexed(TableError):
 
 
 def follow_table(
-    s3: Any, store: IndexStore, settings: Settings, dataset: DatasetConfig, max_commits: int | None = None
+    s3: Any,
+    store: IndexStore,
+    settings: Settings,
+    dataset: DatasetConfig,
+    max_commits: int | None = None,
+    table: LakeTable | None = None,
 ) -> Followed:
     """Bring the table's index from the version indexed to the newest: read the files the commits in between added
     (and the ones they added and removed again, and their change data) and move the files they removed to history.
@@ -242,6 +247,9 @@ def _apply(
         store.remove_object(path)
         followed.files_left += 1
     for file in changes.added.values():
+        entry = store.get_object(file.path)
+        if entry is not None and entry.etag and not file.deletes:
+            continue  # indexed already (the erasure indexes the files it writes): a data file never changes
         store_live(store, table, scan_live_file(s3, settings, table, file))
         followed.files_indexed += 1
     for path in sorted(changes.passed | changes.history):

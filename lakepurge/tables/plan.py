@@ -21,7 +21,7 @@ from lakepurge.s3uri import S3Uri
 from lakepurge.tables.base import TableError
 from lakepurge.tables.delta import LOG, READ_THREADS, DeltaLog
 from lakepurge.tables.index import follow_table, open_table
-from lakepurge.tables.scan import object_names
+from lakepurge.tables.scan import contained, object_names, strings
 
 log = get_logger()
 
@@ -60,6 +60,9 @@ class TablePlan:
     log_entries: tuple[PlannedObject, ...] = ()
     versions_cut: tuple[int, ...] = ()  # versions up to `version` that time travel can no longer read
     not_certifiable: str = ""  # why the table could not be planned (then it is a coverage gap)
+    # The log objects read and found naming none of the users, (path, version id, ETag): the erasure need not read
+    # them again (a version of an object never changes; an ETag tells a "null" version overwritten since).
+    log_clean: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def rows(self) -> int:
@@ -99,6 +102,7 @@ class TablePlan:
                 "history": tuple(_object(h) for h in document.get("history", ())),
                 "log_entries": tuple(_object(e) for e in document.get("log_entries", ())),
                 "versions_cut": tuple(document.get("versions_cut", ())),
+                "log_clean": tuple(tuple(c) for c in document.get("log_clean", ())),
             }
         )
 
@@ -145,15 +149,15 @@ def plan_table(
     """The plan for one table, after the index followed it to its newest version. users: the raw ids (the index's
     lookup); hashed: the same users as HashedUsers (the log is read for their keyed hashes)."""
     root = f"s3://{dataset.uri.bucket}/{dataset.uri.key}"
+    table = open_table(s3, dataset)
     try:
-        follow_table(s3, store, settings, dataset, max_commits=MAX_CATCHUP_COMMITS)
+        followed = follow_table(s3, store, settings, dataset, max_commits=MAX_CATCHUP_COMMITS, table=table)
     except TableError as exc:
         return TablePlan(dataset.name, dataset.format, dataset.location, -1, not_certifiable=str(exc))
     # Asked after following the table: the files its new commits added or removed are in the answer.
     found_hits = {p: h for p, h in store.lookup_objects(users).objects.items() if p.startswith(root)}
     found_history = {p: v for p, v in store.noncurrent_of(users).items() if p.startswith(root)}
-    table = open_table(s3, dataset)
-    state = table.state()
+    state = table.state(followed.version)
     records = store.object_records(list(found_hits))
     found = _Found()
     for path, hit in found_hits.items():
@@ -168,7 +172,7 @@ def plan_table(
             )
         else:
             found.history[path] = _versions_of(s3, path)
-    logs = _log_entries(s3, settings, table, hashed)
+    logs, clean = _log_entries(s3, settings, table, hashed)
     cut = (
         _versions_cut(table, set(found.files) | set(found.history), logs, state.version)
         if isinstance(table, DeltaLog)
@@ -185,6 +189,7 @@ def plan_table(
         history=tuple(PlannedObject(p, tuple(sorted(v))) for p, v in sorted(found.history.items()) if v),
         log_entries=tuple(PlannedObject(p, tuple(sorted(v))) for p, v in sorted(logs.items())),
         versions_cut=tuple(cut),
+        log_clean=tuple(sorted(clean)),
     )
 
 
@@ -193,24 +198,35 @@ def _versions_of(s3: Any, s3path: str) -> set[str]:
     return {v["VersionId"] or "null" for v in object_versions(s3, uri.bucket, uri.key) if v["Key"] == uri.key}
 
 
-def _log_entries(s3: Any, settings: Settings, table: Any, hashed: Container[str]) -> dict[str, set[str]]:
-    """Every version of every object of the table's log that names one of the users."""
+def _log_entries(
+    s3: Any, settings: Settings, table: Any, hashed: Container[str]
+) -> tuple[dict[str, set[str]], list[tuple[str, str, str]]]:
+    """Every version of every object of the table's log that names one of the users (path -> version ids), and
+    those that name none (path, version id, ETag). The current commits are read through the table's cache of
+    parsed commits, which the replay of the versions cut reads next."""
     uri = table.dataset.uri
+    commits = {key: version for version, key in table.listing().commits.items()}
 
-    def names(version: dict[str, Any]) -> tuple[str, str] | None:
+    def names(version: dict[str, Any]) -> tuple[str, str, str, bool]:
         key, version_id = version["Key"], version["VersionId"] or "null"
-        pinned = {"VersionId": version_id} if version_id != "null" else {}
-        body = s3.get_object(Bucket=uri.bucket, Key=key, **pinned)["Body"].read()
-        if object_names(body, key, hashed, (), False, settings.indexing.max_record_bytes):
-            return f"s3://{uri.bucket}/{key}", version_id
-        return None
+        path = f"s3://{uri.bucket}/{key}"
+        if version["IsLatest"] and key in commits:
+            found = contained(hashed, strings(table.commit_actions(commits[key])))
+        else:
+            pinned = {"VersionId": version_id} if version_id != "null" else {}
+            body = s3.get_object(Bucket=uri.bucket, Key=key, **pinned)["Body"].read()
+            found = object_names(body, key, hashed, (), False, settings.indexing.max_record_bytes)
+        return path, version_id, version["ETag"], found
 
     naming: dict[str, set[str]] = {}
+    clean = []
     with ThreadPoolExecutor(READ_THREADS) as pool:  # small objects: the round trips are the cost
-        for found in pool.map(names, list(object_versions(s3, uri.bucket, uri.key + LOG))):
-            if found is not None:
-                naming.setdefault(found[0], set()).add(found[1])
-    return naming
+        for path, version_id, etag, found in pool.map(names, list(object_versions(s3, uri.bucket, uri.key + LOG))):
+            if found:
+                naming.setdefault(path, set()).add(version_id)
+            else:
+                clean.append((path, version_id, etag))
+    return naming, clean
 
 
 def _versions_cut(table: DeltaLog, erased: set[str], removed: Mapping[str, set[str]], newest: int) -> list[int]:

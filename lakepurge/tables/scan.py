@@ -39,7 +39,7 @@ def contained(users: Container[str], candidates: Iterable[str]) -> bool:
     return any(c in users for c in distinct)
 
 
-def _strings(value: Any) -> Iterator[str]:
+def strings(value: Any) -> Iterator[str]:
     """Every string and integer in a decoded JSON or Arrow value, with the JSON and SQL literals strings hold."""
     stack = [value]
     while stack:
@@ -74,7 +74,7 @@ def json_names(body: bytes, users: Container[str]) -> bool:
                 values.append(orjson.loads(line))
             except orjson.JSONDecodeError:
                 return text_names(line, users)
-    return contained(users, _strings(values))
+    return contained(users, strings(values))
 
 
 def parquet_values_name(body: bytes, users: Container[str]) -> bool:
@@ -82,7 +82,7 @@ def parquet_values_name(body: bytes, users: Container[str]) -> bool:
     import pyarrow.parquet as pq
 
     table = pq.read_table(io.BytesIO(body))
-    return contained(users, _strings(table.to_pylist()))
+    return contained(users, strings(table.to_pylist()))
 
 
 def data_file_users(body_or_stream: Any, key: str, id_fields: Sequence[str], max_bytes: int) -> dict[str, list[int]]:
