@@ -78,3 +78,30 @@ def test_given_log_entries_when_read_for_hashed_users_then_stats_and_predicate_l
     other = b'{"commitInfo":{"operationParameters":{"predicate":"user_id = \'malice@example.com\'"}}}\n'
     assert not json_names(other, users)
     assert not object_names(b"\x01\x02", "t/deletion_vector_x.bin", users, ("user_id",), False, 1 << 20)
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        ["alice", "bob", None, "alice", "", "x\x00y", "é" * 600, "bob"],
+        [7, None, -3, 7, 0],
+    ],
+    ids=["strings", "integers"],
+)
+@pytest.mark.parametrize("view", [False, True])
+def test_given_a_data_file_when_grouped_by_arrow_then_the_answer_is_the_indexers_reader(column, view):
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from lakepurge.formats import group_records
+    from lakepurge.tables.scan import data_file_users
+
+    values = pa.array(column)
+    if view and pa.types.is_string(values.type):
+        values = values.cast(pa.string_view())
+    out = io.BytesIO()
+    pq.write_table(pa.table({"user_id": values, "n": list(range(len(column)))}), out)
+    indexer = group_records(io.BytesIO(out.getvalue()), "f.parquet", "parquet", ["user_id"], 1 << 20).lines_by_user
+    assert data_file_users(out.getvalue(), "f.parquet", ["user_id"], 1 << 20) == indexer
