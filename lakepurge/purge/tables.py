@@ -121,7 +121,11 @@ def purge_tables(
         except Exception as exc:
             log.exception("erasure from a table failed", extra={"dataset": plan.dataset, "error": type(exc).__name__})
             # Messages of these name a table and what to do, never a record.
-            error = str(exc) if isinstance(exc, (ImportError, TableError, RewriteFailed)) else type(exc).__name__
+            error = (
+                str(exc)
+                if isinstance(exc, (ImportError, TableError, RewriteFailed, DeleteFailed))
+                else type(exc).__name__
+            )
             outcomes.append(TableOutcome(plan.dataset, "failed", plan.version, error=error))
     return outcomes
 
@@ -330,6 +334,7 @@ class _TablePurge:
 
         with ThreadPoolExecutor(READ_THREADS) as pool:
             answers = list(pool.map(naming, candidates))
+        doomed: list[tuple[str, str]] = []
         for (version, key, version_id, path), names in zip(candidates, answers, strict=True):
             if not names:
                 if names is not None:
@@ -339,12 +344,13 @@ class _TablePurge:
                 key, uri.key, needed_from, needed_keys
             )
             if delete and not needed:
-                _delete_version(self.s3, uri.bucket, key, version_id)
+                doomed.append((key, version_id))
                 deleted.setdefault(path, []).append(version_id)
                 continue
             why = "needed by the table's current version" if needed else "holds the users"
             remaining.append({"object": path, "version_id": version_id, "reason": why})
         checked = len(candidates)
+        _delete_versions(self.s3, uri.bucket, doomed)
         for path, versions in deleted.items():
             what = "log" if table.is_metadata(S3Uri.parse(path).key) else "data"
             self.outcome.objects_deleted.append({"object": path, "version_ids": versions, "what": what})
@@ -485,6 +491,22 @@ def _needed_log(key: str, root: str, needed_from: int, checkpoint_keys: set[str]
         return True
     number = name.split(".", 1)[0]
     return number.isdigit() and int(number) >= needed_from and name.endswith(".json") and ".checkpoint" not in name
+
+
+def _delete_versions(s3: Any, bucket: str, versions: list[tuple[str, str]]) -> None:
+    """Delete object versions for good, 1,000 a request (by version id where the bucket has had versioning)."""
+    by_id = ever_versioned(s3, bucket)
+    for start in range(0, len(versions), 1000):
+        batch = versions[start : start + 1000]
+        objects = [{"Key": key, "VersionId": v} if by_id else {"Key": key} for key, v in batch]
+        response = s3.delete_objects(Bucket=bucket, Delete={"Objects": objects, "Quiet": True})
+        errors = response.get("Errors") or []
+        if errors:
+            raise DeleteFailed(f"{len(errors)} object version(s) could not be deleted: {errors[0].get('Code')}")
+
+
+class DeleteFailed(Exception):
+    """S3 refused to delete some of the object versions that name the users (Object Lock, permissions)."""
 
 
 def _delete_version(s3: Any, bucket: str, key: str, version_id: str) -> None:

@@ -17,6 +17,7 @@ removed are read. A data file that no commit added is never indexed as live.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -238,18 +239,19 @@ def _apply(
     s3: Any, store: IndexStore, settings: Settings, table: LakeTable, changes: TableChanges, followed: Followed
 ) -> None:
     dataset = table.dataset
-    for path in sorted(changes.removed):
-        users = tuple(store.object_rows(path))
-        uri = S3Uri.parse(path)
-        head = head_object(s3, uri.bucket, uri.key)
+    removed = sorted(changes.removed)
+    with ThreadPoolExecutor(HEADS_AT_ONCE) as pool:
+        heads = list(pool.map(lambda path: head_object(s3, *_split(path)), removed))
+    for path, head in zip(removed, heads, strict=True):
         if head is not None:  # not vacuumed yet: its rows are history (a versioned bucket's store keeps them too)
-            store_history(store, dataset, head, users)
+            store_history(store, dataset, head, tuple(store.object_rows(path)))
         store.remove_object(path)
         followed.files_left += 1
+    # Indexed already (the erasure indexes the files it writes): a data file never changes once committed.
+    known = store.object_records(list(changes.added))
     for file in changes.added.values():
-        entry = store.get_object(file.path)
-        if entry is not None and entry.etag and not file.deletes:
-            continue  # indexed already (the erasure indexes the files it writes): a data file never changes
+        if file.path in known and not file.deletes and store_has(store, file.path):
+            continue
         store_live(store, table, scan_live_file(s3, settings, table, file))
         followed.files_indexed += 1
     for path in sorted(changes.passed | changes.history):
@@ -258,6 +260,20 @@ def _apply(
         if head is not None:
             store_history(store, dataset, head, history_users(s3, settings, table, head))
             followed.history_read += 1
+
+
+HEADS_AT_ONCE = 16
+
+
+def _split(s3path: str) -> tuple[str, str]:
+    uri = S3Uri.parse(s3path)
+    return uri.bucket, uri.key
+
+
+def store_has(store: IndexStore, s3path: str) -> bool:
+    """Whether the index holds the file as read (a failed read leaves an empty ETag: read it again)."""
+    entry = store.get_object(s3path)
+    return entry is not None and bool(entry.etag)
 
 
 def read_history(s3: Any, settings: Settings, table: LakeTable, item: HistoryItem) -> tuple[str, ...]:
