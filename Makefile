@@ -86,7 +86,7 @@ bench: $(STAMP) ## index, purge and erase-path benchmarks (print figures; see be
 LAMBDA_ARCH  ?= x86_64
 SPARK_PYTHON ?= $(BIN)/python
 
-package: $(STAMP) requirements/runtime.lock ## build/lambda (function code + dependencies layer) and build/spark (EMR Serverless archive); see docs/DEPLOY.md
+package: $(STAMP) requirements/runtime.lock requirements/spark.lock ## build/lambda (function code + dependencies layer) and build/spark (EMR Serverless archive); see docs/DEPLOY.md
 	$(BIN)/python infra/package.py lambda --arch $(LAMBDA_ARCH)
 	$(BIN)/python infra/package.py spark --python $(SPARK_PYTHON)
 

@@ -5,9 +5,12 @@
     python infra/package.py spark [--python python3.11]      build/spark/lakepurge-env.tar.gz + entry points
 
 Lambda: the runtime dependencies of pyproject.toml, as pinned with hashes in requirements/runtime.lock (never the
-dev, spark or local extras: no moto, no pyspark), as manylinux wheels for CPython 3.12 on the chosen architecture,
-whatever this machine runs; pyarrow's parts lakepurge does not use (Flight, Substrait, headers, tests) are dropped
-to stay well under Lambda's 250 MB. The Spark archive installs the same lock, then lakepurge itself (--no-deps).
+dev, spark, local or tables extras: no moto, no pyspark, no deltalake), as manylinux wheels for CPython 3.12 on the
+chosen architecture, whatever this machine runs; pyarrow's parts lakepurge does not use (Flight, Substrait, headers,
+tests) are dropped to stay well under Lambda's 250 MB. The Spark archive installs requirements/spark.lock (the same
+pins plus the tables extra: deltalake ~130 MB and DuckDB with its delta and httpfs extensions ~160 MB, which the
+layer cannot hold beside pyarrow: a report that changes a Delta table is purged on Spark), then lakepurge itself
+(--no-deps).
 
 Spark: EMR Serverless unpacks the archive as ./environment and runs ./environment/bin/python (lakepurge.launch).
 Its image has no Python 3.11+, so the archive is a relocatable Python: the interpreter, its standard library and
@@ -41,6 +44,7 @@ STDLIB_UNUSED = ("site-packages", "dist-packages", "test", "tests", "idlelib", "
 SPARK_ENTRY_POINTS = ("purge.py", "build_index.py", "reconcile.py", "verify.py", "vacuum.py")
 # pyproject.toml's runtime dependencies, pinned with hashes (`make lock`; docs/DEPLOY.md, Reproducible builds)
 RUNTIME_LOCK = ROOT / "requirements" / "runtime.lock"
+SPARK_LOCK = ROOT / "requirements" / "spark.lock"  # runtime + the tables extra
 
 
 def run(*command: str | Path, **kwargs: object) -> None:
@@ -48,9 +52,10 @@ def run(*command: str | Path, **kwargs: object) -> None:
     subprocess.run([str(c) for c in command], check=True, **kwargs)  # type: ignore[call-overload]
 
 
-def runtime_lock() -> list[str]:
-    """pip arguments installing exactly requirements/runtime.lock, every file checked against its hashes."""
-    return ["--require-hashes", "--requirement", str(RUNTIME_LOCK)]
+def runtime_lock(lock: Path = RUNTIME_LOCK) -> list[str]:
+    """pip arguments installing exactly a lock (requirements/runtime.lock by default), every file checked against
+    its hashes."""
+    return ["--require-hashes", "--requirement", str(lock)]
 
 
 def copy_sources(target: Path, packages: tuple[str, ...]) -> None:
@@ -133,7 +138,7 @@ def build_spark(python: str) -> None:
     # lakepurge's runtime dependencies from the lock (pyspark is EMR's), then lakepurge itself
     site = env / Path(layout["purelib"]).relative_to(base)
     pip = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-warn-conflicts"]
-    run(*pip, "--target", site, *runtime_lock())
+    run(*pip, "--target", site, *runtime_lock(SPARK_LOCK))
     remove_matching(site, ("bin",))
     run(*pip, "--target", site, "--no-deps", ROOT)
     remove_matching(site, ("bin",))
@@ -141,7 +146,8 @@ def build_spark(python: str) -> None:
 
     # the relocated interpreter must find its prefix and import the job's modules without this machine's paths
     clean = {"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": str(env / "lib"), "HOME": str(out)}
-    check = "import sys, lakepurge.purge.job, lakepurge.backfill, pyarrow.parquet, psycopg, orjson; print(sys.prefix)"
+    check = "import sys, lakepurge.purge.job, lakepurge.backfill, pyarrow.parquet, psycopg, orjson, deltalake, duckdb"
+    check += "; print(sys.prefix)"
     prefix = subprocess.run(
         [env / "bin" / "python", "-c", check], check=True, capture_output=True, text=True, env=clean, cwd=out
     ).stdout.strip()

@@ -26,6 +26,7 @@ from lakepurge.privacy import Pseudonymizer
 from lakepurge.s3io import ObjectChanged, ObjectHead, error_code, ever_versioned, head_object, list_noncurrent
 from lakepurge.s3uri import S3Uri
 from lakepurge.sparkutil import apply_job_environment, job_environment, on_executors
+from lakepurge.table_backfill import TableIndexed, index_tables
 from lakepurge.tableformats import refuse_table_formats
 
 log = get_logger()
@@ -249,6 +250,8 @@ def run_backfill(spark: Any, settings: Settings, force: bool = False, datasets: 
     s3 = aws.client("s3")
     chosen = _chosen(settings, datasets)
     refuse_table_formats(s3, chosen)
+    tables = index_tables(spark, settings, [d for d in chosen if d.is_table], "backfill", force=True)
+    chosen = [d for d in chosen if not d.is_table]
     versioned = {bucket: ever_versioned(s3, bucket) for bucket in {d.uri.bucket for d in chosen}}
     listings = [_list_dataset(s3, dataset, versioned[dataset.uri.bucket]) for dataset in chosen]
     store = open_store(settings.index)  # creates the schema once, on the driver
@@ -259,7 +262,7 @@ def run_backfill(spark: Any, settings: Settings, force: bool = False, datasets: 
             for key, (_, size) in listing.current.items()
         ]
         rows = _index_listed(spark, settings, force, objects, [v for listing in listings for v in listing.noncurrent])
-        result = _result(rows)
+        result = _with_tables(_result(rows), tables)
         failed = _failed_per_dataset(settings, result.failed)
         finished = datetime.now(UTC)
         for listing in listings:
@@ -282,6 +285,21 @@ def run_backfill(spark: Any, settings: Settings, force: bool = False, datasets: 
         extra={"objects": result.objects, "records": result.records, "failed": len(result.failed)},
     )
     return result
+
+
+def _with_tables(result: BackfillResult, tables: list[TableIndexed]) -> BackfillResult:
+    """A backfill's totals with its tables': live files count as objects, history holders as versions."""
+    return BackfillResult(
+        objects=result.objects + sum(t.files for t in tables),
+        scanned=result.scanned + sum(t.files_read for t in tables),
+        records=result.records + sum(t.records for t in tables),
+        rows=result.rows + sum(t.records for t in tables),
+        unindexable=result.unindexable,
+        failed=result.failed + tuple(f for t in tables for f in t.failed),
+        bytes_read=result.bytes_read + sum(t.bytes_read for t in tables),
+        cpu_seconds=result.cpu_seconds,
+        versions=result.versions + sum(t.history for t in tables),
+    )
 
 
 def _result(rows: list[Row]) -> BackfillResult:
@@ -326,9 +344,12 @@ def run_reconcile(
     s3 = aws.client("s3")
     chosen = _chosen(settings, datasets)
     refuse_table_formats(s3, chosen)
+    results = [
+        _table_reconciled(t) for t in index_tables(spark, settings, [d for d in chosen if d.is_table], "reconcile")
+    ]
+    chosen = [d for d in chosen if not d.is_table]
     versioned = {bucket: ever_versioned(s3, bucket) for bucket in {d.uri.bucket for d in chosen}}
     store = open_store(settings.index)
-    results = []
     try:
         indexed = store.indexed_objects()
         recorded = store.coverage()
@@ -433,6 +454,23 @@ def _unowned(store: IndexStore, dataset: DatasetConfig) -> list[str]:
         return []
     found = store.problem_objects(dataset.name, limit=problems.objects, lines=1)
     return [S3Uri.parse(o.s3path).key for o in found if o.whole and o.etag]
+
+
+def _table_reconciled(table: TableIndexed) -> ReconcileResult:
+    """A table's reconciliation in the terms of a dataset's: live files not indexed were missing, files that left
+    the table were gone; the table's version is indexed whole either way, so nothing is left but failures."""
+    missing = table.files_read
+    return ReconcileResult(
+        dataset=table.dataset,
+        objects=table.files,
+        versions=table.history,
+        missing=missing,
+        changed=0,
+        gone=table.left,
+        fixed=missing + table.left - len(table.failed),
+        failed=tuple(table.failed),
+        drift=len(table.failed),
+    )
 
 
 def _bucket_key(s3path: str) -> tuple[str, str]:

@@ -71,19 +71,25 @@ def _serde_of(storage: Mapping[str, Any]) -> str:
     return str((storage.get("SerdeInfo") or {}).get("SerializationLibrary") or "")
 
 
+def is_delta(table: Mapping[str, Any]) -> bool:
+    """A Delta Lake table as Glue records one: Athena's ``table_type = DELTA``, Spark's provider, or a crawler's
+    classification."""
+    params = table.get("Parameters") or {}
+    if str(params.get("table_type", "")).upper() == "DELTA":
+        return True
+    provider = str(params.get("spark.sql.sources.provider", "")).lower()
+    return "delta" in (provider, str(params.get("classification", "")).lower())
+
+
 def _table_format_refusal(table: Mapping[str, Any]) -> str | None:
-    """Why a table is a view or a table format (Delta, Iceberg, Hudi) whose files lakepurge must not rewrite."""
+    """Why a table is a view or a table format (Iceberg, Hudi) whose files lakepurge must not rewrite. A Delta
+    table is not refused: it becomes a format = "delta" dataset."""
     params = table.get("Parameters") or {}
     storage = table.get("StorageDescriptor") or {}
     if table.get("TableType") == "VIRTUAL_VIEW":
         return "a view: it holds no objects of its own (configure the tables it reads)"
     if str(params.get("table_type", "")).upper() == "ICEBERG":
         kind = "an Iceberg table"
-    elif "delta" in (
-        str(params.get("spark.sql.sources.provider", "")).lower(),
-        str(params.get("classification", "")).lower(),
-    ):
-        kind = "a Delta Lake table"
     elif "hudi" in f"{storage.get('InputFormat', '')} {_serde_of(storage)}".lower():
         kind = "a Hudi table"
     else:
@@ -109,6 +115,8 @@ def table_format(table: Mapping[str, Any]) -> Format:
     refusal = _table_format_refusal(table)
     if refusal is not None:
         raise Unmappable(refusal)
+    if is_delta(table):
+        return "delta"
     storage = table.get("StorageDescriptor") or {}
     serde_info = storage.get("SerdeInfo") or {}
     serde = str(serde_info.get("SerializationLibrary") or "")
@@ -161,6 +169,17 @@ def normalise_location(location: str | None) -> str:
     return f"s3://{uri.bucket}/{key}"
 
 
+def _delta_root(table: Mapping[str, Any]) -> str | None:
+    """A Delta table's root: Spark registers tables with a placeholder Location and the real one in the SerDe's
+    ``path`` parameter."""
+    storage = table.get("StorageDescriptor") or {}
+    location = storage.get("Location")
+    path = ((storage.get("SerdeInfo") or {}).get("Parameters") or {}).get("path")
+    if path and (not location or "__PLACEHOLDER__" in str(location)):
+        return str(path)
+    return str(location) if location else None
+
+
 def _inside(location: str, prefix: str) -> bool:
     return location.startswith(prefix)
 
@@ -186,7 +205,7 @@ class CatalogTable:
 
 
 def _id_fields(
-    table: Mapping[str, Any], default: Sequence[str], partition_keys: Sequence[str]
+    table: Mapping[str, Any], default: Sequence[str], partition_keys: Sequence[str], check_columns: bool = True
 ) -> tuple[tuple[str, ...] | None, str | None]:
     """The id fields (the table parameter first, then the --id-column default) and a problem, if any."""
     raw = _lookup(table.get("Parameters"), ID_FIELDS_PARAMETER)
@@ -202,6 +221,7 @@ def _id_fields(
             f"no id column: set the table parameter {ID_FIELDS_PARAMETER} (comma-separated) or pass --id-column",
         )
     columns = {str(c.get("Name", "")).lower() for c in (table.get("StorageDescriptor") or {}).get("Columns") or []}
+    columns = columns if check_columns else set()
     partitions = {key.lower() for key in partition_keys}
     for name in fields:
         top = name.split(".", 1)[0].lower()
@@ -288,8 +308,9 @@ def describe_table(
         return CatalogTable(database, name, None, None, serde, keys, None, problems=(refusal,))
     location: str | None = None
     fmt: Format | None = None
+    delta = is_delta(table)
     try:
-        location = normalise_location(storage.get("Location"))
+        location = normalise_location(_delta_root(table) if delta else storage.get("Location"))
     except Unmappable as exc:
         problems.append(str(exc))
     try:
@@ -300,10 +321,11 @@ def describe_table(
         note, problem = _compression_note(table, fmt)
         notes.extend([note] if note else [])
         problems.extend([problem] if problem else [])
-    fields, problem = _id_fields(table, id_fields, keys)
+    # A Delta table's schema and partitions are in its log (Spark registers a placeholder column): not checked here.
+    fields, problem = _id_fields(table, id_fields, () if delta else keys, check_columns=not delta)
     problems.extend([problem] if problem else [])
     outside: tuple[str, ...] = ()
-    if glue is not None and keys and location is not None:
+    if glue is not None and keys and location is not None and not delta:
         outside, partition_problems = _partition_problems(glue, {**table, "DatabaseName": database}, location)
         problems.extend(partition_problems)
     return CatalogTable(database, name, location, fmt, serde, keys, fields, tuple(notes), tuple(problems), outside)
@@ -365,7 +387,7 @@ def render_entry(table: CatalogTable) -> str:
         f"location = {_toml_string(table.location)}",
         f"format = {_toml_string(table.format)}",
         f"id_fields = {_toml_list(table.id_fields)}",
-        f"erase = {_toml_string('drop' if table.format == 'parquet' else 'blank')}",
+        f"erase = {_toml_string('drop' if table.format in ('parquet', 'delta') else 'blank')}",
     ]
     if table.partition_keys:
         lines.append(f"partition_keys = {_toml_list(table.partition_keys)}")

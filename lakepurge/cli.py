@@ -418,6 +418,7 @@ def cmd_lookup(args: argparse.Namespace, out: Output) -> int:
     users = _read_users(args)
     store = open_store(settings.index)
     try:
+        tables = _tables_status(settings, store, follow=True)  # rows of each table's current version
         found = store.lookup(users)
         old_versions = {user: store.noncurrent_of([user]) for user in users}
         gaps = [c for c in of_index(settings, store) if not c.complete]
@@ -443,8 +444,23 @@ def cmd_lookup(args: argparse.Namespace, out: Output) -> int:
             out.say(f"  {path}  noncurrent version(s) {', '.join(sorted(ids))}")
     for gap in gaps:
         out.say(f"WARNING: dataset {gap.dataset} is {gap.reason}: its records may be missing here (run: {gap.fix})")
-    out.result({"users": document, "coverage_gaps": [g.to_dict() for g in gaps]})
+    for table in tables:
+        out.say(table.line())
+    out.result(
+        {"users": document, "coverage_gaps": [g.to_dict() for g in gaps]}
+        | ({"tables": [asdict(t) for t in tables]} if tables else {})
+    )
     return 0
+
+
+def _tables_status(settings: Settings, store: Any, follow: bool = False) -> list[Any]:
+    """Table datasets' versions (lakepurge.tables.index.tables_status); none configured: nothing is asked."""
+    if not any(d.is_table for d in settings.datasets):
+        return []
+    from lakepurge import aws
+    from lakepurge.tables.index import tables_status
+
+    return tables_status(aws.client("s3"), store, settings, follow=follow)
 
 
 def _shown(settings: Settings, s3path: str, pseudonymizer: Pseudonymizer | None) -> str:
@@ -472,6 +488,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
         problems = store.unindexable(limit=args.limit)
         dead_letters = dead_letter_count(aws.client("sqs"), settings.indexing.dead_letter_queue_url)
         coverage = of_index(settings, store, dead_letters)
+        tables = _tables_status(settings, store)
         returning = (
             returning_users(store, pseudonymizer)
             if pseudonymizer is not None and status.objects_with_erased_users
@@ -487,6 +504,8 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
             )
         else:
             out.say(f"dataset {dataset.dataset}: NOT COVERED, {dataset.reason} (run: {dataset.fix})")
+    for table in tables:
+        out.say(table.line())
     out.say(
         f"objects {status.objects}  records {status.records}  users {status.users}  index rows {status.rows}\n"
         f"unindexable lines {status.unindexable_lines} in {status.objects_with_unindexable} object(s)\n"
@@ -523,6 +542,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
             ],
             "returning_command": again,
         }
+        | ({"tables": [asdict(t) for t in tables]} if tables else {})
     )
     return 0
 
@@ -820,7 +840,8 @@ def cmd_verify(args: argparse.Namespace, out: Output) -> int:
         f" {len(document['remaining'])} still hold the users; index locations left: {document['index_locations']}"
     )
     for place in document["remaining"]:
-        out.say(f"  {place['object']} version {place['version_id']}: {place['lines']} line(s)")
+        held = f"{place['lines']} line(s)" if "lines" in place else place.get("reason", "")
+        out.say(f"  {place['object']} version {place.get('version_id')}: {held}")
     out.result(document)
     return 0 if document["verified"] else 1
 

@@ -78,7 +78,9 @@ class SidecarConfig(_Strict):
     field: str = "user_id"
 
 
-Format = Literal["jsonl", "csv", "parquet"]
+Format = Literal["jsonl", "csv", "parquet", "delta"]
+# Formats whose location is a table's root: the table's log says which files hold its rows (lakepurge.tables).
+TABLE_FORMATS = ("delta",)
 EraseMode = Literal["blank", "drop", "delete-object"]
 
 
@@ -90,7 +92,7 @@ class DatasetConfig(_Strict):
     id_from_key: str | None = None
     id_sidecar: SidecarConfig | None = None
     id_tag: str | None = None
-    # Default by format: "drop" for parquet (a row cannot be blanked), "blank" for the line formats.
+    # Default by format: "drop" for parquet and tables (a row cannot be blanked), "blank" for the line formats.
     erase: EraseMode = "blank"
     # Skip what Spark/Hive/Glue skip: path components below the location starting with '_' or '.' (a partition
     # directory, holding '=', is not hidden) and '*.crc' checksums. Directory markers are always skipped.
@@ -108,7 +110,12 @@ class DatasetConfig(_Strict):
     @classmethod
     def _erase_default_by_format(cls, data: object) -> object:
         if isinstance(data, dict) and "erase" not in data:
-            return {**data, "erase": "drop" if data.get("format") == "parquet" else "blank"}
+            dropped = data.get("format") == "parquet" or data.get("format") in TABLE_FORMATS
+            data = {**data, "erase": "drop" if dropped else "blank"}
+        if isinstance(data, dict) and data.get("format") in TABLE_FORMATS and isinstance(data.get("location"), str):
+            # A table is named by its root: s3://bucket/path/table and s3://bucket/path/table/ are the same table.
+            location = data["location"]
+            data = {**data, "location": location if location.endswith("/") else location + "/"}
         return data
 
     @field_validator("erase")
@@ -119,6 +126,8 @@ class DatasetConfig(_Strict):
                 "'blank' cannot erase Parquet rows (the rewrite drops them, so row numbers shift):"
                 " use 'drop', the default for parquet"
             )
+        if value != "drop" and info.data.get("format") in TABLE_FORMATS:
+            raise ValueError(f"a {info.data.get('format')} table's rows are dropped through its own commit: use 'drop'")
         return value
 
     @field_validator("location")
@@ -177,7 +186,14 @@ class DatasetConfig(_Strict):
             raise ValueError(f"'{sources[0]}' means one user per object, so erase must be 'delete-object'")
         if self.erase == "delete-object" and not self.per_object:
             raise ValueError("erase 'delete-object' needs a one-user-per-object id source, not id_fields")
+        if self.is_table and self.per_object:
+            raise ValueError(f"a {self.format} table's ids come from its columns: set id_fields")
         return self
+
+    @property
+    def is_table(self) -> bool:
+        """True when the location is a table format's root (Delta Lake): lakepurge.tables reads and erases it."""
+        return self.format in TABLE_FORMATS
 
     @property
     def per_object(self) -> bool:

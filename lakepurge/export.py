@@ -64,7 +64,7 @@ from lakepurge.index.base import WHOLE_OBJECT
 from lakepurge.logs import get_logger, object_ref
 from lakepurge.privacy import Pseudonymizer
 from lakepurge.purge.engine import Ownership, find_user_lines
-from lakepurge.purge.rewrite import owned_rows
+from lakepurge.purge.rewrite import owned_rows, without_views
 from lakepurge.s3io import ObjectChanged, ObjectHead, error_code, head_object, open_body, open_seekable
 from lakepurge.s3uri import S3Uri
 
@@ -220,6 +220,8 @@ def read_users_records(
         if head is None:
             return None
         stale = head.etag != indexed_etag
+        if stale and dataset.is_table:
+            return None  # a table's data file never changes: another one under its name left the table
         try:
             if dataset.per_object or stale:
                 _, lines = find_user_lines(s3, settings, dataset, head, users)  # the owner / the lines, checked now
@@ -230,7 +232,7 @@ def read_users_records(
             extract = _Extract(head, stale)
             if dataset.per_object:
                 extract.lines = [WHOLE_OBJECT]
-            elif dataset.format == "parquet":
+            elif dataset.format == "parquet" or dataset.is_table:
                 _read_parquet(s3, dataset, extract, lines, users)
             elif dataset.format == "csv":
                 _read_csv(s3, settings, dataset, extract, lines, users)
@@ -296,6 +298,7 @@ def _read_parquet(s3: Any, dataset: DatasetConfig, extract: _Extract, lines: lis
     paths = parse_paths(dataset.id_fields)
     source = pq.ParquetFile(open_seekable(s3, extract.head))  # the footer, then only the groups read below
     extract.parquet_schema = source.schema_arrow
+    plain = without_views(source.schema_arrow)  # Arrow takes no rows of view types: their plain forms are taken
     wanted = sorted(set(lines))
     start = 0
     for index in range(source.metadata.num_row_groups):
@@ -303,10 +306,12 @@ def _read_parquet(s3: Any, dataset: DatasetConfig, extract: _Extract, lines: lis
         inside = [line - start for line in wanted if start <= line < start + rows]
         if inside:
             table = source.read_row_group(index)
+            table = table.cast(plain) if plain is not None else table
             owned = owned_rows(table, paths, users)
             keep = [row for row in inside if owned[row]]
             if keep:
-                extract.parquet_tables.append(table.take(keep))
+                taken = table.take(keep)
+                extract.parquet_tables.append(taken.cast(source.schema_arrow) if plain is not None else taken)
                 extract.lines.extend(start + row for row in keep)
         start += rows
 
@@ -398,14 +403,15 @@ def _write_object(
             body.close()
         return name, "whole-object", digest, 1
     records = len(extract.lines)
-    target = dataset.format if fmt == "original" else fmt
+    native = "parquet" if dataset.is_table else dataset.format  # a table's rows, as its data files hold them
+    target = native if fmt == "original" else fmt
     chunks: Iterable[bytes]
-    if target == dataset.format == "jsonl":
+    if target == native == "jsonl":
         chunks = (line + b"\n" for line in extract.jsonl)
-    elif target == dataset.format == "csv":
+    elif target == native == "csv":
         physical = extract.csv_header + [line for lines, _ in extract.csv_rows for line in lines]
         chunks = (line + b"\n" for line in physical)
-    elif target == dataset.format == "parquet":
+    elif target == native == "parquet":
         chunks = [_parquet_bytes(extract)]
     elif target == "jsonl":
         chunks = _jsonl_bytes(_records(dataset, extract))
@@ -442,6 +448,43 @@ def _export_relational(settings: Settings, users: list[str], archive: _Archive) 
 
 
 # -- sealing ----------------------------------------------------------------------------------------------------------
+
+
+_VERSION = "#version"
+
+
+def _follow_tables(s3: Any, store: Any, settings: Settings) -> dict[str, dict[str, Any]]:
+    """Each table dataset followed to its newest version: its live files (path -> the id fields as its data files
+    name them) and the version (under _VERSION). A table that cannot be followed fails the export."""
+    from lakepurge.tables.base import TableError
+    from lakepurge.tables.index import follow_table, open_table
+
+    readers: dict[str, dict[str, Any]] = {}
+    for dataset in (d for d in settings.datasets if d.is_table):
+        try:
+            follow_table(s3, store, settings, dataset)
+            table = open_table(s3, dataset)
+            state = table.state()
+            fields = table.physical_id_fields()
+        except TableError as exc:
+            raise ExportFailed(f"{exc}: nothing was exported") from None
+        files = {path: (fields, dict(file.partition)) for path, file in state.files.items()}
+        readers[dataset.name] = files | {_VERSION: state.version}
+    return readers
+
+
+def _with_partition(extract: _Extract, partition: dict[str, Any]) -> None:
+    """A table's partition values are in its log, not its data files: each exported row gets them back (as the
+    log writes them, strings)."""
+    import pyarrow as pa
+
+    for name, value in partition.items():
+        if name in extract.parquet_schema.names:
+            continue
+        extract.parquet_schema = extract.parquet_schema.append(pa.field(name, pa.string()))
+        extract.parquet_tables = [
+            t.append_column(name, pa.array([value] * t.num_rows, pa.string())) for t in extract.parquet_tables
+        ]
 
 
 def seal(plain: IO[bytes], out: IO[bytes], kms: Any, key_id: str, request_id: str) -> str:
@@ -665,6 +708,7 @@ def export_users(
         store = open_store(settings.index)
         try:
             gaps = [c for c in of_index(settings, store) if not c.complete]
+            readers = _follow_tables(s3, store, settings)  # a table's rows: those of its newest version
             hits = store.lookup_objects(sorted(wanted))
         finally:
             store.close()
@@ -678,8 +722,16 @@ def export_users(
                 continue  # indexed under a dataset since removed from the configuration
             ref = object_ref(s3path, dataset, pseudonymizer)
             hit = hits.objects[s3path]
+            partition: dict[str, Any] = {}
+            if dataset.is_table:
+                if s3path not in readers.get(dataset.name, {}):
+                    continue  # a history holder's rows are not the table's
+                fields, partition = readers[dataset.name][s3path]
+                dataset = dataset.model_copy(update={"id_fields": fields})
             try:
                 extract = read_users_records(s3, settings, dataset, s3path, hit.etag, hit.lines, wanted)
+                if extract is not None and partition:
+                    _with_partition(extract, partition)
                 if extract is None:
                     gone.append(ref)
                     continue
@@ -697,6 +749,7 @@ def export_users(
                     "sha256": digest,
                     "dataset": dataset.name,
                     "source_format": "whole-object" if dataset.per_object else dataset.format,
+                    **({"table_version": readers[dataset.name][_VERSION]} if dataset.is_table else {}),
                     "object": ref,
                     "version_id": extract.head.version_id,
                     "etag": extract.head.etag,

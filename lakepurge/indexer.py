@@ -22,6 +22,7 @@ from lakepurge.logs import get_logger, object_ref
 from lakepurge.privacy import Pseudonymizer
 from lakepurge.s3io import ObjectChanged, ObjectHead, head_object, head_version, open_body, open_seekable
 from lakepurge.tableformats import TableFormatError, detect_cached, key_table_format
+from lakepurge.tables.index import NotIndexed, follow_table, open_table
 
 log = get_logger()
 
@@ -77,7 +78,7 @@ def content_error(exc: BaseException, dataset: DatasetConfig) -> bool:
     if any(cls.__name__ == "ArrowException" and cls.__module__.startswith("pyarrow") for cls in type(exc).__mro__):
         return True
     # pyarrow reports a corrupt Parquet file as OSError; botocore's network errors are no OSError.
-    return dataset.format == "parquet" and isinstance(exc, OSError)
+    return dataset.format in ("parquet", "delta") and isinstance(exc, OSError)
 
 
 def scan_object(s3: Any, settings: Settings, dataset: DatasetConfig, head: ObjectHead) -> ObjectIndex:
@@ -178,6 +179,17 @@ def flag_erased_users(store: IndexStore, scanned: ObjectIndex, pseudonymizer: Ps
     scanned.reappeared = len(store.erased_among(hashes))
 
 
+def _skip_reason(dataset: DatasetConfig, key: str, tags_changed: bool) -> str | None:
+    """Why an event on this key changes nothing indexed (not data; a tag change where tags own nothing); a key of a
+    Delta, Iceberg or Hudi table inside a dataset of files is refused (TableFormatError)."""
+    if tags_changed and dataset.id_tag is None:
+        return "a tag change outside a tag-owned dataset"
+    table_format = key_table_format(dataset, key)
+    if table_format is not None:
+        raise TableFormatError(dataset, table_format)
+    return dataset.skip_reason(key)
+
+
 def index_object(
     s3: Any,
     store: IndexStore,
@@ -203,12 +215,9 @@ def index_object(
     dataset = settings.dataset_for(bucket, key)
     if dataset is None:
         return IndexOutcome(f"s3://{bucket}/{key}", "ignored")
-    if tags_changed and dataset.id_tag is None:
-        return IndexOutcome(f"s3://{bucket}/{key}", "ignored", reason="a tag change outside a tag-owned dataset")
-    table_format = key_table_format(dataset, key)
-    if table_format is not None:
-        raise TableFormatError(dataset, table_format)
-    skipped = dataset.skip_reason(key)
+    if dataset.is_table:
+        return _table_event(s3, store, settings, dataset, bucket, key)
+    skipped = _skip_reason(dataset, key, tags_changed)
     if skipped is not None:
         return IndexOutcome(f"s3://{bucket}/{key}", "ignored", reason=skipped)
     table_format = detect_cached(s3, dataset)
@@ -269,6 +278,24 @@ def _owners_of(scanned: ObjectIndex) -> frozenset[str]:
     return frozenset(user for user, lines in scanned.lines_by_user.items() if WHOLE_OBJECT in lines)
 
 
+def _table_event(
+    s3: Any, store: IndexStore, settings: Settings, dataset: DatasetConfig, bucket: str, key: str
+) -> IndexOutcome:
+    """An event under a table's location: a commit (or checkpoint) of its log makes the index follow the table to
+    its newest version; a data file is indexed from the commit that adds it, never on its own (a file no commit
+    added is not the table's: reconciliation reads it as history)."""
+    s3path = f"s3://{bucket}/{key}"
+    table = open_table(s3, dataset)
+    if not table.is_metadata(key):
+        return IndexOutcome(s3path, "ignored", reason="a table's data file: indexed from the commit that adds it")
+    try:
+        followed = follow_table(s3, store, settings, dataset)
+    except NotIndexed as exc:
+        return IndexOutcome(s3path, "ignored", reason=str(exc))
+    action: Action = "indexed" if followed.files_indexed or followed.files_left else "unchanged"
+    return IndexOutcome(s3path, action, records=followed.files_indexed)
+
+
 def _record_failure(
     store: IndexStore, dataset: DatasetConfig, head: ObjectHead, exc: Exception, force: bool
 ) -> IndexOutcome:
@@ -289,7 +316,8 @@ def record_created_version(
     keep its users as a noncurrent version. Returns whether any were recorded."""
     dataset = settings.dataset_for(bucket, key)
     unversioned = not version_id or version_id == "null"
-    if dataset is None or unversioned or dataset.is_sidecar(key) or dataset.skip_reason(key) is not None:
+    # A table's history holders come from its log and its reconciliation.
+    if dataset is None or unversioned or dataset.is_table or dataset.is_sidecar(key) or dataset.skip_reason(key):
         return False
     current = head_object(s3, bucket, key)
     if current is not None and current.version_id == version_id:

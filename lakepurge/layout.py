@@ -336,6 +336,9 @@ class CertificateDocument(Document):
     unindexable: list[dict[str, Any]] = []
     objects: list[CertificateObject]
     relational: list[RelationalDeletion]
+    # Table datasets (lakepurge.purge.tables.TableOutcome.as_dict): versions read and committed, files replaced,
+    # objects and S3 versions deleted (data and log), versions time travel can no longer read, the second reader.
+    tables: list[dict[str, Any]] = []
     totals: CertificateTotals
     verification: CertificateVerification
 

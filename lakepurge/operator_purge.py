@@ -57,6 +57,7 @@ class OperatorRun:
                 "noncurrent_versions_deleted": self.result.versions_deleted,
                 "objects_failed": list(self.failed_objects),
                 "relational_rows_deleted": sum(int(t["rows_deleted"]) for t in self.result.relational),
+                **({"tables": list(self.result.tables)} if self.result.tables else {}),
                 "verified": self.result.verified,
                 "certificate": self.result.certificate,
             }
@@ -79,6 +80,12 @@ def plan_lines(report: Report) -> list[str]:
         lines.append(f"  dataset {versions.dataset}: {len(versions.version_ids)} noncurrent version(s) of one object")
     for table in report.relational:
         lines.append(f"  table {table.name}: {table.rows} of {table.total_rows} row(s)")
+    for plan in report.tables:
+        lines.append(
+            f"  {plan.format} table {plan.dataset} (version {plan.version}): {plan.rows} row(s) in {len(plan.files)}"
+            f" file(s) rewritten; history: {len(plan.history)} file(s), {len(plan.log_entries)} log entr(y/ies)"
+        )
+        lines.append(f"    {plan.not_certifiable or plan.time_travel()}")
     return lines + unindexable.plan_lines(unindexable.summary(report.unindexable))
 
 
@@ -165,6 +172,12 @@ def purge_users(
             # Erased from every current object: on the suppression list even if old versions were left to a lifecycle
             # rule (the vacuum deletes those that hold suppressed users) and verification could not pass yet.
             store.record_erased(list(report.user_hashes), request_id)
+        for table in result.tables:
+            say(
+                f"table {table['dataset']}: {table['status']}, {table['rows_erased']} row(s) erased,"
+                f" {len(table['files_replaced'])} file(s) replaced, {len(table['objects_deleted'])} object(s) deleted"
+                + (f"; {table['error']}" if table["error"] else "")
+            )
         say(
             f"erased {result.lines_erased} line(s) in {result.objects_rewritten} object(s) and"
             f" {result.versions_deleted} noncurrent version(s); verification"

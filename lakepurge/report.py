@@ -23,9 +23,10 @@ from lakepurge.coverage import DatasetCoverage, assess
 from lakepurge.index import relational_dsn
 from lakepurge.index.base import WHOLE_OBJECT, IndexStore
 from lakepurge.logs import get_logger, object_ref
-from lakepurge.privacy import OBJECT_REFERENCE, Pseudonymizer, object_reference
+from lakepurge.privacy import OBJECT_REFERENCE, HashedUsers, Pseudonymizer, object_reference
 from lakepurge.s3io import ever_versioned, list_noncurrent, list_objects, sidecar_subjects
 from lakepurge.s3uri import S3Uri
+from lakepurge.tables.plan import TablePlan, plan_table
 
 log = get_logger()
 
@@ -99,6 +100,8 @@ class Report:
     coverage: tuple[dict[str, Any], ...] = ()
     # Each dataset's unindexable lines and what reading them for the users found (unindexable.DatasetLines.to_dict).
     unindexable: tuple[dict[str, Any], ...] = ()
+    # Table datasets (format = "delta"): what the erasure does to each table and its history (lakepurge.tables).
+    tables: tuple[TablePlan, ...] = ()
 
     @property
     def lines(self) -> int:
@@ -106,7 +109,8 @@ class Report:
 
     @property
     def empty(self) -> bool:
-        return not self.objects and not self.versions and not any(t.rows for t in self.relational)
+        tables_empty = all(t.empty for t in self.tables)
+        return not self.objects and not self.versions and not any(t.rows for t in self.relational) and tables_empty
 
     @property
     def gaps(self) -> list[DatasetCoverage]:
@@ -144,6 +148,7 @@ class Report:
         )
         document["coverage"] = tuple(document.get("coverage", ()))
         document["unindexable"] = tuple(document.get("unindexable", ()))
+        document["tables"] = tuple(TablePlan.from_json(t) for t in document.get("tables", ()))
         return cls(**document)
 
     def summary(self) -> dict[str, Any]:
@@ -160,6 +165,7 @@ class Report:
             "relational_totals": {t.name: t.total_rows for t in self.relational},
             "coverage": {c["dataset"]: "complete" if c["complete"] else c["reason"] for c in self.coverage},
             "unindexable": unindexable.summary(self.unindexable),
+            **({"tables": {t.dataset: t.summary() for t in self.tables}} if self.tables else {}),
         }
 
 
@@ -225,8 +231,8 @@ def build_report(
         hit = hits.objects[s3path]
         uri = S3Uri.parse(s3path)
         dataset = settings.dataset_for(uri.bucket, uri.key)
-        if dataset is None:
-            continue  # indexed under a dataset since removed from the configuration
+        if dataset is None or dataset.is_table:
+            continue  # indexed under a dataset since removed from the configuration; a table's files: planned below
         objects.append(
             ReportObject(
                 s3path=stored_name(s3path, dataset, pseudonymizer),
@@ -238,12 +244,13 @@ def build_report(
             )
         )
     relational = count_relational(settings, users) if settings.relational else ()
-    datasets = _check_limits(store, settings, objects, relational, force)
+    tables = plan_tables(store, settings, users, pseudonymizer)
+    datasets = _check_limits(store, settings, objects + table_objects(tables), relational, force)
     versions = []
     for s3path, version_ids in sorted(store.noncurrent_of(users).items()):
         uri = S3Uri.parse(s3path)
         dataset = settings.dataset_for(uri.bucket, uri.key)
-        if dataset is not None and version_ids:
+        if dataset is not None and version_ids and not dataset.is_table:
             name = stored_name(s3path, dataset, pseudonymizer)
             versions.append(ReportVersions(name, dataset.name, tuple(sorted(version_ids))))
     return Report(
@@ -256,9 +263,39 @@ def build_report(
         forced=force,
         datasets=datasets,
         versions=tuple(versions),
-        coverage=tuple(c.to_dict() for c in coverage),
+        coverage=tuple(with_table_gaps(c.to_dict(), tables) for c in coverage),
         unindexable=tuple(statement.to_dict() for statement in lines),
+        tables=tables,
     )
+
+
+def plan_tables(
+    store: IndexStore, settings: Settings, users: list[str], pseudonymizer: Pseudonymizer
+) -> tuple[TablePlan, ...]:
+    """Each table dataset's erasure plan (lakepurge.tables.plan), the table followed to its newest version first."""
+    tables = [d for d in settings.datasets if d.is_table]
+    if not tables:
+        return ()
+    from lakepurge import aws
+
+    hashed = HashedUsers(pseudonymizer.many(users), pseudonymizer)
+    return tuple(plan_table(aws.client("s3"), store, settings, d, users, hashed) for d in tables)
+
+
+def table_objects(tables: Iterable[TablePlan]) -> list[ReportObject]:
+    """A table's rewritten files as report objects, for the safety limits (share of a file, of a dataset)."""
+    return [
+        ReportObject(f.s3path, t.dataset, t.format, "drop", f.etag, f.rows) for t in tables for f in t.files if f.rows
+    ]
+
+
+def with_table_gaps(coverage: dict[str, Any], tables: Iterable[TablePlan]) -> dict[str, Any]:
+    """A dataset's coverage, incomplete when its table could not be planned (the index cannot follow it)."""
+    for table in tables:
+        if table.dataset == coverage["dataset"] and table.not_certifiable and coverage["complete"]:
+            fix = f"lakepurge index reconcile --dataset {table.dataset}"
+            return {**coverage, "complete": False, "reason": table.not_certifiable, "fix": fix}
+    return coverage
 
 
 def _check_limits(

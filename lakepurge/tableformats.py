@@ -1,8 +1,10 @@
-"""Table formats lakepurge must not touch: Delta Lake, Apache Iceberg and Apache Hudi.
+"""Table formats a plain dataset must not touch: Delta Lake, Apache Iceberg and Apache Hudi.
 
 Their data files are referenced by a transaction log or by metadata (with file names, sizes, row counts and
 statistics): rewriting one in place corrupts the table, and the log's older snapshots would still reach the erased
-rows anyway. Such a dataset is refused with the table format's own way to delete, never purged file by file.
+rows anyway. A plain dataset (jsonl, csv, parquet) holding such a table is refused, never purged file by file. A
+Delta table is erased through its own log when configured as one (``format = "delta"``: lakepurge.tables); the
+others are refused with the table format's own way to delete.
 
 Detection costs at most three small LIST calls (MaxKeys=1) per dataset; the indexer caches it per dataset for
 the life of the process (a warm Lambda container lists once).
@@ -39,14 +41,29 @@ _detected: dict[tuple[str, str], TableFormat | None] = {}
 class TableFormatError(ConfigError):
     """A dataset is (or a key belongs to) a Delta, Iceberg or Hudi table: lakepurge would corrupt it."""
 
-    def __init__(self, dataset: DatasetConfig, table_format: TableFormat) -> None:
+    def __init__(self, dataset: DatasetConfig, table_format: TableFormat | None) -> None:
         self.dataset = dataset.name
         self.table_format = table_format
-        super().__init__(
-            f"dataset '{dataset.name}' ({dataset.location}) holds a {_NAMES[table_format]} table: lakepurge refuses"
-            f" it, because rewriting the table's files in place corrupts it. Erase through the table format"
-            f" instead: {_HOW[table_format]}; and remove the dataset from the configuration"
-        )
+        if table_format is None:  # configured as a table, and there is none
+            message = (
+                f"dataset '{dataset.name}' is configured as a {_NAMES['delta']} table"
+                f' (format = "{dataset.format}") but {dataset.location} holds none (no _delta_log/ there):'
+                " set location to the table's root"
+            )
+        elif table_format == "delta":
+            message = (
+                f"dataset '{dataset.name}' ({dataset.location}) holds a Delta Lake table but is configured as"
+                f' format = "{dataset.format}": rewriting the table\'s files in place would corrupt it. Set'
+                " format = \"delta\" (location = the table's root) and lakepurge erases through the table's own log"
+            )
+        else:
+            message = (
+                f"dataset '{dataset.name}' ({dataset.location}) holds a {_NAMES[table_format]} table: lakepurge"
+                f" refuses it, because rewriting the table's files in place corrupts it. Erase through the table"
+                f" format instead: {_HOW[table_format]}; and remove the dataset from the configuration (lakepurge"
+                ' erases Delta Lake tables itself: format = "delta")'
+            )
+        super().__init__(message)
 
 
 def key_table_format(dataset: DatasetConfig, key: str) -> TableFormat | None:
@@ -94,8 +111,10 @@ def clear_cache() -> None:
 
 
 def refuse_table_formats(s3: Any, datasets: Iterable[DatasetConfig]) -> None:
-    """Raise TableFormatError for the first dataset that holds a table format's table."""
+    """Raise TableFormatError for the first dataset that holds a table format's table it is not configured as
+    (a plain dataset over a table's root, a Hudi or Iceberg table), or that is configured as a table and holds
+    none."""
     for dataset in datasets:
         found = detect(s3, dataset)
-        if found is not None:
+        if found != (dataset.format if dataset.is_table else None):
             raise TableFormatError(dataset, found)

@@ -2,7 +2,8 @@
 
     python requirements/lock.py --uv .venv-tools/bin/uv [--upgrade]
 
-runtime.lock  [project] dependencies: the Lambda layer and the Spark archive (infra/package.py)
+runtime.lock  [project] dependencies: the Lambda layer (infra/package.py)
+spark.lock    runtime + the tables extra (deltalake, DuckDB's delta reader): the Spark archive (infra/package.py)
 dev.lock      runtime + the dev extra (spark, local, test and lint tools) + the build backend: .venv (`make install`)
 tools.lock    infra/requirements-tools.txt (checkov, pip-audit): .venv-tools (`make lint`, `make audit`)
 
@@ -67,10 +68,12 @@ def lock_inputs(lock: str) -> dict[str, object]:
         "requires-python": project.get("requires-python"),
         "dependencies": sorted(project["dependencies"]),  # type: ignore[call-overload]
     }
+    optional: dict[str, list[str]] = project["optional-dependencies"]  # type: ignore[assignment]
     if lock == "dev.lock":
-        optional: dict[str, list[str]] = project["optional-dependencies"]  # type: ignore[assignment]
         inputs["optional-dependencies"] = {extra: sorted(optional[extra]) for extra in dev_extras(project)}
         inputs["build-system"] = sorted(data["build-system"]["requires"])  # type: ignore[index]
+    if lock == "spark.lock":
+        inputs["optional-dependencies"] = {"tables": sorted(optional["tables"])}
     return inputs
 
 
@@ -96,6 +99,8 @@ def compile_lock(uv: str, lock: str, sources: list[Path], upgrade: bool, constra
     command += ["--custom-compile-command", "make lock", "--output-file", str(out)]
     if lock == "dev.lock":
         command += ["--extra", "dev"]
+    if lock == "spark.lock":
+        command += ["--extra", "tables"]
     if constraints is not None:
         command += ["--constraints", str(constraints)]
     if upgrade:
@@ -124,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         constraints = Path(tmp) / "dev-pins.txt"
         constraints.write_text("\n".join(pins((LOCKS / "dev.lock").read_text(encoding="utf-8"))) + "\n")
         compile_lock(args.uv, "runtime.lock", [ROOT / "pyproject.toml"], args.upgrade, constraints)
+        compile_lock(args.uv, "spark.lock", [ROOT / "pyproject.toml"], args.upgrade, constraints)
     compile_lock(args.uv, "tools.lock", [TOOLS], args.upgrade)
     return 0
 

@@ -29,6 +29,7 @@ from lakepurge.privacy import OBJECT_REFERENCE, HashedUsers, Pseudonymizer, obje
 from lakepurge.purge.engine import ObjectOutcome, PurgeTarget, purge_object, verify_object
 from lakepurge.purge.placeholders import recorded_from
 from lakepurge.purge.placeholders import write_batch as write_placeholder_batch
+from lakepurge.purge.tables import purge_tables, verify_table
 from lakepurge.report import Report, ReportTable, resolve_references, stored_name
 from lakepurge.s3io import ever_versioned, list_noncurrent, list_objects
 from lakepurge.s3uri import S3Uri
@@ -45,14 +46,20 @@ class PurgeResult:
     certificate: str
     relational: tuple[dict[str, Any], ...] = ()
     coverage_gaps: tuple[str, ...] = ()  # datasets the index did not fully cover: never certified as verified
+    tables: tuple[dict[str, Any], ...] = ()  # each table dataset's erasure (lakepurge.purge.tables.TableOutcome)
 
     @property
     def failed(self) -> tuple[ObjectOutcome, ...]:
         return tuple(o for o in self.outcomes if o.status == "failed")
 
     @property
+    def tables_failed(self) -> tuple[str, ...]:
+        return tuple(t["dataset"] for t in self.tables if t["status"] == "failed")
+
+    @property
     def verified(self) -> bool:
-        return not self.remaining and not self.failed and not self.coverage_gaps
+        tables = all(t["verified"] for t in self.tables)
+        return not self.remaining and not self.failed and not self.coverage_gaps and tables
 
     @property
     def lines_erased(self) -> int:
@@ -417,7 +424,9 @@ def run_purge(
     ]
     remaining = _verify_on_executors(spark, settings, checks, pseudonymizer_key, hashes)
     gaps = tuple(g.dataset for g in report.gaps)
-    result = PurgeResult(report.request_id, ordered, tuple(remaining), "", tuple(relational), gaps)
+    erased_tables = purge_tables(spark, settings, report.tables, pseudonymizer_key, hashes, report.request_id)
+    tables = tuple(t.as_dict() for t in erased_tables)
+    result = PurgeResult(report.request_id, ordered, tuple(remaining), "", tuple(relational), gaps, tables)
     certificate = write_certificate(
         s3, settings, report, result, started, approved_by, report_sha256, approved_at, pseudonymizer
     )
@@ -476,6 +485,7 @@ def write_certificate(
                 for o, r in zip(result.outcomes, targets, strict=True)
             ],
             "relational": list(result.relational),
+            "tables": list(result.tables),
             "totals": {
                 "objects_rewritten": result.objects_rewritten,
                 "lines_erased": result.lines_erased,
@@ -529,14 +539,21 @@ def verify_everywhere(
     places where any of them remains)."""
     s3 = aws.client("s3")
     items: dict[str, str] = {}
+    remaining: list[dict[str, Any]] = []
+    checked = 0
     for dataset in settings.datasets:
+        if dataset.is_table:  # read whole by its own readers (lakepurge.purge.tables)
+            table = verify_table(settings, dataset, key, user_hashes)
+            checked += table.objects_checked
+            remaining += [{"dataset": dataset.name, **place} for place in table.remaining]
+            continue
         for bucket, k, _ in list_objects(s3, dataset):
             items[f"s3://{bucket}/{k}"] = dataset.name
         if ever_versioned(s3, dataset.uri.bucket):  # deleted keys: only noncurrent versions, behind a marker
             for version in list_noncurrent(s3, dataset):
                 items.setdefault(version.s3path, dataset.name)
     checks: list[VerifyItem] = [(s3path, name, None) for s3path, name in items.items()]
-    return len(items), _verify_on_executors(spark, settings, checks, key, user_hashes)
+    return len(items) + checked, remaining + _verify_on_executors(spark, settings, checks, key, user_hashes)
 
 
 def _verify_on_executors(

@@ -337,11 +337,15 @@ class _ChunkReader(io.RawIOBase):
 
 
 def rewrite_parquet(
-    source: IO[bytes], lines: Iterable[int], users: Container[str], dataset: DatasetConfig
+    source: IO[bytes],
+    lines: Iterable[int],
+    users: Container[str],
+    dataset: DatasetConfig,
+    hidden: Container[int] = (),
 ) -> tuple[Staged, list[int]]:
     """Drop the users' rows among the given ones (row numbers across the file), keeping the schema, physical types,
     compression and row-group layout. Each named row is checked to hold one of the users; the rows erased are
-    returned."""
+    returned. Hidden rows (a table's deletion vector: no longer the table's) are dropped too, unchecked."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -366,31 +370,67 @@ def rewrite_parquet(
     )
     targets = sorted(set(lines))
     erased: list[int] = []
-    first_row = written = 0
+    first_row = written = hidden_dropped = 0
+    schema = parquet.schema_arrow
+    plain = without_views(schema)
     for index in range(metadata.num_row_groups):
         table = parquet.read_row_group(index)
+        if plain is not None:  # Arrow's take and filter have no kernels for view types: work on their plain forms
+            table = table.cast(plain)
         rows = table.num_rows
         low, high = bisect.bisect_left(targets, first_row), bisect.bisect_left(targets, first_row + rows)
         named = [t - first_row for t in targets[low:high]]
-        if named:
-            owned = owned_rows(table.take(pa.array(named, type=pa.int64())), paths, users)
+        gone = {row for row in range(rows) if first_row + row in hidden} if hidden else set()
+        if named or gone:
+            owned = owned_rows(table.take(pa.array(named, type=pa.int64())), paths, users) if named else []
             dropped = [row for row, mine in zip(named, owned, strict=True) if mine]
+            hidden_dropped += len(gone)
+            erased.extend(first_row + row for row in dropped if row not in gone)
+            dropped = sorted(set(dropped) | gone) if gone else dropped
             if dropped:
                 keep = [True] * rows
                 for row in dropped:
                     keep[row] = False
                 table = table.filter(pa.array(keep, type=pa.bool_()))
-                erased.extend(first_row + row for row in dropped)
         if table.num_rows:
+            if plain is not None:
+                table = table.cast(schema)  # the file's own types again (delta-rs writes strings as views)
             writer.write_table(table, row_group_size=table.num_rows)  # one output group per input group
             written += table.num_rows
         first_row += rows
     writer.close()
-    expected = metadata.num_rows - len(erased)  # every row but those dropped (verification looks for the users)
+    # every row but those dropped (verification looks for the users)
+    expected = metadata.num_rows - len(erased) - hidden_dropped
     if written != expected:
         staged.close()
         raise LinesLost(f"the rewritten object has {written} rows where {expected} were expected")
     return staged, erased
+
+
+def without_views(schema: Any) -> Any:
+    """The schema with every string_view/binary_view (at any depth) as string/binary, or None if it has none."""
+    import pyarrow as pa
+
+    def plain(kind: Any) -> Any:
+        if pa.types.is_string_view(kind):
+            return pa.large_string()
+        if pa.types.is_binary_view(kind):
+            return pa.large_binary()
+        if pa.types.is_struct(kind):
+            return pa.struct([field.with_type(plain(field.type)) for field in kind])
+        if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+            value = kind.value_field.with_type(plain(kind.value_type))
+            return pa.list_(value) if pa.types.is_list(kind) else pa.large_list(value)
+        if pa.types.is_map(kind):
+            return pa.map_(
+                kind.key_field.with_type(plain(kind.key_type)), kind.item_field.with_type(plain(kind.item_type))
+            )
+        return kind
+
+    fields = [field.with_type(plain(field.type)) for field in schema]
+    if all(f.type == g.type for f, g in zip(fields, schema, strict=True)):
+        return None
+    return pa.schema(fields, metadata=schema.metadata)
 
 
 class _StagedFile(io.RawIOBase):

@@ -24,6 +24,14 @@ def _plan_lines(summary: dict[str, Any], kind: str = "erasure") -> list[str]:
         total = totals.get(name)
         share = f" of {total} ({rows / total:.1%})" if total else ""
         lines.append(f"  table {name}: {rows} row(s){share}")
+    for name, table in sorted(summary.get("tables", {}).items()):
+        lines.append(
+            f"  {table['format']} table {name} (version {table['version']}): {table['rows']} row(s) in"
+            f" {table['files']} file(s); its history: {table['history_files']} file(s), {table['log_entries']}"
+            " log entr(y/ies)"
+        )
+        if not access:  # what the erasure does to the table's history, before anyone approves
+            lines.append(f"    {table['time_travel']}")
     return lines + unindexable.plan_lines(summary.get("unindexable", {}))
 
 

@@ -261,6 +261,14 @@ def test_the_report_function_may_count_the_indexer_dead_letters(translated: dict
     assert [s["Resource"] for s in granted] == [{"Fn::GetAtt": ["IndexDeadLetterQueue", "Arn"]}]
 
 
+def test_the_report_function_may_read_the_lake_and_follow_a_table_in_the_index(translated: dict[str, Any]) -> None:
+    """A Delta table's report reads the table's log (and the files of commits the index has not seen) and the
+    index follows the table first: GenerateReport reads the lake and may write the index."""
+    policies = translated["Resources"]["GenerateReportRole"]["Properties"]["ManagedPolicyArns"]
+    assert {"Ref": "LakeReadPolicy"} in policies
+    assert {"Fn::If": ["UseDynamoDB", {"Ref": "IndexWritePolicy"}, {"Ref": "AWS::NoValue"}]} in policies
+
+
 def test_reports_bucket_properties(translated: dict[str, Any]) -> None:
     bucket = translated["Resources"]["ReportsBucket"]
     properties = bucket["Properties"]

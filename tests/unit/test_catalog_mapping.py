@@ -55,6 +55,9 @@ HEADER = {"skip.header.line.count": "1"}
         (table(LAZY, TEXT, {"serialization.format": ","}, HEADER), "csv"),
         (table("org.apache.hadoop.hive.serde2.OpenCSVSerde", TEXT, {"separatorChar": ","}, HEADER), "csv"),
         (table("org.apache.hadoop.hive.serde2.OpenCSVSerde", TEXT, {}, HEADER), "csv"),
+        ({**table("x"), "Parameters": {"spark.sql.sources.provider": "delta"}}, "delta"),
+        ({**table(None), "Parameters": {"table_type": "DELTA"}}, "delta"),
+        ({**table(None), "Parameters": {"classification": "delta"}}, "delta"),
     ],
 )
 def test_given_a_supported_serde_when_mapped_then_the_format_is_lakepurges(glue, expected):
@@ -75,7 +78,6 @@ def test_given_a_supported_serde_when_mapped_then_the_format_is_lakepurges(glue,
         ),
         (table(None), "no SerDe"),
         ({**table("x"), "Parameters": {"table_type": "ICEBERG"}}, "an Iceberg table"),
-        ({**table("x"), "Parameters": {"spark.sql.sources.provider": "delta"}}, "a Delta Lake table"),
         (table("x", "org.apache.hudi.hadoop.HoodieParquetInputFormat"), "a Hudi table"),
     ],
 )

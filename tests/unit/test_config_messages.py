@@ -59,7 +59,11 @@ def test_given_an_unrelated_key_when_loading_then_the_known_keys_are_listed():
         ("[[datasets]]", "[datasets]", "datasets: must be a list of tables: write each one under its own [[datasets]]"),
         ('location = "s3://lake-reports/"', "", "reports.location: required key missing"),
         ('name = "reviews"', 'name = ""', "datasets[0].name: must not be empty"),
-        ('id_fields = ["user_id"]', 'id_fields = ["user_id"]\nformat = "xml"', "must be 'jsonl', 'csv' or 'parquet'"),
+        (
+            'id_fields = ["user_id"]',
+            'id_fields = ["user_id"]\nformat = "xml"',
+            "must be 'jsonl', 'csv', 'parquet' or 'delta'",
+        ),
         ("[reports]", "[purge]\nmax_dataset_fraction = 2\n[reports]", "purge.max_dataset_fraction: must be at most 1"),
         (
             "[reports]",

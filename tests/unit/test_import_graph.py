@@ -49,8 +49,10 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "lakepurge.tableformats",
     ),
     "index": ("lakepurge.index",),
+    "tables": ("lakepurge.tables",),
     "domain": (
         "lakepurge.indexer",
+        "lakepurge.table_backfill",
         "lakepurge.backfill",
         "lakepurge.catalog",
         "lakepurge.coverage",
@@ -77,11 +79,12 @@ GROUPS: dict[str, tuple[str, ...]] = {
 LAYERS: dict[str, set[str]] = {
     "base": {"base"},
     "index": {"base", "index"},
-    "domain": {"base", "index", "domain"},
-    "purge": {"base", "index", "domain", "purge"},
-    "workflow": {"base", "index", "domain", "purge", "workflow"},
-    "local": {"base", "index", "domain", "purge", "workflow", "local"},
-    "apps": {"base", "index", "domain", "purge", "workflow", "local", "apps"},
+    "tables": {"base", "index", "tables"},
+    "domain": {"base", "index", "tables", "domain"},
+    "purge": {"base", "index", "tables", "domain", "purge"},
+    "workflow": {"base", "index", "tables", "domain", "purge", "workflow"},
+    "local": {"base", "index", "tables", "domain", "purge", "workflow", "local"},
+    "apps": {"base", "index", "tables", "domain", "purge", "workflow", "local", "apps"},
 }
 
 

@@ -51,10 +51,12 @@ def declared(lock: str) -> list[Requirement]:
     if lock == "dev.lock":
         for extra in lock_script().dev_extras(project):
             lines += project["optional-dependencies"][extra]
+    if lock == "spark.lock":
+        lines += project["optional-dependencies"]["tables"]
     return [r for r in map(Requirement, lines) if canonicalize_name(r.name) != "lakepurge"]
 
 
-@pytest.mark.parametrize("lock", ["runtime.lock", "dev.lock", "tools.lock"])
+@pytest.mark.parametrize("lock", ["runtime.lock", "spark.lock", "dev.lock", "tools.lock"])
 def test_every_declared_dependency_is_pinned_with_hashes_in_the_lock(lock: str) -> None:
     # GIVEN the lock and the requirements pyproject.toml declares for it
     entries = parse_lock((REQUIREMENTS / lock).read_text(encoding="utf-8"))
@@ -70,7 +72,7 @@ def test_every_declared_dependency_is_pinned_with_hashes_in_the_lock(lock: str) 
         assert hashes, f"{name}=={version} has no --hash=sha256: in requirements/{lock}: run `make lock`"
 
 
-@pytest.mark.parametrize("lock", ["runtime.lock", "dev.lock", "tools.lock", "uv-tool.lock"])
+@pytest.mark.parametrize("lock", ["runtime.lock", "spark.lock", "dev.lock", "tools.lock", "uv-tool.lock"])
 def test_every_pin_of_a_lock_carries_a_hash_so_pip_require_hashes_accepts_it(lock: str) -> None:
     # GIVEN a lock file
     entries = parse_lock((REQUIREMENTS / lock).read_text(encoding="utf-8"))
@@ -80,7 +82,7 @@ def test_every_pin_of_a_lock_carries_a_hash_so_pip_require_hashes_accepts_it(loc
     assert [name for name, (_, hashes) in entries.items() if not hashes] == []
 
 
-@pytest.mark.parametrize("lock", ["runtime.lock", "dev.lock", "tools.lock"])
+@pytest.mark.parametrize("lock", ["runtime.lock", "spark.lock", "dev.lock", "tools.lock"])
 def test_a_lock_records_the_digest_of_the_current_pyproject_dependencies(lock: str) -> None:
     # GIVEN the digest the lock's header records, and the digest of pyproject.toml's lines the lock is compiled from
     script = lock_script()
@@ -92,8 +94,9 @@ def test_a_lock_records_the_digest_of_the_current_pyproject_dependencies(lock: s
 
 
 def test_the_lambda_layer_and_spark_archive_ship_the_versions_the_tests_ran_with() -> None:
-    # GIVEN the runtime lock (infra/package.py) and the dev lock (.venv, where the tests run)
+    # GIVEN the runtime and Spark locks (infra/package.py) and the dev lock (.venv, where the tests run)
     runtime = parse_lock((REQUIREMENTS / "runtime.lock").read_text(encoding="utf-8"))
+    runtime |= parse_lock((REQUIREMENTS / "spark.lock").read_text(encoding="utf-8"))
     dev = parse_lock((REQUIREMENTS / "dev.lock").read_text(encoding="utf-8"))
     # WHEN their pins are compared
     differing = {name: (version, dev.get(name, ("missing", []))[0]) for name, (version, _) in runtime.items()}
