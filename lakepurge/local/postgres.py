@@ -58,6 +58,13 @@ class LocalPostgres:
         )
         shutil.rmtree(self.data_dir.parent, ignore_errors=True)
 
+    def restart(self) -> None:
+        """Stop the server, ending every session as a restart or a failover does, and start it again (pg_ctl keeps
+        the options it was started with)."""
+        log = self.data_dir.parent / "log"
+        command = [str(self._bin / "pg_ctl"), "-D", str(self.data_dir), "-l", str(log), "-m", "fast", "-w", "restart"]
+        subprocess.run([*self._as_user, *command], check=True, capture_output=True)
+
 
 def start_postgres(port: int | None = None) -> LocalPostgres:
     bindir = _bin_dir()
