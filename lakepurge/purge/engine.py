@@ -246,6 +246,7 @@ def purge_object(
     dataset = settings.dataset_named(target.dataset)
     uri = S3Uri.parse(target.s3path)
     ref = object_ref(target.s3path, dataset)
+    step: _PurgeStep | None = None
     try:
         for _ in range(attempts):
             try:
@@ -260,7 +261,22 @@ def purge_object(
         log.exception("purge of an object failed", extra={"object": ref, "error": type(exc).__name__})
         # A bomb's reason names the limit, never content: it tells the operator why the object was refused.
         reason = f"{type(exc).__name__}: {exc}" if isinstance(exc, InflationLimitExceeded) else type(exc).__name__
-        return ObjectOutcome(target.s3path, "failed", error=reason)
+        return _failed(target, step, reason)
+
+
+def _failed(target: PurgeTarget, step: _PurgeStep | None, reason: str) -> ObjectOutcome:
+    """A failed object's outcome, with what was erased before the failure (the rewrite or delete, if it happened,
+    and the versions deleted): the certificate states it, though the object failed."""
+    failed = ObjectOutcome(target.s3path, "failed", error=reason)
+    if step is None or step.outcome is None:
+        return failed
+    done = step.outcome
+    if step.written:
+        failed = replace(done, status="failed", error=reason)
+    failed.deleted_versions = done.deleted_versions
+    failed.noncurrent_versions_deleted = len(done.deleted_versions)
+    failed.sidecar_versions_deleted = done.sidecar_versions_deleted
+    return failed
 
 
 @dataclass
@@ -276,10 +292,12 @@ class _PurgeStep:
     before_write: BeforeWrite
     versioned: bool
     spans: dict[int, int] = field(default_factory=dict)  # physical lines of each blanked record spanning several
+    outcome: ObjectOutcome | None = None  # the outcome so far (what a failure after a write still reports)
+    written: bool = False  # the object was rewritten or deleted
 
     def run(self, target: PurgeTarget) -> ObjectOutcome:
         if target.versions_only:
-            outcome = ObjectOutcome(target.s3path, "nothing-to-erase")
+            outcome = self.outcome = ObjectOutcome(target.s3path, "nothing-to-erase")
             self._delete_noncurrent(None, outcome, target.version_ids)
             if outcome.deleted_versions:
                 outcome.status = "versions-deleted"
@@ -302,11 +320,11 @@ class _PurgeStep:
         s3, store, dataset, users = self.s3, self.store, self.dataset, self.users
         if head is None:
             store.remove_object(target.s3path)
-            outcome = ObjectOutcome(target.s3path, "gone")
+            outcome = self.outcome = ObjectOutcome(target.s3path, "gone")
             self._delete_noncurrent(None, outcome, target.version_ids)
             self._delete_sidecar(outcome)
             return outcome
-        outcome = ObjectOutcome(target.s3path, "nothing-to-erase", head.etag, head.version_id)
+        outcome = self.outcome = ObjectOutcome(target.s3path, "nothing-to-erase", head.etag, head.version_id)
         stale = outcome.stale_index = head.etag != target.etag
         if dataset.erase == "delete-object":
             _, lines = find_user_lines(s3, self.settings, dataset, head, users)  # the owner, checked now
@@ -316,6 +334,7 @@ class _PurgeStep:
                 outcome.erased_lines = [WHOLE_OBJECT]
                 self.before_write(replace(outcome, committed=False))
                 delete_in_place(s3, head)
+                self.written = True
                 store.remove_object(target.s3path)
                 # The data versions first: a noncurrent one's owner is read from the sidecar, which goes last.
                 self._delete_noncurrent(None, outcome, target.version_ids)
@@ -339,6 +358,7 @@ class _PurgeStep:
         else:
             outcome.status = "erased"
             outcome.after_etag, outcome.after_version = written.etag, written.version_id
+            self.written = True
             self._reindex_written(head, written, outcome, stale)
         self._delete_noncurrent(written, outcome, target.version_ids)
         return outcome

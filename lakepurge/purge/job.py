@@ -67,7 +67,8 @@ class PurgeResult:
 
     @property
     def objects_rewritten(self) -> int:
-        return sum(o.status in ("erased", "deleted") for o in self.outcomes)
+        # A failed object counts when its rewrite or delete happened before the failure (engine._failed).
+        return sum(o.status in ("erased", "deleted") or o.lines_erased > 0 for o in self.outcomes)
 
     @property
     def versions_deleted(self) -> int:
