@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+import time
 from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field, replace
 from typing import IO, Any, Literal
@@ -50,6 +51,7 @@ from lakepurge.s3io import (
     object_versions,
     open_body,
     open_seekable,
+    transient,
 )
 from lakepurge.s3uri import S3Uri
 
@@ -504,6 +506,11 @@ class Remaining:
 
 UNREADABLE = "its bytes do not match the checksum S3 states for them: it cannot be verified"
 
+# Verification reads an object again after a transient error (throttling, a server error, a dropped connection, a
+# body cut short) this many times in all, waiting VERIFY_BACKOFF seconds, then twice as long each time.
+VERIFY_ATTEMPTS = 4
+VERIFY_BACKOFF = 0.5
+
 
 def verify_object(
     s3: Any,
@@ -520,7 +527,37 @@ def verify_object(
     purge already established it holds none of the users: the version it wrote, if S3 still answers for it the
     checksum of the bytes verified before the write, and the noncurrent versions it read clean. Any other version
     (a concurrent writer's, one the purge never read, a checksum that differs) is read in full. versioned=False (the
-    bucket never had versioning: lakepurge.s3io.ever_versioned) skips listing the versions it cannot have."""
+    bucket never had versioning: lakepurge.s3io.ever_versioned) skips listing the versions it cannot have.
+
+    An object that still cannot be read after VERIFY_ATTEMPTS (or meets an error that is not transient) is one
+    Remaining whose reason names the error: the request is not certified, and the run still ends in its
+    certificate of what was erased."""
+    attempt = 1
+    while True:
+        try:
+            return _verify_versions(s3, settings, dataset, s3path, users, proof, versioned)
+        except Exception as exc:  # any error leaves the object unverified, never the run unfinished
+            error = (error_code(exc) or "ClientError") if isinstance(exc, ClientError) else type(exc).__name__
+            problem = {"object": object_ref(s3path, dataset), "error": error}
+            if not transient(exc) or attempt == VERIFY_ATTEMPTS:
+                log.warning("verification could not read an object", extra=problem)
+                return [
+                    Remaining(s3path, None, 0, f"it could not be read ({error}, {attempt} attempt(s)): not verified")
+                ]
+            log.warning("verification could not read an object; reading it again", extra=problem)
+            time.sleep(VERIFY_BACKOFF * 2 ** (attempt - 1))
+            attempt += 1
+
+
+def _verify_versions(
+    s3: Any,
+    settings: Settings,
+    dataset: DatasetConfig,
+    s3path: str,
+    users: Container[str],
+    proof: ObjectOutcome | None,
+    versioned: bool,
+) -> list[Remaining]:
     uri = S3Uri.parse(s3path)
     proven = proof is not None and bool(proof.after_checksum)
     heads = [h for h in [head_object(s3, uri.bucket, uri.key, checksum=proven)] if h is not None]

@@ -70,6 +70,15 @@ def a_case(backend: str, request: pytest.FixtureRequest) -> FaultCase:
     return FaultCase(backend, None)
 
 
+def unreadable_after_purge(case: FaultCase, reads: tuple[int, ...]) -> Schedule:
+    """verify = "full" (every version read again); verification's GETs of one rewritten object are cut midway
+    (`reads`: which of them). The purge's own come first: the current version, then the original (noncurrent after
+    the rewrite) read for the users before it is deleted."""
+    key = next(o.s3path for o in case.report.objects if o.dataset == "reviews").split("/", 3)[3]
+    rules = [Rule("cut_body", "GET", rf"^/{{lake}}/{key}(\?|$)", tuple(n + 2 for n in reads))]
+    return Schedule(f"verification reads of one object cut {len(reads)} time(s)", rules, verify="full")
+
+
 @pytest.mark.parametrize(
     ("backend", "schedule"),
     [
@@ -89,6 +98,38 @@ def test_given_faults_during_an_inline_purge_when_it_ends_then_what_it_certifies
     outcome = case.run(schedule, proxy)
 
     assert outcome.fired, "no fault fired: the schedule tested nothing"
+    assert not outcome.findings, outcome.describe()
+
+
+@pytest.mark.parametrize(("reads", "verified"), [((1,), True), (tuple(range(1, 40)), False)], ids=["once", "always"])
+def test_given_verification_reads_cut_when_the_purge_ends_then_it_retries_or_ends_not_verified_with_a_certificate(
+    reads, verified, proxy, request
+):
+    case = a_case("postgres", request)
+    schedule = unreadable_after_purge(case, reads)
+    schedule.verified = verified
+
+    outcome = case.run(schedule, proxy)
+
+    assert "cut_body" in outcome.fired
+    assert not outcome.findings, outcome.describe()
+
+
+@pytest.mark.parametrize("backend", ["postgres", "dynamodb"])
+def test_given_faults_during_a_spark_purge_when_it_ends_then_what_it_certifies_is_true_and_a_rerun_verifies(
+    backend, proxy, spark, request
+):
+    case = a_case(backend, request)
+    schedule = Schedule(
+        "lost rewrite responses, and verification reads cut on the executors",
+        [*LOST_PUTS.rules, *unreadable_after_purge(case, tuple(range(1, 40))).rules],
+        verified=False,
+        verify="full",
+    )
+
+    outcome = case.run(schedule, proxy, spark)
+
+    assert {"reset_after", "cut_body"} <= set(outcome.fired)
     assert not outcome.findings, outcome.describe()
 
 
