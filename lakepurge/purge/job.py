@@ -350,9 +350,14 @@ def _purge_partition(
             return finished_before[target.s3path].as_dict()
         if target.s3path.startswith(OBJECT_REFERENCE):
             return unresolved(target)
+        try:
+            index, bucket_versioned = store(), versioned(target.s3path)
+        except Exception as exc:  # the index or S3 unreachable before the object was touched: it fails, others go on
+            log.warning("purge of an object not started", extra={"error": type(exc).__name__})
+            return ObjectOutcome(target.s3path, "failed", error=type(exc).__name__).as_dict()
         with journal.working():
             outcome = purge_object(
-                s3, store(), settings, target, users, before_write=journal.record, versioned=versioned(target.s3path)
+                s3, index, settings, target, users, before_write=journal.record, versioned=bucket_versioned
             )
         try:
             settled = _settle(outcome, intents.get(target.s3path), written)

@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import random
 import tomllib
+import traceback
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import orjson
@@ -173,25 +175,30 @@ class FaultCase:
             try:
                 result = self.purge(spark, settings)
             except Exception as exc:  # recorded as a finding: the run must end in a certificate
-                error = f"{type(exc).__name__}: {str(exc)[:200]}"
+                error = f"{type(exc).__name__}: {str(exc)[:200]} (raised in {_where(exc)})"
         fired = proxy.fired_kinds()
         proxy.set_rules([])
+        if self.postgres is not None and any(action == "shut_down" for *_, action in schedule.postgres):
+            self.postgres.restart()  # up again for the checks and the rerun, had the run ended before its restart
         outcome = Outcome(schedule.name, fired, None if result is None else result.verified, error)
-        if result is None:
-            outcome.findings.append(f"the run raised instead of ending in a certificate: {error}")
-        outcome.findings += self.check_faulty(schedule.verified)
+        outcome.findings += self.check_faulty(schedule.verified, ended=result is not None)
         self.purge(spark, settings)
         outcome.findings += self.check_rerun()
         return outcome
 
-    def check_faulty(self, verified: bool | None) -> list[str]:
-        """What must hold after the run under faults (whose verification must say ``verified``, None: either)."""
+    def check_faulty(self, verified: bool | None, ended: bool = True) -> list[str]:
+        """What must hold after the run under faults (whose verification must say ``verified``, None: either). A run
+        that raised (ended=False) may do so only before erasing anything: then there is nothing to certify, and
+        the workflow's FAILED message says nothing was erased."""
         s3 = aws.client("s3")
         try:
             after = snapshot(s3, self.bucket)
             erased = assert_invariant(self.lake, self.settings, self.users, self.before, after, partial=True)
         except AssertionError as exc:
             return [f"a byte outside the users' records changed, or an object was half erased: {exc}"]
+        if not ended:
+            done = sum(erased.values())
+            return [f"the run raised after erasing {done} records, without a certificate"] if done else []
         certificate = self.certificate()
         if certificate is None:
             return ["no certificate was written"]
@@ -269,17 +276,27 @@ class FaultCase:
         return document
 
 
-def random_schedule(rng: random.Random, restart_postgres: bool) -> Schedule:
-    """A few faults on random requests: any kind, any method, on the lake's data keys or the reports bucket."""
+def _where(exc: BaseException) -> str:
+    """The innermost lakepurge frames an exception passed through: where a run that raised gave up."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "/lakepurge/" in f.filename]
+    return " <- ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in reversed(frames[-3:])) or "?"
+
+
+def random_schedule(rng: random.Random, backend: str) -> Schedule:
+    """A few faults on random requests: any kind, any method, on the lake's data keys, anything of the case's (the
+    reports bucket too), or the DynamoDB API (the index, when it is the backend); PostgreSQL restarted or down."""
+    paths = [r"^/{lake}" + DATA, r"^/{lake}" + DATA, r"^/{reports}/", r"^/{lake}"]
     rules = []
-    for _ in range(rng.randint(1, 4)):
+    for _ in range(rng.randint(1, 6)):
         kind = rng.choice(FAULT_KINDS)
-        method = rng.choice(["GET", "PUT", "HEAD", "DELETE", None])
-        path = rng.choice([r"^/{lake}" + DATA, r"^/{lake}" + DATA, r"^/{reports}/", r"^/{lake}"])
-        nth = tuple(sorted(rng.sample(range(1, 30), rng.randint(1, 3))))
-        rules.append(Rule(kind, method, path, nth, delay=rng.uniform(0.05, 1.5)))
+        method = rng.choice(["GET", "GET", "PUT", "PUT", "HEAD", "DELETE", None])
+        nth = tuple(sorted(rng.sample(range(1, 20), rng.randint(1, 4))))
+        rules.append(Rule(kind, method, rng.choice(paths), nth, delay=rng.uniform(0.05, 1.5)))
+    if backend == "dynamodb" and rng.random() < 0.5:  # its API is POST / (S3's POSTs name a bucket)
+        nth = tuple(sorted(rng.sample(range(1, 40), rng.randint(1, 4))))
+        rules.append(Rule(rng.choice(FAULT_KINDS), "POST", r"^/$", nth, delay=rng.uniform(0.05, 1.5)))
     postgres: list[tuple[str, str, int, PostgresAction]] = []
-    if restart_postgres and rng.random() < 0.3:
+    if backend == "postgres" and rng.random() < 0.3:
         first = rng.randint(1, 8)
         if rng.random() < 0.5:
             postgres.append((rng.choice(["GET", "PUT"]), r"^/{lake}" + DATA, first, "restart"))
