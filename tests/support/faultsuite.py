@@ -10,7 +10,7 @@ executors), then again without faults. After the faulty run:
 - nothing is certified while data remains: a certificate that says verified has no version of any object holding
   the users (invariant.versions_holding, from the generator's truth);
 - the certificate's counts equal what was erased (records, objects rewritten, from the lake itself);
-- a run that raised instead of writing a certificate is a finding (verification must end in a certificate).
+- a run may raise only before erasing anything (after that, it must end in a certificate, verified or not).
 
 After the rerun without faults: verified, the whole invariant, no version holding the users, the certificate counting
 every record the report named, and a placeholder record for every placeholder in a current version.
@@ -79,25 +79,21 @@ class Outcome:
         return "\n  ".join([head, *self.findings])
 
 
-def spark_endpoint(spark: Any, url: str) -> Any:
+@contextmanager
+def spark_endpoint(spark: Any, url: str) -> Iterator[None]:
     """Executors' boto3 clients talk to ``url`` while the block runs: PySpark starts Python workers per distinct
     environment (SparkContext.environment is part of the worker key), so these workers are new ones, started with
     the endpoint, and the session's usual workers are left as they are."""
-
-    @contextmanager
-    def block() -> Iterator[None]:
-        context = spark.sparkContext
-        before = context.environment.get("AWS_ENDPOINT_URL")
-        context.environment["AWS_ENDPOINT_URL"] = url
-        try:
-            yield
-        finally:
-            if before is None:
-                context.environment.pop("AWS_ENDPOINT_URL", None)
-            else:
-                context.environment["AWS_ENDPOINT_URL"] = before
-
-    return block()
+    context = spark.sparkContext
+    before = context.environment.get("AWS_ENDPOINT_URL")
+    context.environment["AWS_ENDPOINT_URL"] = url
+    try:
+        yield
+    finally:
+        if before is None:
+            context.environment.pop("AWS_ENDPOINT_URL", None)
+        else:
+            context.environment["AWS_ENDPOINT_URL"] = before
 
 
 class FaultCase:
