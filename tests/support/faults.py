@@ -30,7 +30,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -259,14 +259,23 @@ def endpoint(url: str) -> Iterator[None]:
     service: the cache is cleared on the way in and out)."""
     from lakepurge import aws
 
-    before = os.environ.get("AWS_ENDPOINT_URL")
-    os.environ["AWS_ENDPOINT_URL"] = url
-    aws.client.cache_clear()
+    with swapped(os.environ, "AWS_ENDPOINT_URL", url):
+        aws.client.cache_clear()
+        try:
+            yield
+        finally:
+            aws.client.cache_clear()
+
+
+@contextmanager
+def swapped(mapping: MutableMapping[str, str], key: str, value: str) -> Iterator[None]:
+    """mapping[key] is value inside the block, and what it was (or absent) after it."""
+    before = mapping.get(key)
+    mapping[key] = value
     try:
         yield
     finally:
         if before is None:
-            os.environ.pop("AWS_ENDPOINT_URL", None)
+            mapping.pop(key, None)
         else:
-            os.environ["AWS_ENDPOINT_URL"] = before
-        aws.client.cache_clear()
+            mapping[key] = before

@@ -41,7 +41,7 @@ from lakepurge.privacy import Pseudonymizer
 from lakepurge.purge.job import PurgeResult, purge_targets, run_purge
 from lakepurge.purge.placeholders import file_batches, placeholder_spans
 from lakepurge.report import Report, build_report, resolve_references
-from tests.support.faults import FAULT_KINDS, FaultProxy, Rule, endpoint
+from tests.support.faults import FAULT_KINDS, FaultProxy, Rule, endpoint, swapped
 from tests.support.invariant import assert_invariant, erased_lines, snapshot, versions_holding
 from tests.support.lakes import index_toml
 from tests.support.purging import HASH_KEY, index_lake
@@ -84,16 +84,8 @@ def spark_endpoint(spark: Any, url: str) -> Iterator[None]:
     """Executors' boto3 clients talk to ``url`` while the block runs: PySpark starts Python workers per distinct
     environment (SparkContext.environment is part of the worker key), so these workers are new ones, started with
     the endpoint, and the session's usual workers are left as they are."""
-    context = spark.sparkContext
-    before = context.environment.get("AWS_ENDPOINT_URL")
-    context.environment["AWS_ENDPOINT_URL"] = url
-    try:
+    with swapped(spark.sparkContext.environment, "AWS_ENDPOINT_URL", url):
         yield
-    finally:
-        if before is None:
-            context.environment.pop("AWS_ENDPOINT_URL", None)
-        else:
-            context.environment["AWS_ENDPOINT_URL"] = before
 
 
 class FaultCase:
