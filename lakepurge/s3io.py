@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import IO, TYPE_CHECKING, Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, ConnectionError, HTTPClientError, IncompleteReadError
+from urllib3.exceptions import ProtocolError
 
 if TYPE_CHECKING:
     from lakepurge.config import DatasetConfig
@@ -55,6 +56,20 @@ def error_code(exc: ClientError) -> str:
 
 
 _MISSING = ("404", "NoSuchKey", "NotFound", "405", "MethodNotAllowed")
+
+_TRANSIENT_CODES = frozenset(
+    {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "InternalError", "ServiceUnavailable"}
+)
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether the same request may well succeed if made again: throttling, a server error, a connection refused,
+    dropped or timed out, a body cut short (botocore retries the calls, not the reading of a body; a response that
+    is not streamed and is cut short even escapes it as urllib3's ProtocolError, boto/boto3#2902)."""
+    if isinstance(exc, ClientError):
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+        return int(status or 0) >= 500 or error_code(exc) in _TRANSIENT_CODES
+    return isinstance(exc, ConnectionError | HTTPClientError | IncompleteReadError | ProtocolError | OSError)
 
 
 def _head_from(bucket: str, key: str, response: dict[str, Any]) -> ObjectHead:

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import CancelledError, Future
-from functools import partial
+from functools import partial, wraps
 from operator import attrgetter
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql
@@ -263,12 +264,46 @@ class _OneLine(dict[int, tuple[int]]):
         return single
 
 
+Method = TypeVar("Method", bound=Callable[..., Any])
+
+
+def _reconnecting(method: Method) -> Method:
+    """Run the call again, once, on a new connection when the store's connection broke under it (a server restart
+    or failover: AdminShutdown, then "the connection is closed" on every later call of a warm process). Every call
+    is one statement or one transaction, and the server rolls back the one the break interrupted; a commit whose
+    answer was lost is safe to repeat too (each write is conditional or idempotent)."""
+
+    @wraps(method)
+    def call(self: PostgresIndexStore, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except psycopg.OperationalError as exc:
+            if not self._broken():
+                raise  # the server answered (a timeout, a cancel): not a lost connection
+            log.warning("index connection lost; reconnecting", extra={"error": type(exc).__name__})
+            self._reconnect()
+        return method(self, *args, **kwargs)
+
+    return call  # type: ignore[return-value]
+
+
 class PostgresIndexStore:
     def __init__(self, dsn: str) -> None:
         self._dsn = dsn
         self._conn = psycopg.connect(dsn, autocommit=True)
         self._side: psycopg.Connection | None = None  # opened by the first pipelined lookup
 
+    def _broken(self) -> bool:
+        return self._conn.closed or (self._side is not None and self._side.closed)
+
+    def _reconnect(self) -> None:
+        for conn in (self._conn, self._side):
+            if conn is not None:
+                conn.close()
+        self._side = None
+        self._conn = psycopg.connect(self._dsn, autocommit=True)
+
+    @_reconnecting
     def ensure_schema(self) -> None:
         with self._conn.transaction(), self._conn.cursor() as cur:
             # Concurrent first starts (several Lambdas, several executors) must not race on CREATE.
@@ -277,6 +312,7 @@ class PostgresIndexStore:
             cur.execute(INDEXES)
             cur.execute(VIEW)
 
+    @_reconnecting
     def replace_objects(self, objects: Sequence[ObjectIndex], force: bool = False) -> int:
         if not objects:
             return 0
@@ -354,6 +390,7 @@ class PostgresIndexStore:
                 [list(column) for column in zip(*((v[1], v[0], v[2], v[3]) for v in versions), strict=True)],
             )
 
+    @_reconnecting
     def apply_erasure(self, s3path: str, before_etag: str, after: NewVersion, erased_lines: Sequence[int]) -> bool:
         values = {
             "s3path": s3path,
@@ -380,6 +417,7 @@ class PostgresIndexStore:
             cur.execute(_APPLY_ERASURE.format(only=""), values)
             return cur.fetchone() is not None
 
+    @_reconnecting
     def remove_object(self, s3path: str) -> bool:
         with self._conn.transaction(), self._conn.cursor() as cur:
             cur.execute(
@@ -410,6 +448,7 @@ class PostgresIndexStore:
             cur.execute(query, {"ids": ids})
             return cur.fetchall()
 
+    @_reconnecting
     def lookup(self, user_ids: Sequence[str]) -> dict[str, list[Location]]:
         if not user_ids:
             return {}
@@ -506,6 +545,7 @@ class PostgresIndexStore:
             self._side = psycopg.connect(self._dsn, autocommit=True)
         return self._side
 
+    @_reconnecting
     def lookup_objects(self, user_ids: Sequence[str]) -> Hits:
         if not user_ids:
             return Hits({}, 0)
@@ -528,6 +568,7 @@ class PostgresIndexStore:
         objects = {path: ObjectHits(path, etag, tuple(sorted(lines[path]))) for path, etag in etags.items()}
         return Hits(objects, found)
 
+    @_reconnecting
     def object_rows(self, s3path: str) -> dict[str, list[int]]:
         with self._conn.cursor() as cur:
             cur.execute(
@@ -538,11 +579,13 @@ class PostgresIndexStore:
             rows = cur.fetchall()
         return {user: list(lines) for user, lines in rows}
 
+    @_reconnecting
     def object_records(self, s3paths: Sequence[str]) -> dict[str, int]:
         with self._conn.cursor() as cur:
             cur.execute("SELECT s3path, records FROM indexed_objects WHERE s3path = ANY(%s)", (list(s3paths),))
             return dict(cur.fetchall())
 
+    @_reconnecting
     def get_object(self, s3path: str) -> ObjectIndex | None:
         with self._conn.cursor() as cur:
             cur.execute(
@@ -570,17 +613,20 @@ class PostgresIndexStore:
             reappeared=reappeared,
         )
 
+    @_reconnecting
     def dataset_records(self) -> dict[str, int]:
         with self._conn.cursor() as cur:
             cur.execute("SELECT dataset, sum(records) FROM indexed_objects GROUP BY dataset")
             return {dataset: int(total) for dataset, total in cur.fetchall()}
 
+    @_reconnecting
     def indexed_objects(self) -> dict[str, str]:
         with self._conn.cursor() as cur:
             cur.execute("SELECT s3path, etag FROM indexed_objects")
             rows = cur.fetchall()
         return dict(rows)
 
+    @_reconnecting
     def unindexable(self, limit: int = 100) -> list[tuple[str, UnindexableLine]]:
         with self._conn.cursor() as cur:
             cur.execute(
@@ -590,6 +636,7 @@ class PostgresIndexStore:
             rows = cur.fetchall()
         return [(path, UnindexableLine(line, reason)) for path, line, reason in rows]
 
+    @_reconnecting
     def status(self) -> IndexStatus:
         with self._conn.cursor() as cur:
             cur.execute(
@@ -602,6 +649,7 @@ class PostgresIndexStore:
             users, rows = cur.fetchone() or (0, 0)
         return IndexStatus(objects, int(records), users, rows, int(unindexable), with_unindexable, with_erased)
 
+    @_reconnecting
     def problems(self) -> dict[str, DatasetProblems]:
         with self._conn.cursor() as cur:
             cur.execute(
@@ -612,6 +660,7 @@ class PostgresIndexStore:
             )
             return {row[0]: DatasetProblems(row[0], row[1], int(row[2]), row[3], row[4]) for row in cur.fetchall()}
 
+    @_reconnecting
     def problem_objects(self, dataset: str, limit: int, lines: int = 100) -> list[UnindexableObject]:
         with self._conn.cursor() as cur:
             cur.execute(
@@ -634,6 +683,7 @@ class PostgresIndexStore:
             for path, etag, version_id, modified, count in objects
         ]
 
+    @_reconnecting
     def object_owners(self, dataset: str) -> dict[str, frozenset[str]]:
         with self._conn.cursor() as cur:
             cur.execute(
@@ -644,6 +694,7 @@ class PostgresIndexStore:
             )
             return {path: frozenset(owners) for path, owners in cur.fetchall()}
 
+    @_reconnecting
     def record_erased(self, user_hashes: Sequence[str], request_id: str) -> None:
         with self._conn.transaction(), self._conn.cursor() as cur:
             cur.executemany(
@@ -651,6 +702,7 @@ class PostgresIndexStore:
                 [(h, request_id) for h in user_hashes],
             )
 
+    @_reconnecting
     def erased_among(self, user_hashes: Sequence[str]) -> set[str]:
         if not user_hashes:
             return set()
@@ -658,6 +710,7 @@ class PostgresIndexStore:
             cur.execute("SELECT user_hash FROM erased_users WHERE user_hash = ANY(%s)", (list(user_hashes),))
             return {row[0] for row in cur.fetchall()}
 
+    @_reconnecting
     def erased_requests(self, user_hashes: Sequence[str]) -> dict[str, str]:
         if not user_hashes:
             return {}
@@ -667,6 +720,7 @@ class PostgresIndexStore:
             )
             return dict(cur.fetchall())
 
+    @_reconnecting
     def reappeared_objects(self, limit: int = 100) -> list[str]:
         with self._conn.cursor() as cur:
             cur.execute(
@@ -674,6 +728,7 @@ class PostgresIndexStore:
             )
             return [row[0] for row in cur.fetchall()]
 
+    @_reconnecting
     def set_reappeared(self, s3path: str, etag: str, reappeared: int) -> bool:
         changed = self._conn.execute(
             "UPDATE indexed_objects SET reappeared = %s WHERE s3path = %s AND etag = %s",
@@ -681,6 +736,7 @@ class PostgresIndexStore:
         )
         return changed.rowcount == 1
 
+    @_reconnecting
     def record_noncurrent(self, versions: Sequence[NoncurrentVersion]) -> None:
         rows = [(user, v.s3path, v.version_id, v.dataset) for v in versions for user in v.users]
         if not rows:
@@ -692,6 +748,7 @@ class PostgresIndexStore:
                 [list(column) for column in zip(*rows, strict=True)],
             )
 
+    @_reconnecting
     def noncurrent_of(self, user_ids: Sequence[str]) -> dict[str, set[str]]:
         found: dict[str, set[str]] = defaultdict(set)
         if not user_ids:
@@ -705,6 +762,7 @@ class PostgresIndexStore:
                 found[s3path].add(version_id)
         return dict(found)
 
+    @_reconnecting
     def forget_noncurrent(self, s3path: str, version_ids: Sequence[str]) -> None:
         if version_ids:
             self._conn.execute(
@@ -712,6 +770,7 @@ class PostgresIndexStore:
                 (s3path, list(version_ids)),
             )
 
+    @_reconnecting
     def record_coverage(self, coverage: Coverage) -> None:
         self._conn.execute(
             "INSERT INTO dataset_coverage (dataset, location, method, started_at, finished_at, objects, versions,"
@@ -732,6 +791,7 @@ class PostgresIndexStore:
             ),
         )
 
+    @_reconnecting
     def coverage(self) -> dict[str, Coverage]:
         with self._conn.cursor() as cur:
             cur.execute(
@@ -740,17 +800,20 @@ class PostgresIndexStore:
             )
             return {row[0]: Coverage(*row) for row in cur.fetchall()}
 
+    @_reconnecting
     def dump_noncurrent(self) -> set[tuple[str, str, str]]:
         with self._conn.cursor() as cur:
             cur.execute("SELECT userid, s3path, version_id FROM noncurrent_versions")
             return {(u, p, v) for u, p, v in cur.fetchall()}
 
+    @_reconnecting
     def dump(self) -> set[tuple[str, str, int]]:
         with self._conn.cursor() as cur:
             cur.execute("SELECT userid, s3path, recordline FROM user_objects")
             rows = cur.fetchall()
         return {(u, p, line) for u, p, line in rows}
 
+    @_reconnecting
     def truncate(self) -> None:
         """Empty the index (tests and benchmarks start from nothing)."""
         with self._conn.transaction(), self._conn.cursor() as cur:

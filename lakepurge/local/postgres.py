@@ -58,6 +58,19 @@ class LocalPostgres:
         )
         shutil.rmtree(self.data_dir.parent, ignore_errors=True)
 
+    def restart(self) -> None:
+        """Stop the server, ending every session as a restart or a failover does, and start it again with the
+        options it was started with (a server shut down is only started)."""
+        self._pg_ctl("restart", "-l", str(self.data_dir.parent / "log"))
+
+    def shut_down(self) -> None:
+        """Stop the server, keeping its data: an outage, until restart."""
+        self._pg_ctl("stop")
+
+    def _pg_ctl(self, action: str, *options: str) -> None:
+        command = [str(self._bin / "pg_ctl"), "-D", str(self.data_dir), *options, "-m", "fast", "-w", action]
+        subprocess.run([*self._as_user, *command], check=True, capture_output=True)
+
 
 def start_postgres(port: int | None = None) -> LocalPostgres:
     bindir = _bin_dir()

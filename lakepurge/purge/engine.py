@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+import time
 from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field, replace
 from typing import IO, Any, Literal
@@ -52,6 +53,7 @@ from lakepurge.s3io import (
     object_versions,
     open_body,
     open_seekable,
+    transient,
 )
 from lakepurge.s3uri import S3Uri
 
@@ -250,6 +252,7 @@ def purge_object(
     dataset = settings.dataset_named(target.dataset)
     uri = S3Uri.parse(target.s3path)
     ref = object_ref(target.s3path, dataset)
+    step: _PurgeStep | None = None
     try:
         for _ in range(attempts):
             try:
@@ -264,7 +267,22 @@ def purge_object(
         log.exception("purge of an object failed", extra={"object": ref, "error": type(exc).__name__})
         # A bomb's reason names the limit, never content: it tells the operator why the object was refused.
         reason = f"{type(exc).__name__}: {exc}" if isinstance(exc, InflationLimitExceeded) else type(exc).__name__
-        return ObjectOutcome(target.s3path, "failed", error=reason)
+        return _failed(target, step, reason)
+
+
+def _failed(target: PurgeTarget, step: _PurgeStep | None, reason: str) -> ObjectOutcome:
+    """A failed object's outcome, with what was erased before the failure (the rewrite or delete, if it happened,
+    and the versions deleted): the certificate states it, though the object failed."""
+    failed = ObjectOutcome(target.s3path, "failed", error=reason)
+    if step is None or step.outcome is None:
+        return failed
+    done = step.outcome
+    if step.written:
+        failed = replace(done, status="failed", error=reason)
+    failed.deleted_versions = done.deleted_versions
+    failed.noncurrent_versions_deleted = len(done.deleted_versions)
+    failed.sidecar_versions_deleted = done.sidecar_versions_deleted
+    return failed
 
 
 @dataclass
@@ -280,10 +298,12 @@ class _PurgeStep:
     before_write: BeforeWrite
     versioned: bool
     spans: dict[int, int] = field(default_factory=dict)  # physical lines of each blanked record spanning several
+    outcome: ObjectOutcome | None = None  # the outcome so far (what a failure after a write still reports)
+    written: bool = False  # the object was rewritten or deleted
 
     def run(self, target: PurgeTarget) -> ObjectOutcome:
         if target.versions_only:
-            outcome = ObjectOutcome(target.s3path, "nothing-to-erase")
+            outcome = self.outcome = ObjectOutcome(target.s3path, "nothing-to-erase")
             self._delete_noncurrent(None, outcome, target.version_ids)
             if outcome.deleted_versions:
                 outcome.status = "versions-deleted"
@@ -306,11 +326,11 @@ class _PurgeStep:
         s3, store, dataset, users = self.s3, self.store, self.dataset, self.users
         if head is None:
             store.remove_object(target.s3path)
-            outcome = ObjectOutcome(target.s3path, "gone")
+            outcome = self.outcome = ObjectOutcome(target.s3path, "gone")
             self._delete_noncurrent(None, outcome, target.version_ids)
             self._delete_sidecar(outcome)
             return outcome
-        outcome = ObjectOutcome(target.s3path, "nothing-to-erase", head.etag, head.version_id)
+        outcome = self.outcome = ObjectOutcome(target.s3path, "nothing-to-erase", head.etag, head.version_id)
         stale = outcome.stale_index = head.etag != target.etag
         if dataset.erase == "delete-object":
             _, lines = find_user_lines(s3, self.settings, dataset, head, users)  # the owner, checked now
@@ -320,6 +340,7 @@ class _PurgeStep:
                 outcome.erased_lines = [WHOLE_OBJECT]
                 self.before_write(replace(outcome, committed=False))
                 delete_in_place(s3, head)
+                self.written = True
                 store.remove_object(target.s3path)
                 # The data versions first: a noncurrent one's owner is read from the sidecar, which goes last.
                 self._delete_noncurrent(None, outcome, target.version_ids)
@@ -343,6 +364,7 @@ class _PurgeStep:
         else:
             outcome.status = "erased"
             outcome.after_etag, outcome.after_version = written.etag, written.version_id
+            self.written = True
             self._reindex_written(head, written, outcome, stale)
         self._delete_noncurrent(written, outcome, target.version_ids)
         return outcome
@@ -488,6 +510,11 @@ class Remaining:
 
 UNREADABLE = "its bytes do not match the checksum S3 states for them: it cannot be verified"
 
+# Verification reads an object again after a transient error (throttling, a server error, a dropped connection, a
+# body cut short) this many times in all, waiting VERIFY_BACKOFF seconds, then twice as long each time.
+VERIFY_ATTEMPTS = 4
+VERIFY_BACKOFF = 0.5
+
 
 def verify_object(
     s3: Any,
@@ -504,7 +531,37 @@ def verify_object(
     purge already established it holds none of the users: the version it wrote, if S3 still answers for it the
     checksum of the bytes verified before the write, and the noncurrent versions it read clean. Any other version
     (a concurrent writer's, one the purge never read, a checksum that differs) is read in full. versioned=False (the
-    bucket never had versioning: lakepurge.s3io.ever_versioned) skips listing the versions it cannot have."""
+    bucket never had versioning: lakepurge.s3io.ever_versioned) skips listing the versions it cannot have.
+
+    An object that still cannot be read after VERIFY_ATTEMPTS (or meets an error that is not transient) is one
+    Remaining whose reason names the error: the request is not certified, and the run still ends in its
+    certificate of what was erased."""
+    attempt = 1
+    while True:
+        try:
+            return _verify_versions(s3, settings, dataset, s3path, users, proof, versioned)
+        except Exception as exc:  # any error leaves the object unverified, never the run unfinished
+            error = (error_code(exc) or "ClientError") if isinstance(exc, ClientError) else type(exc).__name__
+            problem = {"object": object_ref(s3path, dataset), "error": error}
+            if not transient(exc) or attempt == VERIFY_ATTEMPTS:
+                log.warning("verification could not read an object", extra=problem)
+                return [
+                    Remaining(s3path, None, 0, f"it could not be read ({error}, {attempt} attempt(s)): not verified")
+                ]
+            log.warning("verification could not read an object; reading it again", extra=problem)
+            time.sleep(VERIFY_BACKOFF * 2 ** (attempt - 1))
+            attempt += 1
+
+
+def _verify_versions(
+    s3: Any,
+    settings: Settings,
+    dataset: DatasetConfig,
+    s3path: str,
+    users: Container[str],
+    proof: ObjectOutcome | None,
+    versioned: bool,
+) -> list[Remaining]:
     uri = S3Uri.parse(s3path)
     proven = proof is not None and bool(proof.after_checksum)
     heads = [h for h in [head_object(s3, uri.bucket, uri.key, checksum=proven)] if h is not None]

@@ -31,7 +31,7 @@ from lakepurge.purge.placeholders import recorded_from
 from lakepurge.purge.placeholders import write_batch as write_placeholder_batch
 from lakepurge.purge.tables import purge_tables, verify_table
 from lakepurge.report import Report, ReportTable, resolve_references, stored_name
-from lakepurge.s3io import ever_versioned, list_noncurrent, list_objects
+from lakepurge.s3io import ever_versioned, head_object, head_version, list_noncurrent, list_objects
 from lakepurge.s3uri import S3Uri
 from lakepurge.sparkutil import apply_job_environment, job_environment, on_executors
 
@@ -67,7 +67,8 @@ class PurgeResult:
 
     @property
     def objects_rewritten(self) -> int:
-        return sum(o.status in ("erased", "deleted") for o in self.outcomes)
+        # A failed object counts when its rewrite or delete happened before the failure (engine._failed).
+        return sum(o.status in ("erased", "deleted") or o.lines_erased > 0 for o in self.outcomes)
 
     @property
     def versions_deleted(self) -> int:
@@ -157,14 +158,23 @@ def recorded_outcomes(
     return {**alone, **intents, **finished}
 
 
-def _settle(outcome: ObjectOutcome, intent: ObjectOutcome | None) -> ObjectOutcome:
+def _taken_as_written(outcome: ObjectOutcome, intent: ObjectOutcome) -> bool:
+    return True
+
+
+def _settle(
+    outcome: ObjectOutcome,
+    intent: ObjectOutcome | None,
+    written: Callable[[ObjectOutcome, ObjectOutcome], bool] = _taken_as_written,
+) -> ObjectOutcome:
     """A rerun's outcome, completed with what an earlier, killed run recorded doing. Finding nothing left to erase
     where the earlier run recorded the intent to write means that write happened (the object is no longer the
-    version it read): its erasure is the outcome. Versions the earlier run recorded deleting were deleted by it."""
+    version it read), if ``written(outcome, intent)`` confirms the version found is that write's
+    (_found_its_write): its erasure is the outcome. Versions the earlier run recorded deleting were deleted by it."""
     if intent is None:
         return outcome
     unchanged = outcome.before_etag == intent.before_etag
-    if unchanged or outcome.status not in ("nothing-to-erase", "gone"):
+    if unchanged or outcome.status not in ("nothing-to-erase", "gone") or not written(outcome, intent):
         settled = replace(outcome)
     else:
         settled = replace(intent, committed=True, after_etag=outcome.before_etag, after_version=outcome.before_version)
@@ -177,6 +187,39 @@ def _settle(outcome: ObjectOutcome, intent: ObjectOutcome | None) -> ObjectOutco
     if settled.status == "nothing-to-erase" and settled.deleted_versions:
         settled.status = "versions-deleted"
     return settled
+
+
+def _found_its_write(s3: Any) -> Callable[[ObjectOutcome, ObjectOutcome], bool]:
+    """Whether the version a rerun found (outcome.before_*) is the one the intent's rewrite produced: S3 states for it
+    the CRC64NVME of the bytes the intent staged. An intent without a checksum (an earlier version of lakepurge, a
+    delete) is taken as done, as it always was."""
+
+    def found(outcome: ObjectOutcome, intent: ObjectOutcome) -> bool:
+        if intent.status != "erased" or not intent.after_checksum or outcome.status != "nothing-to-erase":
+            return True
+        uri = S3Uri.parse(outcome.s3path)
+        if outcome.before_version:
+            head = head_version(s3, uri.bucket, uri.key, outcome.before_version, checksum=True)
+        else:
+            head = head_object(s3, uri.bucket, uri.key, checksum=True)
+        return (
+            head is not None
+            and head.etag == outcome.before_etag
+            and head.headers.get("ChecksumCRC64NVME") == intent.after_checksum
+        )
+
+    return found
+
+
+def _task_attempt() -> int:
+    """The Spark task's attempt number: 0 for its first, more when Spark runs it again (its executor was lost, or a
+    speculative copy); 0 outside Spark (the inline purge)."""
+    try:
+        from pyspark import TaskContext
+    except ImportError:  # a Lambda's inline purge: no Spark installed
+        return 0
+    context = TaskContext.get()
+    return context.attemptNumber() if context is not None else 0
 
 
 class IntentJournal:
@@ -251,6 +294,15 @@ def _purge_partition(
     apply_job_environment(env)
     s3 = aws.client("s3")
     pseudonymizer = Pseudonymizer(key)
+    pending = list(targets)
+    finished_before: dict[str, ObjectOutcome] = {}
+    if _task_attempt() > 0:
+        # A task run again after its executor was lost: its earlier attempt may have rewritten objects (their intents
+        # recorded) and finished some (their outcomes recorded), none of which the driver knew when it started.
+        recorded = recorded_outcomes(s3, prefix, [t.s3path for t in pending], pseudonymizer)
+        intents = {**intents, **{path: o for path, o in recorded.items() if not o.committed}}
+        finished_before = {path: o for path, o in recorded.items() if o.committed}
+    written = _found_its_write(s3)
     users = HashedUsers(user_hashes, pseudonymizer)
     # Objects are I/O-bound (S3 round trips): a few threads per task keep the core busy. Each thread has its own
     # index connection (a connection runs one transaction at a time).
@@ -294,13 +346,24 @@ def _purge_partition(
     versioned = _bucket_versioning(s3)
 
     def purge(target: PurgeTarget) -> dict[str, Any]:
+        if target.s3path in finished_before:
+            return finished_before[target.s3path].as_dict()
         if target.s3path.startswith(OBJECT_REFERENCE):
             return unresolved(target)
+        try:
+            index, bucket_versioned = store(), versioned(target.s3path)
+        except Exception as exc:  # the index or S3 unreachable before the object was touched: it fails, others go on
+            log.warning("purge of an object not started", extra={"error": type(exc).__name__})
+            return ObjectOutcome(target.s3path, "failed", error=type(exc).__name__).as_dict()
         with journal.working():
             outcome = purge_object(
-                s3, store(), settings, target, users, before_write=journal.record, versioned=versioned(target.s3path)
+                s3, index, settings, target, users, before_write=journal.record, versioned=bucket_versioned
             )
-        return finish(_settle(outcome, intents.get(target.s3path)))
+        try:
+            settled = _settle(outcome, intents.get(target.s3path), written)
+        except Exception as exc:  # whether an earlier run's write happened cannot be asked now: a failure, not a guess
+            settled = replace(outcome, status="failed", error=f"earlier run's write not checked: {type(exc).__name__}")
+        return finish(settled)
 
     def unresolved(target: PurgeTarget) -> dict[str, Any]:
         """No version of the object is left (report.resolve_references): erased by an earlier run of this purge
@@ -320,7 +383,6 @@ def _purge_partition(
             flush(full)
         return outcome.as_dict()
 
-    pending = list(targets)
     datasets = {t.s3path: t.dataset for t in pending}
     try:
         with ThreadPoolExecutor(settings.purge.threads_per_task) as pool:

@@ -14,10 +14,11 @@ from typing import Any
 from urllib.parse import quote
 
 from awscrt import checksums
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from lakepurge.purge.streams import Staged, crc64nvme_base64
-from lakepurge.s3io import ObjectHead, error_code, head_object
+from lakepurge.s3io import ObjectHead, error_code, head_object, noncurrent_versions
+from lakepurge.s3uri import S3Uri
 
 PART_BYTES = 16 * 1024 * 1024
 PART_CONCURRENCY = 4  # parts in flight per object: 4 x 16 MiB of memory at most
@@ -113,15 +114,20 @@ def write_in_place(
                 IfMatch=head.etag,
             )
             upload_id = None
-    except ClientError as exc:
+    except (ClientError, BotoCoreError) as exc:
         if upload_id is not None:
-            s3.abort_multipart_upload(Bucket=head.bucket, Key=head.key, UploadId=upload_id)
-        if _conflict(exc):
+            _abort(s3, head, upload_id)
+        # The write may have been applied and its answer lost: the retry (botocore's) then meets its own write (412,
+        # or NoSuchUpload for a completion), or every retry failed. Its own write is the erasure it made.
+        mine = _own_write(s3, head, staged.checksum)
+        if mine is not None:
+            return mine
+        if isinstance(exc, ClientError) and _conflict(exc):
             raise WriteConflict(head.s3path) from None
         raise
     except BaseException:
         if upload_id is not None:
-            s3.abort_multipart_upload(Bucket=head.bucket, Key=head.key, UploadId=upload_id)
+            _abort(s3, head, upload_id)
         raise
     version = response.get("VersionId")
     written = Written(response["ETag"], None if version in (None, "null") else version, staged.checksum)
@@ -130,6 +136,32 @@ def write_in_place(
     if stated is not None and stated != staged.checksum:
         raise ChecksumMismatch(f"{head.s3path}: S3 states checksum {stated} for the bytes written, not theirs")
     return written
+
+
+def _abort(s3: Any, head: ObjectHead, upload_id: str) -> None:
+    """Abort an upload that failed; one already completed (its answer lost) or aborted is gone already."""
+    try:
+        s3.abort_multipart_upload(Bucket=head.bucket, Key=head.key, UploadId=upload_id)
+    except ClientError as exc:
+        if error_code(exc) not in ("NoSuchUpload", "404"):
+            raise
+
+
+def _own_write(s3: Any, head: ObjectHead, checksum: str) -> Written | None:
+    """The current version, if it is this write's: S3 states for it the CRC64NVME of the bytes staged and, in a
+    versioned bucket, the version just before it is the one read (so it replaced exactly that version, as the
+    conditional write would). None when it is not, or when that cannot be asked now."""
+    try:
+        current = head_object(s3, head.bucket, head.key, checksum=True)
+        if current is None or current.headers.get("ChecksumCRC64NVME") != checksum:
+            return None
+        if head.version_id is not None:
+            previous = next(noncurrent_versions(s3, S3Uri(head.bucket, head.key)), None)
+            if previous is None or previous.version_id != head.version_id:
+                return None
+    except (ClientError, BotoCoreError):
+        return None
+    return Written(current.etag, current.version_id, checksum)
 
 
 def _upload_parts(s3: Any, head: ObjectHead, upload_id: str, staged: Staged, concurrency: int) -> list[dict[str, Any]]:
@@ -161,10 +193,27 @@ def _upload_parts(s3: Any, head: ObjectHead, upload_id: str, staged: Staged, con
 
 
 def delete_in_place(s3: Any, head: ObjectHead) -> None:
-    """Delete the current object if it is still the version read (If-Match)."""
+    """Delete the current object if it is still the version read (If-Match). A delete applied whose answer was lost
+    (the retry finds the object gone) is this delete."""
     try:
         s3.delete_object(Bucket=head.bucket, Key=head.key, IfMatch=head.etag)
-    except ClientError as exc:
-        if _conflict(exc):
+    except (ClientError, BotoCoreError) as exc:
+        if _own_delete(s3, head):
+            return
+        if isinstance(exc, ClientError) and _conflict(exc):
             raise WriteConflict(head.s3path) from None
         raise
+
+
+def _own_delete(s3: Any, head: ObjectHead) -> bool:
+    """Whether the object is gone as this delete leaves it: no current version and, in a versioned bucket, the
+    version read is the newest one left (behind the delete marker)."""
+    try:
+        if head_object(s3, head.bucket, head.key) is not None:
+            return False
+        if head.version_id is None:
+            return True
+        newest = next(noncurrent_versions(s3, S3Uri(head.bucket, head.key)), None)
+    except (ClientError, BotoCoreError):
+        return False
+    return newest is not None and newest.version_id == head.version_id

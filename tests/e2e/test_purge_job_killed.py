@@ -53,8 +53,8 @@ def prepare(bucket: str, pg_dsn: str, tmp_path: Path, objects: int = 80):
     return lake, settings, config, uri, digest, len(report.objects)
 
 
-def job(config: Path, uri: str, digest: str) -> subprocess.Popen:
-    env = {**os.environ, "LAKEPURGE_HASH_KEY": HASH_KEY, "PYTHONPATH": str(ROOT)}
+def job(config: Path, uri: str, digest: str, **environment: str) -> subprocess.Popen:
+    env = {**os.environ, "LAKEPURGE_HASH_KEY": HASH_KEY, "PYTHONPATH": str(ROOT), **environment}
     return subprocess.Popen(
         [
             sys.executable,
@@ -251,3 +251,40 @@ def test_given_a_run_killed_between_deleting_an_object_and_its_sidecar_when_run_
     assert settled.status == "deleted" and settled.committed
     assert settled.sidecar_versions_deleted
     assert result.verified
+
+
+@pytest.mark.usefixtures("aws")
+def test_given_an_executor_lost_between_a_write_and_its_answer_when_spark_runs_the_task_again_then_it_is_counted(
+    pg_dsn, moto_server, tmp_path
+):
+    from tests.support.faults import FaultProxy, Rule
+    from tests.support.faultsuite import DATA, FaultCase, Schedule
+
+    case = FaultCase("postgres", pg_dsn)
+    config = tmp_path / "lost-executor.toml"
+    config.write_text(case.toml())
+    # S3 applies the second rewrite, then the Python worker that sent it is killed: Spark runs its task again (the
+    # master allows two attempts), on objects the first attempt already rewrote.
+    proxy = FaultProxy(moto_server.endpoint)
+    proxy.set_rules(case.rules(Schedule("executor lost", [Rule("kill_client", "PUT", r"^/{lake}" + DATA, (2,))])))
+    master = "local[2,2]"
+    try:
+        run = job(
+            config,
+            case.report_uri,
+            case.digest,
+            AWS_ENDPOINT_URL=proxy.endpoint,
+            SPARK_MASTER=master,
+            PYSPARK_PYTHON=sys.executable,
+            PYSPARK_SUBMIT_ARGS=f"--master {master} --conf spark.driver.host=127.0.0.1 pyspark-shell",
+        )
+        out, _ = run.communicate(timeout=600)
+    finally:
+        proxy.stop()
+
+    assert proxy.fired_kinds() == ["kill_client"]
+    assert run.returncode == 0, out
+    assert orjson.loads(out.splitlines()[-1])["verified"] is True
+    assert case.check_faulty(verified=True) == []
+    case.purge(None, case.settings)  # the rerun, without faults
+    assert case.check_rerun() == []

@@ -60,6 +60,14 @@ def test_given_a_run_killed_after_its_write_when_the_rerun_finds_nothing_then_th
     assert (settled.before_etag, settled.after_etag, settled.after_version) == ('"e1"', '"e2"', "v2")
 
 
+def test_given_a_rerun_that_finds_another_version_than_the_intents_write_when_settling_then_it_claims_no_erasure():
+    # The killed run recorded its intent, but the version found now is not its write (S3 states another checksum
+    # for it: a producer overwrote the object before that write could happen).
+    rerun = ObjectOutcome(PATH, "nothing-to-erase", before_etag='"p2"', before_version="p2")
+    settled = _settle(rerun, intent(after_checksum="crc-staged"), written=lambda _outcome, _intent: False)
+    assert (settled.status, settled.lines_erased, settled.after_etag) == ("nothing-to-erase", 0, None)
+
+
 def test_given_a_run_killed_after_its_write_when_the_object_is_gone_now_then_the_erasure_is_still_counted() -> None:
     settled = _settle(ObjectOutcome(PATH, "gone", before_etag=None), intent())
     assert (settled.status, settled.lines_erased, settled.after_etag) == ("erased", 2, None)
