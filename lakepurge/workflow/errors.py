@@ -11,7 +11,8 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from botocore.exceptions import ClientError, ConnectionError, EndpointConnectionError, ReadTimeoutError
+from botocore.exceptions import ClientError, ConnectionError, EndpointConnectionError, HTTPClientError, ReadTimeoutError
+from urllib3.exceptions import ProtocolError
 
 from lakepurge.logs import get_logger
 from lakepurge.report import ReportTampered, SafetyLimitExceeded
@@ -66,7 +67,9 @@ def sanitized_errors(handler: F) -> F:
             if code in _TRANSIENT_CODES:
                 raise TransientAwsError(f"AWS error {code}") from None
             raise TaskFailed(f"AWS error {code} (see the function's log)") from None
-        except (EndpointConnectionError, ConnectionError, ReadTimeoutError) as exc:
+        # a connection refused, dropped or timed out; an answer cut short (a non-streamed one escapes botocore's
+        # retries as urllib3's ProtocolError, boto/boto3#2902): the same call may well succeed again
+        except (EndpointConnectionError, ConnectionError, ReadTimeoutError, HTTPClientError, ProtocolError) as exc:
             log.error("task failed to reach AWS", extra={"error_type": type(exc).__name__})
             raise TransientAwsError(type(exc).__name__) from None
         except Exception as exc:
