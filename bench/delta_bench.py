@@ -254,7 +254,7 @@ def main() -> int:
     files, rows, users = args.files or files, args.rows or rows, args.users or users
     os.environ["LAKEPURGE_HASH_KEY"] = HASH_KEY
     moto, endpoint = start_moto()
-    from lakepurge import aws
+    from lakepurge.core import aws
     from lakepurge.local.postgres import start_postgres
 
     postgres = start_postgres()

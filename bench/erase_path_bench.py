@@ -249,8 +249,8 @@ def run_verify(
 def part_one(
     lake: pb.Lake, scale: pb.Scale, objects: int, reps: int, formats: Sequence[str], out: dict[str, Any]
 ) -> None:
-    from lakepurge.config import DatasetConfig
-    from lakepurge.privacy import HashedUsers, Pseudonymizer
+    from lakepurge.core.config import DatasetConfig
+    from lakepurge.core.privacy import HashedUsers, Pseudonymizer
 
     settings = settings_for("postgresql://unused/unused")  # its [indexing] limits, as the purge has them
     pseudonymizer = Pseudonymizer(pb.HASH_KEY.encode())
@@ -323,10 +323,10 @@ def part_one(
 
 
 def part_two(lake: pb.Lake, scale: pb.Scale, reps: int, workers: int, out: dict[str, Any]) -> None:
-    from lakepurge import aws
-    from lakepurge.backfill import run_reconcile
+    from lakepurge.core import aws
+    from lakepurge.indexing.backfill import run_reconcile
     from lakepurge.local.postgres import start_postgres
-    from lakepurge.operator_purge import purge_users
+    from lakepurge.ops.manual_purge import purge_users
 
     pb.progress("part 2: PostgreSQL, moto (own process), upload, template index ...")
     postgres = start_postgres()
@@ -388,7 +388,7 @@ def quiet(_: str) -> None:
 
 
 def settings_for(dsn: str, threads: int = 4) -> Any:
-    from lakepurge.config import parse_settings
+    from lakepurge.core.config import parse_settings
 
     return parse_settings(
         {

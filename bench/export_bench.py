@@ -52,11 +52,11 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=3, help="single-user export + purge pairs")
     args = parser.parse_args()
 
-    from lakepurge import aws
-    from lakepurge.backfill import run_reconcile
-    from lakepurge.config import load_settings
+    from lakepurge.core import aws
+    from lakepurge.core.config import load_settings
     from lakepurge.index import open_store
-    from lakepurge.indexer import index_object
+    from lakepurge.indexing.backfill import run_reconcile
+    from lakepurge.indexing.indexer import index_object
     from lakepurge.local.postgres import start_postgres
 
     workdir = Path(tempfile.mkdtemp(prefix="lakepurge-export-bench-"))

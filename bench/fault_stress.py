@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     proxy = FaultProxy(moto.endpoint)
     spark = None
     if "spark" in engines:
-        from lakepurge.sparkutil import local_session
+        from lakepurge.core.sparkutil import local_session
 
         spark = local_session("lakepurge-fault-stress")
         spark.sparkContext.setLogLevel("OFF")

@@ -38,10 +38,10 @@ from typing import Any
 
 import orjson
 
-from lakepurge.formats import read_records
 from lakepurge.index.base import Hits, Location, ObjectHits, ObjectIndex
 from lakepurge.local.moto import DUMMY_CREDENTIALS
 from lakepurge.local.samples import review_record, user_id
+from lakepurge.records.formats import read_records
 
 RESULTS = Path(__file__).resolve().parent / "results" / "index_bench.json"
 BUCKET = "lake"
@@ -233,7 +233,7 @@ def synthetic_objects(rng: random.Random, start: int, count: int) -> list[Object
 
 
 def bench_settings(dsn: str) -> Any:
-    from lakepurge.config import parse_settings
+    from lakepurge.core.config import parse_settings
 
     return parse_settings(
         {
@@ -335,9 +335,9 @@ class TimedStore:
 def lambda_worker(dsn: str, keys: list[str]) -> dict[str, float]:
     """One process indexing objects one at a time, as the indexer Lambda does (runs in a child process, so it
     does not share the GIL with the moto server)."""
-    from lakepurge import aws
+    from lakepurge.core import aws
     from lakepurge.index.postgres import PostgresIndexStore
-    from lakepurge.indexer import index_object
+    from lakepurge.indexing.indexer import index_object
 
     settings = bench_settings(dsn)
     s3 = aws.client("s3")
@@ -401,8 +401,8 @@ def bench_lambda(report: Report, dsn: str, keys: list[str], total_bytes: int) ->
 
 
 def bench_spark(report: Report, settings: Any, store: Any, objects: int, total_bytes: int) -> None:
-    from lakepurge.backfill import run_backfill
-    from lakepurge.sparkutil import local_session
+    from lakepurge.core.sparkutil import local_session
+    from lakepurge.indexing.backfill import run_backfill
 
     section = "1c. Spark backfill: backfill.run_backfill, local[2] (2 cores), same objects"
     cores = 2
@@ -445,7 +445,8 @@ def bench_spark(report: Report, settings: Any, store: Any, objects: int, total_b
 
 def _import_lakepurge(value: int) -> int:
     """Warm a Python worker: import lakepurge and load botocore's S3 model (~0.15 s of CPU once per worker)."""
-    from lakepurge import aws, backfill  # noqa: F401
+    from lakepurge.core import aws
+    from lakepurge.indexing import backfill  # noqa: F401
 
     aws.client("s3")
     return value
@@ -965,7 +966,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     del lines
     gc.collect()
 
-    from lakepurge import aws
+    from lakepurge.core import aws
     from lakepurge.index.postgres import PostgresIndexStore
     from lakepurge.local.moto import start_moto
     from lakepurge.local.postgres import start_postgres

@@ -11,7 +11,7 @@ size N is that user's report restricted to its first N objects (written and hash
 For each size, each contender purges the same report from the same starting state (the objects are put back with
 their original bytes, so their ETags match the report again, and re-indexed between runs; not timed):
 
-- inline: lakepurge.launch.run_inline in this process (warm: imports and clients loaded, as in a warm Lambda):
+- inline: lakepurge.purge.launch.run_inline in this process (warm: imports and clients loaded, as in a warm Lambda):
   report read and hash check, the engine over the objects on purge.threads_per_task threads, verification of every
   touched object, certificate;
 - spark-submit: LocalSparkLauncher.start, then status() every 0.1 s until it ends: JVM and Spark start, the same
@@ -112,10 +112,10 @@ class Bench:
         self.full_report: Any = None
 
     def setup(self) -> None:
-        from lakepurge import aws
-        from lakepurge.config import load_settings
+        from lakepurge.core import aws
+        from lakepurge.core.config import load_settings
         from lakepurge.index import open_store
-        from lakepurge.indexer import index_object
+        from lakepurge.indexing.indexer import index_object
         from lakepurge.local.postgres import start_postgres
 
         os.environ["LAKEPURGE_HASH_KEY"] = HASH_KEY
@@ -154,10 +154,10 @@ class Bench:
             self.index_object(self.s3, self.store, self.settings, BUCKET, key, force=True)
 
     def spec(self, size: int, request_id: str) -> tuple[Any, list[str]]:
-        from lakepurge.launch import PurgeJobSpec
-        from lakepurge.layout import write_report
-        from lakepurge.privacy import Pseudonymizer
-        from lakepurge.report import build_report
+        from lakepurge.core.privacy import Pseudonymizer
+        from lakepurge.purge.launch import PurgeJobSpec
+        from lakepurge.reports.layout import write_report
+        from lakepurge.reports.report import build_report
 
         if self.full_report is None:  # built once from the freshly indexed lake; restored objects keep its ETags
             self.full_report = build_report(
@@ -182,7 +182,7 @@ class Bench:
             raise SystemExit(f"{request_id}: erased {document['totals']['lines_erased']} of {expected} lines")
 
     def inline(self, size: int, rep: int) -> float:
-        from lakepurge.launch import run_inline
+        from lakepurge.purge.launch import run_inline
 
         spec, keys = self.spec(size, f"inline-{size}-{rep}-{time.time_ns()}")
         started = time.perf_counter()
@@ -195,8 +195,8 @@ class Bench:
         return seconds
 
     def spark(self, size: int, rep: int) -> float:
-        from lakepurge.config import LocalLauncherConfig
-        from lakepurge.launch import LocalSparkLauncher
+        from lakepurge.core.config import LocalLauncherConfig
+        from lakepurge.purge.launch import LocalSparkLauncher
 
         launcher = LocalSparkLauncher(LocalLauncherConfig(work_dir=str(self.tmp / "jobs")), self.settings, self.config)
         spec, keys = self.spec(size, f"spark-{size}-{rep}-{time.time_ns()}")

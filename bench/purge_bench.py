@@ -397,7 +397,7 @@ class IndexDatabases:
 
 
 def bench_settings(dsn: str) -> Any:
-    from lakepurge.config import parse_settings
+    from lakepurge.core.config import parse_settings
 
     return parse_settings(
         {
@@ -631,10 +631,10 @@ class EngineRun:
 
 
 def build_targets(dsn: str, users: list[str]) -> tuple[float, list[Any]]:
+    from lakepurge.core.privacy import Pseudonymizer
     from lakepurge.index.postgres import PostgresIndexStore
-    from lakepurge.privacy import Pseudonymizer
     from lakepurge.purge.engine import PurgeTarget
-    from lakepurge.report import build_report
+    from lakepurge.reports.report import build_report
 
     settings = bench_settings(dsn)
     store = PostgresIndexStore(dsn)
@@ -649,9 +649,9 @@ def build_targets(dsn: str, users: list[str]) -> tuple[float, list[Any]]:
 
 def run_engine(s3: Any, dsn: str, users: list[str], workers: int, timers: StepTimers | None = None) -> EngineRun:
     """purge_object for each object of the report, on `workers` threads with one index connection each."""
+    from lakepurge.core.s3io import ever_versioned
     from lakepurge.index.postgres import PostgresIndexStore
     from lakepurge.purge.engine import purge_object
-    from lakepurge.s3io import ever_versioned
 
     settings = bench_settings(dsn)
     lookup_seconds, targets = build_targets(dsn, users)
@@ -719,12 +719,12 @@ def prototype_purge(s3: Any, store: Any, settings: Any, target: Any, users: froz
     read's: a lower bound of the new one's (a later write still wins the index's ordering, and the event of this
     write is skipped by its ETag). Neither choice changes the cost measured here beyond the tagging request.
     """
+    from lakepurge.core.s3io import ObjectHead
+    from lakepurge.core.s3uri import S3Uri
     from lakepurge.index.base import NewVersion
     from lakepurge.purge.engine import Ownership
     from lakepurge.purge.rewrite import rewrite_jsonl
     from lakepurge.purge.s3write import write_in_place
-    from lakepurge.s3io import ObjectHead
-    from lakepurge.s3uri import S3Uri
 
     uri = S3Uri.parse(target.s3path)
     response = s3.get_object(Bucket=uri.bucket, Key=uri.key)
@@ -857,9 +857,9 @@ def e2e_child(spec: dict[str, Any]) -> dict[str, Any]:
     started = time.perf_counter()
     from pyspark import RDD
 
-    import lakepurge.operator_purge as operator
+    import lakepurge.ops.manual_purge as operator
 
-    phases["imports (lakepurge.operator_purge, pyspark)"] = time.perf_counter() - started
+    phases["imports (lakepurge.ops.manual_purge, pyspark)"] = time.perf_counter() - started
 
     def timer(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def wrapped(*args: Any, **kwargs: Any) -> Any:
@@ -935,7 +935,7 @@ class Bench:
         self.results = results
 
     def setup(self) -> None:
-        from lakepurge import aws
+        from lakepurge.core import aws
         from lakepurge.local.postgres import start_postgres
 
         scale = self.scale

@@ -12,7 +12,7 @@ pins plus the tables extra: deltalake ~130 MB and DuckDB with its delta and http
 layer cannot hold beside pyarrow: a report that changes a Delta table is purged on Spark), then lakepurge itself
 (--no-deps).
 
-Spark: EMR Serverless unpacks the archive as ./environment and runs ./environment/bin/python (lakepurge.launch).
+Spark: EMR Serverless unpacks the archive as ./environment and runs ./environment/bin/python (lakepurge.purge.launch).
 Its image has no Python 3.11+, so the archive is a relocatable Python: the interpreter, its standard library and
 libpython, with lakepurge and its dependencies in site-packages (pyspark comes from EMR). It runs on hosts whose
 glibc is as new as the build host's: for EMR, build it on Amazon Linux 2023 of the application's architecture
@@ -146,7 +146,8 @@ def build_spark(python: str) -> None:
 
     # the relocated interpreter must find its prefix and import the job's modules without this machine's paths
     clean = {"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": str(env / "lib"), "HOME": str(out)}
-    check = "import sys, lakepurge.purge.job, lakepurge.backfill, pyarrow.parquet, psycopg, orjson, deltalake, duckdb"
+    check = "import sys, lakepurge.purge.job, lakepurge.indexing.backfill, pyarrow.parquet, psycopg, orjson"
+    check += ", deltalake, duckdb"
     check += "; print(sys.prefix)"
     prefix = subprocess.run(
         [env / "bin" / "python", "-c", check], check=True, capture_output=True, text=True, env=clean, cwd=out

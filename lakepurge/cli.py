@@ -15,15 +15,15 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import orjson
 
-from lakepurge.config import ConfigError, Settings, load_settings
-from lakepurge.s3uri import S3Uri
+from lakepurge.core.config import ConfigError, Settings, load_settings
+from lakepurge.core.s3uri import S3Uri
 
 if TYPE_CHECKING:
-    from lakepurge.launch import SparkJob
-    from lakepurge.privacy import Pseudonymizer
+    from lakepurge.core.privacy import Pseudonymizer
+    from lakepurge.purge.launch import SparkJob
 
 DEFAULT_CONFIG = "lakepurge.toml"
-# The index does not cover every dataset (lakepurge.coverage): nothing can be certified until it does.
+# The index does not cover every dataset (lakepurge.indexing.coverage): nothing can be certified until it does.
 EXIT_NOT_CERTIFIABLE = 4
 
 
@@ -276,8 +276,8 @@ def _need_spark() -> None:
 def _lake_settings(args: argparse.Namespace, spark: bool = False) -> Settings:
     """The configuration of a command that reads or writes the lake: a dataset holding a Delta, Iceberg or Hudi
     table is refused (a configuration error, exit 2) before anything is touched."""
-    from lakepurge import aws
-    from lakepurge.tableformats import refuse_table_formats
+    from lakepurge.core import aws
+    from lakepurge.tables.detect import refuse_table_formats
 
     settings = _settings(args)
     if spark:
@@ -289,7 +289,7 @@ def _lake_settings(args: argparse.Namespace, spark: bool = False) -> Settings:
 
 def _remote(args: argparse.Namespace, out: Output, job: SparkJob) -> int:
     """Run a heavy command's job on EMR Serverless and follow it (``--on emr-serverless``)."""
-    from lakepurge.remote import run_remote
+    from lakepurge.ops.remote_jobs import run_remote
 
     settings = _settings(args)
     check_aws_environment()
@@ -300,9 +300,9 @@ def _remote(args: argparse.Namespace, out: Output, job: SparkJob) -> int:
 
 
 def cmd_index_backfill(args: argparse.Namespace, out: Output) -> int:
-    from lakepurge.backfill import run_backfill
-    from lakepurge.remote import backfill_job
-    from lakepurge.sparkutil import spark_session
+    from lakepurge.core.sparkutil import spark_session
+    from lakepurge.indexing.backfill import run_backfill
+    from lakepurge.ops.remote_jobs import backfill_job
 
     if args.on == "emr-serverless":
         return _remote(args, out, backfill_job(args.dataset, args.force))
@@ -321,14 +321,14 @@ def cmd_index_backfill(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_index_reconcile(args: argparse.Namespace, out: Output) -> int:
-    from lakepurge.backfill import run_reconcile
-    from lakepurge.remote import reconcile_job
+    from lakepurge.indexing.backfill import run_reconcile
+    from lakepurge.ops.remote_jobs import reconcile_job
 
     if args.on == "emr-serverless":
         return _remote(args, out, reconcile_job(args.dataset, args.report_only))
     settings = _lake_settings(args, spark=args.spark)
     if args.spark:
-        from lakepurge.sparkutil import spark_session
+        from lakepurge.core.sparkutil import spark_session
 
         with spark_session("lakepurge-reconcile") as spark:
             results = run_reconcile(spark, settings, args.dataset, fix=not args.report_only)
@@ -346,10 +346,10 @@ def cmd_index_reconcile(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_index_object(args: argparse.Namespace, out: Output) -> int:
-    from lakepurge import aws
+    from lakepurge.core import aws
+    from lakepurge.core.privacy import Pseudonymizer
     from lakepurge.index import open_store
-    from lakepurge.indexer import index_object
-    from lakepurge.privacy import Pseudonymizer
+    from lakepurge.indexing.indexer import index_object
 
     try:
         uri = S3Uri.parse(args.uri)
@@ -411,8 +411,8 @@ def _read_users(args: argparse.Namespace, required: bool = True) -> list[str]:
 
 
 def cmd_lookup(args: argparse.Namespace, out: Output) -> int:
-    from lakepurge.coverage import of_index
     from lakepurge.index import open_store
+    from lakepurge.indexing.coverage import of_index
 
     settings = _settings(args)
     users = _read_users(args)
@@ -457,7 +457,7 @@ def _tables_status(settings: Settings, store: Any, follow: bool = False) -> list
     """Table datasets' versions (lakepurge.tables.index.tables_status); none configured: nothing is asked."""
     if not any(d.is_table for d in settings.datasets):
         return []
-    from lakepurge import aws
+    from lakepurge.core import aws
     from lakepurge.tables.index import tables_status
 
     return tables_status(aws.client("s3"), store, settings, follow=follow)
@@ -466,7 +466,7 @@ def _tables_status(settings: Settings, store: Any, follow: bool = False) -> list
 def _shown(settings: Settings, s3path: str, pseudonymizer: Pseudonymizer | None) -> str:
     """An object's path as the CLI prints it: in one-user-per-object datasets the key may name its user, so it is
     the object's keyed reference (masked without the hash key)."""
-    from lakepurge.logs import object_ref
+    from lakepurge.core.logs import object_ref
 
     uri = S3Uri.parse(s3path)
     dataset = settings.dataset_for(uri.bucket, uri.key)
@@ -474,11 +474,11 @@ def _shown(settings: Settings, s3path: str, pseudonymizer: Pseudonymizer | None)
 
 
 def cmd_status(args: argparse.Namespace, out: Output) -> int:
-    from lakepurge import aws
-    from lakepurge.coverage import dead_letter_count, of_index
+    from lakepurge.core import aws
+    from lakepurge.core.privacy import Pseudonymizer
     from lakepurge.index import open_store
-    from lakepurge.privacy import Pseudonymizer
-    from lakepurge.returning import purge_again_command, returning_users
+    from lakepurge.indexing.coverage import dead_letter_count, of_index
+    from lakepurge.indexing.returning import purge_again_command, returning_users
 
     settings = _settings(args)
     pseudonymizer = Pseudonymizer.optional(settings.privacy)
@@ -549,7 +549,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
 
 def _requests_status(settings: Settings, out: Output) -> list[dict[str, Any]]:
     """The deletion requests with their deadlines; open ones past their deadline stand out."""
-    from lakepurge import aws
+    from lakepurge.core import aws
     from lakepurge.workflow.store import RequestStore, list_requests
 
     views = list_requests(RequestStore(settings, aws.client("s3"), aws.client("kms")))
@@ -562,8 +562,8 @@ def _requests_status(settings: Settings, out: Output) -> list[dict[str, Any]]:
 
 
 def cmd_requests(args: argparse.Namespace, out: Output) -> int:
-    from lakepurge import aws
-    from lakepurge.history import list_history
+    from lakepurge.core import aws
+    from lakepurge.ops.history import list_history
 
     settings = _settings(args)
     check_aws_environment()
@@ -587,8 +587,8 @@ def cmd_requests(args: argparse.Namespace, out: Output) -> int:
 def cmd_request(args: argparse.Namespace, out: Output) -> int:
     import uuid
 
-    from lakepurge import aws
-    from lakepurge.privacy import Pseudonymizer
+    from lakepurge.core import aws
+    from lakepurge.core.privacy import Pseudonymizer
     from lakepurge.workflow.intake import file_request
     from lakepurge.workflow.store import RequestRefused
 
@@ -615,9 +615,9 @@ def cmd_request(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_purge(args: argparse.Namespace, out: Output) -> int:
-    from lakepurge.coverage import IndexIncomplete
-    from lakepurge.operator_purge import ReviewedReportMismatch, purge_users
-    from lakepurge.report import ReportTampered, SafetyLimitExceeded
+    from lakepurge.indexing.coverage import IndexIncomplete
+    from lakepurge.ops.manual_purge import ReviewedReportMismatch, purge_users
+    from lakepurge.reports.report import ReportTampered, SafetyLimitExceeded
 
     hashes = list(dict.fromkeys(h.strip().lower() for h in args.user_hash))
     for user_hash in hashes:
@@ -631,9 +631,9 @@ def cmd_purge(args: argparse.Namespace, out: Output) -> int:
     if args.verify is not None:
         settings = settings.model_copy(update={"purge": settings.purge.model_copy(update={"verify": args.verify})})
     if hashes:
+        from lakepurge.core.privacy import Pseudonymizer
         from lakepurge.index import open_store
-        from lakepurge.privacy import Pseudonymizer
-        from lakepurge.returning import UnknownHashes, resolve_hashes
+        from lakepurge.indexing.returning import UnknownHashes, resolve_hashes
 
         store = open_store(settings.index)
         try:
@@ -680,9 +680,9 @@ def cmd_purge(args: argparse.Namespace, out: Output) -> int:
         return EXIT_NOT_CERTIFIABLE
     if run.result is not None and not run.result.failed:
         # Users erased again leave the objects that flagged them: `lakepurge status` stops counting those.
+        from lakepurge.core.privacy import Pseudonymizer
         from lakepurge.index import open_store
-        from lakepurge.privacy import Pseudonymizer
-        from lakepurge.returning import recount
+        from lakepurge.indexing.returning import recount
 
         store = open_store(settings.index)
         try:
@@ -697,8 +697,8 @@ def cmd_purge(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_export(args: argparse.Namespace, out: Output) -> int:
-    """GDPR Art. 15: a copy of the users' records, one encrypted archive, a time-limited link (lakepurge.export)."""
-    from lakepurge.export import DEFAULT_RETENTION_DAYS, ExportFailed, ExportRefused, export_users
+    """GDPR Art. 15: a copy of the users' records, one encrypted archive, a time-limited link (access.export)."""
+    from lakepurge.access.export import DEFAULT_RETENTION_DAYS, ExportFailed, ExportRefused, export_users
 
     if args.open is not None:
         return _open_export(args, out)
@@ -740,8 +740,9 @@ def _export_link(args: argparse.Namespace, out: Output) -> int:
     IAM user's long-term keys make a link of up to 7 days; temporary ones end it with their session)."""
     from datetime import datetime
 
-    from lakepurge import aws, layout
-    from lakepurge.export import LINK_LIMITS, presigned_link
+    from lakepurge.access.export import LINK_LIMITS, presigned_link
+    from lakepurge.core import aws
+    from lakepurge.reports import layout
 
     settings = _settings(args)
     check_aws_environment()
@@ -776,8 +777,8 @@ def _open_export(args: argparse.Namespace, out: Output) -> int:
     import zipfile
     from pathlib import Path, PurePosixPath
 
-    from lakepurge import aws
-    from lakepurge.export import ARCHIVE_SUFFIX, ExportRefused, open_archive
+    from lakepurge.access.export import ARCHIVE_SUFFIX, ExportRefused, open_archive
+    from lakepurge.core import aws
 
     if args.out is None:
         raise CliError("usage", "--open needs --out DIR, where the archive's files are written")
@@ -823,7 +824,7 @@ def _open_export(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_verify(args: argparse.Namespace, out: Output) -> int:
-    from lakepurge.operator_purge import RemoteJobFailed, verify_users
+    from lakepurge.ops.manual_purge import RemoteJobFailed, verify_users
 
     users = _read_users(args)
     if args.on == "emr-serverless":
@@ -847,9 +848,9 @@ def cmd_verify(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_vacuum(args: argparse.Namespace, out: Output) -> int:
+    from lakepurge.core.sparkutil import spark_session
+    from lakepurge.ops.remote_jobs import vacuum_job
     from lakepurge.purge.vacuum import run_vacuum
-    from lakepurge.remote import vacuum_job
-    from lakepurge.sparkutil import spark_session
 
     if args.on == "emr-serverless":
         return _remote(args, out, vacuum_job(args.dataset, args.yes))
@@ -893,9 +894,9 @@ def _catalog_error(exc: Exception) -> CliError:
 
 
 def cmd_datasets_import(args: argparse.Namespace, out: Output) -> int:
-    """[[datasets]] entries from Glue tables (lakepurge.catalog): to stdout, or to --out."""
-    from lakepurge import aws
-    from lakepurge.catalog import CatalogError, import_datasets
+    """[[datasets]] entries from Glue tables (lakepurge.indexing.catalog): to stdout, or to --out."""
+    from lakepurge.core import aws
+    from lakepurge.indexing.catalog import CatalogError, import_datasets
 
     if args.out and os.path.exists(args.out) and not args.force:
         raise CliError("file_exists", f"{args.out} exists already: keep it, or run again with --force to overwrite it")
@@ -935,8 +936,8 @@ def cmd_datasets_import(args: argparse.Namespace, out: Output) -> int:
 
 def cmd_datasets_check(args: argparse.Namespace, out: Output) -> int:
     """The drift between the configuration and the Glue database; exit 0 in sync, 1 drift."""
-    from lakepurge import aws
-    from lakepurge.catalog import CatalogError, check_catalog
+    from lakepurge.core import aws
+    from lakepurge.indexing.catalog import CatalogError, check_catalog
 
     settings = _catalog_settings(args, required=True)
     assert settings is not None
@@ -1329,14 +1330,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     # Commands talk to people on stderr, so logs stay quiet unless asked for (POWERTOOLS_LOG_LEVEL=INFO).
-    from lakepurge.logs import SERVICE, STDERR, root_logger
+    from lakepurge.core.logs import SERVICE, STDERR, root_logger
 
     log_level = os.environ.get("POWERTOOLS_LOG_LEVEL") or "WARNING"
     level_before = logging.getLogger(SERVICE).level
     words = list(sys.argv[1:] if argv is None else argv)
     out = Output("--json" in words)
     args: argparse.Namespace | None = None
-    from lakepurge import aws
+    from lakepurge.core import aws
 
     was_cli = aws.configure(cli=True)  # fast connect timeout, few retries: a person is waiting
     if os.environ.get("AWS_REGION") and not os.environ.get("AWS_DEFAULT_REGION"):
@@ -1356,7 +1357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _report(exc, args, out, debug)
     finally:
         aws.configure(cli=was_cli)
-        from lakepurge import progress
+        from lakepurge.core import progress
 
         progress.show_on(None)  # main() called in-process (tests) leaves the process's clients as they were
         logging.getLogger(SERVICE).setLevel(level_before)  # and its service logger's level
@@ -1369,7 +1370,7 @@ def _show_progress_and_keep_spark_quiet() -> None:
     import time
     from pathlib import Path
 
-    from lakepurge import progress, sparkutil
+    from lakepurge.core import progress, sparkutil
 
     progress.show_on(sys.stderr)
     logs = Path(tempfile.gettempdir()) / f"lakepurge-{os.getuid()}"
@@ -1388,7 +1389,7 @@ def _report(exc: Exception, args: argparse.Namespace | None, out: Output, debug:
     if debug:
         traceback.print_exception(exc, file=sys.stderr)
     out.say(f"lakepurge: {message}")
-    from lakepurge.sparkutil import spark_log_file
+    from lakepurge.core.sparkutil import spark_log_file
 
     spark_log = spark_log_file()
     if error.code == "internal" and spark_log is not None and spark_log.exists() and spark_log.stat().st_size:

@@ -4,7 +4,7 @@ Where the configuration comes from, first match wins:
 
 - ``LAKEPURGE_CONFIG_URI``: an S3 object (``s3://bucket/key``, what the SAM template deploys), an SSM parameter
   (``ssm:/path/name``) or an AppConfig profile (``appconfig://application/environment/profile``), read through
-  Powertools Parameters' cache (lakepurge.configsource) and read again once older than ``LAKEPURGE_CONFIG_MAX_AGE``
+  Powertools Parameters' cache (lakepurge.core.configsource) and read again once older than ``LAKEPURGE_CONFIG_MAX_AGE``
   seconds (default 300). A changed configuration reaches warm functions within that time, without a redeploy:
   the Settings object is rebuilt when the text changed, and the index connection and the keyed hash with it when
   their sections did.
@@ -14,7 +14,7 @@ Where the configuration comes from, first match wins:
 
 Every source is validated when read; a bad value fails with a message naming the source and the key. With
 ``LAKEPURGE_CONFIG_SHA256`` set (the stack's ConfigSha256), a text with another SHA-256 is refused before it is
-parsed, whatever its source (lakepurge.configsource.check_pin).
+parsed, whatever its source (lakepurge.core.configsource.check_pin).
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from lakepurge import configsource
-from lakepurge.config import ConfigError, Settings, load_settings, parse_settings
+from lakepurge.core import configsource
+from lakepurge.core.config import ConfigError, Settings, load_settings, parse_settings
+from lakepurge.core.privacy import Pseudonymizer
 from lakepurge.index import open_store
 from lakepurge.index.base import IndexStore
-from lakepurge.privacy import Pseudonymizer
 
 URI_VARIABLE = configsource.URI_VARIABLE
 TOML_VARIABLE = "LAKEPURGE_CONFIG_TOML"
@@ -139,7 +139,7 @@ def index_store() -> IndexStore:
 
 def reset() -> None:
     """Forget cached settings, configuration reads, secrets and connections (tests switch configurations)."""
-    from lakepurge import aws
+    from lakepurge.core import aws
 
     aws.clear_secrets()
     configsource.clear_cache()

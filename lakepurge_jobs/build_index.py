@@ -9,9 +9,9 @@ import sys
 import orjson
 
 from lakepurge import runtime
-from lakepurge.backfill import run_backfill
-from lakepurge.logs import root_logger
-from lakepurge.sparkutil import get_session
+from lakepurge.core.logs import root_logger
+from lakepurge.core.sparkutil import get_session
+from lakepurge.indexing.backfill import run_backfill
 
 
 def main(argv: list[str] | None = None) -> int:

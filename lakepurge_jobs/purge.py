@@ -4,7 +4,7 @@
 Refuses a report whose SHA-256 differs from the approved one, erases its objects on executors, verifies every
 touched object and writes the certificate. Idempotent: run again after a kill, it finishes the same purge.
 Relational tables need the raw ids, which this job never receives: whoever starts it erases them first
-(lakepurge.workflow.steps.start_purge, or lakepurge.operator_purge.purge_users from the CLI).
+(lakepurge.workflow.steps.start_purge, or lakepurge.ops.manual_purge.purge_users from the CLI).
 
 The configuration is a local TOML file, an ``s3://`` (how EMR Serverless jobs get it: launcher.config_uri, the
 object the functions' LAKEPURGE_CONFIG_URI names) or ``ssm:`` URI of one, or, without ``--config``, the environment
@@ -21,13 +21,15 @@ import sys
 
 import orjson
 
-from lakepurge import aws, layout, runtime
-from lakepurge.config import ConfigError
-from lakepurge.logs import object_ref, root_logger
-from lakepurge.privacy import Pseudonymizer, hash_key
+from lakepurge import runtime
+from lakepurge.core import aws
+from lakepurge.core.config import ConfigError
+from lakepurge.core.logs import object_ref, root_logger
+from lakepurge.core.privacy import Pseudonymizer, hash_key
+from lakepurge.core.sparkutil import get_session
 from lakepurge.purge.job import run_purge
-from lakepurge.report import ReportTampered
-from lakepurge.sparkutil import get_session
+from lakepurge.reports import layout
+from lakepurge.reports.report import ReportTampered
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,9 +13,9 @@ from dataclasses import asdict
 import orjson
 
 from lakepurge import runtime
-from lakepurge.backfill import run_reconcile
-from lakepurge.logs import root_logger
-from lakepurge.sparkutil import get_session
+from lakepurge.core.logs import root_logger
+from lakepurge.core.sparkutil import get_session
+from lakepurge.indexing.backfill import run_reconcile
 
 
 def main(argv: list[str] | None = None) -> int:

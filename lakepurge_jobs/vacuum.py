@@ -13,9 +13,9 @@ import sys
 import orjson
 
 from lakepurge import runtime
-from lakepurge.logs import root_logger
+from lakepurge.core.logs import root_logger
+from lakepurge.core.sparkutil import get_session
 from lakepurge.purge.vacuum import run_vacuum
-from lakepurge.sparkutil import get_session
 
 
 def main(argv: list[str] | None = None) -> int:

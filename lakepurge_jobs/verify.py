@@ -13,12 +13,13 @@ import sys
 
 import orjson
 
-from lakepurge import aws, runtime
-from lakepurge.logs import root_logger
-from lakepurge.privacy import hash_key
+from lakepurge import runtime
+from lakepurge.core import aws
+from lakepurge.core.logs import root_logger
+from lakepurge.core.privacy import hash_key
+from lakepurge.core.s3uri import S3Uri
+from lakepurge.core.sparkutil import get_session
 from lakepurge.purge.job import verify_everywhere
-from lakepurge.s3uri import S3Uri
-from lakepurge.sparkutil import get_session
 
 
 def main(argv: list[str] | None = None) -> int:

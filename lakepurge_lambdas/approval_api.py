@@ -1,6 +1,6 @@
 """Approval page (HTTP API, payload 2.0): GET shows the report summary, POST decides. GET never decides.
 
-GET /ops is the read-only operations page (lakepurge.operations): requests, deadlines, erasures, index health and
+GET /ops is the read-only operations page (lakepurge.ops.dashboard): requests, deadlines, erasures, index health and
 coverage, as counts and request ids only, from the view the hourly RequestMetrics function stored (this function
 never reads the index). It needs the operations password (HTTP Basic), or the API's JWT authorizer's token."""
 
@@ -14,9 +14,10 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from lakepurge import aws, runtime
-from lakepurge.operations import PageLocked, may_read, stored_view
-from lakepurge.operations_page import operations_page, unavailable_page
+from lakepurge import runtime
+from lakepurge.core import aws
+from lakepurge.ops.dashboard import PageLocked, may_read, stored_view
+from lakepurge.ops.dashboard_page import operations_page, unavailable_page
 from lakepurge.workflow.approval import ApprovalRefused, Requester, decide, pending
 from lakepurge.workflow.pages import confirmation_page, decided_page, refused_page
 from lakepurge.workflow.store import RequestStore

@@ -20,8 +20,9 @@ from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent, S3Eve
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from lakepurge import aws, runtime
-from lakepurge.indexer import IndexOutcome, index_object, record_created_version
+from lakepurge import runtime
+from lakepurge.core import aws
+from lakepurge.indexing.indexer import IndexOutcome, index_object, record_created_version
 
 logger = Logger(service="lakepurge")
 metrics = Metrics(namespace="lakepurge", service="lakepurge")

@@ -16,8 +16,9 @@ from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent, event
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, Field
 
-from lakepurge import aws, runtime
-from lakepurge.aws import Clients
+from lakepurge import runtime
+from lakepurge.core import aws
+from lakepurge.core.aws import Clients
 from lakepurge.workflow.errors import sanitized_errors
 from lakepurge.workflow.intake import file_request
 from lakepurge.workflow.store import RequestKind

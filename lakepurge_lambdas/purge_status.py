@@ -8,7 +8,7 @@ from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from lakepurge import runtime
-from lakepurge.aws import Clients
+from lakepurge.core.aws import Clients
 from lakepurge.workflow import steps
 from lakepurge.workflow.errors import sanitized_errors
 from lakepurge.workflow.events import StatusTask

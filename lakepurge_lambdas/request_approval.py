@@ -8,8 +8,9 @@ from typing import Any
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from lakepurge import aws, runtime
-from lakepurge.aws import Clients
+from lakepurge import runtime
+from lakepurge.core import aws
+from lakepurge.core.aws import Clients
 from lakepurge.workflow import steps
 from lakepurge.workflow.errors import sanitized_errors
 from lakepurge.workflow.events import ApprovalTask

@@ -15,8 +15,9 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from lakepurge import aws, runtime
-from lakepurge.operations import refresh_view
+from lakepurge import runtime
+from lakepurge.core import aws
+from lakepurge.ops.dashboard import refresh_view
 
 logger = Logger(service="lakepurge")
 metrics = Metrics(namespace="lakepurge", service="lakepurge")

@@ -30,7 +30,7 @@ def moto_server() -> Iterator[object]:
 @pytest.fixture
 def aws(moto_server: object) -> Iterator[object]:
     """A moto server with empty state for each test."""
-    from lakepurge import tableformats
+    from lakepurge.tables import detect as tableformats
 
     yield moto_server
     moto_server.reset()  # type: ignore[attr-defined]
@@ -64,7 +64,7 @@ def pg_dsn(postgres_server: object) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
-    from lakepurge.sparkutil import local_session
+    from lakepurge.core.sparkutil import local_session
 
     session = local_session("lakepurge-tests")
     yield session

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from lakepurge.config import IndexConfig, RelationalConfig
+from lakepurge.core.config import IndexConfig, RelationalConfig
 from lakepurge.index.base import IndexStore
 
 _RDS_FIELDS = {"host": "host", "port": "port", "dbname": "dbname", "username": "user", "password": "password"}
@@ -36,7 +36,7 @@ def secret_dsn(secret: str) -> str:
     The secret's SecretString is one of: the DSN itself (``postgresql://...`` or ``host=... password=...``); a JSON
     object with a ``"dsn"`` key; or the JSON object of an RDS-managed secret (``username``, ``password``,
     ``host``, ``port``, ``dbname``), which Secrets Manager can rotate on its own."""
-    from lakepurge import aws
+    from lakepurge.core import aws
 
     text = aws.secret_string(secret)
     if not text.lstrip().startswith("{"):

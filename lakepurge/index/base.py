@@ -116,7 +116,7 @@ class NoncurrentVersion:
 class Coverage:
     """What the index knows about how completely one dataset is indexed: the last full listing of the dataset
     (a backfill or a reconciliation) and what it left undone. A request may only be certified for a dataset whose
-    coverage is complete (lakepurge.coverage decides)."""
+    coverage is complete (lakepurge.indexing.coverage decides)."""
 
     dataset: str
     location: str  # the dataset's location when it was listed: a moved dataset is not covered

@@ -126,7 +126,8 @@ from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
 
 from botocore.exceptions import ClientError
 
-from lakepurge import aws
+from lakepurge.core import aws
+from lakepurge.core.logs import get_logger
 from lakepurge.index.base import (
     WHOLE_OBJECT,
     Coverage,
@@ -141,7 +142,6 @@ from lakepurge.index.base import (
     UnindexableObject,
     hits_from_locations,
 )
-from lakepurge.logs import get_logger
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import sql
 
+from lakepurge.core.logs import get_logger
 from lakepurge.index.base import (
     Coverage,
     DatasetProblems,
@@ -27,8 +28,7 @@ from lakepurge.index.base import (
     UnindexableLine,
     UnindexableObject,
 )
-from lakepurge.logs import get_logger
-from lakepurge.memory import collector_paused
+from lakepurge.records.gc_pause import collector_paused
 
 log = get_logger()
 
@@ -77,7 +77,7 @@ CREATE TABLE IF NOT EXISTS noncurrent_versions (
     PRIMARY KEY (userid, s3path, version_id)
 );
 CREATE INDEX IF NOT EXISTS noncurrent_versions_object ON noncurrent_versions (s3path, version_id);
--- The last full listing of each dataset (backfill or reconciliation): what lakepurge.coverage decides from.
+-- The last full listing of each dataset (backfill or reconciliation): what lakepurge.indexing.coverage decides from.
 CREATE TABLE IF NOT EXISTS dataset_coverage (
     dataset     TEXT PRIMARY KEY,
     location    TEXT        NOT NULL,

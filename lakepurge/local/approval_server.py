@@ -15,8 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from lakepurge.core.logs import get_logger
 from lakepurge.local.workflow import LocalContext, handler
-from lakepurge.logs import get_logger
 
 log = get_logger()
 

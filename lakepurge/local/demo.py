@@ -46,14 +46,15 @@ from typing import Any, TextIO
 
 import orjson
 
-from lakepurge import aws, layout
-from lakepurge.config import Settings, parse_settings
+from lakepurge.core import aws
+from lakepurge.core.config import Settings, parse_settings
+from lakepurge.core.logs import get_logger, object_ref
+from lakepurge.core.privacy import Pseudonymizer
+from lakepurge.core.progress import Progress, track
+from lakepurge.core.s3uri import S3Uri
 from lakepurge.index import open_store
 from lakepurge.local.samples import SampleLake, generate_lake, settings_toml
-from lakepurge.logs import get_logger, object_ref
-from lakepurge.privacy import Pseudonymizer
-from lakepurge.progress import Progress, track
-from lakepurge.s3uri import S3Uri
+from lakepurge.reports import layout
 
 log = get_logger()
 
@@ -469,8 +470,8 @@ def _check_index(settings: Settings, lake: SampleLake, events: EventRun, say: Sa
 
 def _backfill(settings: Settings, lake: SampleLake, say: Say) -> dict[str, Any]:
     """The existing-lake path: the Spark backfill re-reads every object (forced) and must give the same index."""
-    from lakepurge.backfill import run_backfill
-    from lakepurge.sparkutil import spark_session
+    from lakepurge.core.sparkutil import spark_session
+    from lakepurge.indexing.backfill import run_backfill
 
     say("    and through the Spark backfill (local[2], --force): the path for a lake that existed before the events")
     with spark_session("lakepurge-demo") as spark:
@@ -487,7 +488,7 @@ def _backfill(settings: Settings, lake: SampleLake, say: Say) -> dict[str, Any]:
 def _reconcile(settings: Settings, say: Say) -> dict[str, Any]:
     """Compare the lake's listing with the index (reading only what differs) and record every dataset's coverage:
     what lets the request be certified. A lake indexed only through events is not known to be complete."""
-    from lakepurge.backfill import run_reconcile
+    from lakepurge.indexing.backfill import run_reconcile
 
     results = run_reconcile(None, settings)
     found = sum(r.missing + r.changed + r.gone for r in results)

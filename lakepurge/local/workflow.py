@@ -24,8 +24,8 @@ from typing import Any
 
 import requests
 
-from lakepurge import aws
-from lakepurge.logs import get_logger
+from lakepurge.core import aws
+from lakepurge.core.logs import get_logger
 from lakepurge.workflow.deployment import (
     EXPORT_ASL_RESOURCE,
     EXPORT_FUNCTIONS,

@@ -23,25 +23,9 @@ from typing import IO, Any, Literal
 import orjson
 from botocore.exceptions import ClientError, FlexibleChecksumError
 
-from lakepurge.config import DatasetConfig, IndexingConfig, Settings
-from lakepurge.formats import (
-    IdKeys,
-    InflationLimitExceeded,
-    csv_id_columns,
-    csv_ids,
-    extract_ids,
-    lines_holding,
-    parse_paths,
-    parse_record,
-    plain_ids,
-)
-from lakepurge.index.base import WHOLE_OBJECT, IndexStore, NewVersion, ObjectIndex
-from lakepurge.indexer import index_object, scan_object
-from lakepurge.logs import get_logger, object_ref
-from lakepurge.purge.rewrite import rewrite_csv, rewrite_jsonl, rewrite_parquet
-from lakepurge.purge.s3write import WriteConflict, Written, delete_in_place, preserved_attributes, write_in_place
-from lakepurge.purge.streams import Staged
-from lakepurge.s3io import (
+from lakepurge.core.config import DatasetConfig, IndexingConfig, Settings
+from lakepurge.core.logs import get_logger, object_ref
+from lakepurge.core.s3io import (
     ObjectChanged,
     ObjectHead,
     error_code,
@@ -55,7 +39,23 @@ from lakepurge.s3io import (
     open_seekable,
     transient,
 )
-from lakepurge.s3uri import S3Uri
+from lakepurge.core.s3uri import S3Uri
+from lakepurge.index.base import WHOLE_OBJECT, IndexStore, NewVersion, ObjectIndex
+from lakepurge.indexing.indexer import index_object, scan_object
+from lakepurge.purge.rewrite import rewrite_csv, rewrite_jsonl, rewrite_parquet
+from lakepurge.purge.s3write import WriteConflict, Written, delete_in_place, preserved_attributes, write_in_place
+from lakepurge.purge.streams import Staged
+from lakepurge.records.formats import (
+    IdKeys,
+    InflationLimitExceeded,
+    csv_id_columns,
+    csv_ids,
+    extract_ids,
+    lines_holding,
+    parse_paths,
+    parse_record,
+    plain_ids,
+)
 
 log = get_logger()
 
@@ -531,7 +531,7 @@ def verify_object(
     purge already established it holds none of the users: the version it wrote, if S3 still answers for it the
     checksum of the bytes verified before the write, and the noncurrent versions it read clean. Any other version
     (a concurrent writer's, one the purge never read, a checksum that differs) is read in full. versioned=False (the
-    bucket never had versioning: lakepurge.s3io.ever_versioned) skips listing the versions it cannot have.
+    bucket never had versioning: lakepurge.core.s3io.ever_versioned) skips listing the versions it cannot have.
 
     An object that still cannot be read after VERIFY_ATTEMPTS (or meets an error that is not transient) is one
     Remaining whose reason names the error: the request is not certified, and the run still ends in its

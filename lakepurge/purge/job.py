@@ -20,20 +20,21 @@ from typing import Any
 
 import orjson
 
-from lakepurge import aws, layout
-from lakepurge.config import Settings
+from lakepurge.core import aws
+from lakepurge.core.config import Settings
+from lakepurge.core.logs import get_logger, object_ref
+from lakepurge.core.privacy import OBJECT_REFERENCE, HashedUsers, Pseudonymizer, object_reference
+from lakepurge.core.s3io import ever_versioned, head_object, head_version, list_noncurrent, list_objects
+from lakepurge.core.s3uri import S3Uri
+from lakepurge.core.sparkutil import apply_job_environment, job_environment, on_executors
 from lakepurge.index import open_store, relational_dsn
 from lakepurge.index.base import IndexStore
-from lakepurge.logs import get_logger, object_ref
-from lakepurge.privacy import OBJECT_REFERENCE, HashedUsers, Pseudonymizer, object_reference
 from lakepurge.purge.engine import ObjectOutcome, PurgeTarget, purge_object, verify_object
 from lakepurge.purge.placeholders import recorded_from
 from lakepurge.purge.placeholders import write_batch as write_placeholder_batch
 from lakepurge.purge.tables import purge_tables, verify_table
-from lakepurge.report import Report, ReportTable, resolve_references, stored_name
-from lakepurge.s3io import ever_versioned, head_object, head_version, list_noncurrent, list_objects
-from lakepurge.s3uri import S3Uri
-from lakepurge.sparkutil import apply_job_environment, job_environment, on_executors
+from lakepurge.reports import layout
+from lakepurge.reports.report import Report, ReportTable, resolve_references, stored_name
 
 log = get_logger()
 

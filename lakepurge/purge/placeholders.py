@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from lakepurge import layout
-from lakepurge.config import Settings
+from lakepurge.core.config import Settings
+from lakepurge.reports import layout
 
 if TYPE_CHECKING:
     from lakepurge.purge.engine import ObjectOutcome

@@ -15,8 +15,10 @@ import operator
 from collections.abc import Container, Iterable, Iterator
 from typing import IO, TYPE_CHECKING, Any
 
-from lakepurge.config import DatasetConfig
-from lakepurge.formats import (
+from lakepurge.core.config import DatasetConfig
+from lakepurge.purge.splice import DROP, skip_lines, splice_batches
+from lakepurge.purge.streams import LastByte, LinesLost, Staged, gzip_chunks, read_chunks, to_the_end
+from lakepurge.records.formats import (
     DEFAULT_INFLATION,
     IN_MEMORY,
     UNTERMINATED_AT_END,
@@ -31,8 +33,6 @@ from lakepurge.formats import (
     unquoted_line,
     unquoted_row,
 )
-from lakepurge.purge.splice import DROP, skip_lines, splice_batches
-from lakepurge.purge.streams import LastByte, LinesLost, Staged, gzip_chunks, read_chunks, to_the_end
 
 if TYPE_CHECKING:
     from lakepurge.purge.engine import Ownership

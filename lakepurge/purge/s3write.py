@@ -16,9 +16,9 @@ from urllib.parse import quote
 from awscrt import checksums
 from botocore.exceptions import BotoCoreError, ClientError
 
+from lakepurge.core.s3io import ObjectHead, error_code, head_object, noncurrent_versions
+from lakepurge.core.s3uri import S3Uri
 from lakepurge.purge.streams import Staged, crc64nvme_base64
-from lakepurge.s3io import ObjectHead, error_code, head_object, noncurrent_versions
-from lakepurge.s3uri import S3Uri
 
 PART_BYTES = 16 * 1024 * 1024
 PART_CONCURRENCY = 4  # parts in flight per object: 4 x 16 MiB of memory at most

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from itertools import compress, filterfalse, repeat
 from typing import cast
 
-from lakepurge.arrow_scan import LineStarts
+from lakepurge.records.arrow_scan import LineStarts
 
 # Decides what becomes of a target line: the replacement bytes (without the line's terminator), DROP to remove
 # the line with its terminator, or None to leave it as it is. The line is given without its '\n' and its '\r'.
@@ -29,8 +29,8 @@ _IS_DROP = functools.partial(operator.is_, DROP)
 
 _FEW_LINES = 8  # a gap this short is walked with find; a longer one is counted over in bulk
 # When the skips to a chunk's targets add up to at least this many bytes (estimated), the chunk's line starts are
-# found with Arrow instead of counting newlines: more CPU, but without the interpreter lock (lakepurge.arrow_scan),
-# so the purge's other threads go on meanwhile.
+# found with Arrow instead of counting newlines: more CPU, but without the interpreter lock
+# (lakepurge.records.arrow_scan), so the purge's other threads go on meanwhile.
 _INDEXED_SKIP_BYTES = 128 * 1024
 _DENSE_EVERY = 16  # a target at least every this many lines: the chunk is split into lines instead
 _DENSE_MIN_BYTES = 4096

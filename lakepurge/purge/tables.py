@@ -38,16 +38,11 @@ from urllib.parse import unquote
 
 from botocore.exceptions import ClientError
 
-from lakepurge import aws
-from lakepurge.config import DatasetConfig, Settings
-from lakepurge.formats import extract_ids, parse_paths
-from lakepurge.index import open_store
-from lakepurge.index.base import IndexStore, ObjectIndex
-from lakepurge.logs import get_logger
-from lakepurge.privacy import HashedUsers, Pseudonymizer
-from lakepurge.purge.rewrite import rewrite_parquet
-from lakepurge.purge.streams import Staged
-from lakepurge.s3io import (
+from lakepurge.core import aws
+from lakepurge.core.config import DatasetConfig, Settings
+from lakepurge.core.logs import get_logger
+from lakepurge.core.privacy import HashedUsers, Pseudonymizer
+from lakepurge.core.s3io import (
     ObjectChanged,
     ObjectHead,
     error_code,
@@ -56,8 +51,13 @@ from lakepurge.s3io import (
     object_versions,
     open_seekable,
 )
-from lakepurge.s3uri import S3Uri
-from lakepurge.sparkutil import apply_job_environment, job_environment, on_executors
+from lakepurge.core.s3uri import S3Uri
+from lakepurge.core.sparkutil import apply_job_environment, job_environment, on_executors
+from lakepurge.index import open_store
+from lakepurge.index.base import IndexStore, ObjectIndex
+from lakepurge.purge.rewrite import rewrite_parquet
+from lakepurge.purge.streams import Staged
+from lakepurge.records.formats import extract_ids, parse_paths
 from lakepurge.tables.base import TableError, TableFile, TableState
 from lakepurge.tables.delta import LOG, READ_THREADS, DeltaLog
 from lakepurge.tables.index import follow_table, indexed_version

@@ -10,7 +10,7 @@ object is rewritten: an empty line or a line of commas inside someone's quoted C
 It is a dry run unless applied (`lakepurge vacuum --yes`). Noncurrent versions are deleted only when they hold a
 user on the suppression list (an erased user whose old version was kept), never a version holding only other
 people's data; `[vacuum] delete_versions = "none"` keeps them all. Every applied run writes its own record under
-``vacuum/`` in the reports location (lakepurge.layout).
+``vacuum/`` in the reports location (lakepurge.reports.layout).
 """
 
 from __future__ import annotations
@@ -23,14 +23,16 @@ from typing import Any, Literal
 
 import orjson
 
-from lakepurge import aws, layout
-from lakepurge.config import DatasetConfig, Settings
-from lakepurge.formats import GzipReader, iter_lines
+from lakepurge.core import aws
+from lakepurge.core.config import DatasetConfig, Settings
+from lakepurge.core.logs import get_logger, object_ref
+from lakepurge.core.privacy import Pseudonymizer
+from lakepurge.core.s3io import ObjectChanged, ObjectHead, head_object, noncurrent_versions, open_body
+from lakepurge.core.s3uri import S3Uri
+from lakepurge.core.sparkutil import apply_job_environment, job_environment, on_executors
 from lakepurge.index import open_store
 from lakepurge.index.base import IndexStore
-from lakepurge.indexer import index_object, scan_object
-from lakepurge.logs import get_logger, object_ref
-from lakepurge.privacy import Pseudonymizer
+from lakepurge.indexing.indexer import index_object, scan_object
 from lakepurge.purge.placeholders import (
     PlaceholderRecord,
     Span,
@@ -41,9 +43,8 @@ from lakepurge.purge.placeholders import (
 )
 from lakepurge.purge.s3write import WriteConflict, preserved_attributes, write_in_place
 from lakepurge.purge.streams import LastByte, Staged, gzip_chunks
-from lakepurge.s3io import ObjectChanged, ObjectHead, head_object, noncurrent_versions, open_body
-from lakepurge.s3uri import S3Uri
-from lakepurge.sparkutil import apply_job_environment, job_environment, on_executors
+from lakepurge.records.formats import GzipReader, iter_lines
+from lakepurge.reports import layout
 
 log = get_logger()
 

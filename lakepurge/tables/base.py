@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from lakepurge.config import DatasetConfig
+from lakepurge.core.config import DatasetConfig
 
 
 class TableError(Exception):

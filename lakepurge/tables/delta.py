@@ -25,8 +25,8 @@ from urllib.parse import unquote
 
 from botocore.exceptions import ClientError
 
-from lakepurge.config import DatasetConfig
-from lakepurge.s3io import error_code
+from lakepurge.core.config import DatasetConfig
+from lakepurge.core.s3io import error_code
 from lakepurge.tables.base import TableChanges, TableError, TableFile, TableState, relative_key
 from lakepurge.tables.storage import S3Access
 

@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from lakepurge.config import DatasetConfig, Settings
+from lakepurge.core.config import DatasetConfig, Settings
+from lakepurge.core.logs import get_logger
+from lakepurge.core.s3io import ObjectHead, head_object, object_versions, open_seekable
+from lakepurge.core.s3uri import S3Uri
 from lakepurge.index.base import IndexStore, NoncurrentVersion, ObjectIndex, UnindexableLine
-from lakepurge.logs import get_logger
-from lakepurge.s3io import ObjectHead, head_object, object_versions, open_seekable
-from lakepurge.s3uri import S3Uri
 from lakepurge.tables.base import LakeTable, TableChanges, TableError, TableFile, TableState
 from lakepurge.tables.delta import CHANGE_DATA, LOG, DeltaLog
 from lakepurge.tables.scan import data_file_users

@@ -13,11 +13,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from lakepurge.config import DatasetConfig, Settings
+from lakepurge.core.config import DatasetConfig, Settings
+from lakepurge.core.logs import get_logger
+from lakepurge.core.s3io import object_versions
+from lakepurge.core.s3uri import S3Uri
 from lakepurge.index.base import IndexStore
-from lakepurge.logs import get_logger
-from lakepurge.s3io import object_versions
-from lakepurge.s3uri import S3Uri
 from lakepurge.tables.base import TableError
 from lakepurge.tables.delta import LOG, READ_THREADS, DeltaLog
 from lakepurge.tables.index import follow_table, open_table

@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from lakepurge.formats import group_records, id_problem
+from lakepurge.records.formats import group_records, id_problem
 
 _SQL_LITERAL = re.compile(r"'((?:[^']|'')*)'")
 _NUMBER = re.compile(r"-?\d+")

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 import boto3
 
-from lakepurge import aws
+from lakepurge.core import aws
 
 MISSING_LIBRARY = (
     "erasing from a Delta table needs deltalake and DuckDB's delta extension (pip install 'lakepurge[tables]');"

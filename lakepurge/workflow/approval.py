@@ -31,11 +31,11 @@ from urllib.parse import urlencode
 from botocore.exceptions import ClientError
 from pydantic import ValidationError
 
-from lakepurge import layout
-from lakepurge.aws import SecretUnavailable
-from lakepurge.config import ConfigError, Settings
-from lakepurge.logs import get_logger
-from lakepurge.report import Report, ReportTampered
+from lakepurge.core.aws import SecretUnavailable
+from lakepurge.core.config import ConfigError, Settings
+from lakepurge.core.logs import get_logger
+from lakepurge.reports import layout
+from lakepurge.reports.report import Report, ReportTampered
 from lakepurge.workflow import signing
 from lakepurge.workflow.events import Approved
 from lakepurge.workflow.store import (

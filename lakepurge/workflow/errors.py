@@ -14,8 +14,8 @@ from typing import Any, TypeVar
 from botocore.exceptions import ClientError, ConnectionError, EndpointConnectionError, HTTPClientError, ReadTimeoutError
 from urllib3.exceptions import ProtocolError
 
-from lakepurge.logs import get_logger
-from lakepurge.report import ReportTampered, SafetyLimitExceeded
+from lakepurge.core.logs import get_logger
+from lakepurge.reports.report import ReportTampered, SafetyLimitExceeded
 from lakepurge.workflow.approval import ApprovalRefused
 from lakepurge.workflow.steps import NotApproved
 from lakepurge.workflow.store import RequestConflict, RequestNotFound, RequestRefused

@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from lakepurge.launch import JobState
+from lakepurge.purge.launch import JobState
 
 
 class _Message(BaseModel):
@@ -111,7 +111,7 @@ class Exported(_Message):
     archive_sha256: str
     link: str  # presigned GET of the archive
     link_expires_at: str
-    link_limited_by: str = "requested"  # lakepurge.export.Link.limited_by: why the link ends then
+    link_limited_by: str = "requested"  # lakepurge.access.export.Link.limited_by: why the link ends then
     record: str  # s3:// URI of exports/<request id>.json
     objects: int
     records: int

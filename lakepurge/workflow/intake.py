@@ -10,10 +10,10 @@ from typing import Any
 
 import orjson
 
-from lakepurge.aws import Clients
-from lakepurge.config import ConfigError, Settings, WorkflowConfig
-from lakepurge.logs import get_logger
-from lakepurge.privacy import Pseudonymizer
+from lakepurge.core.aws import Clients
+from lakepurge.core.config import ConfigError, Settings, WorkflowConfig
+from lakepurge.core.logs import get_logger
+from lakepurge.core.privacy import Pseudonymizer
 from lakepurge.workflow.store import KINDS, RequestKind, RequestRefused, RequestStore, workflow_settings
 
 log = get_logger()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from lakepurge import unindexable
+from lakepurge.indexing import unindexable
 from lakepurge.workflow.approval import ApprovalLink, PendingApproval
 from lakepurge.workflow.store import ErasureRequest
 

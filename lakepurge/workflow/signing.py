@@ -21,8 +21,9 @@ from typing import TypeVar
 
 import orjson
 
-from lakepurge import aws, layout
-from lakepurge.config import ConfigError, WorkflowConfig
+from lakepurge.core import aws
+from lakepurge.core.config import ConfigError, WorkflowConfig
+from lakepurge.reports import layout
 
 PREFIX = "hmac-sha256:"
 MIN_KEY_LENGTH = 16

@@ -13,20 +13,21 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from lakepurge import aws, layout
-from lakepurge.aws import Clients
-from lakepurge.config import ConfigError, Settings
-from lakepurge.coverage import DatasetCoverage, dead_letter_count, describe_gaps
-from lakepurge.export import LINK_LIMITS, export_users, presigned_link
+from lakepurge.access.export import LINK_LIMITS, export_users, presigned_link
+from lakepurge.core import aws
+from lakepurge.core.aws import Clients
+from lakepurge.core.config import ConfigError, Settings
+from lakepurge.core.logs import get_logger
+from lakepurge.core.privacy import HashedUsers, Pseudonymizer
+from lakepurge.core.s3io import head_object
+from lakepurge.core.s3uri import S3Uri
 from lakepurge.index.base import IndexStore
-from lakepurge.launch import JobState, PurgeJobSpec, inline_fits, launcher_for, run_inline
-from lakepurge.logs import get_logger
-from lakepurge.privacy import HashedUsers, Pseudonymizer
+from lakepurge.indexing.coverage import DatasetCoverage, dead_letter_count, describe_gaps
 from lakepurge.purge.engine import verify_object
 from lakepurge.purge.job import purge_relational, recorded_outcomes
-from lakepurge.report import OBJECT_REFERENCE, Report, ReportTampered, build_report, resolve_references
-from lakepurge.s3io import head_object
-from lakepurge.s3uri import S3Uri
+from lakepurge.purge.launch import JobState, PurgeJobSpec, inline_fits, launcher_for, run_inline
+from lakepurge.reports import layout
+from lakepurge.reports.report import OBJECT_REFERENCE, Report, ReportTampered, build_report, resolve_references
 from lakepurge.workflow.approval import open_approval
 from lakepurge.workflow.events import (
     ApprovalRequested,
@@ -227,7 +228,8 @@ def export_archive(
     settings: Settings, clients: Clients, request_id: str, report: ReportRef, approval: Approved
 ) -> Exported:
     """An approved access request (GDPR Art. 15): check the approval as StartPurge does, then export the users'
-    records (lakepurge.export) into one encrypted archive under ``workflow.exports_location``. Only reads the lake.
+    records (lakepurge.access.export) into one encrypted archive under ``workflow.exports_location``. Only reads the
+    lake.
     Idempotent: a retried Task finds the export record of the first attempt and only mints a new link."""
     workflow = workflow_settings(settings)
     if workflow.exports_location is None:

@@ -1,6 +1,6 @@
 """Stored deletion requests: who is to be erased (encrypted), by when, and where the request stands.
 
-A request lives under ``<reports.location>requests/<request id>/`` (lakepurge.layout):
+A request lives under ``<reports.location>requests/<request id>/`` (lakepurge.reports.layout):
 - ``request.json``: written once. The raw user ids (and the requester) are sealed with AES-GCM under a fresh data
   key from KMS, so reading them needs kms:Decrypt on the workflow key; the keyed hashes stay readable for lookups.
 - ``state.json``: the current state, overwritten at each step.
@@ -26,9 +26,9 @@ import orjson
 from botocore.exceptions import ClientError
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from lakepurge import layout
-from lakepurge.config import ConfigError, Settings, WorkflowConfig
-from lakepurge.privacy import Pseudonymizer
+from lakepurge.core.config import ConfigError, Settings, WorkflowConfig
+from lakepurge.core.privacy import Pseudonymizer
+from lakepurge.reports import layout
 from lakepurge.workflow.events import Outcome
 
 # Where a request stands before it ends; an ending (an outcome) never changes again.

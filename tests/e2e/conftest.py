@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from lakepurge import aws, runtime
+from lakepurge import runtime
+from lakepurge.core import aws
+from lakepurge.core.logs import SERVICE
 from lakepurge.local.workflow import EXPORT_FUNCTIONS, FUNCTIONS
-from lakepurge.logs import SERVICE
 from tests.support.lakes import LakeCase, index_toml
 from tests.support.purging import HASH_KEY
 from tests.support.workflow import RecordList, WorkflowCase, deploy_case

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import requests
 
-from lakepurge import aws
-from lakepurge.export import unseal
+from lakepurge.access.export import unseal
+from lakepurge.core import aws
 from lakepurge.local.workflow import sent_emails
 from lakepurge.workflow.store import RequestStore
 from tests.integration.test_export import assert_exactly_the_users_records, lake_state

@@ -17,7 +17,7 @@ import pytest
 import requests
 from botocore.exceptions import ClientError
 
-from lakepurge import aws
+from lakepurge.core import aws
 from lakepurge.workflow.store import RequestKind
 from tests.support.workflow import WorkflowCase, link_in
 

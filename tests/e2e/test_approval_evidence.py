@@ -13,7 +13,8 @@ from urllib.parse import urlencode
 
 import pytest
 
-from lakepurge import aws, layout
+from lakepurge.core import aws
+from lakepurge.reports import layout
 from lakepurge.workflow import signing
 from lakepurge.workflow.approval import USER_AGENT_MAX
 from lakepurge.workflow.store import RequestStore, workflow_settings

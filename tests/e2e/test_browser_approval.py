@@ -21,7 +21,8 @@ from typing import Any
 import orjson
 import pytest
 
-from lakepurge import aws, runtime
+from lakepurge import runtime
+from lakepurge.core import aws
 from tests.support.browser import screenshot
 from tests.support.invariant import snapshot
 from tests.support.lakes import LakeCase, index_toml

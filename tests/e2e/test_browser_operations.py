@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 import requests
 
-from lakepurge import aws
-from lakepurge.aws import Clients
-from lakepurge.history import list_history
-from lakepurge.privacy import Pseudonymizer
+from lakepurge.core import aws
+from lakepurge.core.aws import Clients
+from lakepurge.core.privacy import Pseudonymizer
+from lakepurge.ops.history import list_history
 from lakepurge.workflow.intake import file_request
 from tests.support.browser import screenshot
 from tests.support.purging import HASH_KEY

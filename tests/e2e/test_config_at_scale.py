@@ -11,8 +11,9 @@ from collections.abc import Callable
 import orjson
 import pytest
 
-from lakepurge import aws, configsource, runtime
-from lakepurge.config import parse_settings
+from lakepurge import runtime
+from lakepurge.core import aws, configsource
+from lakepurge.core.config import parse_settings
 from tests.support.invariant import assert_invariant, snapshot
 from tests.support.lakes import LakeCase, index_toml
 from tests.support.purging import HASH_KEY

@@ -9,8 +9,8 @@ from collections.abc import Callable
 import orjson
 import pytest
 
-from lakepurge import aws
-from lakepurge.backfill import run_reconcile
+from lakepurge.core import aws
+from lakepurge.indexing.backfill import run_reconcile
 from tests.support import delta as D
 from tests.support.invariant import assert_invariant, snapshot
 from tests.support.workflow import WorkflowCase, call_approval, link_in

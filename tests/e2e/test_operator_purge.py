@@ -9,10 +9,10 @@ import orjson
 import psycopg
 import pytest
 
-from lakepurge import aws
-from lakepurge.backfill import run_backfill
 from lakepurge.cli import main
+from lakepurge.core import aws
 from lakepurge.index import open_store
+from lakepurge.indexing.backfill import run_backfill
 from tests.support.invariant import assert_invariant, snapshot
 from tests.support.lakes import index_toml
 from tests.support.purging import HASH_KEY

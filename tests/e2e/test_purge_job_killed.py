@@ -18,12 +18,13 @@ import orjson
 import pyarrow.parquet as pq
 import pytest
 
-from lakepurge import aws, layout
-from lakepurge.config import parse_settings
+from lakepurge.core import aws
+from lakepurge.core.config import parse_settings
+from lakepurge.core.privacy import Pseudonymizer
 from lakepurge.index import open_store
 from lakepurge.local.samples import generate_lake, settings_toml
-from lakepurge.privacy import Pseudonymizer
-from lakepurge.report import build_report
+from lakepurge.reports import layout
+from lakepurge.reports.report import build_report
 from tests.support.lakes import an_attachment, index_toml
 from tests.support.purging import HASH_KEY, index_lake
 
@@ -204,7 +205,7 @@ def test_given_a_run_killed_between_deleting_an_object_and_its_sidecar_when_run_
     from lakepurge.purge import engine
     from lakepurge.purge.engine import ObjectOutcome, PurgeTarget, purge_object
     from lakepurge.purge.job import run_purge
-    from lakepurge.report import object_reference, resolve_references
+    from lakepurge.reports.report import object_reference, resolve_references
 
     lake, settings, _, _, _, _ = prepare("orphan-lake", pg_dsn, tmp_path, objects=24)
     s3 = aws.client("s3")

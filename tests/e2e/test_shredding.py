@@ -10,8 +10,8 @@ from typing import Any
 import orjson
 import pytest
 
-from lakepurge import aws
-from lakepurge.s3uri import S3Uri
+from lakepurge.core import aws
+from lakepurge.core.s3uri import S3Uri
 from tests.support.workflow import WorkflowCase, call_approval, link_in
 
 pytestmark = pytest.mark.e2e
@@ -163,9 +163,9 @@ def test_no_object_or_version_of_the_reports_bucket_holds_a_raw_id_or_a_raw_key_
     """The report names objects whose key may name their user by a keyed reference, resolved against the lake at
     purge time; the per-object outcomes (results/) by the same reference; the certificate by the masked key. The
     user's objects are still erased, and a rerun (or Notify after a failed job) finds their outcomes."""
-    from lakepurge.privacy import Pseudonymizer
+    from lakepurge.core.privacy import Pseudonymizer
     from lakepurge.purge.job import recorded_outcomes
-    from lakepurge.report import OBJECT_REFERENCE
+    from lakepurge.reports.report import OBJECT_REFERENCE
 
     case = workflow_case(versioned_reports=True)
     request_id = "req-shred-per-object"

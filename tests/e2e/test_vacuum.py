@@ -10,10 +10,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from lakepurge import aws as clients
-from lakepurge.backfill import run_reconcile
 from lakepurge.cli import main
-from lakepurge.config import parse_settings
+from lakepurge.core import aws as clients
+from lakepurge.core.config import parse_settings
+from lakepurge.indexing.backfill import run_reconcile
 from tests.support.lakes import index_toml
 from tests.support.purging import HASH_KEY
 

@@ -15,9 +15,10 @@ from typing import Any
 import orjson
 import pytest
 
-from lakepurge import aws, runtime
+from lakepurge import runtime
+from lakepurge.core import aws
+from lakepurge.core.s3uri import S3Uri
 from lakepurge.local.workflow import sent_emails
-from lakepurge.s3uri import S3Uri
 from tests.support.events import load
 from tests.support.invariant import assert_invariant, snapshot
 from tests.support.lakes import LakeCase
@@ -201,7 +202,7 @@ def test_unanswered_approval_times_out_notifies_and_the_link_expires(
 def test_an_id_with_spaces_held_only_by_an_old_version_is_erased_from_every_version_and_certified(
     workflow_case: Callable[..., WorkflowCase],
 ) -> None:
-    from lakepurge.indexer import index_object
+    from lakepurge.indexing.indexer import index_object
 
     case = workflow_case(versioned=True)
     s3 = aws.client("s3")
@@ -364,9 +365,9 @@ def _unindexed_datasets_of_first_user(lake: LakeCase) -> set[str]:
 def test_request_for_a_user_in_never_indexed_datasets_ends_index_incomplete_never_nothing_found(
     workflow_case: Callable[..., WorkflowCase], tmp_path: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from lakepurge.backfill import run_reconcile
     from lakepurge.cli import main
     from lakepurge.index import open_store
+    from lakepurge.indexing.backfill import run_reconcile
     from lakepurge.workflow.store import RequestStore
 
     # GIVEN every dataset holding the user's records never indexed: the index has no row of the user and no
@@ -550,7 +551,7 @@ def _wait_for_first_erasure(case: WorkflowCase, s3: Any, request_id: str, timeou
 def test_killed_spark_job_ends_as_job_failed_listing_what_was_already_erased(
     workflow_case: Callable[..., WorkflowCase],
 ) -> None:
-    from lakepurge.launch import launcher_for
+    from lakepurge.purge.launch import launcher_for
 
     case = workflow_case(inline_max_objects=0)
     s3 = aws.client("s3")
@@ -648,7 +649,7 @@ def test_cli_files_a_request_and_status_shows_deadlines_with_overdue_ones_standi
     from datetime import UTC, datetime, timedelta
 
     from lakepurge.cli import main
-    from lakepurge.privacy import Pseudonymizer
+    from lakepurge.core.privacy import Pseudonymizer
     from lakepurge.workflow.store import RequestStore
 
     case = workflow_case()

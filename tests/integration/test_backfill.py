@@ -5,10 +5,11 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from lakepurge import aws, runtime
-from lakepurge.backfill import run_backfill
+from lakepurge import runtime
 from lakepurge.cli import main
+from lakepurge.core import aws
 from lakepurge.index.base import WHOLE_OBJECT
+from lakepurge.indexing.backfill import run_backfill
 
 pytestmark = pytest.mark.integration
 

@@ -8,8 +8,9 @@ import gzip
 import orjson
 import pytest
 
-from lakepurge import aws, runtime
+from lakepurge import runtime
 from lakepurge.cli import main
+from lakepurge.core import aws
 from lakepurge_lambdas import indexer as indexer_lambda
 from tests.support.events import LambdaContext, s3_notification, s3_record, sqs_event
 

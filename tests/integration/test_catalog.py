@@ -11,11 +11,11 @@ from typing import Any
 import orjson
 import pytest
 
-from lakepurge import aws
-from lakepurge.backfill import run_backfill
 from lakepurge.cli import main
-from lakepurge.config import load_settings
+from lakepurge.core import aws
+from lakepurge.core.config import load_settings
 from lakepurge.index import open_store
+from lakepurge.indexing.backfill import run_backfill
 from lakepurge.local.samples import SampleLake, generate_lake
 from tests.support.lakes import REPORTS, index_toml
 

@@ -8,10 +8,11 @@ import os
 import orjson
 import pytest
 
-from lakepurge import aws, runtime
+from lakepurge import runtime
 from lakepurge.cli import main
-from lakepurge.indexer import index_object
-from lakepurge.logs import SERVICE, get_logger
+from lakepurge.core import aws
+from lakepurge.core.logs import SERVICE, get_logger
+from lakepurge.indexing.indexer import index_object
 from tests.support.lakes import index_toml
 
 pytestmark = pytest.mark.integration

@@ -16,7 +16,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from lakepurge.config import load_settings
+from lakepurge.core.config import load_settings
 from lakepurge.local.postgres import free_port
 from tests.support.configs import reviews_toml, workflow_toml
 
@@ -184,7 +184,7 @@ def test_given_a_wrong_argument_when_running_with_json_then_stdout_holds_the_err
 
 
 def test_given_more_ids_than_the_intake_takes_when_requesting_then_the_limit_is_named_and_no_id_repeated(workdir, aws):
-    from lakepurge import aws as clients
+    from lakepurge.core import aws as clients
 
     clients.client("s3").create_bucket(Bucket="lake")
     config = workdir / "lakepurge.toml"

@@ -10,9 +10,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from lakepurge import configsource, runtime
-from lakepurge.aws import client
-from lakepurge.config import ConfigError
+from lakepurge import runtime
+from lakepurge.core import configsource
+from lakepurge.core.aws import client
+from lakepurge.core.config import ConfigError
 from tests.support.lakes import index_toml
 
 pytestmark = pytest.mark.integration

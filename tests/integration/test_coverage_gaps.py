@@ -21,17 +21,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lakepurge import aws as clients
 from lakepurge import runtime
-from lakepurge.aws import Clients
-from lakepurge.backfill import run_reconcile
 from lakepurge.cli import EXIT_NOT_CERTIFIABLE, main
-from lakepurge.config import Settings, parse_settings
+from lakepurge.core import aws as clients
+from lakepurge.core.aws import Clients
+from lakepurge.core.config import Settings, parse_settings
+from lakepurge.core.privacy import Pseudonymizer
 from lakepurge.index import open_store
 from lakepurge.index.base import IndexStore
-from lakepurge.privacy import Pseudonymizer
+from lakepurge.indexing.backfill import run_reconcile
 from lakepurge.purge.job import run_purge
-from lakepurge.report import build_report
+from lakepurge.reports.report import build_report
 from lakepurge.workflow.approval import PendingApproval
 from lakepurge.workflow.pages import confirmation_page
 from lakepurge.workflow.steps import generate_report

@@ -10,10 +10,10 @@ import zlib
 import orjson
 import pytest
 
-from lakepurge import aws as clients
-from lakepurge.formats import GzipReader, Inflation, InflationLimitExceeded
+from lakepurge.core import aws as clients
 from lakepurge.index import open_store
-from lakepurge.indexer import index_object
+from lakepurge.indexing.indexer import index_object
+from lakepurge.records.formats import GzipReader, Inflation, InflationLimitExceeded
 from tests.support.lakes import make_lake
 
 pytestmark = pytest.mark.integration

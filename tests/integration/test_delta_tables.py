@@ -11,8 +11,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from lakepurge import aws
 from lakepurge.cli import main
+from lakepurge.core import aws
 from tests.support import delta as D
 
 pytestmark = pytest.mark.integration
@@ -183,9 +183,9 @@ def test_given_an_erased_user_planted_back_when_verified_then_verify_exits_1_nam
 def test_given_a_commit_event_when_indexed_then_the_index_follows_the_table_and_ignores_data_file_events(
     indexed, capsys
 ):
-    from lakepurge.config import load_settings
+    from lakepurge.core.config import load_settings
     from lakepurge.index import open_store
-    from lakepurge.indexer import index_object
+    from lakepurge.indexing.indexer import index_object
 
     config, _history = indexed
     settings = load_settings(config)
@@ -214,9 +214,9 @@ def test_given_a_table_when_a_user_asks_for_their_data_then_the_archive_holds_ex
 ):
     import zipfile
 
-    from lakepurge.config import load_settings
-    from lakepurge.export import export_users, unseal
-    from lakepurge.s3uri import S3Uri
+    from lakepurge.access.export import export_users, unseal
+    from lakepurge.core.config import load_settings
+    from lakepurge.core.s3uri import S3Uri
 
     config, history = indexed
     D.write(D.rows(["kim@example.com", history.edge], "d10", 100))  # a commit the index has not seen yet
@@ -237,12 +237,12 @@ def test_given_a_table_when_a_user_asks_for_their_data_then_the_archive_holds_ex
 
 
 def test_given_spark_when_backfilled_and_purged_then_files_are_read_and_rewritten_on_executors(lake, spark, capsys):
-    from lakepurge.backfill import run_backfill
-    from lakepurge.config import load_settings
+    from lakepurge.core.config import load_settings
+    from lakepurge.core.privacy import Pseudonymizer
     from lakepurge.index import open_store
-    from lakepurge.privacy import Pseudonymizer
+    from lakepurge.indexing.backfill import run_backfill
     from lakepurge.purge.job import run_purge
-    from lakepurge.report import build_report
+    from lakepurge.reports.report import build_report
     from tests.support.lakes import index_toml
 
     settings = load_settings(lake(index_toml("dynamodb"), versioned=True))

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from lakepurge.aws import client as aws_client
+from lakepurge.core.aws import client as aws_client
 from lakepurge.index import dynamodb
 from lakepurge.index.base import (
     WHOLE_OBJECT,

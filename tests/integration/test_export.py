@@ -20,13 +20,14 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from lakepurge import cli, layout
-from lakepurge.aws import client
-from lakepurge.config import parse_settings
-from lakepurge.export import ExportRefused, export_users, unseal
+from lakepurge import cli
+from lakepurge.access.export import ExportRefused, export_users, unseal
+from lakepurge.core.aws import client
+from lakepurge.core.config import parse_settings
+from lakepurge.core.s3uri import S3Uri
 from lakepurge.index import open_store
 from lakepurge.local.samples import generate_lake, settings_toml
-from lakepurge.s3uri import S3Uri
+from lakepurge.reports import layout
 from tests.support.invariant import record_spans
 from tests.support.lakes import index_toml
 from tests.support.purging import HASH_KEY, index_lake

@@ -14,11 +14,12 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import requests
 
-from lakepurge import cli, layout
-from lakepurge.aws import client
-from lakepurge.config import parse_settings
-from lakepurge.export import expire_archives, export_users, presigned_link, unseal
-from lakepurge.s3uri import S3Uri
+from lakepurge import cli
+from lakepurge.access.export import expire_archives, export_users, presigned_link, unseal
+from lakepurge.core.aws import client
+from lakepurge.core.config import parse_settings
+from lakepurge.core.s3uri import S3Uri
+from lakepurge.reports import layout
 from tests.support.purging import HASH_KEY, index_keys
 
 pytestmark = pytest.mark.integration

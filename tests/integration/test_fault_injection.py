@@ -11,10 +11,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from lakepurge import aws as clients
+from lakepurge.core import aws as clients
+from lakepurge.core.s3io import head_object
 from lakepurge.purge import engine, s3write
 from lakepurge.purge.streams import Staged
-from lakepurge.s3io import head_object
 from tests.support.faults import FaultProxy, Rule, endpoint
 from tests.support.faultsuite import DATA, FaultCase, Schedule
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from lakepurge import aws
 from lakepurge.cli import main
+from lakepurge.core import aws
 from tests.support.lakes import index_toml
 from tests.support.purging import HASH_KEY, index_lake_in_its_index
 

@@ -68,7 +68,7 @@ def store(request: pytest.FixtureRequest):
 
         index = PostgresIndexStore(request.getfixturevalue("pg_dsn"))
     elif request.param == "memory":  # no server: the reference the unit tier's rules are tested against
-        from lakepurge.index.memory import MemoryIndexStore
+        from lakepurge.index.in_memory import MemoryIndexStore
 
         index = MemoryIndexStore()
     else:

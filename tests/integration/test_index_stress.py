@@ -50,10 +50,10 @@ def test_given_a_write_in_the_same_second_as_the_purged_version_when_its_event_a
     write's event, and even a forced re-index, was refused and its rows never indexed."""
     import tomllib
 
-    from lakepurge import aws
-    from lakepurge.config import parse_settings
+    from lakepurge.core import aws
+    from lakepurge.core.config import parse_settings
     from lakepurge.index import open_store
-    from lakepurge.indexer import index_object
+    from lakepurge.indexing.indexer import index_object
     from lakepurge.local.samples import settings_toml
     from lakepurge.purge.engine import PurgeTarget, purge_object
     from tests.support.stress import fresh_index

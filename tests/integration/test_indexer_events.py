@@ -9,7 +9,8 @@ import json
 import orjson
 import pytest
 
-from lakepurge import aws, runtime
+from lakepurge import runtime
+from lakepurge.core import aws
 from lakepurge_lambdas import indexer as indexer_lambda
 from tests.support.events import LambdaContext, drained, load, s3_notification, s3_record, sqs_event
 

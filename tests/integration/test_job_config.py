@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from lakepurge import runtime
-from lakepurge.aws import client
-from lakepurge.config import ConfigError
+from lakepurge.core.aws import client
+from lakepurge.core.config import ConfigError
 from tests.support.lakes import index_toml
 
 pytestmark = pytest.mark.integration

@@ -19,10 +19,12 @@ import orjson
 import pytest
 from botocore.stub import Stubber
 
-from lakepurge import aws
-from lakepurge.config import EmrServerlessLauncherConfig, LocalLauncherConfig, Settings, WorkflowConfig
+from lakepurge.core import aws
+from lakepurge.core.config import EmrServerlessLauncherConfig, LocalLauncherConfig, Settings, WorkflowConfig
+from lakepurge.core.privacy import Pseudonymizer
+from lakepurge.core.s3uri import S3Uri
 from lakepurge.index import open_store
-from lakepurge.launch import (
+from lakepurge.purge.launch import (
     EmrServerlessLauncher,
     JobStatus,
     LocalSparkLauncher,
@@ -32,10 +34,8 @@ from lakepurge.launch import (
     launcher_for,
     run_inline,
 )
-from lakepurge.layout import write_report
-from lakepurge.privacy import Pseudonymizer
-from lakepurge.report import Report, ReportTampered, build_report
-from lakepurge.s3uri import S3Uri
+from lakepurge.reports.layout import write_report
+from lakepurge.reports.report import Report, ReportTampered, build_report
 from tests.support.invariant import assert_invariant, snapshot
 from tests.support.lakes import LakeCase, an_attachment, index_toml
 from tests.support.purging import HASH_KEY, index_lake_in_its_index
@@ -154,7 +154,7 @@ def test_given_an_approved_report_when_the_local_launcher_runs_it_then_spark_sub
         [
             sys.executable,
             "-c",
-            "import sys; from lakepurge.config import LocalLauncherConfig as C; from lakepurge.launch import"
+            "import sys; from lakepurge.core.config import LocalLauncherConfig as C; from lakepurge.purge.launch import"
             " LocalSparkLauncher as L; print(L(C(work_dir=sys.argv[1]), None).status(sys.argv[2]).state)",  # type: ignore[arg-type]
             str(tmp_path / "jobs"),
             job_id,
@@ -448,7 +448,7 @@ def test_given_no_configuration_in_the_environment_when_starting_locally_then_it
     monkeypatch.delenv("LAKEPURGE_CONFIG_TOML")
     monkeypatch.delenv("LAKEPURGE_CONFIG", raising=False)
     launcher = LocalSparkLauncher(LocalLauncherConfig(work_dir=str(tmp_path)), small_lake.settings)
-    from lakepurge.config import ConfigError
+    from lakepurge.core.config import ConfigError
 
     with pytest.raises(ConfigError, match="LAKEPURGE_CONFIG"):
         launcher.start(PurgeJobSpec("req-x", "s3://lake-reports/reports/req-x.json", "00" * 32))
@@ -461,8 +461,8 @@ def test_given_a_per_object_object_deleted_by_someone_else_after_approval_when_p
     """The report names it by reference only; nothing in the lake resolves it any more (neither the object nor a
     sidecar), and this purge never recorded erasing it, so it cannot be counted erased: the object fails and the
     request is not certified."""
+    from lakepurge.core.s3uri import S3Uri
     from lakepurge.purge.job import UNRESOLVED
-    from lakepurge.s3uri import S3Uri
 
     case = small_lake
     per_object = {d.name for d in case.settings.datasets if d.per_object}

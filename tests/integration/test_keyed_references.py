@@ -17,13 +17,13 @@ import orjson
 import pytest
 
 from lakepurge import cli
-from lakepurge.aws import client
-from lakepurge.config import parse_settings
-from lakepurge.export import export_users, unseal
-from lakepurge.operator_purge import purge_users
-from lakepurge.privacy import Pseudonymizer
-from lakepurge.report import object_reference  # (where it was before issue 25: the test runs on either)
-from lakepurge.s3uri import S3Uri
+from lakepurge.access.export import export_users, unseal
+from lakepurge.core.aws import client
+from lakepurge.core.config import parse_settings
+from lakepurge.core.privacy import Pseudonymizer
+from lakepurge.core.s3uri import S3Uri
+from lakepurge.ops.manual_purge import purge_users
+from lakepurge.reports.report import object_reference  # (where it was before issue 25: the test runs on either)
 from tests.support.purging import HASH_KEY, index_keys
 
 pytestmark = pytest.mark.integration

@@ -11,12 +11,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lakepurge import aws
 from lakepurge.cli import main
-from lakepurge.config import parse_settings
+from lakepurge.core import aws
+from lakepurge.core.config import parse_settings
 from lakepurge.index import open_store
-from lakepurge.indexer import index_object
-from lakepurge.tableformats import TableFormatError
+from lakepurge.indexing.indexer import index_object
+from lakepurge.tables.detect import TableFormatError
 from tests.support.lakes import index_toml
 from tests.support.purging import HASH_KEY, purge_report, report_for
 
@@ -168,7 +168,7 @@ def test_given_a_table_format_prefix_when_the_indexer_sees_its_keys_then_they_ar
 
 
 def test_given_a_table_format_prefix_when_backfilling_then_it_is_refused_before_listing(buckets, spark):
-    from lakepurge.backfill import run_backfill
+    from lakepurge.indexing.backfill import run_backfill
 
     buckets.put_object(Bucket="lake", Key=TABLES["delta"][0], Body=b"{}")
     settings = parse_settings(tomllib.loads(config_toml(index_toml("dynamodb"), EVENTS)))

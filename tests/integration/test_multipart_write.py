@@ -8,10 +8,10 @@ import uuid
 import pytest
 from awscrt import checksums
 
-from lakepurge import aws as clients
+from lakepurge.core import aws as clients
+from lakepurge.core.s3io import head_object
 from lakepurge.purge import s3write
 from lakepurge.purge.streams import Staged, crc64nvme_base64
-from lakepurge.s3io import head_object
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,7 @@ import logging
 import orjson
 import pytest
 
-from lakepurge import aws
+from lakepurge.core import aws
 from lakepurge_lambdas import indexer as indexer_lambda
 from tests.support.events import LambdaContext, s3_notification, s3_record, sqs_event
 from tests.support.lakes import index_toml

@@ -12,9 +12,11 @@ from typing import Any
 import pytest
 import requests
 
-from lakepurge import aws, layout, runtime
-from lakepurge.config import parse_settings
+from lakepurge import runtime
+from lakepurge.core import aws
+from lakepurge.core.config import parse_settings
 from lakepurge.index import open_store
+from lakepurge.reports import layout
 from tests.support.events import LambdaContext
 from tests.support.lakes import LakeCase, index_toml
 from tests.support.purging import index_lake

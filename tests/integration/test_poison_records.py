@@ -8,13 +8,15 @@ import io
 import orjson
 import pytest
 
-from lakepurge import aws, backfill, runtime
-from lakepurge.backfill import index_partition, run_backfill
+from lakepurge import runtime
 from lakepurge.cli import main
+from lakepurge.core import aws
+from lakepurge.core.s3io import list_objects
+from lakepurge.core.sparkutil import job_environment
 from lakepurge.index.base import WHOLE_OBJECT
-from lakepurge.indexer import index_object
-from lakepurge.s3io import list_objects
-from lakepurge.sparkutil import job_environment
+from lakepurge.indexing import backfill
+from lakepurge.indexing.backfill import index_partition, run_backfill
+from lakepurge.indexing.indexer import index_object
 from tests.support.lakes import index_toml
 from tests.support.purging import purge_report, report_for
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from lakepurge.config import IndexConfig
+from lakepurge.core.config import IndexConfig
 from lakepurge.index import open_store
 from lakepurge.index.base import Location, ObjectIndex
 from lakepurge.index.postgres import _PIPELINED_LOOKUP

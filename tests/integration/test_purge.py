@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from lakepurge import aws
-from lakepurge.config import parse_settings
+from lakepurge.core import aws
+from lakepurge.core.config import parse_settings
 from lakepurge.index import open_store
 from lakepurge.local.samples import generate_lake, settings_toml
 from lakepurge.purge.vacuum import run_vacuum

@@ -11,9 +11,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lakepurge import aws
+from lakepurge.core import aws
 from lakepurge.index import open_store
-from lakepurge.indexer import index_object
+from lakepurge.indexing.indexer import index_object
 from lakepurge.purge.engine import verify_object
 from tests.integration.test_purge import fresh_lake
 from tests.support.lakes import index_toml

@@ -9,9 +9,9 @@ import boto3
 import psycopg
 import pytest
 
-from lakepurge import aws as lakepurge_aws
-from lakepurge.config import parse_settings
-from lakepurge.operator_purge import purge_users
+from lakepurge.core import aws as lakepurge_aws
+from lakepurge.core.config import parse_settings
+from lakepurge.ops.manual_purge import purge_users
 from tests.support.lakes import index_toml
 from tests.support.purging import HASH_KEY, index_keys
 

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from botocore.stub import Stubber
 
-from lakepurge import aws
 from lakepurge.cli import main
-from lakepurge.config import Settings
-from lakepurge.remote import emr_launcher, run_remote, vacuum_job
+from lakepurge.core import aws
+from lakepurge.core.config import Settings
+from lakepurge.ops.remote_jobs import emr_launcher, run_remote, vacuum_job
 from tests.support.lakes import index_toml
 from tests.support.purging import HASH_KEY, index_lake_in_its_index
 

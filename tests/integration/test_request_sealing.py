@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from lakepurge import aws
-from lakepurge.config import Settings
-from lakepurge.privacy import Pseudonymizer
+from lakepurge.core import aws
+from lakepurge.core.config import Settings
+from lakepurge.core.privacy import Pseudonymizer
 from lakepurge.workflow.store import RequestStore
 
 pytestmark = pytest.mark.integration

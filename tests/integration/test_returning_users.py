@@ -8,11 +8,11 @@ import shlex
 
 import pytest
 
-from lakepurge import aws
 from lakepurge.cli import main
+from lakepurge.core import aws
+from lakepurge.core.privacy import Pseudonymizer
 from lakepurge.index import open_store
-from lakepurge.indexer import index_object
-from lakepurge.privacy import Pseudonymizer
+from lakepurge.indexing.indexer import index_object
 from tests.support.purging import HASH_KEY, index_lake
 
 pytestmark = pytest.mark.integration

@@ -9,11 +9,11 @@ from collections.abc import Iterable, Iterator
 import boto3
 import pytest
 
-from lakepurge import aws as lakepurge_aws
-from lakepurge import privacy
-from lakepurge.config import PrivacyConfig
-from lakepurge.privacy import Pseudonymizer
-from lakepurge.sparkutil import job_environment, on_executors
+from lakepurge.core import aws as lakepurge_aws
+from lakepurge.core import privacy
+from lakepurge.core.config import PrivacyConfig
+from lakepurge.core.privacy import Pseudonymizer
+from lakepurge.core.sparkutil import job_environment, on_executors
 from tests.support.lakes import index_toml
 
 pytestmark = pytest.mark.integration
@@ -26,7 +26,7 @@ def test_given_a_hash_key_secret_when_executors_hash_then_they_use_the_drivers_k
 ) -> None:
     import tomllib
 
-    from lakepurge.config import parse_settings
+    from lakepurge.core.config import parse_settings
 
     secrets = boto3.client("secretsmanager")
     arn = secrets.create_secret(Name="lakepurge-hash-key", SecretString=KEY)["ARN"]
@@ -43,8 +43,8 @@ def test_given_a_hash_key_secret_when_executors_hash_then_they_use_the_drivers_k
     def work(part: Iterable[str]) -> Iterator[tuple[str, str, bool]]:
         import os
 
-        from lakepurge.privacy import Pseudonymizer as OnExecutor
-        from lakepurge.sparkutil import apply_job_environment
+        from lakepurge.core.privacy import Pseudonymizer as OnExecutor
+        from lakepurge.core.sparkutil import apply_job_environment
 
         apply_job_environment(env)
         hasher = OnExecutor.from_config(config)

@@ -40,7 +40,7 @@ import boto3
 import pytest
 import requests
 
-from lakepurge.config import parse_settings
+from lakepurge.core.config import parse_settings
 from lakepurge.workflow.deployment import (
     ASL_RESOURCE,
     EXPORT_ASL_RESOURCE,

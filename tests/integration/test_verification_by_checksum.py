@@ -13,14 +13,14 @@ import uuid
 import orjson
 import pytest
 
-from lakepurge import aws as clients
-from lakepurge.backfill import run_reconcile
-from lakepurge.config import parse_settings
+from lakepurge.core import aws as clients
+from lakepurge.core.config import parse_settings
+from lakepurge.core.privacy import Pseudonymizer
 from lakepurge.index import open_store
-from lakepurge.indexer import index_object
-from lakepurge.privacy import Pseudonymizer
+from lakepurge.indexing.backfill import run_reconcile
+from lakepurge.indexing.indexer import index_object
 from lakepurge.purge import engine, job
-from lakepurge.report import build_report
+from lakepurge.reports.report import build_report
 from tests.support.lakes import index_toml
 from tests.support.purging import HASH_KEY
 

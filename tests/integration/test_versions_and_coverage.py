@@ -13,15 +13,15 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from lakepurge import aws as clients
-from lakepurge.backfill import run_backfill, run_reconcile
 from lakepurge.cli import EXIT_NOT_CERTIFIABLE, main
-from lakepurge.config import parse_settings
+from lakepurge.core import aws as clients
+from lakepurge.core.config import parse_settings
+from lakepurge.core.privacy import Pseudonymizer
 from lakepurge.index import open_store
-from lakepurge.indexer import index_object
-from lakepurge.privacy import Pseudonymizer
+from lakepurge.indexing.backfill import run_backfill, run_reconcile
+from lakepurge.indexing.indexer import index_object
 from lakepurge.purge.job import run_purge
-from lakepurge.report import build_report
+from lakepurge.reports.report import build_report
 from tests.support.lakes import index_toml
 from tests.support.purging import HASH_KEY
 
@@ -212,7 +212,7 @@ def test_given_nothing_found_in_a_covered_lake_when_purged_then_certified_withou
     def no_spark(*args, **kwargs):
         raise AssertionError("Spark started for a report with nothing to erase")
 
-    monkeypatch.setattr("lakepurge.operator_purge.spark_session", no_spark)
+    monkeypatch.setattr("lakepurge.ops.manual_purge.spark_session", no_spark)
     capsys.readouterr()
     assert main(["purge", "alice", "--yes", "--config", config, "--json"]) == 0
     summary = orjson.loads(capsys.readouterr().out)

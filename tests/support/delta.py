@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lakepurge import aws
+from lakepurge.core import aws
 from lakepurge.tables.storage import S3Access, duckdb_with_delta
 
 BUCKET = "lake"

@@ -255,9 +255,9 @@ def _kill_peer(port: int) -> None:
 
 @contextmanager
 def endpoint(url: str) -> Iterator[None]:
-    """boto3 clients made in this process inside the block talk to ``url`` (lakepurge.aws caches one client per
+    """boto3 clients made in this process inside the block talk to ``url`` (lakepurge.core.aws caches one client per
     service: the cache is cleared on the way in and out)."""
-    from lakepurge import aws
+    from lakepurge.core import aws
 
     with swapped(os.environ, "AWS_ENDPOINT_URL", url):
         aws.client.cache_clear()

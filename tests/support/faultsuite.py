@@ -32,15 +32,16 @@ from typing import Any, Literal
 
 import orjson
 
-from lakepurge import aws, layout
-from lakepurge.config import Settings, parse_settings
+from lakepurge.core import aws
+from lakepurge.core.config import Settings, parse_settings
+from lakepurge.core.privacy import Pseudonymizer
 from lakepurge.index import open_store
 from lakepurge.local.postgres import LocalPostgres
 from lakepurge.local.samples import SampleLake, generate_lake, settings_toml
-from lakepurge.privacy import Pseudonymizer
 from lakepurge.purge.job import PurgeResult, purge_targets, run_purge
 from lakepurge.purge.placeholders import file_batches, placeholder_spans
-from lakepurge.report import Report, build_report, resolve_references
+from lakepurge.reports import layout
+from lakepurge.reports.report import Report, build_report, resolve_references
 from tests.support.faults import FAULT_KINDS, FaultProxy, Rule, endpoint, swapped
 from tests.support.invariant import assert_invariant, erased_lines, snapshot, versions_holding
 from tests.support.lakes import index_toml

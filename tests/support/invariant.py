@@ -10,7 +10,7 @@ import gzip
 import io
 from typing import Any
 
-from lakepurge.config import Settings
+from lakepurge.core.config import Settings
 from lakepurge.local.samples import SampleLake
 
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import orjson
 
-from lakepurge import aws
-from lakepurge.config import Settings, parse_settings
+from lakepurge.core import aws
+from lakepurge.core.config import Settings, parse_settings
 from lakepurge.local.samples import SampleLake, generate_lake, settings_toml
 
 REPORTS = "s3://lake-reports/"

@@ -5,18 +5,18 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from lakepurge import aws
-from lakepurge.backfill import run_reconcile
-from lakepurge.config import Settings
+from lakepurge.core import aws
+from lakepurge.core.config import Settings
+from lakepurge.core.privacy import Pseudonymizer
 from lakepurge.index import open_store
 from lakepurge.index.base import IndexStore
-from lakepurge.indexer import index_object
+from lakepurge.indexing.backfill import run_reconcile
+from lakepurge.indexing.indexer import index_object
 from lakepurge.local.samples import SampleLake
-from lakepurge.privacy import Pseudonymizer
 from lakepurge.purge.engine import ObjectOutcome, purge_object
 from lakepurge.purge.job import purge_targets
 from lakepurge.purge.placeholders import recorded_from, write_batch
-from lakepurge.report import Report, build_report, resolve_references
+from lakepurge.reports.report import Report, build_report, resolve_references
 
 HASH_KEY = "test-hash-key-0123456789"
 

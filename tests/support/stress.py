@@ -29,14 +29,14 @@ from typing import Any
 import orjson
 from botocore.exceptions import ClientError
 
-from lakepurge import aws
-from lakepurge.config import Settings, parse_settings
+from lakepurge.core import aws
+from lakepurge.core.config import Settings, parse_settings
+from lakepurge.core.s3io import ObjectChanged, head_object
 from lakepurge.index import open_store
 from lakepurge.index.base import IndexStore
-from lakepurge.indexer import index_object, scan_object
+from lakepurge.indexing.indexer import index_object, scan_object
 from lakepurge.local.samples import generate_lake, review_record, settings_toml
 from lakepurge.purge.engine import PurgeTarget, purge_object
-from lakepurge.s3io import ObjectChanged, head_object
 
 Row = tuple[str, str, int]
 

@@ -16,12 +16,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
-from lakepurge import aws
-from lakepurge.aws import Clients
-from lakepurge.config import Settings, parse_settings
+from lakepurge.core import aws
+from lakepurge.core.aws import Clients
+from lakepurge.core.config import Settings, parse_settings
+from lakepurge.core.privacy import Pseudonymizer
 from lakepurge.index import open_store
 from lakepurge.local import workflow as local_workflow
-from lakepurge.privacy import Pseudonymizer
 from lakepurge.workflow.intake import file_request
 from lakepurge.workflow.store import RequestKind
 from tests.support.events import LambdaContext, load

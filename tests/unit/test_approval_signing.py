@@ -7,8 +7,8 @@ import copy
 import orjson
 import pytest
 
-from lakepurge import layout
-from lakepurge.config import ConfigError, WorkflowConfig
+from lakepurge.core.config import ConfigError, WorkflowConfig
+from lakepurge.reports import layout
 from lakepurge.workflow import signing
 from lakepurge.workflow.approval import USER_AGENT_MAX, Requester
 from tests.support.events import load
@@ -163,7 +163,7 @@ def test_given_no_key_or_a_short_one_then_the_error_names_the_setting_and_not_th
 def test_given_a_secret_configured_then_the_key_is_read_from_it_not_from_the_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from lakepurge import aws
+    from lakepurge.core import aws
 
     arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:approval-AbCdEf"
     read: list[str] = []

@@ -1,5 +1,5 @@
 """How a Glue table becomes a [[datasets]] entry: SerDe/InputFormat -> format, location normalisation, the id
-column, and entries that lakepurge.config accepts as they are written. No network: tables are plain dicts."""
+column, and entries that lakepurge.core.config accepts as they are written. No network: tables are plain dicts."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from lakepurge.catalog import Unmappable, describe_table, normalise_location, render_entry, table_format
-from lakepurge.config import parse_settings
+from lakepurge.core.config import parse_settings
+from lakepurge.indexing.catalog import Unmappable, describe_table, normalise_location, render_entry, table_format
 
 pytestmark = pytest.mark.unit
 

@@ -6,7 +6,7 @@ import tomllib
 
 import pytest
 
-from lakepurge.config import ConfigError, load_settings, parse_settings
+from lakepurge.core.config import ConfigError, load_settings, parse_settings
 from lakepurge.local.samples import settings_toml
 
 pytestmark = pytest.mark.unit

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from lakepurge.cli import explain, init_text
-from lakepurge.config import ConfigError, load_settings, parse_settings
+from lakepurge.core.config import ConfigError, load_settings, parse_settings
 from tests.support.configs import reviews_toml
 
 pytestmark = pytest.mark.unit

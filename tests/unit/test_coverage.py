@@ -7,12 +7,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from lakepurge.config import Settings, parse_settings
-from lakepurge.coverage import IndexIncomplete, assess, describe_gaps
+from lakepurge.core.config import Settings, parse_settings
+from lakepurge.core.privacy import Pseudonymizer
 from lakepurge.index.base import Coverage, ObjectIndex
-from lakepurge.index.memory import MemoryIndexStore
-from lakepurge.privacy import Pseudonymizer
-from lakepurge.report import build_report
+from lakepurge.index.in_memory import MemoryIndexStore
+from lakepurge.indexing.coverage import IndexIncomplete, assess, describe_gaps
+from lakepurge.reports.report import build_report
 
 pytestmark = pytest.mark.unit
 

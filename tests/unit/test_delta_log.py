@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from lakepurge.privacy import HashedUsers, Pseudonymizer
+from lakepurge.core.privacy import HashedUsers, Pseudonymizer
 from lakepurge.tables.delta import decode_bitmap_array, deletion_vector_key, z85_decode
 from lakepurge.tables.scan import json_names, object_names
 
@@ -95,7 +95,7 @@ def test_given_a_data_file_when_grouped_by_arrow_then_the_answer_is_the_indexers
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from lakepurge.formats import group_records
+    from lakepurge.records.formats import group_records
     from lakepurge.tables.scan import data_file_users
 
     values = pa.array(column)

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lakepurge import formats
-from lakepurge.formats import Record, Unindexable, group_records, read_records
-from lakepurge.privacy import HashedUsers, Pseudonymizer
+from lakepurge.core.privacy import HashedUsers, Pseudonymizer
+from lakepurge.records import formats
+from lakepurge.records.formats import Record, Unindexable, group_records, read_records
 
 HASHER = Pseudonymizer(b"a test key of 32 bytes, not secret")
 

@@ -1,7 +1,10 @@
 """The import graph of lakepurge/, read from the source with ``ast`` (nothing is imported): the library never
-imports its entry points, has no import cycles, and each group imports only the groups below it.
+imports its entry points, has no import cycles, and each layer imports only the layers below it.
 
-LAYERS is docs/ARCHITECTURE.md's "Module map" as data. The two are kept in sync by hand: change both together.
+A module's layer is its folder under ``lakepurge/`` (``lakepurge/purge/engine.py`` is in ``purge``); LAYERS lists the
+folders bottom-up, which is docs/ARCHITECTURE.md's module map. The package's two root modules (its ``__init__`` and
+``runtime``) sit at the layer ROOT_MODULES names. A module in a folder LAYERS does not know fails the test: a new
+folder is a new layer, placed in this list and in the module map on purpose.
 
 What counts:
 
@@ -31,61 +34,23 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "lakepurge"
 ENTRY_POINTS = ("lakepurge_lambdas", "lakepurge_jobs")
 
-# Group -> the modules in it (a name covers a module and, for a package, everything under it).
-GROUPS: dict[str, tuple[str, ...]] = {
-    "base": (
-        "lakepurge",  # the package's own __init__
-        "lakepurge.aws",
-        "lakepurge.config",
-        "lakepurge.configsource",
-        "lakepurge.formats",
-        "lakepurge.logs",
-        "lakepurge.memory",
-        "lakepurge.privacy",
-        "lakepurge.progress",
-        "lakepurge.s3io",
-        "lakepurge.s3uri",
-        "lakepurge.sparkutil",
-        "lakepurge.tableformats",
-    ),
-    "index": ("lakepurge.index",),
-    "tables": ("lakepurge.tables",),
-    "domain": (
-        "lakepurge.indexer",
-        "lakepurge.table_backfill",
-        "lakepurge.backfill",
-        "lakepurge.catalog",
-        "lakepurge.coverage",
-        "lakepurge.layout",
-        "lakepurge.report",
-        "lakepurge.returning",
-        "lakepurge.runtime",
-        "lakepurge.unindexable",
-    ),
-    "purge": ("lakepurge.purge", "lakepurge.launch", "lakepurge.export"),
-    "workflow": ("lakepurge.workflow",),
-    "local": ("lakepurge.local",),
-    "apps": (
-        "lakepurge.cli",
-        "lakepurge.history",
-        "lakepurge.operations",
-        "lakepurge.operations_page",
-        "lakepurge.operator_purge",
-        "lakepurge.remote",
-    ),
-}
-
-# Group -> the groups its modules may import (always including itself). Same table as the Module map.
-LAYERS: dict[str, set[str]] = {
-    "base": {"base"},
-    "index": {"base", "index"},
-    "tables": {"base", "index", "tables"},
-    "domain": {"base", "index", "tables", "domain"},
-    "purge": {"base", "index", "tables", "domain", "purge"},
-    "workflow": {"base", "index", "tables", "domain", "purge", "workflow"},
-    "local": {"base", "index", "tables", "domain", "purge", "workflow", "local"},
-    "apps": {"base", "index", "tables", "domain", "purge", "workflow", "local", "apps"},
-}
+# The folders of lakepurge/, bottom-up: a module may import modules of its own layer and of the layers before it.
+LAYERS: tuple[str, ...] = (
+    "records",  # reading records out of bytes
+    "core",  # settings, AWS, S3 primitives, logging, keyed hashes, progress, Spark plumbing
+    "index",  # the IndexStore interface and its backends
+    "tables",  # table formats: reading a table's log, files and history
+    "indexing",  # keeping the index current, and how far it can be trusted
+    "reports",  # the report and the evidence bucket's layout
+    "purge",  # the erasure, its job and the vacuum
+    "access",  # access requests (Art. 15)
+    "workflow",  # requests, approval, one function per Task
+    "local",  # the local stack and the demo
+    "ops",  # what an operator runs and reads
+    "cli",  # the command line
+)
+# The package's root modules and the layer each sits at.
+ROOT_MODULES: dict[str, str] = {"lakepurge": "records", "lakepurge.runtime": "index"}
 
 
 def module_name(path: Path) -> str:
@@ -98,16 +63,21 @@ def module_name(path: Path) -> str:
 MODULES: dict[str, Path] = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
 
 
-def group_of(module: str) -> str:
-    """The group of the longest name in GROUPS that is this module or a package holding it."""
-    best = ("", "")
-    for group, names in GROUPS.items():
-        for name in names:
-            if (module == name or module.startswith(name + ".")) and len(name) > len(best[0]):
-                best = (name, group)
-    if not best[1]:
-        raise AssertionError(f"{module} is in no group: add it to GROUPS here and to the Module map")
-    return best[1]
+def layer_of(module: str) -> str:
+    """The folder a module is in (its layer), or the layer ROOT_MODULES gives a root module."""
+    if module in ROOT_MODULES:
+        return ROOT_MODULES[module]
+    folder = module.split(".")[1]
+    if folder not in LAYERS:
+        raise AssertionError(
+            f"{module} is in no layer: put it in one of the folders {', '.join(LAYERS)}, or add its folder to LAYERS"
+            " here and to the module map (docs/ARCHITECTURE.md) at its place"
+        )
+    return folder
+
+
+def may_import(importer: str, imported: str) -> bool:
+    return LAYERS.index(layer_of(imported)) <= LAYERS.index(layer_of(importer))
 
 
 def _is_type_checking(test: ast.expr) -> bool:
@@ -174,25 +144,28 @@ def test_entry_points_import_the_library_not_each_other() -> None:
     assert not found, "entry points share code through lakepurge, not through each other:\n" + "\n".join(found)
 
 
-def test_every_module_has_a_group_and_every_group_a_layer() -> None:
-    assert set(GROUPS) == set(LAYERS)
-    assert all(group in LAYERS[group] for group in LAYERS)
-    assert all(LAYERS[group] <= set(LAYERS) for group in LAYERS)
+def test_every_module_is_in_a_layer() -> None:
+    assert set(ROOT_MODULES.values()) <= set(LAYERS)
     for module in MODULES:
-        group_of(module)
+        layer_of(module)
+    for folder in PACKAGE.iterdir():
+        if folder.is_dir() and (folder / "__init__.py").exists():
+            assert folder.name in LAYERS, f"lakepurge/{folder.name}/ is no layer of the module map"
+
+
+def upward_imports(imports: dict[str, list[tuple[str, int, bool]]]) -> list[str]:
+    return [
+        f"{MODULES[module].relative_to(ROOT) if module in MODULES else module}:{line} ({layer_of(module)}) imports"
+        f" {imported} ({layer_of(imported)})"
+        for module, found_imports in imports.items()
+        for imported, line, _ in found_imports
+        if imported.split(".")[0] == "lakepurge" and not may_import(module, imported)
+    ]
 
 
 def test_no_module_imports_upward() -> None:
-    found = []
-    for module, found_imports in IMPORTS.items():
-        group = group_of(module)
-        for imported, line, _ in found_imports:
-            if imported.split(".")[0] != "lakepurge":
-                continue
-            target = group_of(imported)
-            if target not in LAYERS[group]:
-                found.append(f"{MODULES[module].relative_to(ROOT)}:{line} ({group}) imports {imported} ({target})")
-    assert not found, "imports against the Module map (docs/ARCHITECTURE.md):\n" + "\n".join(found)
+    found = upward_imports(IMPORTS)
+    assert not found, "imports against the module map (docs/ARCHITECTURE.md):\n" + "\n".join(found)
 
 
 def module_level_graph() -> dict[str, set[str]]:
@@ -248,8 +221,20 @@ def test_the_checks_see_what_they_claim_to() -> None:
     """The parser's own sanity: known edges are found, with the right level, and a cycle is a cycle."""
     edges = {(imported, top) for imported, _, top in IMPORTS["lakepurge.local.workflow"]}
     assert ("lakepurge.workflow.deployment", True) in edges
-    assert ("lakepurge.aws", True) in edges  # from lakepurge import aws: the module, not the package
+    assert ("lakepurge.core.aws", True) in edges  # from lakepurge import aws: the module, not the package
     assert ("lakepurge.index.dynamodb", False) in {(i, t) for i, _, t in IMPORTS["lakepurge.index"]}
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    assert group_of("lakepurge.purge.engine") == "purge"
-    assert group_of("lakepurge.workflow.deployment") == "workflow"
+    assert layer_of("lakepurge.purge.engine") == "purge"
+    assert layer_of("lakepurge.workflow.deployment") == "workflow"
+    assert layer_of("lakepurge.runtime") == "index"
+
+
+def test_given_a_planted_upward_import_a_cycle_or_a_stray_module_then_the_checks_fail() -> None:
+    """What the checks above would say of a tree with these faults (planted in data, the tree stays as it is)."""
+    planted = {"lakepurge.core.config": [("lakepurge.purge.engine", 1, True)]}  # core reaching up into purge
+    assert upward_imports(planted) == ["lakepurge/core/config.py:1 (core) imports lakepurge.purge.engine (purge)"]
+    graph = module_level_graph()
+    graph["lakepurge.core.s3uri"] = {"lakepurge.core.config"}  # config imports s3uri: now a cycle
+    assert ["lakepurge.core.config", "lakepurge.core.s3uri"] in cycles(graph)
+    with pytest.raises(AssertionError, match="is in no layer"):
+        layer_of("lakepurge.helpers.misc")  # a module outside the known folders

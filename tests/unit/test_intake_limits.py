@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from lakepurge import aws, runtime
+from lakepurge import runtime
+from lakepurge.core import aws
 from lakepurge.workflow.store import RequestRefused
 from tests.support.configs import workflow_toml
 from tests.support.events import LambdaContext, load

@@ -9,8 +9,8 @@ import tomllib
 import pytest
 
 from lakepurge.cli import _read_users
-from lakepurge.config import ConfigError, DatasetConfig, parse_settings
-from lakepurge.tableformats import TableFormatError, key_table_format
+from lakepurge.core.config import ConfigError, DatasetConfig, parse_settings
+from lakepurge.tables.detect import TableFormatError, key_table_format
 
 pytestmark = pytest.mark.unit
 

@@ -18,13 +18,13 @@ import orjson
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from lakepurge import layout
-from lakepurge.config import Settings, parse_settings
+from lakepurge.core.config import Settings, parse_settings
+from lakepurge.core.privacy import Pseudonymizer
+from lakepurge.core.s3uri import S3Uri
 from lakepurge.index.base import Coverage, ObjectIndex
-from lakepurge.index.memory import MemoryIndexStore
-from lakepurge.privacy import Pseudonymizer
-from lakepurge.report import Report, ReportTampered, build_report
-from lakepurge.s3uri import S3Uri
+from lakepurge.index.in_memory import MemoryIndexStore
+from lakepurge.reports import layout
+from lakepurge.reports.report import Report, ReportTampered, build_report
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""The operations page's view model (lakepurge.operations) and its HTML, from plain values; the request counts'
+"""The operations page's view model (lakepurge.ops.dashboard) and its HTML, from plain values; the request counts'
 metrics as Powertools writes them (EMF on stdout); who may read the page (the operations password, HTTP Basic)."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from lakepurge.config import parse_settings
-from lakepurge.coverage import DatasetCoverage
-from lakepurge.history import RequestRecord
+from lakepurge.core.config import parse_settings
 from lakepurge.index.base import IndexStatus
-from lakepurge.operations import PageLocked, assemble, may_read
-from lakepurge.operations_page import operations_page
+from lakepurge.indexing.coverage import DatasetCoverage
+from lakepurge.ops.dashboard import PageLocked, assemble, may_read
+from lakepurge.ops.dashboard_page import operations_page
+from lakepurge.ops.history import RequestRecord
 from lakepurge.workflow.store import AWAITING_APPROVAL, FINAL_STATES, PURGING, RECEIVED, RequestState
 
 pytestmark = pytest.mark.unit

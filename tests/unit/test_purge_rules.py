@@ -12,13 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lakepurge.config import DatasetConfig
-from lakepurge.formats import CHUNK_BYTES, Record, read_records
+from lakepurge.core.config import DatasetConfig
 from lakepurge.purge.engine import ObjectOutcome, Ownership
 from lakepurge.purge.job import IntentJournal, _settle
 from lakepurge.purge.rewrite import rewrite_csv, rewrite_jsonl
 from lakepurge.purge.streams import LastByte
 from lakepurge.purge.vacuum import PlaceholderMismatch, _is_placeholder, _placeholder_lines, _without
+from lakepurge.records.formats import CHUNK_BYTES, Record, read_records
 
 pytestmark = pytest.mark.unit
 
@@ -355,7 +355,7 @@ def test_given_any_key_and_ids_when_hashed_in_a_batch_then_each_hash_is_the_stan
     import hashlib
     import hmac
 
-    from lakepurge.privacy import HashedUsers, Pseudonymizer
+    from lakepurge.core.privacy import HashedUsers, Pseudonymizer
 
     pseudonymizer = Pseudonymizer(key)
     expected = [hmac.new(key, i.encode(), hashlib.sha256).hexdigest() for i in ids]
@@ -373,7 +373,7 @@ def test_given_any_key_and_ids_when_hashed_in_a_batch_then_each_hash_is_the_stan
 def test_given_batches_of_id_bytes_when_asked_in_bulk_then_the_answer_is_that_of_each_id(wanted, batches) -> None:
     # Verification asks in bulk whether any id of an object is wanted; the answer, from set operations on ids seen
     # before or from hashing new ones, must be that of decoding and checking each id, whatever was asked before.
-    from lakepurge.privacy import HashedUsers, Pseudonymizer
+    from lakepurge.core.privacy import HashedUsers, Pseudonymizer
 
     pseudonymizer = Pseudonymizer(b"0123456789abcdef")
     users = HashedUsers(pseudonymizer.many(wanted), pseudonymizer)
@@ -391,7 +391,7 @@ def test_given_four_purge_threads_sharing_the_memo_past_its_limit_when_checking_
     # 20 in these 240 calls).
     from concurrent.futures import ThreadPoolExecutor
 
-    from lakepurge.privacy import HashedUsers, Pseudonymizer
+    from lakepurge.core.privacy import HashedUsers, Pseudonymizer
 
     pseudonymizer = Pseudonymizer(b"0123456789abcdef")
     wanted = [f"t{thread}-b{batch}-0" for thread in range(4) for batch in range(0, 60, 7)]
@@ -450,7 +450,7 @@ def test_given_any_csv_rows_when_decided_in_a_batch_then_each_is_decided_as_row_
     # The batch path (one id column, keyed hashes: rows without quotes or '\r' of one width, their ids taken and
     # looked up together) must blank or drop exactly the rows, and note exactly the lines, that the row-by-row
     # check does (a plain set of users takes that path): short rows, empty, non-ASCII, NUL, '\r' and quoted ids.
-    from lakepurge.privacy import HashedUsers, Pseudonymizer
+    from lakepurge.core.privacy import HashedUsers, Pseudonymizer
 
     rows = lines * copies  # many copies: chunks over the dense splice's threshold too
     raw = b"\n".join([b"note,customer_id,a,b,c", *rows]) + (b"\n" if final else b"")
@@ -469,7 +469,7 @@ def test_given_any_csv_rows_when_decided_in_a_batch_then_each_is_decided_as_row_
 
 
 def test_given_rows_of_one_width_with_plain_ids_when_decided_then_the_batch_path_takes_them() -> None:
-    from lakepurge.privacy import HashedUsers, Pseudonymizer
+    from lakepurge.core.privacy import HashedUsers, Pseudonymizer
     from lakepurge.purge.rewrite import _plain_rows_decided
 
     pseudonymizer = Pseudonymizer(HASH_KEY)
@@ -519,7 +519,7 @@ def test_given_any_json_lines_when_decided_in_a_batch_then_each_is_decided_as_li
     # The batch path (keyed hashes: the target lines parsed and their ids looked up together) must blank exactly the
     # lines, and note exactly what, the line-by-line check does (a plain set of users takes that path): lines that
     # are not objects, not JSON, end in '\r', or hold an id that is not a plain string.
-    from lakepurge.privacy import HashedUsers, Pseudonymizer
+    from lakepurge.core.privacy import HashedUsers, Pseudonymizer
     from lakepurge.purge.rewrite import rewrite_jsonl
 
     dataset = DatasetConfig(name="p", location="s3://lake/p/", format="jsonl", id_fields=("customer_id",))
@@ -540,7 +540,7 @@ def test_given_any_json_lines_when_decided_in_a_batch_then_each_is_decided_as_li
 def test_given_a_line_writing_the_id_field_twice_when_the_purge_checks_it_then_it_is_each_values_record() -> None:
     # Indexed under alice and bob (every value counts): erasing either blanks it; a stale plan naming it for carol
     # leaves it.
-    from lakepurge.privacy import HashedUsers, Pseudonymizer
+    from lakepurge.core.privacy import HashedUsers, Pseudonymizer
     from lakepurge.purge.rewrite import rewrite_jsonl
 
     body = b'{"user_id":"alice","n":1,"user_id":"bob"}\n{"user_id":"carol"}\n'

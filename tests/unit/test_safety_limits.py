@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from lakepurge.config import Settings, parse_settings
+from lakepurge.core.config import Settings, parse_settings
+from lakepurge.core.privacy import Pseudonymizer
 from lakepurge.index.base import WHOLE_OBJECT, ObjectIndex
-from lakepurge.index.memory import MemoryIndexStore
-from lakepurge.privacy import Pseudonymizer
-from lakepurge.report import Report, SafetyLimitExceeded, build_report, check_sentinels, object_reference
+from lakepurge.index.in_memory import MemoryIndexStore
+from lakepurge.reports.report import Report, SafetyLimitExceeded, build_report, check_sentinels, object_reference
 
 pytestmark = pytest.mark.unit
 
@@ -87,7 +87,7 @@ def test_given_a_report_when_serialised_then_its_bytes_are_the_sorted_indented_j
 
     import orjson
 
-    from lakepurge.report import ReportTable, ReportVersions
+    from lakepurge.reports.report import ReportTable, ReportVersions
 
     planned = replace(
         report(["alice"]),

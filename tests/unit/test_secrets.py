@@ -13,10 +13,10 @@ from collections.abc import Iterator
 import pytest
 from moto import mock_aws
 
-from lakepurge import aws, privacy, sparkutil
-from lakepurge.config import ConfigError, IndexConfig, PrivacyConfig, Settings, parse_settings
+from lakepurge.core import aws, privacy, sparkutil
+from lakepurge.core.config import ConfigError, IndexConfig, PrivacyConfig, Settings, parse_settings
+from lakepurge.core.privacy import Pseudonymizer, hash_key
 from lakepurge.index import postgres_dsn
-from lakepurge.privacy import Pseudonymizer, hash_key
 
 pytestmark = pytest.mark.unit
 

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from lakepurge.formats import CHUNK_BYTES
 from lakepurge.purge import splice
 from lakepurge.purge.splice import DROP, splice_lines
+from lakepurge.records.formats import CHUNK_BYTES
 
 pytestmark = pytest.mark.unit
 

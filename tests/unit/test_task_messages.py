@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, TypeAdapter
 
-from lakepurge import layout, runtime
+from lakepurge import runtime
+from lakepurge.reports import layout
 from lakepurge.workflow import steps
 from lakepurge.workflow.approval import _send
 from lakepurge.workflow.deployment import FUNCTIONS, asl_text

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from lakepurge.index.base import Location, NewVersion, ObjectIndex
-from lakepurge.index.memory import MemoryIndexStore
+from lakepurge.index.in_memory import MemoryIndexStore
 from tests.unit.conftest import NetworkInUnitTest
 
 pytestmark = pytest.mark.unit

@@ -9,7 +9,7 @@ from typing import Any, get_args
 
 import pytest
 
-from lakepurge.coverage import DatasetCoverage
+from lakepurge.indexing.coverage import DatasetCoverage
 from lakepurge.workflow.approval import expiry
 from lakepurge.workflow.events import EndedState, ErasedBeforeFailure, Outcome
 from lakepurge.workflow.steps import _ended

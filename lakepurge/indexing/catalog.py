@@ -19,8 +19,8 @@ from typing import Any, Literal, get_args
 
 from pydantic import ValidationError
 
-from lakepurge.config import DatasetConfig, Format, Settings
-from lakepurge.s3uri import S3Uri
+from lakepurge.core.config import DatasetConfig, Format, Settings
+from lakepurge.core.s3uri import S3Uri
 
 # The table parameter naming the fields that hold user ids (comma-separated, dotted paths allowed).
 ID_FIELDS_PARAMETER = "lakepurge.id_fields"
@@ -396,7 +396,7 @@ def render_entry(table: CatalogTable) -> str:
 
 
 def _entry_config(entry: str) -> DatasetConfig:
-    """The entry parsed back as lakepurge.config reads it: what is written is what load_settings accepts."""
+    """The entry parsed back as lakepurge.core.config reads it: what is written is what load_settings accepts."""
     try:
         return DatasetConfig.model_validate(tomllib.loads(entry)["datasets"][0])
     except ValidationError as exc:

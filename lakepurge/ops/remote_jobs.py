@@ -17,10 +17,11 @@ from typing import Any
 
 import orjson
 
-from lakepurge import aws, layout
-from lakepurge.config import ConfigError, EmrServerlessLauncherConfig, Settings
-from lakepurge.launch import EmrServerlessLauncher, JobStatus, SparkJob, follow
-from lakepurge.privacy import Pseudonymizer
+from lakepurge.core import aws
+from lakepurge.core.config import ConfigError, EmrServerlessLauncherConfig, Settings
+from lakepurge.core.privacy import Pseudonymizer
+from lakepurge.purge.launch import EmrServerlessLauncher, JobStatus, SparkJob, follow
+from lakepurge.reports import layout
 
 Say = Callable[[str], None]
 

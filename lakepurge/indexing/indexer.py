@@ -15,13 +15,21 @@ from typing import Any, Literal
 import orjson
 from botocore.exceptions import ClientError
 
-from lakepurge.config import DatasetConfig, Settings
-from lakepurge.formats import IdFieldError, IdKeys, extract_ids, group_records, id_problem, parse_paths, parse_record
+from lakepurge.core.config import DatasetConfig, Settings
+from lakepurge.core.logs import get_logger, object_ref
+from lakepurge.core.privacy import Pseudonymizer
+from lakepurge.core.s3io import ObjectChanged, ObjectHead, head_object, head_version, open_body, open_seekable
 from lakepurge.index.base import WHOLE_OBJECT, IndexStore, NoncurrentVersion, ObjectIndex, UnindexableLine
-from lakepurge.logs import get_logger, object_ref
-from lakepurge.privacy import Pseudonymizer
-from lakepurge.s3io import ObjectChanged, ObjectHead, head_object, head_version, open_body, open_seekable
-from lakepurge.tableformats import TableFormatError, detect_cached, key_table_format
+from lakepurge.records.formats import (
+    IdFieldError,
+    IdKeys,
+    extract_ids,
+    group_records,
+    id_problem,
+    parse_paths,
+    parse_record,
+)
+from lakepurge.tables.detect import TableFormatError, detect_cached, key_table_format
 from lakepurge.tables.index import NotIndexed, follow_table, open_table
 
 log = get_logger()

@@ -32,10 +32,10 @@ from typing import Any, Literal
 from aws_lambda_powertools.utilities import parameters
 from aws_lambda_powertools.utilities.parameters import BaseProvider, GetParameterError
 
-from lakepurge import aws
-from lakepurge.config import ConfigError, Settings, parse_settings
-from lakepurge.logs import get_logger
-from lakepurge.s3uri import S3Uri
+from lakepurge.core import aws
+from lakepurge.core.config import ConfigError, Settings, parse_settings
+from lakepurge.core.logs import get_logger
+from lakepurge.core.s3uri import S3Uri
 
 log = get_logger()
 

@@ -12,8 +12,8 @@ import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from lakepurge.core.privacy import Pseudonymizer
 from lakepurge.index.base import IndexStore
-from lakepurge.privacy import Pseudonymizer
 
 # How many flagged objects are read when none is given: each costs one read of its rows.
 DEFAULT_LIMIT = 1000

@@ -24,8 +24,8 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
-from lakepurge.formats import Inflation
-from lakepurge.s3uri import S3Uri
+from lakepurge.core.s3uri import S3Uri
+from lakepurge.records.formats import Inflation
 
 
 class ConfigError(ValueError):
@@ -267,7 +267,7 @@ class IndexingConfig(_Strict):
     max_decompressed_bytes: Annotated[int, Field(gt=0)] = 64 * 1024**3
     max_compression_ratio: Annotated[float, Field(gt=1)] = 200.0
     # The indexer's dead-letter queue: events in it were never indexed, so no request is certified while it holds
-    # any (lakepurge.coverage). Unset: no queue is checked.
+    # any (lakepurge.indexing.coverage). Unset: no queue is checked.
     dead_letter_queue_url: str | None = None
 
     @property
@@ -305,8 +305,8 @@ class PurgeConfig(_Strict):
     # Versions the purge did not produce or read are read in full either way (docs/ARCHITECTURE.md).
     verify: Literal["checksum", "full"] = "checksum"
     # Unindexable lines (invalid JSON, an unterminated quote, an id too long...) of the covered datasets are read
-    # when a report is made, for the requested ids' bytes (lakepurge.unindexable): a request is certified only when
-    # none may hold them. At most this many lines are read per report; beyond, the request is not certifiable.
+    # when a report is made, for the requested ids' bytes (lakepurge.indexing.unindexable): a request is certified
+    # only when none may hold them. At most this many lines are read per report; beyond, the request is not certifiable.
     max_unindexable_lines_checked: Annotated[int, Field(ge=0)] = 10_000
 
 
@@ -409,10 +409,10 @@ class WorkflowConfig(_Strict):
     # Where the ExportArchive Task writes the encrypted archives (s3://bucket/prefix/); never inside a dataset.
     exports_location: str | None = None
     # How long the presigned link of an exported archive works (SigV4: 7 days at most; a link signed with temporary
-    # credentials dies with them: lakepurge.export.presigned_link states the real end).
+    # credentials dies with them: lakepurge.access.export.presigned_link states the real end).
     export_link_seconds: Annotated[int, Field(ge=1, le=7 * 86400)] = 7 * 86400
     # Days an exported archive is kept: the stack's lifecycle rule expires it, and each export deletes the archives
-    # of its location older than this (lakepurge.export.expire_archives). Its link never outlives it.
+    # of its location older than this (lakepurge.access.export.expire_archives). Its link never outlives it.
     export_retention_days: Annotated[int, Field(ge=1, le=3650)] = 30
     # The KMS key whose data keys seal the archives (the stack's ExportKey: the privacy team may decrypt with it,
     # and nothing else); unset: kms_key_id. Either way under the context key export_request_id, which the

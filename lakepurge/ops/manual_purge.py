@@ -12,18 +12,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from lakepurge import aws, layout, unindexable
-from lakepurge.config import Settings
-from lakepurge.coverage import IndexIncomplete, dead_letter_count
+from lakepurge.core import aws
+from lakepurge.core.config import Settings
+from lakepurge.core.logs import object_ref
+from lakepurge.core.privacy import Pseudonymizer, hash_key
+from lakepurge.core.s3uri import S3Uri
+from lakepurge.core.sparkutil import spark_session
 from lakepurge.index import open_store
-from lakepurge.launch import inline_fits
-from lakepurge.layout import load_report, write_report
-from lakepurge.logs import object_ref
-from lakepurge.privacy import Pseudonymizer, hash_key
+from lakepurge.indexing import unindexable
+from lakepurge.indexing.coverage import IndexIncomplete, dead_letter_count
 from lakepurge.purge.job import PurgeResult, purge_relational, run_purge, verify_everywhere
-from lakepurge.report import Report, SafetyLimitExceeded, build_report
-from lakepurge.s3uri import S3Uri
-from lakepurge.sparkutil import spark_session
+from lakepurge.purge.launch import inline_fits
+from lakepurge.reports import layout
+from lakepurge.reports.layout import load_report, write_report
+from lakepurge.reports.report import Report, SafetyLimitExceeded, build_report
 
 Engine = Literal["auto", "inline", "spark"]
 
@@ -211,7 +213,7 @@ def verify_users(
         store.close()
     job: dict[str, Any] = {}
     if on == "emr-serverless":
-        from lakepurge.remote import verify_remote
+        from lakepurge.ops.remote_jobs import verify_remote
 
         run, answer = verify_remote(settings, users, say)
         job = run.summary()

@@ -8,7 +8,7 @@ one-user-per-object dataset, one whose owner is unknown (no sidecar, no owner ta
 every dataset it covers (every configured dataset: a person's records may be anywhere) is complete. The check reads
 recorded facts (the last listing, and the index's own record of the objects with problems), never the lake, so its
 cost per request does not grow with the lake. Unindexable lines of otherwise located objects are the report's to
-check against the requested users (lakepurge.unindexable).
+check against the requested users (lakepurge.indexing.unindexable).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from lakepurge.config import Settings
+from lakepurge.core.config import Settings
 from lakepurge.index.base import Coverage, DatasetProblems, IndexStore
 
 

@@ -1,6 +1,6 @@
 """The privacy team's view of the work: the operations page's typed view model, and who may read the page.
 
-Built from the same sources as ``lakepurge requests`` (:func:`lakepurge.history.list_history`, the evidence in the
+Built from the same sources as ``lakepurge requests`` (:func:`lakepurge.ops.history.list_history`, the evidence in the
 reports location) and ``lakepurge status`` (the index store's counts and recorded coverage, the indexer's
 dead-letter queue). It holds request ids, states, dates and counts only: never a user id, nor an object key (a key
 of a one-user-per-object dataset may name its user). Returning users are counted, not named.
@@ -25,12 +25,13 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from lakepurge import aws, layout
-from lakepurge.config import Settings
-from lakepurge.coverage import DatasetCoverage, dead_letter_count, of_index
-from lakepurge.history import RequestRecord, list_history
+from lakepurge.core import aws
+from lakepurge.core.config import Settings
 from lakepurge.index.base import IndexStatus, IndexStore
-from lakepurge.returning import DEFAULT_LIMIT
+from lakepurge.indexing.coverage import DatasetCoverage, dead_letter_count, of_index
+from lakepurge.indexing.returning import DEFAULT_LIMIT
+from lakepurge.ops.history import RequestRecord, list_history
+from lakepurge.reports import layout
 
 
 @dataclass(frozen=True)

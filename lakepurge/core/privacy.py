@@ -10,10 +10,10 @@ import os
 from collections.abc import Iterable, Iterator
 from itertools import compress, filterfalse
 
-from lakepurge import aws
-from lakepurge.config import ConfigError, PrivacyConfig
+from lakepurge.core import aws
+from lakepurge.core.config import ConfigError, PrivacyConfig
 
-# Keys a Spark driver handed to this executor process with the task closure (lakepurge.sparkutil), by source: an
+# Keys a Spark driver handed to this executor process with the task closure (lakepurge.core.sparkutil), by source: an
 # executor hashes with the driver's key and never asks Secrets Manager itself. Held in memory only.
 _handed: dict[str, bytes] = {}
 

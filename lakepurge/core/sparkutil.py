@@ -13,10 +13,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from lakepurge.progress import Progress, spark_tasks, track
+from lakepurge.core.progress import Progress, spark_tasks, track
 
 if TYPE_CHECKING:
-    from lakepurge.config import Settings
+    from lakepurge.core.config import Settings
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -34,7 +34,7 @@ AWS_VARIABLES = (
 # Entries of a job environment that are not environment variables (no variable name has a dot).
 _HASH_KEY = "lakepurge.hash_key"
 _DRIVER_PID = "lakepurge.driver_pid"
-_PRIVACY = "lakepurge.privacy"
+_PRIVACY = "lakepurge.core.privacy"
 
 
 def job_environment(settings: Settings) -> dict[str, str]:
@@ -42,7 +42,7 @@ def job_environment(settings: Settings) -> dict[str, str]:
     just the region) and the hash key, read here once from privacy.hash_key_secret (or hash_key_env). Executors
     get the key in memory (:func:`apply_job_environment`), never through an environment variable, a job argument
     or a Spark property, so it is in no run record; they never ask Secrets Manager themselves."""
-    from lakepurge.privacy import read_hash_key
+    from lakepurge.core.privacy import read_hash_key
 
     env = {name: os.environ[name] for name in AWS_VARIABLES if name in os.environ}
     key = read_hash_key(settings.privacy)
@@ -61,8 +61,8 @@ def apply_job_environment(env: dict[str, str]) -> None:
         if not name.startswith("lakepurge."):
             os.environ.setdefault(name, value)
     if _HASH_KEY in env and env.get(_DRIVER_PID) != str(os.getpid()):
-        from lakepurge.config import PrivacyConfig
-        from lakepurge.privacy import hand_over_key
+        from lakepurge.core.config import PrivacyConfig
+        from lakepurge.core.privacy import hand_over_key
 
         hand_over_key(PrivacyConfig.model_validate_json(env[_PRIVACY]), env[_HASH_KEY].encode())
 
@@ -125,7 +125,7 @@ def on_executors(
     Items are dealt round-robin to the tasks, so a list sorted by size (largest first) spreads the big objects
     over all tasks instead of giving them to the first one. Without a session (``spark=None``) work runs over all
     the items in this process, as one task: the inline purge of a small report, no JVM. Progress (``label``)
-    shows where the process shows it (:mod:`lakepurge.progress`).
+    shows where the process shows it (:mod:`lakepurge.core.progress`).
     """
     if not items:
         return []

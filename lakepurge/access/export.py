@@ -23,10 +23,10 @@ For each object the index names:
    (:func:`seal`; :func:`unseal` reverses it, given ``kms:Decrypt`` under that context). It is written to the
    destination, and a presigned GET link to it is made (SigV4; 7 days at most, and never past the signing
    credentials' expiry nor the archive's: :func:`presigned_link`).
-5. ``exports/<request id>.json`` in the reports location (:class:`lakepurge.layout.ExportDocument`) records what was
-   exported: users as keyed hashes, counts, objects, the archive, its version and SHA-256. The record is written
-   last, once: it is what makes the export done. A run that failed before it left at most an archive, which a run
-   of the same request id replaces (every earlier version of it deleted): an export is idempotent per request id.
+5. ``exports/<request id>.json`` in the reports location (:class:`lakepurge.reports.layout.ExportDocument`) records
+   what was exported: users as keyed hashes, counts, objects, the archive, its version and SHA-256. The record is
+   written last, once: it is what makes the export done. A run that failed before it left at most an archive, which a
+   run of the same request id replaces (every earlier version of it deleted): an export is idempotent per request id.
 
 Archives expire: ``[workflow] export_retention_days`` (30 by default) after they were written, by the stack's
 lifecycle rule on ``access-exports/`` and, wherever they are, by each export (:func:`expire_archives`). ``lakepurge
@@ -55,18 +55,19 @@ import orjson
 from botocore.exceptions import ClientError
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from lakepurge import aws, layout
-from lakepurge.config import DatasetConfig, Settings
-from lakepurge.coverage import of_index
-from lakepurge.formats import csv_records, iter_line_batches, open_decompressed, parse_paths
+from lakepurge.core import aws
+from lakepurge.core.config import DatasetConfig, Settings
+from lakepurge.core.logs import get_logger, object_ref
+from lakepurge.core.privacy import Pseudonymizer
+from lakepurge.core.s3io import ObjectChanged, ObjectHead, error_code, head_object, open_body, open_seekable
+from lakepurge.core.s3uri import S3Uri
 from lakepurge.index import open_store, relational_dsn
 from lakepurge.index.base import WHOLE_OBJECT
-from lakepurge.logs import get_logger, object_ref
-from lakepurge.privacy import Pseudonymizer
+from lakepurge.indexing.coverage import of_index
 from lakepurge.purge.engine import Ownership, find_user_lines
 from lakepurge.purge.rewrite import owned_rows, without_views
-from lakepurge.s3io import ObjectChanged, ObjectHead, error_code, head_object, open_body, open_seekable
-from lakepurge.s3uri import S3Uri
+from lakepurge.records.formats import csv_records, iter_line_batches, open_decompressed, parse_paths
+from lakepurge.reports import layout
 
 log = get_logger()
 

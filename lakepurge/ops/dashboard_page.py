@@ -1,6 +1,6 @@
 """The operations page: the queue, deadlines, erasures over time, index health and coverage, as one HTML page.
 
-Rendered server-side from :class:`lakepurge.operations.OperationsView`; the charts are inline SVG (no script, no
+Rendered server-side from :class:`lakepurge.ops.dashboard.OperationsView`; the charts are inline SVG (no script, no
 external resource: the approval page's Content-Security-Policy holds). Request ids, states, dates and counts only.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from html import escape
 
-from lakepurge.operations import ErasedDay, OperationsView
+from lakepurge.ops.dashboard import ErasedDay, OperationsView
 
 TITLE = "lakepurge operations"
 

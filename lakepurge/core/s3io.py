@@ -12,8 +12,8 @@ from botocore.exceptions import ClientError, ConnectionError, HTTPClientError, I
 from urllib3.exceptions import ProtocolError
 
 if TYPE_CHECKING:
-    from lakepurge.config import DatasetConfig
-    from lakepurge.s3uri import S3Uri
+    from lakepurge.core.config import DatasetConfig
+    from lakepurge.core.s3uri import S3Uri
 
 
 class ObjectChanged(Exception):

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from lakepurge import layout
-from lakepurge.config import Settings
-from lakepurge.report import Report
+from lakepurge.core.config import Settings
+from lakepurge.reports import layout
+from lakepurge.reports.report import Report
 from lakepurge.workflow.store import RequestStore, is_open, list_requests
 
 Kind = Literal["workflow", "operator"]

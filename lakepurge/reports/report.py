@@ -3,7 +3,7 @@
 An approver approves a report's hash and the purge refuses a report whose bytes hash differently, so what was
 approved is what is erased. The report names users only by keyed hashes, and the objects of one-user-per-object
 datasets (whose key may be the user's id) only by keyed references, resolved against the lake at purge time
-(:func:`resolve_references`). Where it is stored, and reading it back with its hash checked: lakepurge.layout.
+(:func:`resolve_references`). Where it is stored, and reading it back with its hash checked: lakepurge.reports.layout.
 """
 
 from __future__ import annotations
@@ -17,21 +17,21 @@ from typing import Any
 
 import orjson
 
-from lakepurge import unindexable
-from lakepurge.config import DatasetConfig, Settings
-from lakepurge.coverage import DatasetCoverage, assess
+from lakepurge.core.config import DatasetConfig, Settings
+from lakepurge.core.logs import get_logger, object_ref
+from lakepurge.core.privacy import OBJECT_REFERENCE, HashedUsers, Pseudonymizer, object_reference
+from lakepurge.core.s3io import ever_versioned, list_noncurrent, list_objects, sidecar_subjects
+from lakepurge.core.s3uri import S3Uri
 from lakepurge.index import relational_dsn
 from lakepurge.index.base import WHOLE_OBJECT, IndexStore
-from lakepurge.logs import get_logger, object_ref
-from lakepurge.privacy import OBJECT_REFERENCE, HashedUsers, Pseudonymizer, object_reference
-from lakepurge.s3io import ever_versioned, list_noncurrent, list_objects, sidecar_subjects
-from lakepurge.s3uri import S3Uri
+from lakepurge.indexing import unindexable
+from lakepurge.indexing.coverage import DatasetCoverage, assess
 from lakepurge.tables.plan import TablePlan, plan_table
 
 log = get_logger()
 
 # 3: objects of one-user-per-object datasets are named by reference (OBJECT_REFERENCE), not by their key.
-# 4: unindexable lines are stated per dataset and were read for the requested users (lakepurge.unindexable).
+# 4: unindexable lines are stated per dataset and were read for the requested users (lakepurge.indexing.unindexable).
 REPORT_VERSION = 4
 UNINDEXABLE_CHECKED = 4  # reports before it never read unindexable lines: they certify nothing
 
@@ -95,8 +95,8 @@ class Report:
     forced: bool = False
     datasets: dict[str, dict[str, int]] = field(default_factory=dict)
     versions: tuple[ReportVersions, ...] = ()
-    # Every configured dataset's coverage when the report was made (lakepurge.coverage), incomplete too where an
-    # unindexable line may hold a requested user: a request is certified only if all are complete.
+    # Every configured dataset's coverage when the report was made (lakepurge.indexing.coverage), incomplete too where
+    # an unindexable line may hold a requested user: a request is certified only if all are complete.
     coverage: tuple[dict[str, Any], ...] = ()
     # Each dataset's unindexable lines and what reading them for the users found (unindexable.DatasetLines.to_dict).
     unindexable: tuple[dict[str, Any], ...] = ()
@@ -276,7 +276,7 @@ def plan_tables(
     tables = [d for d in settings.datasets if d.is_table]
     if not tables:
         return ()
-    from lakepurge import aws
+    from lakepurge.core import aws
 
     hashed = HashedUsers(pseudonymizer.many(users), pseudonymizer)
     return tuple(plan_table(aws.client("s3"), store, settings, d, users, hashed) for d in tables)

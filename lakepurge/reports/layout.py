@@ -2,7 +2,7 @@
 
 Everything lakepurge keeps for the record lives under ``[reports] location`` (an ``s3://bucket/prefix/``):
 
-- ``reports/<request id>.json``: the purge report (lakepurge.report.Report), written once, its SHA-256 in the
+- ``reports/<request id>.json``: the purge report (lakepurge.reports.report.Report), written once, its SHA-256 in the
   object's metadata;
 - ``results/<request id>/``: what the purge job did to each object (lakepurge.purge.engine.ObjectOutcome), so that
   a rerun resumes: ``intents/`` the intents recorded before the writes, ``batches/`` the finished outcomes, several
@@ -21,12 +21,12 @@ Everything lakepurge keeps for the record lives under ``[reports] location`` (an
 - ``vacuum/<run id>.json``: what an applied vacuum removed (:class:`VacuumDocument`);
 - ``verifications/<id>/hashes.json`` and ``result.json``: a `verify --on emr-serverless` run's input (the users'
   keyed hashes) and answer;
-- ``exports/<request id>.json``: what an access export (GDPR Art. 15, lakepurge.export) put in its archive and where
-  the archive is (:class:`ExportDocument`; users as keyed hashes, objects as logs name them).
+- ``exports/<request id>.json``: what an access export (GDPR Art. 15, lakepurge.access.export) put in its archive and
+  where the archive is (:class:`ExportDocument`; users as keyed hashes, objects as logs name them).
 
 The documents' field names are their on-disk JSON: the models here read back what earlier versions wrote.
 A report is read, and its bytes checked against the approved SHA-256, by :func:`load_report`: once per step, and
-the :class:`~lakepurge.report.Report` is passed down from there.
+the :class:`~lakepurge.reports.report.Report` is passed down from there.
 """
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ from typing import Any, Final, TypeVar
 from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict
 
-from lakepurge.config import Settings
-from lakepurge.report import Report, ReportTampered, sha256
-from lakepurge.s3io import error_code
-from lakepurge.s3uri import S3Uri
+from lakepurge.core.config import Settings
+from lakepurge.core.s3io import error_code
+from lakepurge.core.s3uri import S3Uri
+from lakepurge.reports.report import Report, ReportTampered, sha256
 
 # The documents of a request, under requests/<request id>/.
 REQUEST: Final = "request.json"
@@ -174,7 +174,7 @@ def placeholder_batch(settings: Settings, batch_id: str) -> S3Uri:
 
 
 def operations_view(settings: Settings) -> S3Uri:
-    """The operations page's view, precomputed by the hourly RequestMetrics function (lakepurge.operations)."""
+    """The operations page's view, precomputed by the hourly RequestMetrics function (lakepurge.ops.dashboard)."""
     return _under(settings, "operations/view.json")
 
 
@@ -330,9 +330,9 @@ class CertificateDocument(Document):
     approved_at: str | None
     started_at: str
     finished_at: str
-    coverage: list[dict[str, Any]]  # lakepurge.coverage.DatasetCoverage.to_dict(), as in the report
-    # lakepurge.unindexable.DatasetLines.to_dict(), as in the report: the lines lakepurge cannot locate, per dataset,
-    # and what reading them for the users found (absent from certificates written before they were stated)
+    coverage: list[dict[str, Any]]  # lakepurge.indexing.coverage.DatasetCoverage.to_dict(), as in the report
+    # lakepurge.indexing.unindexable.DatasetLines.to_dict(), as in the report: the lines lakepurge cannot locate, per
+    # dataset, and what reading them for the users found (absent from certificates written before they were stated)
     unindexable: list[dict[str, Any]] = []
     objects: list[CertificateObject]
     relational: list[RelationalDeletion]

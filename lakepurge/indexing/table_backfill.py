@@ -16,14 +16,14 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from lakepurge import aws
-from lakepurge.config import DatasetConfig, Settings
+from lakepurge.core import aws
+from lakepurge.core.config import DatasetConfig, Settings
+from lakepurge.core.logs import get_logger
+from lakepurge.core.s3io import ObjectChanged, error_code
+from lakepurge.core.sparkutil import apply_job_environment, job_environment, on_executors
 from lakepurge.index import open_store
 from lakepurge.index.base import Coverage, IndexStore
-from lakepurge.indexer import content_error, failure_reason
-from lakepurge.logs import get_logger
-from lakepurge.s3io import ObjectChanged, error_code
-from lakepurge.sparkutil import apply_job_environment, job_environment, on_executors
+from lakepurge.indexing.indexer import content_error, failure_reason
 from lakepurge.tables.base import TableError, TableFile
 from lakepurge.tables.index import (
     HistoryItem,

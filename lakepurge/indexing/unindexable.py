@@ -13,7 +13,7 @@ of them cannot be a requested user's record and does not stop the request. Eithe
 and the certificate state each dataset's unindexable lines (counts, the objects, line numbers; never content).
 
 Objects of one-user-per-object datasets that are not located at all (no owner known) and objects that could not be
-read are coverage gaps of their own (lakepurge.coverage): they are stated here, never read.
+read are coverage gaps of their own (lakepurge.indexing.coverage): they are stated here, never read.
 
 The search is for bytes, so it errs one way only: a line holding a requested id inside another value (an id "42" in a
 price) counts as possibly holding it, never the reverse, except for an id spelled with escapes of plain ASCII
@@ -32,10 +32,15 @@ from typing import IO, Any
 
 import orjson
 
-from lakepurge import aws
-from lakepurge.config import DatasetConfig, Settings
-from lakepurge.coverage import DatasetCoverage
-from lakepurge.formats import (
+from lakepurge.core import aws
+from lakepurge.core.config import DatasetConfig, Settings
+from lakepurge.core.logs import get_logger
+from lakepurge.core.s3io import ObjectChanged, ObjectHead, head_object, head_version, open_body, open_seekable
+from lakepurge.core.s3uri import S3Uri
+from lakepurge.index.base import WHOLE_OBJECT, DatasetProblems, IndexStore, UnindexableObject
+from lakepurge.indexing.coverage import DatasetCoverage
+from lakepurge.indexing.indexer import content_error
+from lakepurge.records.formats import (
     CHUNK_BYTES,
     HEADER_PROBLEM,
     UNREAD_FROM_HERE,
@@ -43,11 +48,6 @@ from lakepurge.formats import (
     open_decompressed,
     read_records,
 )
-from lakepurge.index.base import WHOLE_OBJECT, DatasetProblems, IndexStore, UnindexableObject
-from lakepurge.indexer import content_error
-from lakepurge.logs import get_logger
-from lakepurge.s3io import ObjectChanged, ObjectHead, head_object, head_version, open_body, open_seekable
-from lakepurge.s3uri import S3Uri
 
 log = get_logger()
 

@@ -1,6 +1,6 @@
 """Logging through Powertools: structured JSON, one service name, child loggers in library modules.
 
-Nothing that identifies a person is logged: user ids only as the keyed pseudonym of lakepurge.privacy (HMAC-SHA256,
+Nothing that identifies a person is logged: user ids only as the keyed pseudonym of lakepurge.core.privacy (HMAC-SHA256,
 never a plain hash, which a dictionary of emails or numeric ids reverses), and keys of one-user-per-object datasets
 (whose key names the user) through :func:`object_ref`, by the same keyed hash.
 """
@@ -15,8 +15,8 @@ from typing import IO, TYPE_CHECKING
 from aws_lambda_powertools import Logger
 
 if TYPE_CHECKING:
-    from lakepurge.config import DatasetConfig
-    from lakepurge.privacy import Pseudonymizer
+    from lakepurge.core.config import DatasetConfig
+    from lakepurge.core.privacy import Pseudonymizer
 
 SERVICE = "lakepurge"
 
@@ -58,7 +58,7 @@ def object_ref(s3path: str, dataset: DatasetConfig, pseudonymizer: Pseudonymizer
     (privacy.object_reference, as reports name it: linkable by whoever holds the key, irreversible for anyone
     else); without it the id group of id_from_key is masked, and any other key is reduced to its dataset's
     location. Never a plain hash of the key: hashing a few candidate ids would recover it."""
-    from lakepurge.privacy import OBJECT_REFERENCE, object_reference
+    from lakepurge.core.privacy import OBJECT_REFERENCE, object_reference
 
     if not dataset.per_object or s3path.startswith(OBJECT_REFERENCE):
         return s3path

@@ -22,8 +22,8 @@ from typing import IO, Any, NamedTuple, Protocol, cast
 
 import orjson
 
-from lakepurge.arrow_scan import leading_matches, pieces_after
-from lakepurge.memory import collector_paused
+from lakepurge.records.arrow_scan import leading_matches, pieces_after
+from lakepurge.records.gc_pause import collector_paused
 
 CHUNK_BYTES = 1 << 20
 
@@ -524,7 +524,7 @@ class _IdCandidates:
     Integers, lists, nulls and escaped strings are no such string, and their stretch is parsed.
 
     The stretch is split at every occurrence of the token and the start of each piece matched, by Arrow's kernels
-    (lakepurge.arrow_scan), which release the interpreter lock: the purge's other threads go on meanwhile."""
+    (lakepurge.records.arrow_scan), which release the interpreter lock: the purge's other threads go on meanwhile."""
 
     def __init__(self, token: str) -> None:
         self._token = token

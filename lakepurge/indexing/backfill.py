@@ -16,18 +16,18 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from lakepurge import aws
-from lakepurge.config import DatasetConfig, Settings
+from lakepurge.core import aws
+from lakepurge.core.config import DatasetConfig, Settings
+from lakepurge.core.logs import get_logger, object_ref
+from lakepurge.core.privacy import Pseudonymizer
+from lakepurge.core.s3io import ObjectChanged, ObjectHead, error_code, ever_versioned, head_object, list_noncurrent
+from lakepurge.core.s3uri import S3Uri
+from lakepurge.core.sparkutil import apply_job_environment, job_environment, on_executors
 from lakepurge.index import open_store
 from lakepurge.index.base import Coverage, IndexStore, NoncurrentVersion, ObjectIndex
-from lakepurge.indexer import failed_object, failure_reason, flag_erased_users, scan_object, tag_owners
-from lakepurge.logs import get_logger, object_ref
-from lakepurge.privacy import Pseudonymizer
-from lakepurge.s3io import ObjectChanged, ObjectHead, error_code, ever_versioned, head_object, list_noncurrent
-from lakepurge.s3uri import S3Uri
-from lakepurge.sparkutil import apply_job_environment, job_environment, on_executors
-from lakepurge.table_backfill import TableIndexed, index_tables
-from lakepurge.tableformats import refuse_table_formats
+from lakepurge.indexing.indexer import failed_object, failure_reason, flag_erased_users, scan_object, tag_owners
+from lakepurge.indexing.table_backfill import TableIndexed, index_tables
+from lakepurge.tables.detect import refuse_table_formats
 
 log = get_logger()
 

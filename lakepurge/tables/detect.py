@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from lakepurge.config import ConfigError, DatasetConfig
+from lakepurge.core.config import ConfigError, DatasetConfig
 
 TableFormat = Literal["delta", "iceberg", "hudi"]
 

@@ -29,20 +29,21 @@ from typing import Any, Literal, Protocol
 
 import orjson
 
-from lakepurge import aws, layout
-from lakepurge.config import (
+from lakepurge.core import aws
+from lakepurge.core.config import (
     ConfigError,
     EmrServerlessLauncherConfig,
     LocalLauncherConfig,
     Settings,
     WorkflowConfig,
 )
-from lakepurge.logs import get_logger
-from lakepurge.privacy import hash_key
+from lakepurge.core.logs import get_logger
+from lakepurge.core.privacy import hash_key
+from lakepurge.core.s3io import ever_versioned, head_object, object_versions
+from lakepurge.core.s3uri import S3Uri
 from lakepurge.purge.job import PurgeResult, run_purge
-from lakepurge.report import OBJECT_REFERENCE, Report
-from lakepurge.s3io import ever_versioned, head_object, object_versions
-from lakepurge.s3uri import S3Uri
+from lakepurge.reports import layout
+from lakepurge.reports.report import OBJECT_REFERENCE, Report
 
 log = get_logger()
 

@@ -42,7 +42,7 @@ _PRESIGN = Config(signature_version="s3v4")
 @dataclass(frozen=True)
 class Presigner:
     """An S3 client that presigns with SigV4, and the credentials it signs with: a link lives no longer than they do
-    when they are temporary (lakepurge.export.presigned_link)."""
+    when they are temporary (lakepurge.access.export.presigned_link)."""
 
     client: Any
     credentials: Any  # botocore Credentials (RefreshableCredentials: temporary, with their expiry), or None
