@@ -28,7 +28,15 @@ def register(commands: Commands) -> None:
 
     demo = commands.add("demo", cmd_demo, help="the whole pipeline on an embedded local stack")
     demo.add_argument("--objects", type=int, default=100, help="objects in the sample lake (default: %(default)s)")
-    demo.add_argument("--users", type=int, default=100, help="users in the sample lake (default: %(default)s)")
+    # Not args.users: that is the user ids of other commands, which the error boundary masks in its messages.
+    demo.add_argument(
+        "--users",
+        dest="sample_users",
+        metavar="USERS",
+        type=int,
+        default=100,
+        help="users in the sample lake (default: %(default)s)",
+    )
     demo.add_argument(
         "--interactive",
         action="store_true",
@@ -89,7 +97,7 @@ def cmd_init(args: argparse.Namespace, out: Output) -> int:
 def cmd_demo(args: argparse.Namespace, out: Output) -> int:
     from lakepurge.local.demo import DemoError, run_demo
 
-    if args.objects < 1 or args.users < 1:
+    if args.objects < 1 or args.sample_users < 1:
         raise ConfigError("--objects and --users must be at least 1")
     if not 0 <= args.port <= 65535:
         raise ConfigError("--port must be between 0 (any free port) and 65535")
@@ -101,7 +109,7 @@ def cmd_demo(args: argparse.Namespace, out: Output) -> int:
     try:
         document = run_demo(
             objects=args.objects,
-            users=args.users,
+            users=args.sample_users,
             say=out.say,
             interactive=args.interactive,
             port=args.port,
