@@ -22,7 +22,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from lakepurge import runtime
-from lakepurge.cli import EXIT_NOT_CERTIFIABLE, main
+from lakepurge.cli import main
+from lakepurge.cli.errors import EXIT_NOT_CERTIFIABLE
 from lakepurge.core import aws as clients
 from lakepurge.core.aws import Clients
 from lakepurge.core.config import Settings, parse_settings

@@ -13,7 +13,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from lakepurge.cli import EXIT_NOT_CERTIFIABLE, main
+from lakepurge.cli import main
+from lakepurge.cli.errors import EXIT_NOT_CERTIFIABLE
 from lakepurge.core import aws as clients
 from lakepurge.core.config import parse_settings
 from lakepurge.core.privacy import Pseudonymizer

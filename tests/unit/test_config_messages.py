@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from lakepurge.cli import explain, init_text
+from lakepurge.cli.errors import explain
+from lakepurge.cli.init_template import init_text
 from lakepurge.core.config import ConfigError, load_settings, parse_settings
 from tests.support.configs import reviews_toml
 

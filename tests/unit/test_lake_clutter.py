@@ -8,7 +8,7 @@ import tomllib
 
 import pytest
 
-from lakepurge.cli import _read_users
+from lakepurge.cli.arguments import read_users
 from lakepurge.core.config import ConfigError, DatasetConfig, parse_settings
 from lakepurge.tables.detect import TableFormatError, key_table_format
 
@@ -133,10 +133,10 @@ def test_given_ids_with_spaces_when_read_then_they_are_kept_exactly(tmp_path):
     users_file = tmp_path / "users.txt"
     users_file.write_bytes(b" alice \r\nbob\n\n\tcarol\n \ndave\r")
     args = argparse.Namespace(users=[" bob", "bob "], users_file=str(users_file))
-    assert _read_users(args) == [" bob", "bob ", " alice ", "bob", "\tcarol", " ", "dave\r"]
+    assert read_users(args) == [" bob", "bob ", " alice ", "bob", "\tcarol", " ", "dave\r"]
 
 
 def test_given_a_users_file_with_a_byte_order_mark_when_read_then_the_first_id_has_none(tmp_path):
     users_file = tmp_path / "users.txt"
     users_file.write_bytes("\ufeffalice\n".encode())
-    assert _read_users(argparse.Namespace(users=[], users_file=str(users_file))) == ["alice"]
+    assert read_users(argparse.Namespace(users=[], users_file=str(users_file))) == ["alice"]
