@@ -8,8 +8,8 @@ For each object the index names:
    Every read is pinned to that version (``VersionId``, or ``If-Match`` on the ETag; a replacement mid-read starts the
    object again).
 2. Each line is checked to hold one of the users before it is taken, by the purge's own ownership check
-   (:class:`~lakepurge.purge.engine.Ownership` for JSON Lines and CSV, :func:`~lakepurge.purge.rewrite.owned_rows` for
-   Parquet): a stale index never exports someone else's record. JSON Lines and CSV objects are streamed only up to
+   (:class:`~lakepurge.purge.ownership.Ownership` for JSON Lines and CSV, :func:`~lakepurge.purge.ownership.owned_rows`
+   for Parquet): a stale index never exports someone else's record. JSON Lines and CSV objects are streamed only up to
    the last wanted line; Parquet reads only the row groups that hold wanted rows (ranged GETs). Objects of
    one-user-per-object datasets, their owner checked now, are taken whole.
 3. Into a zip: ``datasets/<dataset>/<n>.<ext>`` per object, in the original format (JSON Lines and CSV lines
@@ -64,8 +64,9 @@ from lakepurge.core.s3uri import S3Uri
 from lakepurge.index import open_store, relational_dsn
 from lakepurge.index.base import WHOLE_OBJECT
 from lakepurge.indexing.coverage import of_index
-from lakepurge.purge.engine import Ownership, find_user_lines
-from lakepurge.purge.rewrite import owned_rows, without_views
+from lakepurge.purge.engine import find_user_lines
+from lakepurge.purge.ownership import Ownership, owned_rows
+from lakepurge.purge.rewrite import without_views
 from lakepurge.records.formats import csv_records, iter_line_batches, open_decompressed, parse_paths
 from lakepurge.reports import layout
 

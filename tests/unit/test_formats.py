@@ -440,7 +440,7 @@ def test_given_any_csv_when_each_indexed_record_is_erased_then_exactly_its_lines
     # blanks there (keeping the line count), and every other byte, unparseable lines included, stays as it was.
     from types import SimpleNamespace
 
-    from lakepurge.purge.engine import Ownership
+    from lakepurge.purge.ownership import Ownership
     from lakepurge.purge.rewrite import rewrite_csv
 
     body = b"\n".join([b"id,note", *lines]) + (b"\n" if trailing_newline else b"")
