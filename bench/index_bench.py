@@ -256,7 +256,7 @@ def parse_only(lines: list[bytes]) -> None:
 
 
 def inflate_only(compressed: bytes) -> None:
-    """The floor for .gz: decompress in 1 MiB input chunks, as formats.GzipReader does, and drop the output."""
+    """The floor for .gz: decompress in 1 MiB input chunks, as lines.GzipReader does, and drop the output."""
     inflate = zlib.decompressobj(wbits=31)
     for start in range(0, len(compressed), 1 << 20):
         inflate.decompress(compressed[start : start + (1 << 20)])

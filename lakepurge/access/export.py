@@ -67,7 +67,9 @@ from lakepurge.indexing.coverage import of_index
 from lakepurge.purge.engine import find_user_lines
 from lakepurge.purge.ownership import Ownership, owned_rows
 from lakepurge.purge.rewrite import without_views
-from lakepurge.records.formats import csv_records, iter_line_batches, open_decompressed, parse_paths
+from lakepurge.records.csv_records import csv_records
+from lakepurge.records.ids import parse_paths
+from lakepurge.records.lines import iter_line_batches, open_decompressed
 from lakepurge.reports import layout
 
 log = get_logger()

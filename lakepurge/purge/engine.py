@@ -44,14 +44,9 @@ from lakepurge.purge.ownership import Ownership
 from lakepurge.purge.rewrite import rewrite_csv, rewrite_jsonl, rewrite_parquet
 from lakepurge.purge.s3write import WriteConflict, Written, delete_in_place, preserved_attributes, write_in_place
 from lakepurge.purge.streams import Staged
-from lakepurge.records.formats import (
-    IdKeys,
-    InflationLimitExceeded,
-    extract_ids,
-    lines_holding,
-    parse_paths,
-    parse_record,
-)
+from lakepurge.records.ids import IdKeys, extract_ids, parse_paths, parse_record
+from lakepurge.records.lines import InflationLimitExceeded
+from lakepurge.records.search import lines_holding
 
 log = get_logger()
 

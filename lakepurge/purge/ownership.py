@@ -16,7 +16,8 @@ from typing import Any
 import orjson
 
 from lakepurge.core.config import DatasetConfig
-from lakepurge.records.formats import IdKeys, csv_id_columns, csv_ids, extract_ids, parse_paths, parse_record, plain_ids
+from lakepurge.records.csv_records import csv_id_columns, csv_ids
+from lakepurge.records.ids import IdKeys, extract_ids, parse_paths, parse_record, plain_ids
 
 
 class Ownership:

@@ -19,20 +19,17 @@ from lakepurge.core.config import DatasetConfig
 from lakepurge.purge.ownership import Ownership, owned_rows
 from lakepurge.purge.splice import DROP, skip_lines, splice_batches
 from lakepurge.purge.streams import LastByte, LinesLost, Staged, gzip_chunks, read_chunks, to_the_end
-from lakepurge.records.formats import (
-    DEFAULT_INFLATION,
-    IN_MEMORY,
+from lakepurge.records.csv_records import (
     UNTERMINATED_AT_END,
     CsvRecord,
-    GzipReader,
-    Inflation,
     csv_records,
     one_width_column,
-    parse_paths,
-    read_up_to,
     unquoted_line,
     unquoted_row,
 )
+from lakepurge.records.ids import parse_paths
+from lakepurge.records.lines import DEFAULT_INFLATION, GzipReader, Inflation, read_up_to
+from lakepurge.records.search import IN_MEMORY
 
 BLANK = b"{}"
 

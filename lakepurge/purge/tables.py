@@ -57,7 +57,7 @@ from lakepurge.index import open_store
 from lakepurge.index.base import IndexStore, ObjectIndex
 from lakepurge.purge.rewrite import rewrite_parquet
 from lakepurge.purge.streams import Staged
-from lakepurge.records.formats import extract_ids, parse_paths
+from lakepurge.records.ids import extract_ids, parse_paths
 from lakepurge.tables.base import TableError, TableFile, TableState
 from lakepurge.tables.delta import LOG, READ_THREADS, DeltaLog
 from lakepurge.tables.index import follow_table, indexed_version

@@ -19,7 +19,9 @@ from lakepurge.purge.ownership import Ownership
 from lakepurge.purge.rewrite import rewrite_csv, rewrite_jsonl
 from lakepurge.purge.streams import LastByte
 from lakepurge.purge.vacuum import PlaceholderMismatch, _is_placeholder, _placeholder_lines, _without
-from lakepurge.records.formats import CHUNK_BYTES, Record, read_records
+from lakepurge.records.formats import read_records
+from lakepurge.records.ids import Record
+from lakepurge.records.lines import CHUNK_BYTES
 
 pytestmark = pytest.mark.unit
 
