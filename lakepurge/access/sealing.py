@@ -7,13 +7,10 @@ from __future__ import annotations
 
 import base64
 import os
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 import orjson
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
-if TYPE_CHECKING:
-    pass
 
 MAGIC = b"LPXAEAD1"  # the sealed archive's first bytes (format version 1)
 # The archive's encryption context key: sealed requests use "request_id", so a grant to open archives (conditioned

@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import Any, TypeGuard
 
 from lakepurge.index.base import (
     WHOLE_OBJECT,
@@ -16,9 +16,6 @@ from lakepurge.index.base import (
     NoncurrentVersion,
     ObjectIndex,
 )
-
-if TYPE_CHECKING:
-    pass
 
 META_PREFIX = "#object#"
 META_SORT_KEY = "#meta"
