@@ -165,7 +165,7 @@ def archive_location(settings: Settings, to: S3Uri, request_id: str) -> S3Uri:
     return target
 
 
-def open_archive(settings: Settings, s3: Any, kms: Any, sealed: bytes, request_id: str) -> bytes:
+def open_archive(settings: Settings, s3: S3Client, kms: Any, sealed: bytes, request_id: str) -> bytes:
     """The plaintext (a zip) of an archive opened as request ``request_id``'s, once it is shown to be that request's:
     its export record (``exports/<request id>.json``) names these very bytes (their SHA-256), the archive was sealed
     for that request (its encryption context) and decrypts to the plaintext the record names. Raises ExportRefused
@@ -189,7 +189,7 @@ def open_archive(settings: Settings, s3: Any, kms: Any, sealed: bytes, request_i
     return plaintext
 
 
-def expire_archives(s3: Any, to: S3Uri, retention_days: int, now: datetime | None = None) -> list[str]:
+def expire_archives(s3: S3Client, to: S3Uri, retention_days: int, now: datetime | None = None) -> list[str]:
     """Delete every version of the archives directly under ``to`` (``<request id>.zip.enc``, lakepurge's by their
     metadata) written ``retention_days`` or more ago: what the stack's lifecycle rule does for access-exports/, for
     any location (the command line's --to, a local stack). Returns the request ids whose archives went."""
@@ -201,7 +201,9 @@ def expire_archives(s3: Any, to: S3Uri, retention_days: int, now: datetime | Non
             name = version["Key"][len(folder.key) :]
             if "/" in name or not name.endswith(ARCHIVE_SUFFIX) or version["LastModified"] > cutoff:
                 continue
-            pinned = {"VersionId": version["VersionId"]} if version.get("VersionId") not in (None, "null") else {}
+            pinned: dict[str, Any] = (
+                {"VersionId": version["VersionId"]} if version.get("VersionId") not in (None, "null") else {}
+            )
             head = s3.head_object(Bucket=folder.bucket, Key=version["Key"], **pinned)
             if (head.get("Metadata") or {}).get("encryption") != ARCHIVE_ENCRYPTION:
                 continue  # not an archive of lakepurge's: never deleted
@@ -212,7 +214,7 @@ def expire_archives(s3: Any, to: S3Uri, retention_days: int, now: datetime | Non
     return sorted(expired)
 
 
-def _delete_other_versions(s3: Any, uri: S3Uri, keep: str | None) -> None:
+def _delete_other_versions(s3: S3Client, uri: S3Uri, keep: str | None) -> None:
     """Every version of the archive's key but ``keep``: those of an earlier, failed run of the same export hold the
     users' records too. (An unversioned bucket has only the one the last PUT replaced.)"""
     if keep is None or keep == "null":

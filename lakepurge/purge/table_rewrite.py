@@ -54,7 +54,7 @@ def rewrite_partition(
     settings: Settings, env: dict[str, str], key: bytes, hashes: tuple[str, ...], items: Iterable[RewriteItem]
 ) -> Iterator[dict[str, Any]]:
     apply_job_environment(env)
-    s3 = aws.client("s3")
+    s3: S3Client = aws.client("s3")
     local = threading.local()  # a HashedUsers per thread: its memory is not thread-safe
 
     def rewrite(item: RewriteItem) -> dict[str, Any]:

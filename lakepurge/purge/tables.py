@@ -35,7 +35,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
@@ -64,6 +64,9 @@ from lakepurge.tables.delta import READ_THREADS, DeltaLog
 from lakepurge.tables.index import follow_table, indexed_version
 from lakepurge.tables.plan import TablePlan
 from lakepurge.tables.scan import contained, data_file_users, object_names
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
 
 log = get_logger()
 
@@ -128,7 +131,7 @@ class _TablePurge:
         self.key = key
         self.hashes = hashes
         self.request_id = request_id
-        self.s3 = aws.client("s3")
+        self.s3: S3Client = aws.client("s3")
         self.dataset = settings.dataset_named(plan.dataset)
         self.users = HashedUsers(hashes, Pseudonymizer(key))
         self._threads = threading.local()  # each reading thread's own HashedUsers (its memory is not thread-safe)
@@ -354,7 +357,7 @@ class _TablePurge:
     def _names(self, table: DeltaLog, key: str, version_id: str) -> bool:
         bucket = self.dataset.uri.bucket
         users = self._thread_users()
-        pinned = {"VersionId": version_id} if version_id != "null" else {}
+        pinned: dict[str, Any] = {"VersionId": version_id} if version_id != "null" else {}
         max_bytes = self.settings.indexing.max_record_bytes
         try:
             if table.is_data(key):
