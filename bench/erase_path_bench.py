@@ -177,7 +177,7 @@ def reference(fmt: str, stored: bytes, lines: Sequence[int]) -> bytes:
 def engine_rewrite(
     fmt: str, body: bytes, lines: Sequence[int], users: Any, dataset: Any, settings: Any
 ) -> tuple[Any, int]:
-    from lakepurge.purge.engine import Ownership
+    from lakepurge.purge.ownership import Ownership
     from lakepurge.purge.rewrite import rewrite_csv, rewrite_jsonl, rewrite_parquet
 
     if fmt == "parquet":

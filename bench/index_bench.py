@@ -256,7 +256,7 @@ def parse_only(lines: list[bytes]) -> None:
 
 
 def inflate_only(compressed: bytes) -> None:
-    """The floor for .gz: decompress in 1 MiB input chunks, as formats.GzipReader does, and drop the output."""
+    """The floor for .gz: decompress in 1 MiB input chunks, as lines.GzipReader does, and drop the output."""
     inflate = zlib.decompressobj(wbits=31)
     for start in range(0, len(compressed), 1 << 20):
         inflate.decompress(compressed[start : start + (1 << 20)])
@@ -719,15 +719,15 @@ def bench_lookup_alternatives(report: Report, store: Any, dsn: str, users: list[
 def _lookup_server_seconds(conn: Any, users: list[str]) -> float:
     """EXPLAIN ANALYZE of the query lookup runs for this many users: the adapter's own (query and settings) when it
     exposes them, else the = ANY(text[]) shape written here."""
-    from lakepurge.index import postgres
+    from lakepurge.index import postgres_sql
 
-    query, settings = getattr(postgres, "_LOOKUP", None), getattr(postgres, "_BIG_LOOKUP_SETTINGS", None)
+    query, settings = getattr(postgres_sql, "LOOKUP", None), getattr(postgres_sql, "BIG_LOOKUP_SETTINGS", None)
     with conn.transaction():
         if query is None or settings is None:
             plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + _ANY, (users,)).fetchone()
         else:
             conn.execute(settings)
-            sql = "EXPLAIN (ANALYZE, FORMAT JSON) " + query.replace("{ids}", postgres._IDS_SPLIT)
+            sql = "EXPLAIN (ANALYZE, FORMAT JSON) " + query.replace("{ids}", postgres_sql.IDS_SPLIT)
             plan = conn.execute(sql, {"ids": "\n".join(users)}).fetchone()
     return plan[0][0]["Execution Time"] / 1000 if plan else float("nan")
 

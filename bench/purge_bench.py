@@ -722,7 +722,7 @@ def prototype_purge(s3: Any, store: Any, settings: Any, target: Any, users: froz
     from lakepurge.core.s3io import ObjectHead
     from lakepurge.core.s3uri import S3Uri
     from lakepurge.index.base import NewVersion
-    from lakepurge.purge.engine import Ownership
+    from lakepurge.purge.ownership import Ownership
     from lakepurge.purge.rewrite import rewrite_jsonl
     from lakepurge.purge.s3write import write_in_place
 

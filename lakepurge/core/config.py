@@ -25,7 +25,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
 from lakepurge.core.s3uri import S3Uri
-from lakepurge.records.formats import Inflation
+from lakepurge.records.lines import Inflation
 
 
 class ConfigError(ValueError):

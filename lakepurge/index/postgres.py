@@ -1,5 +1,7 @@
 """PostgreSQL index: ``user_objects(userid, s3path, recordline)`` as in the design this follows, plus the
-indexed ETag per row and an ``indexed_objects`` table that makes per-object replacement atomic and ordered."""
+indexed ETag per row and an ``indexed_objects`` table that makes per-object replacement atomic and ordered. The schema
+and the statements are lakepurge.index.postgres_sql; this module runs them (one connection, reconnecting once when
+it broke; big lookups on two)."""
 
 from __future__ import annotations
 
@@ -28,180 +30,35 @@ from lakepurge.index.base import (
     UnindexableLine,
     UnindexableObject,
 )
+from lakepurge.index.postgres_sql import (
+    ALL_OBJECTS,
+    APPLY_ERASURE,
+    BIG_LOOKUP_SETTINGS,
+    CLAIM,
+    IDS_ARRAY,
+    IDS_SPLIT,
+    INDEXES,
+    KEEP_AS_NONCURRENT,
+    LOOKUP,
+    LOOKUP_OBJECTS,
+    SCHEMA,
+    SMALL_LOOKUP,
+    USER_ROWS,
+    VIEW,
+)
 from lakepurge.records.gc_pause import collector_paused
 
 log = get_logger()
 
-# Schema, created on first use. Index rows carry an integer object id instead of the object's path: a row is about
-# half as wide, the userid index is covering (lookups read no heap page once the table is vacuumed), and ids compare
-# byte-wise (COLLATE "C": equality is the same, only the sort order of ids is byte order). The design's
-# user_objects(userid, s3path, recordline) is a view over the rows and indexed_objects, for tools written against it.
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS indexed_objects (
-    s3path        TEXT PRIMARY KEY,
-    dataset       TEXT        NOT NULL,
-    etag          TEXT        NOT NULL,
-    version_id    TEXT,
-    last_modified TIMESTAMPTZ NOT NULL,
-    records       INTEGER     NOT NULL,
-    unindexable   INTEGER     NOT NULL,
-    reappeared    INTEGER     NOT NULL DEFAULT 0,   -- erased users found again in this object
-    indexed_at    TIMESTAMPTZ NOT NULL DEFAULT now(),
-    object_id     BIGINT      NOT NULL GENERATED ALWAYS AS IDENTITY   -- kept while the object stays indexed
-);
--- One row per (user, line). The version the line numbers belong to is the object's, in indexed_objects, so erasing
--- lines from an object touches only those rows. Integers first: no alignment padding.
-CREATE TABLE IF NOT EXISTS user_rows (
-    object_id  BIGINT  NOT NULL,   -- indexed_objects.object_id
-    recordline INTEGER NOT NULL,   -- 0-based line (row for Parquet); -1: the whole object is the user's
-    userid     TEXT COLLATE "C" NOT NULL
-);
-CREATE TABLE IF NOT EXISTS unindexable_lines (
-    s3path     TEXT    NOT NULL,
-    recordline INTEGER NOT NULL,
-    reason     TEXT    NOT NULL
-);
-CREATE INDEX IF NOT EXISTS unindexable_lines_s3path ON unindexable_lines (s3path);
-CREATE TABLE IF NOT EXISTS erased_users (   -- the suppression list: keyed hashes, never raw ids
-    user_hash  TEXT PRIMARY KEY,
-    request_id TEXT        NOT NULL,
-    erased_at  TIMESTAMPTZ NOT NULL DEFAULT now()
-);
--- Versioned buckets: whose records the noncurrent versions of an object still hold (an overwritten object's old
--- version, a deleted object's last one). No line numbers: a noncurrent version is immutable and is deleted whole.
-CREATE TABLE IF NOT EXISTS noncurrent_versions (
-    userid     TEXT COLLATE "C" NOT NULL,
-    s3path     TEXT NOT NULL,
-    version_id TEXT NOT NULL,
-    dataset    TEXT NOT NULL,
-    PRIMARY KEY (userid, s3path, version_id)
-);
-CREATE INDEX IF NOT EXISTS noncurrent_versions_object ON noncurrent_versions (s3path, version_id);
--- The last full listing of each dataset (backfill or reconciliation): what lakepurge.indexing.coverage decides from.
-CREATE TABLE IF NOT EXISTS dataset_coverage (
-    dataset     TEXT PRIMARY KEY,
-    location    TEXT        NOT NULL,
-    method      TEXT        NOT NULL,
-    started_at  TIMESTAMPTZ NOT NULL,
-    finished_at TIMESTAMPTZ NOT NULL,
-    objects     INTEGER     NOT NULL,
-    versions    INTEGER     NOT NULL,
-    failed      INTEGER     NOT NULL,
-    drift       INTEGER     NOT NULL
-);
-"""
-
-# Keeps the users of object versions that stop being current (object id, path, version id, dataset per version).
-_KEEP_AS_NONCURRENT = """
-INSERT INTO noncurrent_versions (userid, s3path, version_id, dataset)
-SELECT DISTINCT r.userid, v.s3path, v.version_id, v.dataset
-FROM user_rows r
-JOIN unnest(%s::bigint[], %s::text[], %s::text[], %s::text[]) AS v(object_id, s3path, version_id, dataset)
-    USING (object_id)
-ON CONFLICT DO NOTHING
-"""
-
-INDEXES = """
-CREATE UNIQUE INDEX IF NOT EXISTS indexed_objects_object_id ON indexed_objects (object_id);
--- Covering: a lookup is an index-only scan.
-CREATE INDEX IF NOT EXISTS user_rows_userid ON user_rows (userid) INCLUDE (object_id, recordline);
--- (object, line): erasing 500 lines of an object finds exactly those rows instead of filtering all of its rows.
-CREATE INDEX IF NOT EXISTS user_rows_object_line ON user_rows (object_id, recordline);
--- The few objects holding erased users again (`lakepurge status` lists them): found without reading the others.
-CREATE INDEX IF NOT EXISTS indexed_objects_reappeared ON indexed_objects (s3path) WHERE reappeared > 0;
--- The objects holding unindexable lines, per dataset (what coverage reads for every request): only those are read.
-CREATE INDEX IF NOT EXISTS indexed_objects_unindexable ON indexed_objects (dataset, s3path) WHERE unindexable > 0;
-"""
-
-VIEW = """
-CREATE OR REPLACE VIEW user_objects AS
-    SELECT r.userid, o.s3path, r.recordline FROM user_rows r JOIN indexed_objects o USING (object_id)
-"""
-
-# The indexed version an erasure rewrote becomes the version written, without the erased lines' rows; {only} narrows
-# the versions it applies to. Answers the object's id, or nothing when that version is not the one indexed.
-_APPLY_ERASURE = (
-    "WITH updated AS (UPDATE indexed_objects SET etag = %(etag)s, version_id = %(version)s,"
-    " last_modified = %(modified)s, records = greatest(records - %(erased)s, 0),"
-    " indexed_at = now() WHERE s3path = %(s3path)s AND etag = %(before)s{only} RETURNING object_id),"
-    " erased AS (DELETE FROM user_rows WHERE object_id IN (SELECT object_id FROM updated)"
-    " AND recordline = ANY(%(lines)s::int[]))"
-    " SELECT object_id FROM updated"
-)
-
-# Claims the objects of a batch, in path order (two batches touching the same objects cannot deadlock); returns the
-# claimed ones, not those of which a newer or identical version is already indexed.
-_CLAIM = """
-INSERT INTO indexed_objects
-    (s3path, dataset, etag, version_id, last_modified, records, unindexable, reappeared, indexed_at)
-SELECT *, now() FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::timestamptz[], %s::int[], %s::int[],
-                            %s::int[]) AS batch
-ORDER BY 1
-ON CONFLICT (s3path) DO UPDATE SET
-    dataset = EXCLUDED.dataset, etag = EXCLUDED.etag, version_id = EXCLUDED.version_id,
-    last_modified = EXCLUDED.last_modified, records = EXCLUDED.records,
-    unindexable = EXCLUDED.unindexable, reappeared = EXCLUDED.reappeared, indexed_at = now()
-WHERE indexed_objects.last_modified <= EXCLUDED.last_modified
-  AND (%s OR indexed_objects.etag <> EXCLUDED.etag)
-RETURNING s3path, object_id
-"""
-
-# Lookups name the wanted ids as {ids}: an array parameter, or for long lists one newline-separated string split by
-# the server (sending 100,000 strings as an array costs the client ~0.1 s of CPU; one string, almost nothing).
-_IDS_ARRAY = "%(ids)s::text[]"
-_IDS_SPLIT = "string_to_array(%(ids)s, E'\\n')"
 # From this many ids on, a lookup runs with settings for a big batch (see _run_lookup).
 _BIG_LOOKUP = 1000
-_SMALL = 10  # users up to which lookup uses _SMALL_LOOKUP
+_SMALL = 10  # users up to which lookup uses SMALL_LOOKUP
 # From this many ids on, a lookup splits the work over two backends (below, the hand-offs cost more than they save).
 # lookup cuts it in many slices, so that building Locations starts early and overlaps the server's work;
 # lookup_objects has little to build and pays per slice for grouping by object, so it cuts one slice per backend.
 _PIPELINED_LOOKUP = 20_000
 _LOOKUP_SLICES = 10
 _LOOKUP_OBJECTS_SLICES = 2
-# A big lookup reads its index entries at random, from cache: without random_page_cost near seq_page_cost the planner
-# prefers a sequential scan of every row (twice as slow at 100,000 users of 5,000,000 rows). JIT compiling costs more
-# than it saves here; the hash tables need more than the stock 4 MB of work_mem.
-_BIG_LOOKUP_SETTINGS = (
-    "SELECT set_config('random_page_cost', '1.1', true), set_config('jit', 'off', true),"
-    " set_config('work_mem', '256MB', true)"
-)
-
-# Per user (in index order, so the grouping streams), the objects and lines of its rows; then the path and ETag of
-# each object found, once (lines NULL, the path in the first column). One statement: one snapshot, so lines and
-# ETags always belong together.
-_USER_ROWS = """
-SELECT userid, array_agg(object_id) AS objects, array_agg(recordline) AS lines, NULL AS etag FROM user_rows
-WHERE userid = ANY({ids}) GROUP BY userid
-"""
-_LOOKUP = f"""
-WITH hits AS MATERIALIZED ({_USER_ROWS})
-SELECT userid, objects, lines, etag FROM hits
-UNION ALL
-SELECT s3path, ARRAY[object_id], NULL, etag FROM indexed_objects WHERE object_id IN (SELECT unnest(objects) FROM hits)
-"""
-
-# What a pipelined lookup reads once, instead of each slice joining its objects (the slices then run _USER_ROWS),
-# when the index has fewer objects than users asked for: every object, in _LOOKUP's object-row shape.
-_ALL_OBJECTS = "SELECT s3path, ARRAY[object_id], NULL::integer[], etag FROM indexed_objects"
-
-# The batch lookup grouped by object: one probe of the index for both answers; the result stays small at 100,000
-# users. No DISTINCT per object (it sorts half a million rows): two users sharing a line are merged by the caller.
-_LOOKUP_OBJECTS = """
-WITH hits AS (SELECT userid, object_id, recordline FROM user_rows WHERE userid = ANY({ids}))
-SELECT o.s3path, o.etag, h.lines, NULL::bigint FROM (
-    SELECT object_id, array_agg(recordline) AS lines FROM hits GROUP BY object_id) h
-JOIN indexed_objects o USING (object_id)
-UNION ALL SELECT NULL, NULL, NULL, count(*) FROM (SELECT DISTINCT userid FROM hits) found
-"""
-
-# A few users: a plain join, which the planner runs as index probes (the CTE form above costs a hash of the
-# objects table on each call, ~1 ms on 10,000 objects).
-_SMALL_LOOKUP = """
-SELECT r.userid, o.s3path, o.etag, array_agg(r.recordline ORDER BY r.recordline)
-FROM user_rows r JOIN indexed_objects o USING (object_id)
-WHERE r.userid = ANY(%(ids)s) GROUP BY r.userid, o.s3path, o.etag
-"""
 
 _BY_PATH = attrgetter("s3path")
 
@@ -224,7 +81,7 @@ def _splittable(user_ids: Sequence[str]) -> list[str] | None:
 
 
 def _add_locations(rows: list[tuple], objects: dict[int, tuple[str, str]], found: dict[str, list[Location]]) -> None:
-    """Turn _LOOKUP's rows (per user its object ids and lines; per object its path and ETag) into Locations."""
+    """Turn LOOKUP's rows (per user its object ids and lines; per object its path and ETag) into Locations."""
     for path, ids, lines, etag in rows:
         if lines is None:
             objects[ids[0]] = (path, etag)
@@ -333,7 +190,7 @@ class PostgresIndexStore:
             )
             previous = {row[0]: row[1:] for row in cur.fetchall()}
             cur.execute(
-                _CLAIM,
+                CLAIM,
                 (
                     [o.s3path for o in batch],
                     [o.dataset for o in batch],
@@ -386,7 +243,7 @@ class PostgresIndexStore:
         """(s3path, object id, version id, dataset) of versions that stopped being current: keep their users."""
         if versions:
             cur.execute(
-                _KEEP_AS_NONCURRENT,
+                KEEP_AS_NONCURRENT,
                 [list(column) for column in zip(*((v[1], v[0], v[2], v[3]) for v in versions), strict=True)],
             )
 
@@ -403,7 +260,7 @@ class PostgresIndexStore:
         }
         # An object indexed without a version id (its bucket unversioned then) leaves no version to keep: one
         # statement, one round trip.
-        if self._conn.execute(_APPLY_ERASURE.format(only=" AND version_id IS NULL"), values).fetchone() is not None:
+        if self._conn.execute(APPLY_ERASURE.format(only=" AND version_id IS NULL"), values).fetchone() is not None:
             return True
         with self._conn.transaction(), self._conn.cursor() as cur:
             cur.execute(
@@ -414,7 +271,7 @@ class PostgresIndexStore:
             rewritten = cur.fetchone()
             if rewritten is not None:
                 self._keep_as_noncurrent(cur, [(s3path, rewritten[0], rewritten[1], rewritten[2])])
-            cur.execute(_APPLY_ERASURE.format(only=""), values)
+            cur.execute(APPLY_ERASURE.format(only=""), values)
             return cur.fetchone() is not None
 
     @_reconnecting
@@ -435,16 +292,16 @@ class PostgresIndexStore:
         """Run a lookup query, {ids} standing for the wanted ids, and fetch its rows (binary: no text parsing)."""
         if len(user_ids) < _BIG_LOOKUP:  # one statement, one round trip: what one-user latency needs
             with self._conn.cursor(binary=True) as cur:
-                cur.execute(query.replace("{ids}", _IDS_ARRAY), {"ids": list(user_ids)})
+                cur.execute(query.replace("{ids}", IDS_ARRAY), {"ids": list(user_ids)})
                 return cur.fetchall()
         joined = "\n".join(user_ids)
         ids: str | list[str] = joined
         if joined.count("\n") == len(user_ids) - 1:  # no id holds a newline itself
-            query = query.replace("{ids}", _IDS_SPLIT)
+            query = query.replace("{ids}", IDS_SPLIT)
         else:
-            query, ids = query.replace("{ids}", _IDS_ARRAY), list(user_ids)
+            query, ids = query.replace("{ids}", IDS_ARRAY), list(user_ids)
         with self._conn.transaction(), self._conn.cursor(binary=True) as cur:
-            cur.execute(_BIG_LOOKUP_SETTINGS)  # local to this transaction
+            cur.execute(BIG_LOOKUP_SETTINGS)  # local to this transaction
             cur.execute(query, {"ids": ids})
             return cur.fetchall()
 
@@ -454,7 +311,7 @@ class PostgresIndexStore:
             return {}
         if len(user_ids) <= _SMALL:
             with self._conn.cursor(binary=True) as cur:
-                cur.execute(_SMALL_LOOKUP, {"ids": list(user_ids)})
+                cur.execute(SMALL_LOOKUP, {"ids": list(user_ids)})
                 found_few: dict[str, list[Location]] = defaultdict(list)
                 for user, s3path, etag, lines in cur.fetchall():
                     found_few[user].append(Location(s3path, etag, tuple(lines)))
@@ -466,14 +323,14 @@ class PostgresIndexStore:
         with collector_paused():
             distinct = _splittable(user_ids) if len(user_ids) >= _PIPELINED_LOOKUP else None
             if distinct is None:
-                _add_locations(self._run_lookup(_LOOKUP, user_ids), objects, found)
+                _add_locations(self._run_lookup(LOOKUP, user_ids), objects, found)
             elif self._objects_estimate() <= len(distinct):
                 # Fewer objects in the index than users asked for: read the objects table once (as object rows)
                 # instead of each slice joining the objects it touches, most of them again.
-                for rows in self._pipelined(_USER_ROWS, distinct, _LOOKUP_SLICES, prelude=_ALL_OBJECTS):
+                for rows in self._pipelined(USER_ROWS, distinct, _LOOKUP_SLICES, prelude=ALL_OBJECTS):
                     _add_locations(rows, objects, found)
             else:
-                for rows in self._pipelined(_LOOKUP, distinct, _LOOKUP_SLICES):
+                for rows in self._pipelined(LOOKUP, distinct, _LOOKUP_SLICES):
                     _add_locations(rows, objects, found)
         return found
 
@@ -492,7 +349,7 @@ class PostgresIndexStore:
         overlaps the client's. Both backends read one exported snapshot, so the answer is as consistent as one
         statement's."""
         size = -(-len(user_ids) // slices)
-        query = lookup.replace("{ids}", _IDS_SPLIT)
+        query = lookup.replace("{ids}", IDS_SPLIT)
         statements: list[tuple[str, dict[str, str] | None]] = [] if prelude is None else [(prelude, None)]
         statements += [(query, {"ids": "\n".join(user_ids[i : i + size])}) for i in range(0, len(user_ids), size)]
         pending: list[Future[list[tuple]]] = [Future() for _ in statements]
@@ -521,7 +378,7 @@ class PostgresIndexStore:
             side.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             side.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(exported[0])))
             for conn in (self._conn, side):
-                conn.execute(_BIG_LOOKUP_SETTINGS)
+                conn.execute(BIG_LOOKUP_SETTINGS)
             workers = [
                 threading.Thread(target=run, args=(conn, range(first, len(statements), 2)), daemon=True)
                 for first, conn in enumerate((self._conn, side))
@@ -551,9 +408,9 @@ class PostgresIndexStore:
             return Hits({}, 0)
         distinct = _splittable(user_ids) if len(user_ids) >= _PIPELINED_LOOKUP else None
         if distinct is None:
-            parts = [self._run_lookup(_LOOKUP_OBJECTS, user_ids)]
+            parts = [self._run_lookup(LOOKUP_OBJECTS, user_ids)]
         else:
-            parts = list(self._pipelined(_LOOKUP_OBJECTS, distinct, _LOOKUP_OBJECTS_SLICES))
+            parts = list(self._pipelined(LOOKUP_OBJECTS, distinct, _LOOKUP_OBJECTS_SLICES))
         found = 0
         etags: dict[str, str] = {}
         lines: dict[str, set[int]] = defaultdict(set)

@@ -20,15 +20,8 @@ from lakepurge.core.logs import get_logger, object_ref
 from lakepurge.core.privacy import Pseudonymizer
 from lakepurge.core.s3io import ObjectChanged, ObjectHead, head_object, head_version, open_body, open_seekable
 from lakepurge.index.base import WHOLE_OBJECT, IndexStore, NoncurrentVersion, ObjectIndex, UnindexableLine
-from lakepurge.records.formats import (
-    IdFieldError,
-    IdKeys,
-    extract_ids,
-    group_records,
-    id_problem,
-    parse_paths,
-    parse_record,
-)
+from lakepurge.records.formats import group_records
+from lakepurge.records.ids import IdFieldError, IdKeys, extract_ids, id_problem, parse_paths, parse_record
 from lakepurge.tables.detect import TableFormatError, detect_cached, key_table_format
 from lakepurge.tables.index import NotIndexed, follow_table, open_table
 

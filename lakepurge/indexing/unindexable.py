@@ -40,14 +40,10 @@ from lakepurge.core.s3uri import S3Uri
 from lakepurge.index.base import WHOLE_OBJECT, DatasetProblems, IndexStore, UnindexableObject
 from lakepurge.indexing.coverage import DatasetCoverage
 from lakepurge.indexing.indexer import content_error
-from lakepurge.records.formats import (
-    CHUNK_BYTES,
-    HEADER_PROBLEM,
-    UNREAD_FROM_HERE,
-    Unindexable,
-    open_decompressed,
-    read_records,
-)
+from lakepurge.records.csv_records import HEADER_PROBLEM
+from lakepurge.records.formats import UNREAD_FROM_HERE, read_records
+from lakepurge.records.ids import Unindexable
+from lakepurge.records.lines import CHUNK_BYTES, open_decompressed
 
 log = get_logger()
 

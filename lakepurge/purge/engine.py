@@ -13,8 +13,6 @@ For each object named by the report:
 
 from __future__ import annotations
 
-import itertools
-import operator
 import time
 from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field, replace
@@ -42,20 +40,13 @@ from lakepurge.core.s3io import (
 from lakepurge.core.s3uri import S3Uri
 from lakepurge.index.base import WHOLE_OBJECT, IndexStore, NewVersion, ObjectIndex
 from lakepurge.indexing.indexer import index_object, scan_object
+from lakepurge.purge.ownership import Ownership
 from lakepurge.purge.rewrite import rewrite_csv, rewrite_jsonl, rewrite_parquet
 from lakepurge.purge.s3write import WriteConflict, Written, delete_in_place, preserved_attributes, write_in_place
 from lakepurge.purge.streams import Staged
-from lakepurge.records.formats import (
-    IdKeys,
-    InflationLimitExceeded,
-    csv_id_columns,
-    csv_ids,
-    extract_ids,
-    lines_holding,
-    parse_paths,
-    parse_record,
-    plain_ids,
-)
+from lakepurge.records.ids import IdKeys, extract_ids, parse_paths, parse_record
+from lakepurge.records.lines import InflationLimitExceeded
+from lakepurge.records.search import lines_holding
 
 log = get_logger()
 
@@ -117,101 +108,6 @@ BeforeWrite = Callable[[ObjectOutcome], None]
 
 class OutputNotClean(Exception):
     """The bytes produced for an object still hold some of the users' records: nothing is written."""
-
-
-class Ownership:
-    """Decides whether a record belongs to one of the users, and remembers what it decided."""
-
-    def __init__(self, dataset: DatasetConfig, users: Container[str]) -> None:
-        assert dataset.id_fields is not None
-        self._paths = parse_paths(dataset.id_fields)
-        self._keys = IdKeys.of(self._paths)
-        self._columns: list[tuple[str, int | None]] | None = None
-        self._fields = dataset.id_fields
-        self.users = users
-        self.erased: list[int] = []
-        self.not_matching = 0
-        self.lines_of: dict[int, int] = {}  # physical lines of each erased record that spans more than one
-
-    def json_lines(self, lines: list[int], contents: list[bytes]) -> list[bool]:
-        """json_line for several lines at once. When each is an object whose single top-level id field holds a
-        plain id (the bulk of any lake), they are parsed, hashed and looked up without a Python step per line;
-        otherwise each goes through json_line."""
-        field = self._paths[0][0] if len(self._paths) == 1 and len(self._paths[0]) == 1 else None
-        each_contained = getattr(self.users, "each_contained", None)
-        if field is not None and each_contained is not None:
-            try:
-                ids = list(map(dict.get, map(orjson.loads, contents), itertools.repeat(field)))
-            except (orjson.JSONDecodeError, TypeError):  # not JSON, or not an object: line by line
-                ids = []
-            # (a line that may write the field twice is read line by line, every value of it)
-            if plain_ids(ids) and not self._keys.repeated_among(contents, len(ids)):
-                return self._note_many(lines, each_contained(ids))
-        return [self.json_line(line, content) for line, content in zip(lines, contents, strict=True)]
-
-    def json_line(self, line: int, content: bytes) -> bool:
-        try:
-            record = parse_record(content, self._keys)
-            owned = isinstance(record, dict) and any(u in self.users for u in extract_ids(record, self._paths))
-        except (orjson.JSONDecodeError, ValueError):
-            owned = False
-        return self._note(line, owned)
-
-    def csv_header(self, header: list[str]) -> None:
-        self._columns = csv_id_columns(header, self._fields)
-
-    def csv_rows(self, lines: list[int], rows: list[list[str]]) -> list[bool]:
-        """csv_record for several rows at once: hashed and looked up together when the dataset has one id column
-        and every row holds a plain ASCII id in it (the bulk of any lake); otherwise row by row."""
-        assert self._columns is not None
-        column = self.csv_column()
-        if column is not None:
-            if rows and min(map(len, rows)) > column:  # every row holds the column: taken in C
-                ids = list(map(operator.itemgetter(column), rows))
-            else:
-                ids = [row[column] if column < len(row) else "" for row in rows]
-            if plain_ids(ids) and "".join(ids).isascii():
-                return self._note_many(lines, self.users.each_contained(ids))  # type: ignore[attr-defined]
-        return [self.csv_record(line, row) for line, row in zip(lines, rows, strict=True)]
-
-    def csv_column(self) -> int | None:
-        """The id column's index when rows can be decided by it alone (csv_plain_ids): the dataset has one id
-        column, the header names it, and the users are looked up in batches. None otherwise."""
-        assert self._columns is not None
-        if len(self._columns) == 1 and getattr(self.users, "each_contained", None) is not None:
-            return self._columns[0][1]
-        return None
-
-    def csv_plain_ids(self, lines: list[int], ids: list[bytes]) -> list[bool] | None:
-        """csv_rows for rows given by their bytes in the csv_column, when every one is a plain ASCII id (decoded,
-        as csv_ids reads it, to the same string); None otherwise, and nothing is noted (the rows are then decided
-        row by row)."""
-        joined = b"".join(ids)
-        if not joined.isascii():
-            return None
-        values = list(map(bytes.decode, ids))  # ASCII: the same as the surrogateescape decoding of the row
-        if not plain_ids(values):
-            return None
-        return self._note_many(lines, self.users.each_contained(values))  # type: ignore[attr-defined]
-
-    def csv_record(self, line: int, row: list[str]) -> bool:
-        """As the indexer reads the row: a row with an id it would not index (too long, NUL, invalid UTF-8) is
-        nobody's."""
-        assert self._columns is not None
-        ids, problem = csv_ids(row, self._columns)
-        return self._note(line, problem is None and any(u in self.users for u in ids))
-
-    def _note_many(self, lines: list[int], owned: list[bool]) -> list[bool]:
-        self.erased.extend(itertools.compress(lines, owned))
-        self.not_matching += owned.count(False)
-        return owned
-
-    def _note(self, line: int, owned: bool) -> bool:
-        if owned:
-            self.erased.append(line)
-        else:
-            self.not_matching += 1
-        return owned
 
 
 def still_holding(

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -35,6 +35,9 @@ from lakepurge.purge.placeholders import write_batch as write_placeholder_batch
 from lakepurge.purge.tables import purge_tables, verify_table
 from lakepurge.reports import layout
 from lakepurge.reports.report import Report, ReportTable, resolve_references, stored_name
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
 
 log = get_logger()
 
@@ -293,105 +296,128 @@ def _purge_partition(
     targets: Iterable[PurgeTarget],
 ) -> Iterator[dict[str, Any]]:
     apply_job_environment(env)
-    s3 = aws.client("s3")
-    pseudonymizer = Pseudonymizer(key)
-    pending = list(targets)
-    finished_before: dict[str, ObjectOutcome] = {}
-    if _task_attempt() > 0:
-        # A task run again after its executor was lost: its earlier attempt may have rewritten objects (their intents
-        # recorded) and finished some (their outcomes recorded), none of which the driver knew when it started.
-        recorded = recorded_outcomes(s3, prefix, [t.s3path for t in pending], pseudonymizer)
-        intents = {**intents, **{path: o for path, o in recorded.items() if not o.committed}}
-        finished_before = {path: o for path, o in recorded.items() if o.committed}
-    written = _found_its_write(s3)
-    users = HashedUsers(user_hashes, pseudonymizer)
-    # Objects are I/O-bound (S3 round trips): a few threads per task keep the core busy. Each thread has its own
-    # index connection (a connection runs one transaction at a time).
-    local = threading.local()
-    stores: list[IndexStore] = []
+    yield from _PartitionPurge(settings, key, user_hashes, prefix, intents, list(targets)).run()
 
-    def store() -> IndexStore:
-        if not hasattr(local, "store"):
-            local.store = open_store(settings.index, create=False)
-            stores.append(local.store)
-        current: IndexStore = local.store
-        return current
 
-    def stored(outcome: ObjectOutcome) -> ObjectOutcome:
-        name = stored_name(outcome.s3path, settings.dataset_named(datasets[outcome.s3path]), pseudonymizer)
-        return replace(outcome, s3path=name)
+class _PartitionPurge:
+    """One Spark task's objects, purged on a few threads (the work is S3 round trips), each thread with its own index
+    connection (a connection runs one transaction at a time). Before an object is written (or a version deleted) its
+    intent is recorded, shared with the threads that record theirs at the same time (IntentJournal); finished
+    outcomes are written together, RESULTS_PER_BATCH at a time and at the end: one request for many objects. A task
+    killed before a batch is written loses nothing: its objects' intents are recorded, and the rerun settles each from
+    the intent and the object as it finds it (_settle)."""
 
-    def write_intents(intents: list[ObjectOutcome]) -> None:
-        where = layout.intents_batch(prefix, f"{time.time_ns():020d}-{uuid.uuid4().hex}")
-        s3.put_object(Bucket=where.bucket, Key=where.key, Body=orjson.dumps({"outcomes": [stored(o) for o in intents]}))
+    def __init__(
+        self,
+        settings: Settings,
+        key: bytes,
+        user_hashes: tuple[str, ...],
+        prefix: S3Uri,
+        intents: dict[str, ObjectOutcome],
+        targets: list[PurgeTarget],
+    ) -> None:
+        self.settings = settings
+        self.prefix = prefix
+        self.targets = targets
+        self.s3: S3Client = aws.client("s3")
+        self.pseudonymizer = Pseudonymizer(key)
+        self.intents = intents
+        self.finished_before: dict[str, ObjectOutcome] = {}
+        if _task_attempt() > 0:
+            # A task run again after its executor was lost: its earlier attempt may have rewritten objects (their
+            # intents recorded) and finished some (their outcomes recorded), none of which the driver knew when it
+            # started.
+            recorded = recorded_outcomes(self.s3, prefix, [t.s3path for t in targets], self.pseudonymizer)
+            self.intents = {**intents, **{path: o for path, o in recorded.items() if not o.committed}}
+            self.finished_before = {path: o for path, o in recorded.items() if o.committed}
+        self.written = _found_its_write(self.s3)
+        self.users = HashedUsers(user_hashes, self.pseudonymizer)
+        self.versioned = _bucket_versioning(self.s3)
+        self.datasets = {t.s3path: t.dataset for t in targets}
+        self.journal = IntentJournal(self._write_intents, INTENTS_LINGER_SECONDS)
+        self._local = threading.local()
+        self._stores: list[IndexStore] = []
+        self._finished: list[ObjectOutcome] = []
+        self._finished_lock = threading.Lock()
 
-    # Before an object is written (or a version deleted): what is about to be done, shared with the threads that
-    # record theirs at the same time.
-    journal = IntentJournal(write_intents, INTENTS_LINGER_SECONDS)
-
-    # Finished outcomes are written together, RESULTS_PER_BATCH at a time and at the end: one request for many
-    # objects. A task killed before a batch is written loses nothing: its objects' intents are recorded, and the
-    # rerun settles each from the intent and the object as it finds it (_settle).
-    finished: list[ObjectOutcome] = []
-    finished_lock = threading.Lock()
-
-    def flush(outcomes: list[ObjectOutcome]) -> None:
-        if outcomes:
-            # The placeholder records first: a run killed between the two requests redoes these objects (no
-            # finished outcome), and its settled outcomes write the records again, never none.
-            write_placeholder_batch(s3, settings, recorded_from(outcomes))
-            where = layout.results_batch(prefix, uuid.uuid4().hex)
-            body = orjson.dumps({"outcomes": [stored(o) for o in outcomes]})
-            s3.put_object(Bucket=where.bucket, Key=where.key, Body=body)
-
-    versioned = _bucket_versioning(s3)
-
-    def purge(target: PurgeTarget) -> dict[str, Any]:
-        if target.s3path in finished_before:
-            return finished_before[target.s3path].as_dict()
-        if target.s3path.startswith(OBJECT_REFERENCE):
-            return unresolved(target)
+    def run(self) -> Iterator[dict[str, Any]]:
         try:
-            index, bucket_versioned = store(), versioned(target.s3path)
+            with ThreadPoolExecutor(self.settings.purge.threads_per_task) as pool:
+                yield from pool.map(self._purge, self.targets)
+        finally:
+            self._flush(self._finished)
+            for opened in self._stores:
+                opened.close()
+
+    def _purge(self, target: PurgeTarget) -> dict[str, Any]:
+        if target.s3path in self.finished_before:
+            return self.finished_before[target.s3path].as_dict()
+        if target.s3path.startswith(OBJECT_REFERENCE):
+            return self._unresolved(target)
+        try:
+            index, bucket_versioned = self._store(), self.versioned(target.s3path)
         except Exception as exc:  # the index or S3 unreachable before the object was touched: it fails, others go on
             log.warning("purge of an object not started", extra={"error": type(exc).__name__})
             return ObjectOutcome(target.s3path, "failed", error=type(exc).__name__).as_dict()
-        with journal.working():
+        with self.journal.working():
             outcome = purge_object(
-                s3, index, settings, target, users, before_write=journal.record, versioned=bucket_versioned
+                self.s3,
+                index,
+                self.settings,
+                target,
+                self.users,
+                before_write=self.journal.record,
+                versioned=bucket_versioned,
             )
         try:
-            settled = _settle(outcome, intents.get(target.s3path), written)
+            settled = _settle(outcome, self.intents.get(target.s3path), self.written)
         except Exception as exc:  # whether an earlier run's write happened cannot be asked now: a failure, not a guess
             settled = replace(outcome, status="failed", error=f"earlier run's write not checked: {type(exc).__name__}")
-        return finish(settled)
+        return self._finish(settled)
 
-    def unresolved(target: PurgeTarget) -> dict[str, Any]:
+    def _unresolved(self, target: PurgeTarget) -> dict[str, Any]:
         """No version of the object is left (report.resolve_references): erased by an earlier run of this purge
         only if that run recorded its intent; otherwise a failure, never a silent success."""
-        intent = intents.get(target.s3path)
+        intent = self.intents.get(target.s3path)
         if intent is not None:
-            return finish(_settle(ObjectOutcome(target.s3path, "gone"), intent))
+            return self._finish(_settle(ObjectOutcome(target.s3path, "gone"), intent))
         return ObjectOutcome(target.s3path, "failed", error=UNRESOLVED).as_dict()
 
-    def finish(outcome: ObjectOutcome) -> dict[str, Any]:
+    def _finish(self, outcome: ObjectOutcome) -> dict[str, Any]:
         if outcome.status != "failed":
-            with finished_lock:
-                finished.append(outcome)
-                full = finished[:] if len(finished) >= RESULTS_PER_BATCH else []
+            with self._finished_lock:
+                self._finished.append(outcome)
+                full = self._finished[:] if len(self._finished) >= RESULTS_PER_BATCH else []
                 if full:
-                    finished.clear()
-            flush(full)
+                    self._finished.clear()
+            self._flush(full)
         return outcome.as_dict()
 
-    datasets = {t.s3path: t.dataset for t in pending}
-    try:
-        with ThreadPoolExecutor(settings.purge.threads_per_task) as pool:
-            yield from pool.map(purge, pending)
-    finally:
-        flush(finished)
-        for opened in stores:
-            opened.close()
+    def _store(self) -> IndexStore:
+        """This thread's index connection, opened on its first object."""
+        if not hasattr(self._local, "store"):
+            self._local.store = open_store(self.settings.index, create=False)
+            self._stores.append(self._local.store)
+        current: IndexStore = self._local.store
+        return current
+
+    def _stored(self, outcome: ObjectOutcome) -> ObjectOutcome:
+        dataset = self.settings.dataset_named(self.datasets[outcome.s3path])
+        return replace(outcome, s3path=stored_name(outcome.s3path, dataset, self.pseudonymizer))
+
+    def _write_intents(self, intents: list[ObjectOutcome]) -> None:
+        where = layout.intents_batch(self.prefix, f"{time.time_ns():020d}-{uuid.uuid4().hex}")
+        body = orjson.dumps({"outcomes": [self._stored(o) for o in intents]})
+        self.s3.put_object(Bucket=where.bucket, Key=where.key, Body=body)
+
+    def _flush(self, outcomes: list[ObjectOutcome]) -> None:
+        if outcomes:
+            # The placeholder records first: a run killed between the two requests redoes these objects (no
+            # finished outcome), and its settled outcomes write the records again, never none.
+            write_placeholder_batch(self.s3, self.settings, recorded_from(outcomes))
+            where = layout.results_batch(self.prefix, uuid.uuid4().hex)
+            body = orjson.dumps({"outcomes": [self._stored(o) for o in outcomes]})
+            self.s3.put_object(Bucket=where.bucket, Key=where.key, Body=body)
 
 
 VerifyItem = tuple[str, str, dict[str, Any] | None]  # object, dataset, the purge's outcome as proof (None: read all)

@@ -1,9 +1,9 @@
 """The format rewriters: one object's bytes with the users' records blanked or dropped, every other byte kept.
 
-JSON Lines and CSV stream (gzip in, gzip out) through splice_lines, and each target line is checked against the
-engine's Ownership before it is touched; Parquet is rewritten row group by row group, dropping the named rows whose
-ids name one of the users. The result is a Staged object: its bytes and their CRC64NVME, ready to be verified and
-written.
+JSON Lines and CSV stream (gzip in, gzip out) through splice_lines, and each target line is checked by Ownership
+(lakepurge.purge.ownership) before it is touched; Parquet is rewritten row group by row group, dropping the named rows
+whose ids name one of the users (owned_rows). The result is a Staged object: its bytes and their CRC64NVME, ready to
+be verified and written.
 """
 
 from __future__ import annotations
@@ -13,29 +13,23 @@ import io
 import itertools
 import operator
 from collections.abc import Container, Iterable, Iterator
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 from lakepurge.core.config import DatasetConfig
+from lakepurge.purge.ownership import Ownership, owned_rows
 from lakepurge.purge.splice import DROP, skip_lines, splice_batches
 from lakepurge.purge.streams import LastByte, LinesLost, Staged, gzip_chunks, read_chunks, to_the_end
-from lakepurge.records.formats import (
-    DEFAULT_INFLATION,
-    IN_MEMORY,
+from lakepurge.records.csv_records import (
     UNTERMINATED_AT_END,
     CsvRecord,
-    GzipReader,
-    Inflation,
     csv_records,
-    extract_ids,
     one_width_column,
-    parse_paths,
-    read_up_to,
     unquoted_line,
     unquoted_row,
 )
-
-if TYPE_CHECKING:
-    from lakepurge.purge.engine import Ownership
+from lakepurge.records.ids import parse_paths
+from lakepurge.records.lines import DEFAULT_INFLATION, GzipReader, Inflation, read_up_to
+from lakepurge.records.search import IN_MEMORY
 
 BLANK = b"{}"
 
@@ -449,17 +443,3 @@ class _StagedFile(io.RawIOBase):
 
     def tell(self) -> int:
         return self._staged.size
-
-
-def owned_rows(table: Any, paths: tuple[tuple[str, ...], ...], users: Container[str]) -> list[bool]:
-    """For each row of a Parquet table (a row group), whether its ids name one of the users. A row whose ids cannot
-    be read (the indexer reports it unindexable) is nobody's. The purge drops these rows; the export takes them."""
-    top = sorted({p[0] for p in paths})
-    owned = []
-    for record in table.select(top).to_pylist():
-        try:
-            ids: tuple[str, ...] = extract_ids(record, paths)
-        except ValueError:
-            ids = ()
-        owned.append(any(u in users for u in ids))
-    return owned

@@ -10,7 +10,7 @@ from typing import IO, Any, TypeVar
 
 from awscrt import checksums
 
-from lakepurge.records.formats import ByteSource
+from lakepurge.records.lines import ByteSource
 
 SPOOL_BYTES = 64 * 1024 * 1024  # a rewritten object up to this size stays in memory; a larger one goes to disk
 # The rewrite reads its source in pieces this big. An object up to this size is one piece: spliced, staged and

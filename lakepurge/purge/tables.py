@@ -21,20 +21,21 @@ For each table the report plans (lakepurge.tables.plan), on the driver:
 5. Verify: DuckDB's delta extension reads the current version (its own log replay): the same files as the log
    reader, each with the rows the index expects, and none of the users' ids in the files it reads; then the location
    is listed again and every version not read yet is read.
+
+This module runs the steps and keeps the outcome; step 2 is lakepurge.purge.table_rewrite, step 3
+lakepurge.purge.table_commit, step 4's deletions lakepurge.purge.table_history and step 5's second reader
+lakepurge.purge.table_second_reader.
 """
 
 from __future__ import annotations
 
-import json
 import threading
-import time
 import uuid
-from collections.abc import Container, Iterable, Iterator
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import Any
-from urllib.parse import unquote
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
@@ -46,29 +47,30 @@ from lakepurge.core.s3io import (
     ObjectChanged,
     ObjectHead,
     error_code,
-    ever_versioned,
     head_object,
     object_versions,
     open_seekable,
 )
 from lakepurge.core.s3uri import S3Uri
-from lakepurge.core.sparkutil import apply_job_environment, job_environment, on_executors
+from lakepurge.core.sparkutil import job_environment, on_executors
 from lakepurge.index import open_store
 from lakepurge.index.base import IndexStore, ObjectIndex
-from lakepurge.purge.rewrite import rewrite_parquet
-from lakepurge.purge.streams import Staged
-from lakepurge.records.formats import extract_ids, parse_paths
-from lakepurge.tables.base import TableError, TableFile, TableState
-from lakepurge.tables.delta import LOG, READ_THREADS, DeltaLog
+from lakepurge.purge.table_commit import CommitConflict, checkpoint, commit_replacement
+from lakepurge.purge.table_history import DeleteFailed, delete_versions, delete_written, needed_log
+from lakepurge.purge.table_rewrite import RewriteFailed, RewriteItem, rewrite_partition
+from lakepurge.purge.table_second_reader import normal_path, second_reader
+from lakepurge.tables.base import TableError, TableState
+from lakepurge.tables.delta import READ_THREADS, DeltaLog
 from lakepurge.tables.index import follow_table, indexed_version
 from lakepurge.tables.plan import TablePlan
 from lakepurge.tables.scan import contained, data_file_users, object_names
-from lakepurge.tables.storage import MISSING_LIBRARY, S3Access, duckdb_with_delta
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
 
 log = get_logger()
 
 COMMIT_ATTEMPTS = 3
-REQUEST_KEY = "lakepurge.request"  # the only thing the erasure's commit records about it
 
 
 @dataclass
@@ -97,17 +99,6 @@ class TableOutcome:
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "verified": self.verified, "rows_erased": self.rows_erased}
-
-
-@dataclass(frozen=True)
-class RewriteItem:
-    dataset: str
-    file: TableFile
-    etag: str  # "" when not known (a file found after the plan)
-    rows: tuple[int, ...]
-    physical_fields: tuple[str, ...]
-    hidden: tuple[int, ...]  # rows its deletion vector hides
-    new_key: str
 
 
 def purge_tables(
@@ -140,7 +131,7 @@ class _TablePurge:
         self.key = key
         self.hashes = hashes
         self.request_id = request_id
-        self.s3 = aws.client("s3")
+        self.s3: S3Client = aws.client("s3")
         self.dataset = settings.dataset_named(plan.dataset)
         self.users = HashedUsers(hashes, Pseudonymizer(key))
         self._threads = threading.local()  # each reading thread's own HashedUsers (its memory is not thread-safe)
@@ -196,7 +187,7 @@ class _TablePurge:
         erasing = self.outcome.version_committed is not None or not self.plan.empty
         if erasing:
             # Log entries before a checkpoint are not needed to read the current version: they can go.
-            self.outcome.checkpoint_version = _checkpoint(self.dataset)
+            self.outcome.checkpoint_version = checkpoint(self.dataset)
         state = table.state()
         deleted: dict[str, list[str]] = {}
         if erasing:
@@ -281,12 +272,12 @@ class _TablePurge:
         results = on_executors(
             self.spark,
             sorted(items, key=lambda i: -i.file.size),
-            lambda part: _rewrite_partition(settings, env, key, hashes, part),
+            lambda part: rewrite_partition(settings, env, key, hashes, part),
             label="table files rewritten",
         )
         failed = [r for r in results if r.get("error")]
         if failed:
-            _delete_written(self.s3, self.dataset, results)
+            delete_written(self.s3, self.dataset, results)
             raise RewriteFailed(f"{len(failed)} file(s) could not be rewritten: {failed[0]['error']}")
         for r in results:
             if r.get("after"):
@@ -300,7 +291,7 @@ class _TablePurge:
             return commit_replacement(self.dataset, state, rewritten, self.request_id)
         except CommitConflict:
             log.info("a concurrent commit conflicts with the erasure; starting again", extra={"dataset": table.uri})
-            _delete_written(self.s3, self.dataset, rewritten)
+            delete_written(self.s3, self.dataset, rewritten)
             return None
 
     # history
@@ -340,9 +331,7 @@ class _TablePurge:
                 if names is not None:
                     self.proven.add((key, version_id))
                 continue
-            needed = (version["IsLatest"] and path in state.files) or _needed_log(
-                key, uri.key, needed_from, needed_keys
-            )
+            needed = (version["IsLatest"] and path in state.files) or needed_log(key, uri.key, needed_from, needed_keys)
             if delete and not needed:
                 doomed.append((key, version_id))
                 deleted.setdefault(path, []).append(version_id)
@@ -350,7 +339,7 @@ class _TablePurge:
             why = "needed by the table's current version" if needed else "holds the users"
             remaining.append({"object": path, "version_id": version_id, "reason": why})
         checked = len(candidates)
-        _delete_versions(self.s3, uri.bucket, doomed)
+        delete_versions(self.s3, uri.bucket, doomed)
         for path, versions in deleted.items():
             what = "log" if table.is_metadata(S3Uri.parse(path).key) else "data"
             self.outcome.objects_deleted.append({"object": path, "version_ids": versions, "what": what})
@@ -368,7 +357,7 @@ class _TablePurge:
     def _names(self, table: DeltaLog, key: str, version_id: str) -> bool:
         bucket = self.dataset.uri.bucket
         users = self._thread_users()
-        pinned = {"VersionId": version_id} if version_id != "null" else {}
+        pinned: dict[str, Any] = {"VersionId": version_id} if version_id != "null" else {}
         max_bytes = self.settings.indexing.max_record_bytes
         try:
             if table.is_data(key):
@@ -413,8 +402,8 @@ class _TablePurge:
         ids is in them (nor in any file not vouched for). With verify = "full" (and for `verify`), every file: the
         same live files as the log reader, each with the rows its log entry states, and no id of the users."""
         full = self.settings.purge.verify == "full" or not self.request_id
-        replaced = {_normal(f["before"]): f for f in self.outcome.files_replaced}
-        written = {_normal(f["after"]): f for f in self.outcome.files_replaced if f.get("after")}
+        replaced = {normal_path(f["before"]): f for f in self.outcome.files_replaced}
+        written = {normal_path(f["after"]): f for f in self.outcome.files_replaced if f.get("after")}
         reading = set(state.files) if full else (set(state.files) - trusted) | self.written
         found = second_reader(self.dataset, None if full else set(replaced) | set(written) | reading)
         self.outcome.second_reader = {
@@ -427,13 +416,13 @@ class _TablePurge:
             self.outcome.remaining.append(
                 {"object": gone[0], "reason": "the second reader still reads a replaced file"}
             )
-        if full and set(found.counts) != {_normal(p) for p in state.files}:
+        if full and set(found.counts) != {normal_path(p) for p in state.files}:
             self.outcome.remaining.append(
                 {"object": table.uri, "reason": "the second reader sees other live files than the table's log"}
             )
         expected = {path: f["rows_after"] for path, f in written.items()}
         if full:
-            expected |= {_normal(p): f.records for p, f in state.files.items() if f.records is not None}
+            expected |= {normal_path(p): f.records for p, f in state.files.items() if f.records is not None}
         live = _normal_set(state)
         differing = sorted(p for p, n in expected.items() if found.counts.get(p) != n and p in live)
         if differing:
@@ -450,7 +439,7 @@ def _replaced(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def _normal_set(state: TableState) -> set[str]:
-    return {_normal(p) for p in state.files}
+    return {normal_path(p) for p in state.files}
 
 
 def verify_table(settings: Settings, dataset: DatasetConfig, key: bytes, hashes: tuple[str, ...]) -> TableOutcome:
@@ -467,280 +456,3 @@ def verify_table(settings: Settings, dataset: DatasetConfig, key: bytes, hashes:
     check._history(table, state, set(), delete=False)
     check.outcome.remaining = found + check.outcome.remaining
     return check.outcome
-
-
-class RewriteFailed(Exception):
-    """A file of the table could not be rewritten: nothing was committed."""
-
-
-class CommitConflict(Exception):
-    """A concurrent commit changed the files this erasure replaces."""
-
-
-def _normal(path: str) -> str:
-    return unquote(path)
-
-
-def _needed_log(key: str, root: str, needed_from: int, checkpoint_keys: set[str]) -> bool:
-    """Whether the current version is read through this log object: the newest checkpoint (its parts and
-    sidecars), the commits after it, and _last_checkpoint."""
-    if not key.startswith(root + LOG):
-        return False
-    name = key[len(root + LOG) :]
-    if key in checkpoint_keys or name == "_last_checkpoint" or name.startswith("_sidecars/"):
-        return True
-    number = name.split(".", 1)[0]
-    return number.isdigit() and int(number) >= needed_from and name.endswith(".json") and ".checkpoint" not in name
-
-
-def _delete_versions(s3: Any, bucket: str, versions: list[tuple[str, str]]) -> None:
-    """Delete object versions for good, 1,000 a request (by version id where the bucket has had versioning)."""
-    by_id = ever_versioned(s3, bucket)
-    for start in range(0, len(versions), 1000):
-        batch = versions[start : start + 1000]
-        objects = [{"Key": key, "VersionId": v} if by_id else {"Key": key} for key, v in batch]
-        response = s3.delete_objects(Bucket=bucket, Delete={"Objects": objects, "Quiet": True})
-        errors = response.get("Errors") or []
-        if errors:
-            raise DeleteFailed(f"{len(errors)} object version(s) could not be deleted: {errors[0].get('Code')}")
-
-
-class DeleteFailed(Exception):
-    """S3 refused to delete some of the object versions that name the users (Object Lock, permissions)."""
-
-
-def _delete_version(s3: Any, bucket: str, key: str, version_id: str) -> None:
-    """Delete one version for good: by its id in a bucket that has (had) versioning (a "null" version is one written
-    before versioning was turned on), the object itself in a bucket that never had it."""
-    if version_id == "null" and not ever_versioned(s3, bucket):
-        s3.delete_object(Bucket=bucket, Key=key)
-    else:
-        s3.delete_object(Bucket=bucket, Key=key, VersionId=version_id)
-
-
-def _delete_written(s3: Any, dataset: DatasetConfig, results: Iterable[dict[str, Any]]) -> None:
-    """Files written for an attempt that was not committed: no commit names them, they hold other people's rows."""
-    for result in results:
-        if result.get("after"):
-            uri = S3Uri.parse(result["after"])
-            _delete_version(s3, uri.bucket, uri.key, result.get("after_version") or "null")
-
-
-_LOADED: dict[str, Any] = {}  # dataset -> the DeltaTable the erasure's commit loaded (the driver's only)
-
-
-def _checkpoint(dataset: DatasetConfig) -> int:
-    """Checkpoint the table's newest version (the table as the commit loaded it, brought up to date)."""
-    table = _LOADED.pop(dataset.name, None)
-    if table is not None:
-        table.update_incremental()
-    else:
-        table = _delta_table(dataset)
-    table.create_checkpoint()
-    version: int = table.version()
-    return version
-
-
-def _delta_table(dataset: DatasetConfig, version: int | None = None) -> Any:
-    try:
-        from deltalake import DeltaTable
-    except ImportError as exc:
-        raise ImportError(MISSING_LIBRARY) from exc
-    uri = f"s3://{dataset.uri.bucket}/{dataset.uri.key.rstrip('/')}"
-    return DeltaTable(uri, version=version, storage_options=S3Access.resolved().object_store_options())
-
-
-def commit_replacement(
-    dataset: DatasetConfig, state: TableState, rewritten: list[dict[str, Any]], request_id: str
-) -> int:
-    """Remove the rewritten files' old versions and add the new ones in one commit on top of `state`; returns the
-    version committed. A concurrent commit that removed one of these files raises CommitConflict."""
-    from deltalake.exceptions import CommitFailedError
-    from deltalake.transaction import AddAction, CommitProperties, RemoveAction
-
-    table = _delta_table(dataset, state.version)
-    _LOADED[dataset.name] = table  # the checkpoint that follows brings it up to date instead of loading it again
-    now = int(time.time() * 1000)
-    actions: list[Any] = []
-    for result in rewritten:
-        file = state.files[result["before"]]
-        partition = dict(file.partition)
-        actions.append(RemoveAction(file.native_path, True, now, file.size, partition))
-        if result.get("after"):
-            stats = json.dumps({"numRecords": result["rows_after"]})
-            actions.append(AddAction(result["after_native"], result["size_after"], partition, now, True, stats))
-    metadata = table.metadata()
-    try:
-        table.create_write_transaction(
-            actions,
-            mode="append",
-            schema=table.schema(),
-            partition_by=list(metadata.partition_columns) or None,
-            commit_properties=CommitProperties(custom_metadata={REQUEST_KEY: request_id}),
-        )
-    except CommitFailedError as exc:
-        raise CommitConflict(str(exc)) from None
-    return _committed_version(dataset, state.version, request_id)
-
-
-def _committed_version(dataset: DatasetConfig, after: int, request_id: str) -> int:
-    """The version of the commit that names this request (concurrent commits may have come before it)."""
-    log_reader = DeltaLog(aws.client("s3"), dataset)
-    latest = log_reader.latest_version() or after
-    for version in range(latest, after, -1):
-        for action in log_reader.commit_actions(version):
-            if action.get("commitInfo", {}).get(REQUEST_KEY) == request_id:
-                return version
-    raise CommitConflict("the erasure's commit is not in the log")
-
-
-def _rewrite_partition(
-    settings: Settings, env: dict[str, str], key: bytes, hashes: tuple[str, ...], items: Iterable[RewriteItem]
-) -> Iterator[dict[str, Any]]:
-    apply_job_environment(env)
-    s3 = aws.client("s3")
-    local = threading.local()  # a HashedUsers per thread: its memory is not thread-safe
-
-    def rewrite(item: RewriteItem) -> dict[str, Any]:
-        if not hasattr(local, "users"):
-            local.users = HashedUsers(hashes, Pseudonymizer(key))
-        try:
-            return _rewrite_one(s3, settings, local.users, item)
-        except Exception as exc:
-            log.exception("rewrite of a table file failed", extra={"error": type(exc).__name__})
-            return {"before": item.file.path, "error": type(exc).__name__}
-
-    # Several files at once per task, as the purge does objects: the work is S3 round trips and Arrow (no GIL).
-    with ThreadPoolExecutor(settings.purge.threads_per_task) as pool:
-        yield from pool.map(rewrite, list(items))
-
-
-def _rewrite_one(s3: Any, settings: Settings, users: Container[str], item: RewriteItem) -> dict[str, Any]:
-    uri = S3Uri.parse(item.file.path)
-    head = head_object(s3, uri.bucket, uri.key)
-    if head is None or (item.etag and head.etag != item.etag):
-        raise ObjectChanged(f"{item.file.path} is not the version the table's log names")
-    dataset = settings.dataset_named(item.dataset).model_copy(update={"id_fields": item.physical_fields})
-    hidden = set(item.hidden)
-    max_bytes = settings.indexing.max_record_bytes
-    rows = item.rows
-    for attempt in range(2):
-        with open_seekable(s3, head) as raw:
-            staged, erased = rewrite_parquet(raw, rows, users, dataset, hidden)
-        left = data_file_users(staged.reader(), uri.key, item.physical_fields, max_bytes)
-        if not contained(users, left):
-            break
-        staged.close()
-        if attempt:
-            raise OutputNotClean(f"the rewritten file still holds some of the users ({item.file.path})")
-        # The index named some of the users' rows but not all: find every one in the file and start again.
-        with open_seekable(s3, head) as raw:
-            found = data_file_users(raw, uri.key, item.physical_fields, max_bytes)
-        rows = tuple(sorted(r for user, lines in found.items() if user in users for r in lines))
-    result: dict[str, Any] = {
-        "before": item.file.path,
-        "before_etag": head.etag,
-        "rows_before": (item.file.records if item.file.records is not None else -1),
-        "rows_erased": len(erased),
-        "rows_hidden_dropped": len(hidden),
-    }
-    rows_after = _row_count(staged)
-    try:
-        if rows_after == 0:
-            return {**result, "after": None, "rows_after": 0}
-        new_key = settings.dataset_named(item.dataset).uri.key + unquote(item.new_key)
-        written = _write_new(s3, uri.bucket, new_key, staged)
-    finally:
-        staged.close()
-    return {
-        **result,
-        "after": f"s3://{uri.bucket}/{written[0]}",
-        "after_native": item.new_key,
-        "after_version": written[1],
-        "after_checksum": written[2],
-        "after_etag": written[4],
-        "rows_after": rows_after,
-        "size_after": written[3],
-        "rows_by_user": left,  # the new file's index rows, as verification read them before the write
-    }
-
-
-class OutputNotClean(Exception):
-    """The rewritten bytes still hold some of the users: nothing is written."""
-
-
-def _row_count(staged: Staged) -> int:
-    import pyarrow.parquet as pq
-
-    rows: int = pq.ParquetFile(staged.reader()).metadata.num_rows
-    return rows
-
-
-def _write_new(s3: Any, bucket: str, key: str, staged: Staged) -> tuple[str, str | None, str, int, str]:
-    response = s3.put_object(
-        Bucket=bucket,
-        Key=key,
-        Body=staged.reader(),
-        IfNoneMatch="*",
-        ChecksumAlgorithm="CRC64NVME",
-        ChecksumCRC64NVME=staged.checksum,
-    )
-    version = response.get("VersionId")
-    return key, None if version in (None, "null") else version, staged.checksum, staged.size, response["ETag"]
-
-
-def second_reader(dataset: DatasetConfig, files: set[str] | None) -> SecondReading:
-    """The current version as DuckDB's delta extension reads it: the rows of each live file among `files` (every
-    live file: None; a filter DuckDB pushes into its scan) and every distinct value of their id columns. One scan
-    answers both (DuckDB's grouping, in C): a million rows cost a hash per distinct id, not a Python step per row."""
-    if files is not None and not files:
-        return SecondReading({}, [])
-    assert dataset.id_fields is not None
-    paths = parse_paths(dataset.id_fields)
-    top = sorted({p[0] for p in paths})
-    uri = f"s3://{dataset.uri.bucket}/{dataset.uri.key.rstrip('/')}".replace("'", "''")
-    scan = f"delta_scan('{uri}', filename=true)"
-    sets = ", ".join(["(filename)", *(f"({_identifier(c)})" for c in top)])
-    where = "" if files is None else f" WHERE {_among(files)}"
-    query = (
-        f"SELECT filename, {', '.join(_identifier(c) for c in top)}, count(*) AS n FROM {scan}{where}"
-        f" GROUP BY GROUPING SETS ({sets})"
-    )
-    counts: dict[str, int] = {}
-    ids: list[str] = []
-    connection = duckdb_with_delta()
-    try:
-        for batch in connection.execute(query).to_arrow_reader():
-            for record in batch.to_pylist():
-                n = record.pop("n")
-                name = record.pop("filename")
-                if name is not None:
-                    counts[_normal(name)] = int(n)
-                    continue
-                try:
-                    ids.extend(extract_ids(record, paths))
-                except ValueError:
-                    continue  # an id the indexer reports unindexable is nobody's
-    finally:
-        connection.close()
-    return SecondReading(counts, ids)
-
-
-def _among(paths: set[str]) -> str:
-    """A filter on DuckDB's filename column: each path as the log names it and as it is decoded."""
-    names = sorted({*paths, *map(_normal, paths)})
-    return f"filename IN ({', '.join(map(_literal, names))})"
-
-
-def _identifier(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def _literal(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
-
-
-@dataclass(frozen=True)
-class SecondReading:
-    counts: dict[str, int]
-    ids: list[str]

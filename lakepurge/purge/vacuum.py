@@ -43,7 +43,7 @@ from lakepurge.purge.placeholders import (
 )
 from lakepurge.purge.s3write import WriteConflict, preserved_attributes, write_in_place
 from lakepurge.purge.streams import LastByte, Staged, gzip_chunks
-from lakepurge.records.formats import GzipReader, iter_lines
+from lakepurge.records.lines import GzipReader, iter_lines
 from lakepurge.reports import layout
 
 log = get_logger()

@@ -21,7 +21,8 @@ from typing import Any
 
 import orjson
 
-from lakepurge.records.formats import group_records, id_problem
+from lakepurge.records.formats import group_records
+from lakepurge.records.ids import id_problem
 
 _SQL_LITERAL = re.compile(r"'((?:[^']|'')*)'")
 _NUMBER = re.compile(r"-?\d+")

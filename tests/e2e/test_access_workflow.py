@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import requests
 
-from lakepurge.access.export import unseal
+from lakepurge.access.sealing import unseal
 from lakepurge.core import aws
 from lakepurge.local.workflow import sent_emails
 from lakepurge.workflow.store import RequestStore

@@ -13,7 +13,7 @@ import pytest
 from lakepurge.core import aws as clients
 from lakepurge.index import open_store
 from lakepurge.indexing.indexer import index_object
-from lakepurge.records.formats import GzipReader, Inflation, InflationLimitExceeded
+from lakepurge.records.lines import GzipReader, Inflation, InflationLimitExceeded
 from tests.support.lakes import make_lake
 
 pytestmark = pytest.mark.integration

@@ -214,7 +214,8 @@ def test_given_a_table_when_a_user_asks_for_their_data_then_the_archive_holds_ex
 ):
     import zipfile
 
-    from lakepurge.access.export import export_users, unseal
+    from lakepurge.access.export import export_users
+    from lakepurge.access.sealing import unseal
     from lakepurge.core.config import load_settings
     from lakepurge.core.s3uri import S3Uri
 

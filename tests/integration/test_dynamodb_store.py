@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from lakepurge.core.aws import client as aws_client
-from lakepurge.index import dynamodb
+from lakepurge.index import dynamodb_table
 from lakepurge.index.base import (
     WHOLE_OBJECT,
     Coverage,
@@ -20,7 +20,8 @@ from lakepurge.index.base import (
     ObjectIndex,
     UnindexableLine,
 )
-from lakepurge.index.dynamodb import DynamoBatchError, DynamoIndexStore
+from lakepurge.index.dynamodb import DynamoIndexStore
+from lakepurge.index.dynamodb_table import DynamoBatchError
 
 pytestmark = pytest.mark.integration
 
@@ -182,7 +183,7 @@ def test_given_table_without_by_object_index_when_ensuring_schema_then_it_refuse
             {"AttributeName": "location", "KeyType": "RANGE"},
         ],
     )
-    with pytest.raises(dynamodb.IndexSchemaError, match="by_object"):
+    with pytest.raises(dynamodb_table.IndexSchemaError, match="by_object"):
         DynamoIndexStore(TABLE).ensure_schema()
 
 
@@ -413,7 +414,7 @@ def test_given_dynamodb_returns_half_unprocessed_when_writing_and_reading_then_r
 
 
 def test_given_dynamodb_never_processes_a_batch_when_writing_then_it_gives_up_with_an_error(store, monkeypatch):
-    monkeypatch.setattr(dynamodb, "BACKOFF_BASE_SECONDS", 0.0)
+    monkeypatch.setattr(dynamodb_table, "BACKOFF_BASE_SECONDS", 0.0)
     index, _ = store_with(NeverProcesses)
     with pytest.raises(DynamoBatchError, match="unprocessed"):
         index.replace_objects([version("s3://lake/x.jsonl", '"e"', 0, {"alice": [0]})])

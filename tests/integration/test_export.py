@@ -21,7 +21,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from lakepurge import cli
-from lakepurge.access.export import ExportRefused, export_users, unseal
+from lakepurge.access.export import ExportRefused, export_users
+from lakepurge.access.sealing import unseal
 from lakepurge.core.aws import client
 from lakepurge.core.config import parse_settings
 from lakepurge.core.s3uri import S3Uri

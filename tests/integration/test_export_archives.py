@@ -15,7 +15,8 @@ import pytest
 import requests
 
 from lakepurge import cli
-from lakepurge.access.export import expire_archives, export_users, presigned_link, unseal
+from lakepurge.access.export import expire_archives, export_users, presigned_link
+from lakepurge.access.sealing import unseal
 from lakepurge.core.aws import client
 from lakepurge.core.config import parse_settings
 from lakepurge.core.s3uri import S3Uri

@@ -17,7 +17,8 @@ import orjson
 import pytest
 
 from lakepurge import cli
-from lakepurge.access.export import export_users, unseal
+from lakepurge.access.export import export_users
+from lakepurge.access.sealing import unseal
 from lakepurge.core.aws import client
 from lakepurge.core.config import parse_settings
 from lakepurge.core.privacy import Pseudonymizer

@@ -13,8 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lakepurge.core.privacy import HashedUsers, Pseudonymizer
-from lakepurge.records import formats
-from lakepurge.records.formats import Record, Unindexable, group_records, read_records
+from lakepurge.records import lines as line_reader
+from lakepurge.records.csv_records import csv_records
+from lakepurge.records.formats import group_records, read_records
+from lakepurge.records.ids import MAX_ID_BYTES, Record, Unindexable
+from lakepurge.records.lines import DEFAULT_INFLATION
+from lakepurge.records.search import lines_holding
 
 HASHER = Pseudonymizer(b"a test key of 32 bytes, not secret")
 
@@ -78,7 +82,7 @@ def test_given_a_record_writing_its_id_field_twice_when_reading_or_grouping_then
     assert records(read(REPEATED)) == expected
     assert records(read(REPEATED, fields=("order.buyer",))) == [(4, ("gus", "hal"))]
     for chunk in (1 << 20, 20):  # the whole object one chunk (the bulk path), and a chunk per line or so
-        monkeypatch.setattr(formats, "CHUNK_BYTES", chunk)
+        monkeypatch.setattr(line_reader, "CHUNK_BYTES", chunk)
         grouped = group_records(io.BytesIO(REPEATED), "x.jsonl", "jsonl", ("user_id",), MAX)
         assert grouped.lines_by_user == {"carol": [0], "alice": [1], "bob": [1], "dave": [2], "erin": [2], "frank": [3]}
 
@@ -263,7 +267,7 @@ def test_given_any_mix_of_lines_and_chunk_sizes_when_grouping_then_it_equals_gro
     if gz:
         data = gzip.compress(data)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(formats, "CHUNK_BYTES", chunk)
+        patch.setattr(line_reader, "CHUNK_BYTES", chunk)
         grouped = group_records(io.BytesIO(data), key, "jsonl", ("user_id",), 100)
         lines_by_user, count, reported = grouped_the_slow_way(data, key, 100)
     assert grouped.lines_by_user == lines_by_user
@@ -272,7 +276,7 @@ def test_given_any_mix_of_lines_and_chunk_sizes_when_grouping_then_it_equals_gro
 
 
 def test_given_a_clean_object_when_grouping_then_lines_are_ascending_per_user_across_chunks(monkeypatch):
-    monkeypatch.setattr(formats, "CHUNK_BYTES", 64)
+    monkeypatch.setattr(line_reader, "CHUNK_BYTES", 64)
     data = b"".join(b'{"user_id":"u%d","n":%d}\n' % (n % 3, n) for n in range(50))
     grouped = group_records(io.BytesIO(data), "x.jsonl", "jsonl", ("user_id",), MAX)
     assert grouped.records == 50 and grouped.unindexable == []
@@ -312,7 +316,7 @@ def test_given_an_id_a_backend_cannot_store_when_reading_jsonl_then_its_line_is_
 
 
 def test_given_ids_at_the_byte_limit_when_reading_then_they_are_indexed():
-    at_limit = ["a" * formats.MAX_ID_BYTES, "\u00e9" * (formats.MAX_ID_BYTES // 2)]
+    at_limit = ["a" * MAX_ID_BYTES, "\u00e9" * (MAX_ID_BYTES // 2)]
     data = b"".join(orjson.dumps({"user_id": v}) + b"\n" for v in at_limit)
     assert records(read(data, max_bytes=1 << 20)) == [(0, (at_limit[0],)), (1, (at_limit[1],))]
     grouped = group_records(io.BytesIO(data), "x.jsonl", "jsonl", ("user_id",), 1 << 20)
@@ -366,14 +370,14 @@ def test_given_a_200_kb_csv_field_when_reading_then_the_record_is_indexed():
 def test_given_a_quoted_field_holding_an_empty_line_and_a_line_of_commas_when_reading_then_they_are_that_record():
     data = b'id,note\nA,"one\n\n,,,\ntwo"\nB,x\n'
     assert records(read_csv_items(data)) == [(1, ("A",)), (5, ("B",))]
-    [first, second] = [r for r in formats.csv_records(io.BytesIO(data), MAX) if r.line > 0]
+    [first, second] = [r for r in csv_records(io.BytesIO(data), MAX) if r.line > 0]
     assert first.lines == [b'A,"one', b"", b",,,", b'two"'] and first.row == ["A", "one\n\n,,,\ntwo"]
     assert second.lines == [b"B,x"]
 
 
 def test_given_a_stray_quote_in_an_unquoted_field_when_reading_then_it_is_literal_and_the_record_ends_there():
     data = b'id,note\nA,a 27" screen\nB,x\n'
-    records_ = [r for r in formats.csv_records(io.BytesIO(data), MAX) if r.line > 0]
+    records_ = [r for r in csv_records(io.BytesIO(data), MAX) if r.line > 0]
     assert [(r.line, r.lines, r.row) for r in records_] == [
         (1, [b'A,a 27" screen'], ["A", 'a 27" screen']),
         (2, [b"B,x"], ["B", "x"]),
@@ -440,7 +444,7 @@ def test_given_any_csv_when_each_indexed_record_is_erased_then_exactly_its_lines
     # blanks there (keeping the line count), and every other byte, unparseable lines included, stays as it was.
     from types import SimpleNamespace
 
-    from lakepurge.purge.engine import Ownership
+    from lakepurge.purge.ownership import Ownership
     from lakepurge.purge.rewrite import rewrite_csv
 
     body = b"\n".join([b"id,note", *lines]) + (b"\n" if trailing_newline else b"")
@@ -448,7 +452,7 @@ def test_given_any_csv_when_each_indexed_record_is_erased_then_exactly_its_lines
     key = "x.csv.gz" if gz else "x.csv"
     found = [i for i in read_records(io.BytesIO(raw), key, "csv", ("id",), 100) if isinstance(i, Record)]
     physical = body.split(b"\n")
-    starts = {r.line: r for r in formats.csv_records(io.BytesIO(body), 100)}
+    starts = {r.line: r for r in csv_records(io.BytesIO(body), 100)}
     for record in found:
         owner = Ownership(SimpleNamespace(id_fields=["id"]), {record.user_ids[0]})  # type: ignore[arg-type]
         out = rewrite_csv(io.BytesIO(raw), gz, [record.line], owner, False, 100).body()
@@ -478,7 +482,7 @@ def test_given_any_lines_when_split_into_csv_records_then_rows_are_those_of_the_
     import csv
 
     data = "\n".join(texts).encode() + b"\n"
-    ours = list(formats.csv_records(io.BytesIO(data), MAX))
+    ours = list(csv_records(io.BytesIO(data), MAX))
     if any(r.row is None for r in ours):
         return  # a record csv.reader cannot parse either (it raises for the whole object)
     try:
@@ -582,13 +586,13 @@ def holding_both_ways(body: bytes, fmt: str, gz: bool, wanted: set[str]) -> tupl
         for item in read_records(io.BytesIO(raw), key, fmt, ("user_id",), 100)
         if isinstance(item, Record) and wanted & set(item.user_ids)
     ]
-    found = formats.lines_holding(
-        io.BytesIO(raw), key, fmt, ("user_id",), 100, formats.DEFAULT_INFLATION, lambda ids: [i in wanted for i in ids]
+    found = lines_holding(
+        io.BytesIO(raw), key, fmt, ("user_id",), 100, DEFAULT_INFLATION, lambda ids: [i in wanted for i in ids]
     )
     # As the purge asks: users known by their keyed hashes, whose bulk answer is by set operations on the ids' bytes.
     hashed = HashedUsers(HASHER.many(wanted), HASHER)
-    found_by_hash = formats.lines_holding(
-        io.BytesIO(raw), key, fmt, ("user_id",), 100, formats.DEFAULT_INFLATION, hashed.each_contained, hashed.none_of
+    found_by_hash = lines_holding(
+        io.BytesIO(raw), key, fmt, ("user_id",), 100, DEFAULT_INFLATION, hashed.each_contained, hashed.none_of
     )
     assert found_by_hash == found
     return found, expected

@@ -13,12 +13,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lakepurge.core.config import DatasetConfig
-from lakepurge.purge.engine import ObjectOutcome, Ownership
+from lakepurge.purge.engine import ObjectOutcome
 from lakepurge.purge.job import IntentJournal, _settle
+from lakepurge.purge.ownership import Ownership
 from lakepurge.purge.rewrite import rewrite_csv, rewrite_jsonl
 from lakepurge.purge.streams import LastByte
 from lakepurge.purge.vacuum import PlaceholderMismatch, _is_placeholder, _placeholder_lines, _without
-from lakepurge.records.formats import CHUNK_BYTES, Record, read_records
+from lakepurge.records.formats import read_records
+from lakepurge.records.ids import Record
+from lakepurge.records.lines import CHUNK_BYTES
 
 pytestmark = pytest.mark.unit
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from lakepurge.purge import splice
 from lakepurge.purge.splice import DROP, splice_lines
-from lakepurge.records.formats import CHUNK_BYTES
+from lakepurge.records.lines import CHUNK_BYTES
 
 pytestmark = pytest.mark.unit
 

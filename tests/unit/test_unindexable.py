@@ -128,7 +128,7 @@ def test_given_parquet_rows_when_target_rows_are_searched_then_their_values_are_
 def test_given_a_truncated_gzip_object_when_searched_then_the_lines_past_the_break_are_unread():
     import gzip
 
-    from lakepurge.records.formats import open_decompressed
+    from lakepurge.records.lines import open_decompressed
 
     whole = gzip.compress(b"".join(b'{"n": %d, "pad": "%s"}\n' % (i, b"y" * 50) for i in range(2000)))
     stream = open_decompressed(io.BytesIO(whole[: len(whole) // 2]), "x.jsonl.gz")

@@ -1,0 +1,145 @@
+"""Rewriting a table's data files on Spark executors, for the erasure from a table (lakepurge.purge.tables): each file
+by the Parquet rewriter (schema, types, codecs and row groups kept; rows a deletion vector hid dropped too), the result
+read for the users before it is written, under a new name (If-None-Match), with its CRC64NVME stated. The driver
+commits the new files (lakepurge.purge.table_commit); nothing here changes the table.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Container, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+from lakepurge.core import aws
+from lakepurge.core.config import Settings
+from lakepurge.core.logs import get_logger
+from lakepurge.core.privacy import HashedUsers, Pseudonymizer
+from lakepurge.core.s3io import (
+    ObjectChanged,
+    head_object,
+    open_seekable,
+)
+from lakepurge.core.s3uri import S3Uri
+from lakepurge.core.sparkutil import apply_job_environment
+from lakepurge.purge.rewrite import rewrite_parquet
+from lakepurge.purge.streams import Staged
+from lakepurge.tables.base import TableFile
+from lakepurge.tables.scan import contained, data_file_users
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+log = get_logger()
+
+
+@dataclass(frozen=True)
+class RewriteItem:
+    dataset: str
+    file: TableFile
+    etag: str  # "" when not known (a file found after the plan)
+    rows: tuple[int, ...]
+    physical_fields: tuple[str, ...]
+    hidden: tuple[int, ...]  # rows its deletion vector hides
+    new_key: str
+
+
+class RewriteFailed(Exception):
+    """A file of the table could not be rewritten: nothing was committed."""
+
+
+def rewrite_partition(
+    settings: Settings, env: dict[str, str], key: bytes, hashes: tuple[str, ...], items: Iterable[RewriteItem]
+) -> Iterator[dict[str, Any]]:
+    apply_job_environment(env)
+    s3: S3Client = aws.client("s3")
+    local = threading.local()  # a HashedUsers per thread: its memory is not thread-safe
+
+    def rewrite(item: RewriteItem) -> dict[str, Any]:
+        if not hasattr(local, "users"):
+            local.users = HashedUsers(hashes, Pseudonymizer(key))
+        try:
+            return _rewrite_one(s3, settings, local.users, item)
+        except Exception as exc:
+            log.exception("rewrite of a table file failed", extra={"error": type(exc).__name__})
+            return {"before": item.file.path, "error": type(exc).__name__}
+
+    # Several files at once per task, as the purge does objects: the work is S3 round trips and Arrow (no GIL).
+    with ThreadPoolExecutor(settings.purge.threads_per_task) as pool:
+        yield from pool.map(rewrite, list(items))
+
+
+def _rewrite_one(s3: S3Client, settings: Settings, users: Container[str], item: RewriteItem) -> dict[str, Any]:
+    uri = S3Uri.parse(item.file.path)
+    head = head_object(s3, uri.bucket, uri.key)
+    if head is None or (item.etag and head.etag != item.etag):
+        raise ObjectChanged(f"{item.file.path} is not the version the table's log names")
+    dataset = settings.dataset_named(item.dataset).model_copy(update={"id_fields": item.physical_fields})
+    hidden = set(item.hidden)
+    max_bytes = settings.indexing.max_record_bytes
+    rows = item.rows
+    for attempt in range(2):
+        with open_seekable(s3, head) as raw:
+            staged, erased = rewrite_parquet(raw, rows, users, dataset, hidden)
+        left = data_file_users(staged.reader(), uri.key, item.physical_fields, max_bytes)
+        if not contained(users, left):
+            break
+        staged.close()
+        if attempt:
+            raise OutputNotClean(f"the rewritten file still holds some of the users ({item.file.path})")
+        # The index named some of the users' rows but not all: find every one in the file and start again.
+        with open_seekable(s3, head) as raw:
+            found = data_file_users(raw, uri.key, item.physical_fields, max_bytes)
+        rows = tuple(sorted(r for user, lines in found.items() if user in users for r in lines))
+    result: dict[str, Any] = {
+        "before": item.file.path,
+        "before_etag": head.etag,
+        "rows_before": (item.file.records if item.file.records is not None else -1),
+        "rows_erased": len(erased),
+        "rows_hidden_dropped": len(hidden),
+    }
+    rows_after = _row_count(staged)
+    try:
+        if rows_after == 0:
+            return {**result, "after": None, "rows_after": 0}
+        new_key = settings.dataset_named(item.dataset).uri.key + unquote(item.new_key)
+        written = _write_new(s3, uri.bucket, new_key, staged)
+    finally:
+        staged.close()
+    return {
+        **result,
+        "after": f"s3://{uri.bucket}/{written[0]}",
+        "after_native": item.new_key,
+        "after_version": written[1],
+        "after_checksum": written[2],
+        "after_etag": written[4],
+        "rows_after": rows_after,
+        "size_after": written[3],
+        "rows_by_user": left,  # the new file's index rows, as verification read them before the write
+    }
+
+
+class OutputNotClean(Exception):
+    """The rewritten bytes still hold some of the users: nothing is written."""
+
+
+def _row_count(staged: Staged) -> int:
+    import pyarrow.parquet as pq
+
+    rows: int = pq.ParquetFile(staged.reader()).metadata.num_rows
+    return rows
+
+
+def _write_new(s3: S3Client, bucket: str, key: str, staged: Staged) -> tuple[str, str | None, str, int, str]:
+    response = s3.put_object(
+        Bucket=bucket,
+        Key=key,
+        Body=staged.reader(),
+        IfNoneMatch="*",
+        ChecksumAlgorithm="CRC64NVME",
+        ChecksumCRC64NVME=staged.checksum,
+    )
+    version = response.get("VersionId")
+    return key, None if version in (None, "null") else version, staged.checksum, staged.size, response["ETag"]

@@ -1,0 +1,96 @@
+"""JSON Lines: each line's record (its ids) or the reason it cannot be indexed; blank lines and ``{}`` give nothing.
+For one top-level id field, a chunk of well-formed lines is answered without a Python step per line (bulk_ids).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from operator import itemgetter
+from typing import IO
+
+import orjson
+
+from lakepurge.records.ids import (
+    MAX_ID_BYTES,
+    SHORT_ID_CHARS,
+    IdFieldError,
+    IdKeys,
+    Record,
+    Unindexable,
+    extract_ids,
+    parse_record,
+)
+from lakepurge.records.lines import iter_line_batches, too_long
+
+
+def _json_reason(exc: orjson.JSONDecodeError) -> str:
+    # orjson's messages give positions, never the record's content.
+    return "invalid UTF-8" if "utf-8" in str(exc).lower() else f"invalid JSON ({exc})"
+
+
+def read_jsonl(stream: IO[bytes], paths: tuple[tuple[str, ...], ...], max_bytes: int) -> Iterator[Record | Unindexable]:
+    for first, lines in iter_line_batches(stream, max_bytes):
+        yield from jsonl_items(first, lines, paths, max_bytes)
+
+
+def jsonl_items(
+    first: int, lines: list[bytes | None], paths: tuple[tuple[str, ...], ...], max_bytes: int
+) -> Iterator[Record | Unindexable]:
+    """Each line's record or the reason it cannot be indexed; blank lines and `{}` give nothing."""
+    keys = IdKeys.of(paths)
+    for number, line in enumerate(lines, first):
+        if line is None:
+            yield Unindexable(number, too_long(max_bytes))
+            continue
+        if len(line) <= 3 and line.strip() in (b"", b"{}"):
+            continue
+        try:
+            record = parse_record(line, keys)
+        except orjson.JSONDecodeError as exc:
+            if not line.strip():
+                continue
+            yield Unindexable(number, _json_reason(exc))
+            continue
+        if type(record) is not dict:
+            yield Unindexable(number, f"not a JSON object (a {type(record).__name__})")
+            continue
+        if not record:
+            continue
+        try:
+            yield Record(number, extract_ids(record, paths))
+        except IdFieldError as exc:
+            yield Unindexable(number, str(exc))
+
+
+def single_field(paths: tuple[tuple[str, ...], ...]) -> str | None:
+    """The id field when it is one top-level field (the case group_records reads a chunk at a time)."""
+    return paths[0][0] if len(paths) == 1 and len(paths[0]) == 1 else None
+
+
+def bulk_ids(lines: list[bytes | None], field: str) -> list[str] | None:
+    """The ids of a chunk of lines when every line is a JSON object whose `field` holds a non-empty string (the
+    bulk of any lake), found without a Python step per line; None as soon as any line is anything else (blank,
+    `{}`, too long, malformed, another shape), and then the chunk goes through jsonl_items line by line."""
+    if None in lines:
+        return None
+    try:
+        # itemgetter fails on anything but an object holding the field (KeyError; TypeError for arrays, strings,
+        # numbers); each record is freed as soon as its id is out.
+        ids = list(map(itemgetter(field), map(orjson.loads, lines)))  # type: ignore[arg-type]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return None
+    if set(map(type, ids)) != {str} or "" in ids:
+        return None
+    # Ids an index cannot store (NUL, too long) make their line unindexable: the line-by-line path says which.
+    # orjson refuses lone surrogates, so a parsed id is valid UTF-8; only ids long enough to pass MAX_ID_BYTES
+    # are measured. A line that may write the key twice is read there too, every value of it.
+    if (
+        "\x00" in "".join(ids)
+        or (
+            max(map(len, ids), default=0) > SHORT_ID_CHARS
+            and any(len(i) > SHORT_ID_CHARS and len(i.encode("utf-8")) > MAX_ID_BYTES for i in ids)
+        )
+        or IdKeys.of(((field,),)).repeated_among(lines, len(ids))  # type: ignore[arg-type]
+    ):
+        return None
+    return ids

@@ -1,0 +1,204 @@
+"""Which lines of an object hold one of the wanted users: what the purge asks of the bytes it produced before it writes
+them (verification by checksum relies on that answer), given as the indexer's reader would give it, but in bulk
+where it can be: an object (or a chunk) whose id field provably holds none of the wanted users is cleared by a few C
+calls instead of a parse per line.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+import zlib
+from collections.abc import Callable, Iterable, Sequence
+from typing import IO
+
+import orjson
+
+from lakepurge.records.arrow_scan import leading_matches, pieces_after
+from lakepurge.records.csv_records import one_width_column, read_csv
+from lakepurge.records.formats import read_records
+from lakepurge.records.gc_pause import collector_paused
+from lakepurge.records.ids import PLAIN_FIELD, IdKeys, Record, Unindexable, parse_paths, plain_ids
+from lakepurge.records.jsonl_records import jsonl_items, single_field
+from lakepurge.records.lines import (
+    ByteSource,
+    Inflation,
+    TruncatedObject,
+    broken_at,
+    iter_line_batches,
+    open_decompressed,
+    read_up_to,
+)
+
+
+def lines_holding(
+    raw: IO[bytes],
+    key: str,
+    fmt: str,
+    id_fields: Sequence[str],
+    max_bytes: int,
+    inflation: Inflation,
+    wanted: Callable[[list[str]], list[bool]],
+    none_of: Callable[[list[bytes]], bool] | None = None,
+) -> list[int]:
+    """The lines (records, rows) of an object whose ids include one of the wanted users, as read_records reads
+    them. wanted answers for a list of ids at once; none_of, if given, whether none of a list of ids (UTF-8 bytes)
+    is wanted (HashedUsers.none_of: by set operations). For JSON Lines with one top-level id field, an object (or,
+    past IN_MEMORY bytes, a chunk) whose field holds a plain id or nothing (`{}` placeholders, records without it: no
+    user) is answered without a Python step per line: what verifying a freshly rewritten object needs."""
+    if none_of is None:
+        none_of = functools.partial(_none_of, wanted)
+    paths = parse_paths(id_fields)
+    field = single_field(paths) if fmt == "jsonl" else None
+    found: list[int] = []
+
+    def from_items(items: Iterable[Record | Unindexable]) -> None:
+        records = [item for item in items if type(item) is Record]
+        ids = [user for record in records for user in record.user_ids]
+        owned = iter(wanted(ids)) if ids else iter(())
+        for record in records:
+            if any([next(owned) for _ in record.user_ids]):
+                found.append(record.line)
+
+    if fmt == "csv" and len(id_fields) == 1:
+        try:
+            whole, rows = _in_memory(open_decompressed(raw, key, inflation))
+            if whole is not None and _csv_none_wanted(whole, id_fields[0], none_of):
+                return found
+            from_items(read_csv(rows, id_fields, max_bytes))  # type: ignore[arg-type]
+        except TruncatedObject as exc:
+            raise ValueError(f"the object could not be read to its end: {exc.reason}") from None
+        return found
+    if field is None:
+        from_items(read_records(raw, key, fmt, id_fields, max_bytes, inflation))
+        return found
+    get = operator.methodcaller("get", field)
+    is_a_value = functools.partial(operator.is_not, None)
+    candidates = _IdCandidates.of(field)
+    keys = IdKeys.of(paths)
+    with collector_paused():
+        try:
+            source: ByteSource = open_decompressed(raw, key, inflation)
+            if candidates is not None:
+                # The whole object at once, when it fits: no line split, and one pass over its ids.
+                whole, source = _in_memory(source)
+                if whole is not None and candidates.none_wanted(whole, none_of):
+                    return found
+            for first, lines in iter_line_batches(source, max_bytes):
+                if (
+                    candidates is not None and None not in lines and candidates.none_wanted(b"\n".join(lines), none_of)  # type: ignore[arg-type]
+                ):
+                    continue
+                try:
+                    if None in lines:
+                        raise TypeError
+                    values = list(map(get, map(orjson.loads, lines)))  # type: ignore[arg-type]
+                except (orjson.JSONDecodeError, AttributeError, TypeError):
+                    from_items(jsonl_items(first, lines, paths, max_bytes))
+                    continue
+                present = list(filter(is_a_value, values))
+                if not present and not keys.repeated_among(lines, 0):  # type: ignore[arg-type]
+                    continue  # no line writes the field (placeholders, records without it): no user
+                if not plain_ids(present) or keys.repeated_among(lines, len(present)):  # type: ignore[arg-type]
+                    from_items(jsonl_items(first, lines, paths, max_bytes))
+                    continue
+                owned = wanted(present)
+                if True in owned:  # rare: only then walk the lines to number them
+                    answers = iter(owned)
+                    found.extend(n for n, v in enumerate(values, first) if v is not None and next(answers))
+        except TruncatedObject as exc:
+            raise ValueError(f"the object could not be read to its end: {exc.reason}") from None
+    return found
+
+
+class _IdCandidates:
+    """Every value a stretch of JSON Lines could hold in one top-level id field, found without parsing each line: what
+    lets verification read a rewritten object at about the speed of a scan. The values found are a superset of the
+    lines' ids, so "none of them is wanted" proves no line holds a wanted user (a line over max_record_bytes, which
+    the exact read takes as unindexable, only adds candidates); anything else is left to the exact parse.
+
+    Why a superset: the field's name is plain ASCII, so a line can write that key only as the token `"name"`, or
+    with a \\u escape (a stretch with any `\\u` is not answered here). A JSON string cannot hold a bare `"`, so
+    every occurrence of the token in a valid line is a key (at any depth). The stretch is answered only when each
+    occurrence of the token is followed by `:` (blanks around it allowed) and a string without any escape, so the
+    top-level key's value, if the line is a record, is among the strings found, exactly as a parser reads it (each
+    value of a key the line writes twice too: parse_record's reading).
+    Integers, lists, nulls and escaped strings are no such string, and their stretch is parsed.
+
+    The stretch is split at every occurrence of the token and the start of each piece matched, by Arrow's kernels
+    (lakepurge.records.arrow_scan), which release the interpreter lock: the purge's other threads go on meanwhile."""
+
+    def __init__(self, token: str) -> None:
+        self._token = token
+
+    @classmethod
+    def of(cls, field: str) -> _IdCandidates | None:
+        return cls(f'"{field}"') if PLAIN_FIELD.fullmatch(field) else None
+
+    def none_wanted(self, data: bytes, none_of: Callable[[list[bytes]], bool]) -> bool:
+        if b"\\" in data and b"\\u" in data:  # the first by memchr: most objects hold no backslash at all
+            return False
+        values = leading_matches(pieces_after(data, self._token), _PLAIN_STRING_VALUE)
+        if values is None:  # an occurrence of the token not followed by a plain string
+            return False
+        return not values or none_of(values)
+
+
+# `:` and a string without escape or newline after the key. Arrow reads binary as Latin-1: one byte a character.
+_PLAIN_STRING_VALUE = r'^[ \t\r]*:[ \t\r]*"(?P<value>[^"\\\n]*)"'
+
+
+def _none_of(wanted: Callable[[list[str]], list[bool]], user_ids: list[bytes]) -> bool:
+    # Decoded together (no id read in bulk holds a newline): invalid UTF-8 becomes U+FFFD, which no id of a valid
+    # record holds.
+    return True not in wanted(b"\n".join(user_ids).decode("utf-8", "replace").split("\n"))
+
+
+# A CSV object up to this size (decompressed) is rewritten and verified in memory; a JSON Lines one is verified so.
+IN_MEMORY = 64 * 1024 * 1024
+
+
+def _in_memory(stream: ByteSource) -> tuple[bytes | None, ByteSource]:
+    """The stream's bytes in one piece when there are at most IN_MEMORY of them (None otherwise), and a source that
+    reads them again from the start: for the bulk answers, with the exact read to fall back on."""
+    try:
+        head = read_up_to(stream, IN_MEMORY + 1)
+    except (EOFError, zlib.error) as exc:
+        raise broken_at(exc, 0) from None
+    return (head if len(head) <= IN_MEMORY else None), _Prefixed(head, stream)
+
+
+def _csv_none_wanted(data: bytes, column_name: str, none_of: Callable[[list[bytes]], bool]) -> bool:
+    """Whether a whole CSV object provably holds none of the wanted users in its one id column, decided in a few
+    C calls instead of a csv reader step per line; False when it cannot be told that way (the exact read follows).
+
+    Without a '"' or a '\\r' anywhere, csv_records reads every line as a record of its own split at every comma
+    (one_width_column then gives the id column's values). Lines of another shape (empty lines, placeholders of
+    another width, short rows) make the widths differ, and the object is read exactly."""
+    if b'"' in data or b"\r" in data:
+        return False
+    rows = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+    if rows < 2:
+        return False
+    header = data[: data.find(b"\n")].decode("utf-8", "surrogateescape").split(",")
+    if column_name not in header:
+        return False
+    found = one_width_column(data, rows, header.index(column_name))
+    if found is None:
+        return False
+    return none_of(found[1][1:])  # the header's own field is no id
+
+
+class _Prefixed:
+    """The bytes already read, then the rest of the stream: a ByteSource for the exact read."""
+
+    def __init__(self, head: bytes, rest: ByteSource) -> None:
+        self._head = memoryview(head)
+        self._rest = rest
+
+    def read(self, size: int = -1) -> bytes:
+        if self._head:
+            size = len(self._head) if size < 0 else size
+            piece, self._head = self._head[:size], self._head[size:]
+            return bytes(piece)
+        return self._rest.read(size)
