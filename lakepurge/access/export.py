@@ -52,14 +52,13 @@ from datetime import UTC, datetime, timedelta
 from typing import IO, Any
 
 import orjson
-from botocore.exceptions import ClientError
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from lakepurge.core import aws
 from lakepurge.core.config import DatasetConfig, Settings
 from lakepurge.core.logs import get_logger, object_ref
 from lakepurge.core.privacy import Pseudonymizer
-from lakepurge.core.s3io import ObjectChanged, ObjectHead, error_code, head_object, open_body, open_seekable
+from lakepurge.core.s3io import ObjectChanged, ObjectHead, head_object, open_body, open_seekable
 from lakepurge.core.s3uri import S3Uri
 from lakepurge.index import open_store, relational_dsn
 from lakepurge.index.base import WHOLE_OBJECT
@@ -835,16 +834,8 @@ def export_users(
         archive_expires_at=archive_expires.isoformat(),
     )
     try:
-        s3.put_object(
-            Bucket=record_uri.bucket,
-            Key=record_uri.key,
-            Body=orjson.dumps(document.to_json(), option=orjson.OPT_INDENT_2),
-            ContentType="application/json",
-            IfNoneMatch="*",
-        )
-    except ClientError as exc:
-        if error_code(exc) not in ("PreconditionFailed", "ConditionalRequestConflict", "412"):
-            raise
+        layout.write_once(s3, record_uri, orjson.dumps(document.to_json(), option=orjson.OPT_INDENT_2))
+    except layout.AlreadyWritten:
         if archive_version not in (None, "null"):  # the other run's archive is the one its record names
             s3.delete_object(Bucket=destination.bucket, Key=destination.key, VersionId=archive_version)
         raise ExportRefused(

@@ -55,6 +55,16 @@ def error_code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
 
+# What S3 answers a conditional write whose condition does not hold: If-None-Match on a key that exists, If-Match on
+# another ETag (412 PreconditionFailed), or a conditional write racing another one on the same key (409).
+_CONDITION_FAILED = ("PreconditionFailed", "412", "ConditionalRequestConflict")
+
+
+def condition_failed(exc: ClientError) -> bool:
+    """Whether a conditional write was refused because its condition does not hold (not for any other error)."""
+    return error_code(exc) in _CONDITION_FAILED
+
+
 _MISSING = ("404", "NoSuchKey", "NotFound", "405", "MethodNotAllowed")
 
 _TRANSIENT_CODES = frozenset(

@@ -58,6 +58,7 @@ from lakepurge.index.base import IndexStore, ObjectIndex
 from lakepurge.purge.rewrite import rewrite_parquet
 from lakepurge.purge.streams import Staged
 from lakepurge.records.formats import extract_ids, parse_paths
+from lakepurge.reports import layout
 from lakepurge.tables.base import TableError, TableFile, TableState
 from lakepurge.tables.delta import LOG, READ_THREADS, DeltaLog
 from lakepurge.tables.index import follow_table, indexed_version
@@ -677,11 +678,12 @@ def _row_count(staged: Staged) -> int:
 
 
 def _write_new(s3: Any, bucket: str, key: str, staged: Staged) -> tuple[str, str | None, str, int, str]:
-    response = s3.put_object(
-        Bucket=bucket,
-        Key=key,
-        Body=staged.reader(),
-        IfNoneMatch="*",
+    # A new name: never over another file (S3's own content type, as the table's writers leave it).
+    response = layout.write_once(
+        s3,
+        S3Uri(bucket, key),
+        staged.reader(),
+        content_type="binary/octet-stream",
         ChecksumAlgorithm="CRC64NVME",
         ChecksumCRC64NVME=staged.checksum,
     )

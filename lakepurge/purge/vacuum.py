@@ -290,7 +290,5 @@ def _write_record(
         "delete_versions": settings.vacuum.delete_versions,
         "objects": objects,
     }
-    s3.put_object(
-        Bucket=where.bucket, Key=where.key, Body=orjson.dumps(document, option=orjson.OPT_INDENT_2), IfNoneMatch="*"
-    )
+    layout.write_once(s3, where, orjson.dumps(document, option=orjson.OPT_INDENT_2))
     return str(where)

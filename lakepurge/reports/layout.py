@@ -39,7 +39,7 @@ from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict
 
 from lakepurge.core.config import Settings
-from lakepurge.core.s3io import error_code
+from lakepurge.core.s3io import condition_failed, error_code
 from lakepurge.core.s3uri import S3Uri
 from lakepurge.reports.report import Report, ReportTampered, sha256
 
@@ -435,19 +435,31 @@ def read_document(s3: Any, uri: S3Uri, model: type[Model]) -> Model | None:
     return None if stored is None else model.model_validate_json(stored.body)
 
 
+class AlreadyWritten(Exception):
+    """A write-once document is there already (another run, or another delivery of the same step, wrote it first)."""
+
+
+def write_once(s3: Any, uri: S3Uri, body: Any, content_type: str = "application/json", **attributes: Any) -> Any:
+    """Write a document that is never overwritten: the write is conditional on no object being there yet
+    (If-None-Match: *), so of two writers one wins and the other gets AlreadyWritten, whoever wrote first. body:
+    bytes or a file; attributes: put_object's others (Metadata, checksums). Returns put_object's answer (ETag,
+    VersionId)."""
+    try:
+        return s3.put_object(
+            Bucket=uri.bucket, Key=uri.key, Body=body, ContentType=content_type, IfNoneMatch="*", **attributes
+        )
+    except ClientError as exc:
+        if condition_failed(exc):
+            raise AlreadyWritten(str(uri)) from None
+        raise
+
+
 def write_report(s3: Any, settings: Settings, planned: Report) -> tuple[str, str]:
     """Store the report (SSE-KMS when the bucket's default says so; never overwritten). Returns (uri, sha256)."""
     data = planned.to_bytes()
     uri = report(settings, planned.request_id)
     digest = sha256(data)
-    s3.put_object(
-        Bucket=uri.bucket,
-        Key=uri.key,
-        Body=data,
-        ContentType="application/json",
-        Metadata={"sha256": digest},
-        IfNoneMatch="*",
-    )
+    write_once(s3, uri, data, Metadata={"sha256": digest})
     return str(uri), digest
 
 

@@ -34,6 +34,7 @@ from pydantic import ValidationError
 from lakepurge.core.aws import SecretUnavailable
 from lakepurge.core.config import ConfigError, Settings
 from lakepurge.core.logs import get_logger
+from lakepurge.core.s3io import condition_failed
 from lakepurge.reports import layout
 from lakepurge.reports.report import Report, ReportTampered
 from lakepurge.workflow import signing
@@ -234,9 +235,6 @@ class Decided:
     repeated: bool = False
 
 
-_CONFLICT = ("PreconditionFailed", "ConditionalRequestConflict")
-
-
 def decide(
     settings: Settings,
     store: RequestStore,
@@ -311,10 +309,8 @@ def _claim(
     record = signing.sign(key, request_id, layout.DECISION, record)
     try:
         return record, store.put_document(request_id, layout.DECISION, record, only_once=True)
-    except ClientError as exc:
-        if exc.response["Error"]["Code"] not in _CONFLICT:
-            raise
-    return None
+    except layout.AlreadyWritten:
+        return None
 
 
 def _same_decision(key: bytes, request_id: str, record: layout.DecisionDocument, approver: str, verdict: str) -> None:
@@ -338,7 +334,7 @@ def _rewrite(
     try:
         return changed, store.put_document(request_id, layout.DECISION, changed, if_match=etag)
     except ClientError as exc:
-        if exc.response["Error"]["Code"] not in (*_CONFLICT, "412"):
+        if not condition_failed(exc):
             raise
     current = store.decision_and_etag(request_id)
     if current is None:
