@@ -66,6 +66,7 @@ from lakepurge.indexing.coverage import of_index
 from lakepurge.purge.engine import Ownership, find_user_lines
 from lakepurge.purge.rewrite import owned_rows, without_views
 from lakepurge.records.formats import csv_records, iter_line_batches, open_decompressed, parse_paths
+from lakepurge.records.limits import IN_MEMORY_BYTES
 from lakepurge.reports import layout
 
 log = get_logger()
@@ -83,7 +84,6 @@ EXPORT_CONTEXT_KEY = "export_request_id"
 SEGMENT_BYTES = 1 << 20
 _TAG_BYTES = 16
 _REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-_SPOOL = 64 * 1024 * 1024
 
 
 class ExportRefused(Exception):
@@ -154,10 +154,10 @@ class ExportRun:
 
 
 class _Archive:
-    """The zip being built (spooled to disk past 64 MiB), each file's SHA-256 remembered for the manifest."""
+    """The zip being built (spooled to disk past IN_MEMORY_BYTES), each file's SHA-256 remembered for the manifest."""
 
     def __init__(self, created: datetime) -> None:
-        self.file: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=_SPOOL)  # noqa: SIM115 - closed in close()
+        self.file: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=IN_MEMORY_BYTES)  # noqa: SIM115 - closed in close()
         self._zip = zipfile.ZipFile(self.file, "w", compression=zipfile.ZIP_DEFLATED)
         self._when = (max(created.year, 1980), created.month, created.day, created.hour, created.minute, created.second)
 
@@ -780,7 +780,7 @@ def export_users(
             manifest["note"] = "nothing found: none of the requested users has records in the indexed lake"
         archive.finish(manifest)
         plaintext_sha256 = _sha256_of(archive.file)
-        with tempfile.SpooledTemporaryFile(max_size=_SPOOL) as sealed:
+        with tempfile.SpooledTemporaryFile(max_size=IN_MEMORY_BYTES) as sealed:
             wrapped_by = seal(archive.file, sealed, kms, key_id, request_id)
             sealed.seek(0)
             archive_sha256 = _sha256_of(sealed)

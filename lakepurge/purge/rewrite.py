@@ -20,7 +20,6 @@ from lakepurge.purge.splice import DROP, skip_lines, splice_batches
 from lakepurge.purge.streams import LastByte, LinesLost, Staged, gzip_chunks, read_chunks, to_the_end
 from lakepurge.records.formats import (
     DEFAULT_INFLATION,
-    IN_MEMORY,
     UNTERMINATED_AT_END,
     CsvRecord,
     GzipReader,
@@ -33,6 +32,7 @@ from lakepurge.records.formats import (
     unquoted_line,
     unquoted_row,
 )
+from lakepurge.records.limits import IN_MEMORY_BYTES
 
 if TYPE_CHECKING:
     from lakepurge.purge.engine import Ownership
@@ -83,10 +83,10 @@ def rewrite_csv(
 
     Where no '"' stands between the last record start known and a target, every line in between is a record of its
     own, so the target's line starts a record: that stretch is counted over, not parsed. Past a quote, records are
-    parsed from the last start known up to the target. Objects over IN_MEMORY are parsed record by record."""
+    parsed from the last start known up to the target. Objects over IN_MEMORY_BYTES are parsed record by record."""
     source: IO[bytes] = GzipReader(raw, inflation) if gz else raw  # type: ignore[assignment]
-    data = read_up_to(source, IN_MEMORY + 1)
-    if len(data) > IN_MEMORY:
+    data = read_up_to(source, IN_MEMORY_BYTES + 1)
+    if len(data) > IN_MEMORY_BYTES:
         chunks = itertools.chain((data,), read_chunks(source))
         streamed = to_the_end(source, _csv_streamed(chunks, set(lines), owner, drop, max_bytes))
         return Staged.of(gzip_chunks(streamed) if gz else streamed)
