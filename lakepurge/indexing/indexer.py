@@ -266,7 +266,7 @@ def index_object(
             log.info("owner changed while being indexed; indexing it again", extra={"object": ref})
             continue
         if scanned.reappeared:
-            log.warning("erased users found again", extra={"object": ref, "users": scanned.reappeared})
+            log.warning("returning users found", extra={"object": ref, "users": scanned.reappeared})
         if scanned.unindexable:
             log.warning(
                 "unindexable lines",
