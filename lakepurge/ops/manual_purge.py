@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -21,6 +21,7 @@ from lakepurge.core.sparkutil import spark_session
 from lakepurge.index import open_store
 from lakepurge.indexing import unindexable
 from lakepurge.indexing.coverage import IndexIncomplete, dead_letter_count
+from lakepurge.indexing.returning import record_erasure, resolve_hashes
 from lakepurge.purge.job import PurgeResult, purge_relational, run_purge, verify_everywhere
 from lakepurge.purge.launch import inline_fits
 from lakepurge.reports import layout
@@ -113,9 +114,12 @@ def purge_users(
     report_id: str | None = None,
     report_sha256: str | None = None,
     engine: Engine = "auto",
+    returning: Sequence[str] = (),
 ) -> OperatorRun:
-    """Report -> purge -> verify -> certificate. With report_id, the report a dry run wrote (and an operator
-    reviewed) is executed exactly, instead of a new one being built."""
+    """Report -> purge -> verify -> certificate, on one connection to the index. With report_id, the report a dry
+    run wrote (and an operator reviewed) is executed exactly, instead of a new one being built. returning: keyed
+    hashes of returning users as `lakepurge status` lists them, erased with the users given (UnknownHashes for a hash
+    that names no returning user, before anything is read or written)."""
     started = time.monotonic()
     refused = ""
     pseudonymizer = Pseudonymizer.from_config(settings.privacy)
@@ -123,6 +127,10 @@ def purge_users(
     s3 = aws.client("s3")
     store = open_store(settings.index)
     try:
+        if returning:
+            found = resolve_hashes(store, pseudonymizer, returning)
+            say(f"{len(found)} returning user(s) found by hash")
+            users = list(dict.fromkeys([*users, *found]))
         if report_id is not None:
             report, uri, digest = _reviewed_report(s3, settings, report_id, report_sha256, users, pseudonymizer)
             if report.forced and not force:
@@ -173,7 +181,7 @@ def purge_users(
         if not result.failed:
             # Erased from every current object: on the suppression list even if old versions were left to a lifecycle
             # rule (the vacuum deletes those that hold suppressed users) and verification could not pass yet.
-            store.record_erased(list(report.user_hashes), request_id)
+            record_erasure(store, pseudonymizer, report.user_hashes, request_id)
         for table in result.tables:
             say(
                 f"table {table['dataset']}: {table['status']}, {table['rows_erased']} row(s) erased,"

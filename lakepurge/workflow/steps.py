@@ -23,6 +23,7 @@ from lakepurge.core.s3io import head_object
 from lakepurge.core.s3uri import S3Uri
 from lakepurge.index.base import IndexStore
 from lakepurge.indexing.coverage import DatasetCoverage, dead_letter_count, describe_gaps
+from lakepurge.indexing.returning import record_erasure
 from lakepurge.purge.engine import verify_object
 from lakepurge.purge.job import purge_relational, recorded_outcomes
 from lakepurge.purge.launch import JobState, PurgeJobSpec, inline_fits, launcher_for, run_inline
@@ -324,10 +325,16 @@ def _purge_started_elsewhere(settings: Settings, clients: Clients, job: PurgeSta
 
 
 def verify(
-    settings: Settings, clients: Clients, index: IndexStore, request_id: str, report: ReportRef
+    settings: Settings,
+    clients: Clients,
+    index: IndexStore,
+    pseudonymizer: Pseudonymizer,
+    request_id: str,
+    report: ReportRef,
 ) -> VerifyOutcome:
-    """Accept the purge only if its certificate is for the approved report and its verification passed; then
-    remember the users as erased (the suppression list)."""
+    """Accept the purge only if its certificate is for the approved report and its verification passed; then end
+    the erasure as the operator path does (returning.record_erasure: the suppression list, the returning users
+    counted again)."""
     location = layout.certificate(settings, request_id)
     certificate = layout.read_certificate(clients.s3, location)
     if certificate is None:
@@ -335,7 +342,7 @@ def verify(
     planned, _ = layout.load_report(clients.s3, report.uri, report.sha256)
     verified = certificate.verification.passed and certificate.report_sha256 == report.sha256
     if verified:
-        index.record_erased(list(planned.user_hashes), request_id)
+        record_erasure(index, pseudonymizer, planned.user_hashes, request_id)
     totals = certificate.totals
     return Verification(
         verified=verified,
