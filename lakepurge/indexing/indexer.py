@@ -216,10 +216,12 @@ def index_object(
     ignored unread. A Delta, Iceberg or Hudi table is refused (TableFormatError): its files must not be indexed
     for a purge that would rewrite them.
 
-    Where the owner is named outside the object's bytes (an owner tag, a sidecar), it can change while the object's
-    ETag does not (tagging keeps ETag and last-modified time; a sidecar is an object of its own): the object is then
-    indexed whatever ETag the index holds, and its owner read again after the write, so that an owner changed
-    meanwhile (an earlier event handled late) starts it again. A tag change elsewhere changes nothing indexed."""
+    A version the index holds already (the same ETag and version id: the purge's and the vacuum's own writes, events
+    delivered again) is not read: the index answers. Where the owner is named outside the object's bytes (an owner
+    tag, a sidecar), it can change while the object's ETag does not (tagging keeps ETag and last-modified time; a
+    sidecar is an object of its own): the object is then indexed whatever ETag the index holds (its tags or sidecar
+    are read, never its bytes), and its owner read again after the write, so that an owner changed meanwhile (an
+    earlier event handled late) starts it again. A tag change elsewhere changes nothing indexed."""
     dataset = settings.dataset_for(bucket, key)
     if dataset is None:
         return IndexOutcome(f"s3://{bucket}/{key}", "ignored")
@@ -231,7 +233,21 @@ def index_object(
     table_format = detect_cached(s3, dataset)
     if table_format is not None:
         raise TableFormatError(dataset, table_format)
-    key = dataset.data_key(key)
+    return _index_current(s3, store, settings, dataset, bucket, dataset.data_key(key), force, attempts, pseudonymizer)
+
+
+def _index_current(
+    s3: Any,
+    store: IndexStore,
+    settings: Settings,
+    dataset: DatasetConfig,
+    bucket: str,
+    key: str,
+    force: bool,
+    attempts: int,
+    pseudonymizer: Pseudonymizer | None,
+) -> IndexOutcome:
+    """index_object for a data object of a dataset of files (not a table): its current version, read once."""
     s3path = f"s3://{bucket}/{key}"
     ref = object_ref(s3path, dataset, pseudonymizer)
     owner_apart = dataset.id_tag is not None or dataset.id_sidecar is not None
@@ -245,6 +261,12 @@ def index_object(
                 continue
             log.info("object gone", extra={"object": ref, "removed_rows": removed})
             return IndexOutcome(s3path, "removed" if removed else "absent")
+        held = None if force else store.get_object(s3path)
+        if held is not None and held.etag == head.etag and held.version_id == head.version_id:
+            # Indexed at this very version already (the purge's or the vacuum's own write, which moved the index
+            # itself; an event delivered again): its rows came from these bytes, so they are not read again. Returning
+            # users are counted when a version is indexed, and a purge counts them again itself: none found here.
+            return IndexOutcome(s3path, "unchanged", held.records, len(held.unindexable))
         try:
             scanned = scan_object(s3, settings, dataset, head)
         except ObjectChanged:
