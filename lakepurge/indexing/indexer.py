@@ -10,7 +10,7 @@ import csv
 import re
 import zlib
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 from botocore.exceptions import ClientError
@@ -31,6 +31,9 @@ from lakepurge.records.formats import (
 )
 from lakepurge.tables.detect import TableFormatError, detect_cached, key_table_format
 from lakepurge.tables.index import NotIndexed, follow_table, open_table
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
 
 log = get_logger()
 
@@ -89,7 +92,7 @@ def content_error(exc: BaseException, dataset: DatasetConfig) -> bool:
     return dataset.format in ("parquet", "delta") and isinstance(exc, OSError)
 
 
-def scan_object(s3: Any, settings: Settings, dataset: DatasetConfig, head: ObjectHead) -> ObjectIndex:
+def scan_object(s3: S3Client, settings: Settings, dataset: DatasetConfig, head: ObjectHead) -> ObjectIndex:
     """Read one object version and build its index rows (raises ObjectChanged if it is replaced meanwhile)."""
     result = ObjectIndex(
         s3path=head.s3path,
@@ -116,7 +119,7 @@ def scan_object(s3: Any, settings: Settings, dataset: DatasetConfig, head: Objec
     return result
 
 
-def _scan_owner(s3: Any, dataset: DatasetConfig, head: ObjectHead, result: ObjectIndex) -> None:
+def _scan_owner(s3: S3Client, dataset: DatasetConfig, head: ObjectHead, result: ObjectIndex) -> None:
     """One-user-per-object datasets: the owner comes from the key, a sidecar object or an object tag."""
     owners: tuple[str, ...] = ()
     problem = None
@@ -161,15 +164,17 @@ def _scan_owner(s3: Any, dataset: DatasetConfig, head: ObjectHead, result: Objec
     result.lines_by_user = {owner: [WHOLE_OBJECT] for owner in owners}
 
 
-def tag_values(s3: Any, dataset: DatasetConfig, bucket: str, key: str, version_id: str | None) -> tuple[str, ...]:
+def tag_values(s3: S3Client, dataset: DatasetConfig, bucket: str, key: str, version_id: str | None) -> tuple[str, ...]:
     """The values of a tag-owned object's owner tag (an object has each tag key at most once); version_id None: the
     current version's."""
-    pinned = {"VersionId": version_id} if version_id else {}
+    pinned: dict[str, Any] = {"VersionId": version_id} if version_id else {}
     tags = s3.get_object_tagging(Bucket=bucket, Key=key, **pinned)["TagSet"]
     return tuple(t["Value"] for t in tags if t["Key"] == dataset.id_tag and t["Value"])
 
 
-def tag_owners(s3: Any, dataset: DatasetConfig, bucket: str, key: str, version_id: str | None = None) -> frozenset[str]:
+def tag_owners(
+    s3: S3Client, dataset: DatasetConfig, bucket: str, key: str, version_id: str | None = None
+) -> frozenset[str]:
     """The owners an index of the object holds now, as its owner tag names them (none while the tag is missing or
     not a valid id: the object is then unindexable)."""
     values = tag_values(s3, dataset, bucket, key, version_id)
@@ -199,7 +204,7 @@ def _skip_reason(dataset: DatasetConfig, key: str, tags_changed: bool) -> str | 
 
 
 def index_object(
-    s3: Any,
+    s3: S3Client,
     store: IndexStore,
     settings: Settings,
     bucket: str,
@@ -237,7 +242,7 @@ def index_object(
 
 
 def _index_current(
-    s3: Any,
+    s3: S3Client,
     store: IndexStore,
     settings: Settings,
     dataset: DatasetConfig,
@@ -309,7 +314,7 @@ def _owners_of(scanned: ObjectIndex) -> frozenset[str]:
 
 
 def _table_event(
-    s3: Any, store: IndexStore, settings: Settings, dataset: DatasetConfig, bucket: str, key: str
+    s3: S3Client, store: IndexStore, settings: Settings, dataset: DatasetConfig, bucket: str, key: str
 ) -> IndexOutcome:
     """An event under a table's location: a commit (or checkpoint) of its log makes the index follow the table to
     its newest version; a data file is indexed from the commit that adds it, never on its own (a file no commit
@@ -339,7 +344,7 @@ def _record_failure(
 
 
 def record_created_version(
-    s3: Any, store: IndexStore, settings: Settings, bucket: str, key: str, version_id: str
+    s3: S3Client, store: IndexStore, settings: Settings, bucket: str, key: str, version_id: str
 ) -> bool:
     """An ObjectCreated event names the version it created. When that version is no longer current by the time the
     event is handled (overwritten or deleted meanwhile), index_object never read it, yet S3 keeps it: read it now and

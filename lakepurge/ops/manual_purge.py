@@ -10,7 +10,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from lakepurge.core import aws
 from lakepurge.core.config import Settings
@@ -27,6 +27,9 @@ from lakepurge.purge.launch import inline_fits
 from lakepurge.reports import layout
 from lakepurge.reports.layout import load_report, write_report
 from lakepurge.reports.report import Report, SafetyLimitExceeded, build_report
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
 
 Engine = Literal["auto", "inline", "spark"]
 
@@ -93,7 +96,12 @@ def plan_lines(report: Report) -> list[str]:
 
 
 def _reviewed_report(
-    s3: Any, settings: Settings, request_id: str, sha256: str | None, users: list[str], pseudonymizer: Pseudonymizer
+    s3: S3Client,
+    settings: Settings,
+    request_id: str,
+    sha256: str | None,
+    users: list[str],
+    pseudonymizer: Pseudonymizer,
 ) -> tuple[Report, str, str]:
     """The report a dry run wrote, checked: its bytes hash to the reviewed SHA-256 (or the one recorded when it was
     written) and it was made for exactly these users."""

@@ -25,7 +25,7 @@ import hmac
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlencode
 
 from botocore.exceptions import ClientError
@@ -49,6 +49,9 @@ from lakepurge.workflow.store import (
     now_iso,
     workflow_settings,
 )
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
 
 log = get_logger()
 
@@ -209,7 +212,7 @@ def _undecided(store: RequestStore, request_id: str) -> None:
 
 
 def pending(
-    settings: Settings, store: RequestStore, s3: Any, request_id: str, approver_index: str, secret: str
+    settings: Settings, store: RequestStore, s3: S3Client, request_id: str, approver_index: str, secret: str
 ) -> PendingApproval:
     """What the confirmation page shows (a GET: reads only)."""
     approval, approver = _check(settings, store, request_id, approver_index, secret)
@@ -238,7 +241,7 @@ class Decided:
 def decide(
     settings: Settings,
     store: RequestStore,
-    s3: Any,
+    s3: S3Client,
     sfn: Any,
     request_id: str,
     approver_index: str,
@@ -274,7 +277,7 @@ def decide(
 
 def _claim(
     store: RequestStore,
-    s3: Any,
+    s3: S3Client,
     sfn: Any,
     key: bytes,
     request_id: str,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
@@ -60,6 +60,9 @@ from lakepurge.workflow.store import (
     StateIsFinal,
     workflow_settings,
 )
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
 
 log = get_logger()
 
@@ -355,7 +358,7 @@ def verify(
     )
 
 
-def _moved_on(s3: Any, s3path: str, etag: str | None) -> bool:
+def _moved_on(s3: S3Client, s3path: str, etag: str | None) -> bool:
     if s3path.startswith(OBJECT_REFERENCE):
         return True  # resolved to no version in the lake: the object is gone
     uri = S3Uri.parse(s3path)

@@ -20,7 +20,7 @@ import base64
 import os
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, TypeVar, get_args
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args
 
 import orjson
 from botocore.exceptions import ClientError
@@ -31,6 +31,9 @@ from lakepurge.core.privacy import Pseudonymizer
 from lakepurge.core.s3io import condition_failed
 from lakepurge.reports import layout
 from lakepurge.workflow.events import Outcome
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
 
 # Where a request stands before it ends; an ending (an outcome) never changes again.
 RECEIVED = "RECEIVED"
@@ -142,7 +145,7 @@ Doc = TypeVar("Doc", bound=layout.Document)
 
 
 class RequestStore:
-    def __init__(self, settings: Settings, s3: Any, kms: Any) -> None:
+    def __init__(self, settings: Settings, s3: S3Client, kms: Any) -> None:
         self._workflow = workflow_settings(settings)
         self._settings = settings
         folder = layout.requests_prefix(settings)
@@ -337,7 +340,7 @@ class RequestStore:
         if only_once:
             written = layout.write_once(self._s3, where, body)
         else:
-            condition = {} if if_match is None else {"IfMatch": if_match}
+            condition: dict[str, Any] = {} if if_match is None else {"IfMatch": if_match}
             written = self._s3.put_object(
                 Bucket=where.bucket, Key=where.key, Body=body, ContentType="application/json", **condition
             )
