@@ -28,7 +28,7 @@ from lakepurge.core.s3io import ObjectHead, head_object, object_versions, open_s
 from lakepurge.core.s3uri import S3Uri
 from lakepurge.index.base import IndexStore, NoncurrentVersion, ObjectIndex, UnindexableLine
 from lakepurge.tables.base import LakeTable, TableChanges, TableError, TableFile, TableState
-from lakepurge.tables.delta import CHANGE_DATA, LOG, DeltaLog
+from lakepurge.tables.delta import LOG, DeltaLog
 from lakepurge.tables.scan import data_file_users
 
 if TYPE_CHECKING:
@@ -169,10 +169,6 @@ def history_items(s3: S3Client, table: LakeTable, live: Iterable[str]) -> list[H
     return items
 
 
-def is_change_data(dataset: DatasetConfig, s3path: str) -> bool:
-    return S3Uri.parse(s3path).key.startswith(dataset.uri.key + CHANGE_DATA)
-
-
 @dataclass
 class Followed:
     """What following a table's new commits did."""
@@ -182,7 +178,6 @@ class Followed:
     version: int
     files_indexed: int = 0
     files_left: int = 0  # live files that left the table (their users kept as history while they are on storage)
-    history_read: int = 0
     failed: list[str] = field(default_factory=list)
 
 
@@ -262,7 +257,6 @@ def _apply(
         head = head_object(s3, uri.bucket, uri.key)
         if head is not None:
             store_history(store, dataset, head, history_users(s3, settings, table, head))
-            followed.history_read += 1
 
 
 HEADS_AT_ONCE = 16
@@ -291,12 +285,6 @@ class TableStatus:
     version_indexed: int | None
     newest_version: int | None
     problem: str = ""  # why the index could not follow it ("" when it did, or was not asked to)
-
-    @property
-    def behind(self) -> int:
-        if self.version_indexed is None or self.newest_version is None:
-            return 0
-        return max(self.newest_version - self.version_indexed, 0)
 
     def line(self) -> str:
         indexed = "never indexed" if self.version_indexed is None else f"version {self.version_indexed} indexed"

@@ -44,13 +44,12 @@ PURGING = "PURGING"
 FINAL_STATES: tuple[str, ...] = get_args(Outcome)  # how a request can end
 # Endings that answer the person: erased and certified, exported, nothing to erase, or refused by an approver.
 ANSWERED: tuple[str, ...] = ("ERASED", "EXPORTED", "NOTHING_FOUND", "REJECTED")
-# Every other ending (the index could not be trusted, nobody approved in time, a job or its verification failed, a
-# tampered report) leaves the request to be answered within its legal deadline: status keeps it open, flags it overdue.
-STILL_OPEN: tuple[str, ...] = tuple(state for state in FINAL_STATES if state not in ANSWERED)
 
 
 def is_open(state: str) -> bool:
-    """Still to be answered: not ended, or ended without an answer (STILL_OPEN). The one rule `status`, `requests`,
+    """Still to be answered: not ended, or ended without an answer. Every ending outside ANSWERED (the index could
+    not be trusted, nobody approved in time, a job or its verification failed, a tampered report) leaves the request
+    to be answered within its legal deadline: it stays open and turns overdue. The one rule `status`, `requests`,
     `/ops` and the RequestsOpen metric count by."""
     return state not in ANSWERED
 
