@@ -50,7 +50,7 @@ fi
 # the same validation the functions do when they read it; a bad file is not published
 "$PYTHON" -c '
 import sys
-from lakepurge.config import ConfigError, load_settings
+from lakepurge.core.config import ConfigError, load_settings
 try:
     settings = load_settings(sys.argv[1])
 except ConfigError as exc:

@@ -71,7 +71,6 @@ def _index_keys(keys: list[Change]) -> list[IndexOutcome]:
         if outcome.unindexable:
             metrics.add_metric(name="UnindexableLines", unit=MetricUnit.Count, value=outcome.unindexable)
         if outcome.reappeared:
-            metrics.add_metric(name="ErasedUsersReappeared", unit=MetricUnit.Count, value=outcome.reappeared)
             metrics.add_metric(name="ReturningUsers", unit=MetricUnit.Count, value=outcome.reappeared)
     return outcomes
 

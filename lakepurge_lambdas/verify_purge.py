@@ -1,5 +1,5 @@
 """VerifyPurge Task: accept the purge only on a passed certificate for the approved report; record the users in
-the suppression list."""
+the suppression list and count the returning users again."""
 
 from __future__ import annotations
 
@@ -26,7 +26,12 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     task = VerifyTask.model_validate(event)
     logger.set_correlation_id(task.request_id)
     verification = steps.verify(
-        runtime.settings(), Clients.from_environment(), runtime.index_store(), task.request_id, task.report
+        runtime.settings(),
+        Clients.from_environment(),
+        runtime.index_store(),
+        runtime.require_pseudonymizer(),
+        task.request_id,
+        task.report,
     )
     if (
         isinstance(verification, Verification) and verification.verified

@@ -1,4 +1,4 @@
-"""The access export's archive: a zip built in memory (spooled to disk past SPOOL_BYTES), one file per object in the
+"""The access export's archive: a zip built in memory (spooled to disk past IN_MEMORY_BYTES), one file per object in the
 original format or converted to JSON Lines or CSV, one per relational table, each file's SHA-256 remembered for the
 manifest. No user id appears in a file name.
 """
@@ -23,19 +23,19 @@ from lakepurge.access.sealing import SEGMENT_BYTES
 from lakepurge.core.config import DatasetConfig, Settings
 from lakepurge.core.s3io import open_body
 from lakepurge.index import relational_dsn
+from lakepurge.records.limits import IN_MEMORY_BYTES
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
 # Past this size, the archive being built (and its sealed copy) is spooled to disk.
-SPOOL_BYTES = 64 * 1024 * 1024
 
 
 class Archive:
     """The zip being built (spooled to disk past 64 MiB), each file's SHA-256 remembered for the manifest."""
 
     def __init__(self, created: datetime) -> None:
-        self.file: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)  # noqa: SIM115 - closed in close()
+        self.file: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=IN_MEMORY_BYTES)  # noqa: SIM115 - closed in close()
         self._zip = zipfile.ZipFile(self.file, "w", compression=zipfile.ZIP_DEFLATED)
         self._when = (max(created.year, 1980), created.month, created.day, created.hour, created.minute, created.second)
 

@@ -51,20 +51,19 @@ from datetime import UTC, datetime, timedelta
 from typing import IO, TYPE_CHECKING, Any
 
 import orjson
-from botocore.exceptions import ClientError
 
-from lakepurge.access.archive import SPOOL_BYTES, Archive, export_relational, write_object
+from lakepurge.access.archive import Archive, export_relational, write_object
 from lakepurge.access.extract import TABLE_VERSION, follow_tables, read_users_records, with_partition
 from lakepurge.access.sealing import EXPORT_CONTEXT_KEY, SEGMENT_BYTES, archive_header, seal, sealed_for, unseal
 from lakepurge.core import aws
 from lakepurge.core.config import Settings
 from lakepurge.core.logs import get_logger, object_ref
 from lakepurge.core.privacy import Pseudonymizer
-from lakepurge.core.s3io import error_code
 from lakepurge.core.s3uri import S3Uri
 from lakepurge.index import open_store
 from lakepurge.index.base import Hits
 from lakepurge.indexing.coverage import DatasetCoverage, of_index
+from lakepurge.records.limits import IN_MEMORY_BYTES
 from lakepurge.reports import layout
 from lakepurge.tables.base import TableError
 
@@ -514,7 +513,7 @@ def _seal(
     destination."""
     archive.finish(manifest)
     plaintext_sha256 = _sha256_of(archive.file)
-    with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES) as sealed:
+    with tempfile.SpooledTemporaryFile(max_size=IN_MEMORY_BYTES) as sealed:
         wrapped_by = seal(archive.file, sealed, kms, key_id, request_id)
         sealed.seek(0)
         archive_sha256 = _sha256_of(sealed)
@@ -542,16 +541,8 @@ def _record(
     versions (a failed run's) go. A run of the same request id that recorded first keeps its archive: this one's is
     deleted and the export refused."""
     try:
-        s3.put_object(
-            Bucket=record_uri.bucket,
-            Key=record_uri.key,
-            Body=orjson.dumps(document.to_json(), option=orjson.OPT_INDENT_2),
-            ContentType="application/json",
-            IfNoneMatch="*",
-        )
-    except ClientError as exc:
-        if error_code(exc) not in ("PreconditionFailed", "ConditionalRequestConflict", "412"):
-            raise
+        layout.write_once(s3, record_uri, orjson.dumps(document.to_json(), option=orjson.OPT_INDENT_2))
+    except layout.AlreadyWritten:
         if archive_version not in (None, "null"):  # the other run's archive is the one its record names
             s3.delete_object(Bucket=destination.bucket, Key=destination.key, VersionId=archive_version)
         raise ExportRefused(

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 from botocore.config import Config
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_sqs import SQSClient
 
 # Adaptive retries absorb S3 503 SlowDown and DynamoDB throttling without hand-written loops.
 _CLIENT_CONFIG = Config(retries={"max_attempts": 10, "mode": "adaptive"}, max_pool_connections=32)
@@ -57,9 +61,9 @@ def presigner() -> Presigner:
 
 @dataclass(frozen=True)
 class Clients:
-    s3: Any
-    kms: Any
-    sqs: Any = None  # reads the indexer's dead-letter queue; None: the process's SQS client when it is needed
+    s3: S3Client
+    kms: Any  # no stubs for KMS in the dev dependencies
+    sqs: SQSClient | None = None  # reads the indexer's dead-letter queue; None: the process's SQS client when needed
 
     @classmethod
     def from_environment(cls) -> Clients:

@@ -338,13 +338,6 @@ class PrivacyConfig(_Strict):
             return {**data, "hash_key_env": None}
         return data
 
-    @property
-    def hash_key_source(self) -> str:
-        """Where the key comes from, in words for messages (never the key)."""
-        if self.hash_key_secret is not None:
-            return f"the secret {self.hash_key_secret} (privacy.hash_key_secret)"
-        return f"the environment variable {self.hash_key_env} (privacy.hash_key_env)"
-
 
 class RelationalConfig(_Strict):
     """A PostgreSQL table holding user data: erasing deletes the rows whose column equals the user id.

@@ -22,10 +22,6 @@ def show_on(stream: TextIO | None) -> None:
     _stream = stream
 
 
-def showing() -> bool:
-    return _stream is not None
-
-
 class Progress:
     """One bar: items done of a total, bytes and rate when known, elapsed time and an estimate of what is left."""
 

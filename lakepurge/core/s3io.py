@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, cast
 
 from botocore.exceptions import ClientError, ConnectionError, HTTPClientError, IncompleteReadError
 from urllib3.exceptions import ProtocolError
 
 if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_s3.type_defs import ObjectVersionTypeDef
+
     from lakepurge.core.config import DatasetConfig
     from lakepurge.core.s3uri import S3Uri
 
@@ -35,24 +38,34 @@ class ObjectHead:
     def s3path(self) -> str:
         return f"s3://{self.bucket}/{self.key}"
 
-    def pinned(self) -> dict[str, str]:
+    def pinned(self) -> dict[str, Any]:
         """GetObject arguments that read exactly this version (or fail with 412 if it was replaced)."""
         if self.version_id:
             return {"VersionId": self.version_id}
         return {"IfMatch": self.etag}
 
-    def pinned_version(self) -> dict[str, str]:
+    def pinned_version(self) -> dict[str, Any]:
         """The VersionId argument on versioned buckets (for calls that take no If-Match, such as tagging)."""
         return {"VersionId": self.version_id} if self.version_id else {}
 
 
-def ever_versioned(s3: Any, bucket: str) -> bool:
+def ever_versioned(s3: S3Client, bucket: str) -> bool:
     """Whether the bucket has ever had versioning on: only then can noncurrent versions exist."""
     return "Status" in s3.get_bucket_versioning(Bucket=bucket)
 
 
 def error_code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+# What S3 answers a conditional write whose condition does not hold: If-None-Match on a key that exists, If-Match on
+# another ETag (412 PreconditionFailed), or a conditional write racing another one on the same key (409).
+_CONDITION_FAILED = ("PreconditionFailed", "412", "ConditionalRequestConflict")
+
+
+def condition_failed(exc: ClientError) -> bool:
+    """Whether a conditional write was refused because its condition does not hold (not for any other error)."""
+    return error_code(exc) in _CONDITION_FAILED
 
 
 _MISSING = ("404", "NoSuchKey", "NotFound", "405", "MethodNotAllowed")
@@ -72,7 +85,7 @@ def transient(exc: BaseException) -> bool:
     return isinstance(exc, ConnectionError | HTTPClientError | IncompleteReadError | ProtocolError | OSError)
 
 
-def _head_from(bucket: str, key: str, response: dict[str, Any]) -> ObjectHead:
+def _head_from(bucket: str, key: str, response: Mapping[str, Any]) -> ObjectHead:
     version = response.get("VersionId")
     return ObjectHead(
         bucket=bucket,
@@ -85,11 +98,11 @@ def _head_from(bucket: str, key: str, response: dict[str, Any]) -> ObjectHead:
     )
 
 
-def head_object(s3: Any, bucket: str, key: str, checksum: bool = False) -> ObjectHead | None:
+def head_object(s3: S3Client, bucket: str, key: str, checksum: bool = False) -> ObjectHead | None:
     """The current version's head, or None when the object does not exist (deleted, or a delete marker). With
     checksum, the headers also hold the checksum S3 stores for it (ChecksumCRC64NVME, ...)."""
     try:
-        extra = {"ChecksumMode": "ENABLED"} if checksum else {}
+        extra: dict[str, Any] = {"ChecksumMode": "ENABLED"} if checksum else {}
         return _head_from(bucket, key, s3.head_object(Bucket=bucket, Key=key, **extra))
     except ClientError as exc:
         if error_code(exc) in _MISSING:
@@ -97,10 +110,10 @@ def head_object(s3: Any, bucket: str, key: str, checksum: bool = False) -> Objec
         raise
 
 
-def head_version(s3: Any, bucket: str, key: str, version_id: str, checksum: bool = False) -> ObjectHead | None:
+def head_version(s3: S3Client, bucket: str, key: str, version_id: str, checksum: bool = False) -> ObjectHead | None:
     """The head of one version, or None when that version (or the key) no longer exists or is a delete marker."""
     try:
-        extra = {"ChecksumMode": "ENABLED"} if checksum else {}
+        extra: dict[str, Any] = {"ChecksumMode": "ENABLED"} if checksum else {}
         response = s3.head_object(Bucket=bucket, Key=key, VersionId=version_id, **extra)
     except ClientError as exc:
         if error_code(exc) in (*_MISSING, "NoSuchVersion", "400", "InvalidArgument"):
@@ -110,7 +123,7 @@ def head_version(s3: Any, bucket: str, key: str, version_id: str, checksum: bool
     return head if head.version_id == version_id else None
 
 
-def get_current(s3: Any, bucket: str, key: str) -> tuple[ObjectHead, IO[bytes]] | None:
+def get_current(s3: S3Client, bucket: str, key: str) -> tuple[ObjectHead, IO[bytes]] | None:
     """The current version's head and streaming body from one GET (its response carries everything a HEAD
     does, plus the tag count), or None when the object does not exist."""
     try:
@@ -119,13 +132,13 @@ def get_current(s3: Any, bucket: str, key: str) -> tuple[ObjectHead, IO[bytes]] 
         if error_code(exc) in _MISSING:
             return None
         raise
-    body: IO[bytes] = response["Body"]
+    body = cast("IO[bytes]", response["Body"])
     head = _head_from(bucket, key, response)
     head.headers.setdefault("TagCount", 0)  # a GET names its tag count only when there are tags
     return head, body
 
 
-def open_body(s3: Any, head: ObjectHead) -> IO[bytes]:
+def open_body(s3: S3Client, head: ObjectHead) -> IO[bytes]:
     """A streaming body of exactly the version described by head."""
     try:
         response = s3.get_object(Bucket=head.bucket, Key=head.key, **head.pinned())
@@ -133,14 +146,14 @@ def open_body(s3: Any, head: ObjectHead) -> IO[bytes]:
         if error_code(exc) in ("PreconditionFailed", "412", "NoSuchKey", "NoSuchVersion"):
             raise ObjectChanged(head.s3path) from None
         raise
-    body: IO[bytes] = response["Body"]
+    body = cast("IO[bytes]", response["Body"])
     return body
 
 
 class RangeReader(io.RawIOBase):
     """A seekable view of one object version through ranged GETs (Parquet readers need the footer first)."""
 
-    def __init__(self, s3: Any, head: ObjectHead) -> None:
+    def __init__(self, s3: S3Client, head: ObjectHead) -> None:
         self._s3 = s3
         self._head = head
         self._pos = 0
@@ -180,11 +193,11 @@ class RangeReader(io.RawIOBase):
         return len(data)
 
 
-def open_seekable(s3: Any, head: ObjectHead) -> IO[bytes]:
+def open_seekable(s3: S3Client, head: ObjectHead) -> IO[bytes]:
     return io.BufferedReader(RangeReader(s3, head), buffer_size=1 << 20)
 
 
-def list_objects(s3: Any, dataset: DatasetConfig) -> Iterator[tuple[str, str, int]]:
+def list_objects(s3: S3Client, dataset: DatasetConfig) -> Iterator[tuple[str, str, int]]:
     """(bucket, key, size) of every data object of a dataset (sidecars excluded)."""
     uri = dataset.uri
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=uri.bucket, Prefix=uri.key):
@@ -194,7 +207,7 @@ def list_objects(s3: Any, dataset: DatasetConfig) -> Iterator[tuple[str, str, in
                 yield uri.bucket, key, item["Size"]
 
 
-def list_noncurrent(s3: Any, dataset: DatasetConfig) -> Iterator[ObjectHead]:
+def list_noncurrent(s3: S3Client, dataset: DatasetConfig) -> Iterator[ObjectHead]:
     """Every noncurrent version of the dataset's data objects (a versioned bucket keeps them after an overwrite or
     a delete; delete markers hold no data)."""
     uri = dataset.uri
@@ -208,7 +221,7 @@ def list_noncurrent(s3: Any, dataset: DatasetConfig) -> Iterator[ObjectHead]:
         )
 
 
-def sidecar_subjects(s3: Any, dataset: DatasetConfig) -> Iterator[str]:
+def sidecar_subjects(s3: S3Client, dataset: DatasetConfig) -> Iterator[str]:
     """The data key each sidecar version of the dataset (current or noncurrent) describes, whether or not that
     object still exists: a sidecar outlives its object when a purge is killed between deleting the one and the
     other, and it still names the owner."""
@@ -221,7 +234,7 @@ def sidecar_subjects(s3: Any, dataset: DatasetConfig) -> Iterator[str]:
             yield dataset.data_key(version["Key"])
 
 
-def noncurrent_versions(s3: Any, uri: S3Uri) -> Iterator[ObjectHead]:
+def noncurrent_versions(s3: S3Client, uri: S3Uri) -> Iterator[ObjectHead]:
     """Every noncurrent version of exactly this key (delete markers hold no data)."""
     for version in object_versions(s3, uri.bucket, uri.key):
         if version["Key"] == uri.key and not version["IsLatest"]:
@@ -235,7 +248,7 @@ def noncurrent_versions(s3: Any, uri: S3Uri) -> Iterator[ObjectHead]:
             )
 
 
-def object_versions(s3: Any, bucket: str, prefix: str) -> Iterator[dict[str, Any]]:
+def object_versions(s3: S3Client, bucket: str, prefix: str) -> Iterator[ObjectVersionTypeDef]:
     """Every version (not delete marker) of every key under the prefix, as ListObjectVersions describes it."""
     for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket, Prefix=prefix):
         yield from page.get("Versions", [])

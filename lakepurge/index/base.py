@@ -271,9 +271,6 @@ class IndexStore(Protocol):
     def dump(self) -> set[tuple[str, str, int]]:
         """Every (user, s3path, line) row: for tests and verification on small indexes."""
 
-    def dump_noncurrent(self) -> set[tuple[str, str, str]]:
-        """Every (user, s3path, version id) of noncurrent versions: for tests."""
-
     def truncate(self) -> None:
         """Empty the index, the noncurrent versions, the coverage records and the suppression list (tests,
         benchmarks)."""

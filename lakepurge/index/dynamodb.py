@@ -37,7 +37,6 @@ from lakepurge.index.dynamodb_items import (
     COVERAGE_SORT_PREFIX,
     ERASED_PREFIX,
     META_PREFIX,
-    NONCURRENT_PREFIX,
     PROBLEM_PARTITION,
     PROBLEM_SORT_PREFIX,
     SEPARATOR,
@@ -598,18 +597,6 @@ class DynamoIndexStore(DynamoTable):
         doomed = [key for found in parallel(keys, list(dict.fromkeys(version_ids))) for key in found]
         self._batch_write([{"DeleteRequest": {"Key": key}} for key in doomed])
         log.debug("noncurrent versions forgotten", extra={"versions": len(version_ids), "pointers": len(doomed)})
-
-    def dump_noncurrent(self) -> set[tuple[str, str, str]]:
-        items = self._scan(
-            FilterExpression="#k = :noncurrent",
-            ProjectionExpression="#u, #o, #v",
-            ExpressionAttributeNames={"#k": "kind", "#u": "userid", "#o": "object_s3path", "#v": "version_id"},
-            ExpressionAttributeValues={":noncurrent": {"S": "noncurrent"}},
-        )
-        return {
-            (item["userid"]["S"].removeprefix(NONCURRENT_PREFIX), item["object_s3path"]["S"], item["version_id"]["S"])
-            for item in items
-        }
 
     def record_coverage(self, coverage: Coverage) -> None:
         self._client.put_item(TableName=self._table, Item=coverage_item(coverage))

@@ -306,13 +306,5 @@ class MemoryIndexStore:
                 for line in lines
             }
 
-    def dump_noncurrent(self) -> set[tuple[str, str, str]]:
-        with self._lock:
-            return {
-                (user, s3path, version_id)
-                for (s3path, version_id), (_, users) in self._noncurrent.items()
-                for user in users
-            }
-
     def close(self) -> None:
         """Nothing to release."""

@@ -658,11 +658,6 @@ class PostgresIndexStore:
             return {row[0]: Coverage(*row) for row in cur.fetchall()}
 
     @_reconnecting
-    def dump_noncurrent(self) -> set[tuple[str, str, str]]:
-        with self._conn.cursor() as cur:
-            cur.execute("SELECT userid, s3path, version_id FROM noncurrent_versions")
-            return {(u, p, v) for u, p, v in cur.fetchall()}
-
     @_reconnecting
     def dump(self) -> set[tuple[str, str, int]]:
         with self._conn.cursor() as cur:

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
@@ -28,6 +28,9 @@ from lakepurge.index.base import Coverage, IndexStore, NoncurrentVersion, Object
 from lakepurge.indexing.indexer import failed_object, failure_reason, flag_erased_users, scan_object, tag_owners
 from lakepurge.indexing.table_backfill import TableIndexed, index_tables
 from lakepurge.tables.detect import refuse_table_formats
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
 
 log = get_logger()
 
@@ -191,7 +194,7 @@ class _Listing:
     noncurrent: list[ObjectHead]
 
 
-def _list_dataset(s3: Any, dataset: DatasetConfig, versioned: bool) -> _Listing:
+def _list_dataset(s3: S3Client, dataset: DatasetConfig, versioned: bool) -> _Listing:
     started = datetime.now(UTC)
     uri = dataset.uri
     current: dict[str, tuple[str, int]] = {}
@@ -425,7 +428,7 @@ def run_reconcile(
 _TAGGING_THREADS = 16
 
 
-def _retagged(s3: Any, store: IndexStore, dataset: DatasetConfig, keys: list[str]) -> list[str]:
+def _retagged(s3: S3Client, store: IndexStore, dataset: DatasetConfig, keys: list[str]) -> list[str]:
     """The keys of a tag-owned dataset whose owner tag names other users than the index holds (tagging keeps the
     ETag), or that vanished while being compared; empty for other datasets."""
     if dataset.id_tag is None or not keys:

@@ -15,10 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lakepurge.core.config import Settings
 from lakepurge.index.base import Coverage, DatasetProblems, IndexStore
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +109,7 @@ def assess(
     return assessed
 
 
-def dead_letter_count(sqs: Any, queue_url: str | None) -> int:
+def dead_letter_count(sqs: SQSClient, queue_url: str | None) -> int:
     """Messages waiting in the indexer's dead-letter queue (events that were never indexed)."""
     if not queue_url:
         return 0

@@ -10,7 +10,7 @@ import csv
 import re
 import zlib
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 from botocore.exceptions import ClientError
@@ -24,6 +24,9 @@ from lakepurge.records.formats import group_records
 from lakepurge.records.ids import IdFieldError, IdKeys, extract_ids, id_problem, parse_paths, parse_record
 from lakepurge.tables.detect import TableFormatError, detect_cached, key_table_format
 from lakepurge.tables.index import NotIndexed, follow_table, open_table
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
 
 log = get_logger()
 
@@ -82,7 +85,7 @@ def content_error(exc: BaseException, dataset: DatasetConfig) -> bool:
     return dataset.format in ("parquet", "delta") and isinstance(exc, OSError)
 
 
-def scan_object(s3: Any, settings: Settings, dataset: DatasetConfig, head: ObjectHead) -> ObjectIndex:
+def scan_object(s3: S3Client, settings: Settings, dataset: DatasetConfig, head: ObjectHead) -> ObjectIndex:
     """Read one object version and build its index rows (raises ObjectChanged if it is replaced meanwhile)."""
     result = ObjectIndex(
         s3path=head.s3path,
@@ -109,7 +112,7 @@ def scan_object(s3: Any, settings: Settings, dataset: DatasetConfig, head: Objec
     return result
 
 
-def _scan_owner(s3: Any, dataset: DatasetConfig, head: ObjectHead, result: ObjectIndex) -> None:
+def _scan_owner(s3: S3Client, dataset: DatasetConfig, head: ObjectHead, result: ObjectIndex) -> None:
     """One-user-per-object datasets: the owner comes from the key, a sidecar object or an object tag."""
     owners: tuple[str, ...] = ()
     problem = None
@@ -154,15 +157,17 @@ def _scan_owner(s3: Any, dataset: DatasetConfig, head: ObjectHead, result: Objec
     result.lines_by_user = {owner: [WHOLE_OBJECT] for owner in owners}
 
 
-def tag_values(s3: Any, dataset: DatasetConfig, bucket: str, key: str, version_id: str | None) -> tuple[str, ...]:
+def tag_values(s3: S3Client, dataset: DatasetConfig, bucket: str, key: str, version_id: str | None) -> tuple[str, ...]:
     """The values of a tag-owned object's owner tag (an object has each tag key at most once); version_id None: the
     current version's."""
-    pinned = {"VersionId": version_id} if version_id else {}
+    pinned: dict[str, Any] = {"VersionId": version_id} if version_id else {}
     tags = s3.get_object_tagging(Bucket=bucket, Key=key, **pinned)["TagSet"]
     return tuple(t["Value"] for t in tags if t["Key"] == dataset.id_tag and t["Value"])
 
 
-def tag_owners(s3: Any, dataset: DatasetConfig, bucket: str, key: str, version_id: str | None = None) -> frozenset[str]:
+def tag_owners(
+    s3: S3Client, dataset: DatasetConfig, bucket: str, key: str, version_id: str | None = None
+) -> frozenset[str]:
     """The owners an index of the object holds now, as its owner tag names them (none while the tag is missing or
     not a valid id: the object is then unindexable)."""
     values = tag_values(s3, dataset, bucket, key, version_id)
@@ -192,7 +197,7 @@ def _skip_reason(dataset: DatasetConfig, key: str, tags_changed: bool) -> str | 
 
 
 def index_object(
-    s3: Any,
+    s3: S3Client,
     store: IndexStore,
     settings: Settings,
     bucket: str,
@@ -209,10 +214,12 @@ def index_object(
     ignored unread. A Delta, Iceberg or Hudi table is refused (TableFormatError): its files must not be indexed
     for a purge that would rewrite them.
 
-    Where the owner is named outside the object's bytes (an owner tag, a sidecar), it can change while the object's
-    ETag does not (tagging keeps ETag and last-modified time; a sidecar is an object of its own): the object is then
-    indexed whatever ETag the index holds, and its owner read again after the write, so that an owner changed
-    meanwhile (an earlier event handled late) starts it again. A tag change elsewhere changes nothing indexed."""
+    A version the index holds already (the same ETag and version id: the purge's and the vacuum's own writes, events
+    delivered again) is not read: the index answers. Where the owner is named outside the object's bytes (an owner
+    tag, a sidecar), it can change while the object's ETag does not (tagging keeps ETag and last-modified time; a
+    sidecar is an object of its own): the object is then indexed whatever ETag the index holds (its tags or sidecar
+    are read, never its bytes), and its owner read again after the write, so that an owner changed meanwhile (an
+    earlier event handled late) starts it again. A tag change elsewhere changes nothing indexed."""
     dataset = settings.dataset_for(bucket, key)
     if dataset is None:
         return IndexOutcome(f"s3://{bucket}/{key}", "ignored")
@@ -224,7 +231,21 @@ def index_object(
     table_format = detect_cached(s3, dataset)
     if table_format is not None:
         raise TableFormatError(dataset, table_format)
-    key = dataset.data_key(key)
+    return _index_current(s3, store, settings, dataset, bucket, dataset.data_key(key), force, attempts, pseudonymizer)
+
+
+def _index_current(
+    s3: S3Client,
+    store: IndexStore,
+    settings: Settings,
+    dataset: DatasetConfig,
+    bucket: str,
+    key: str,
+    force: bool,
+    attempts: int,
+    pseudonymizer: Pseudonymizer | None,
+) -> IndexOutcome:
+    """index_object for a data object of a dataset of files (not a table): its current version, read once."""
     s3path = f"s3://{bucket}/{key}"
     ref = object_ref(s3path, dataset, pseudonymizer)
     owner_apart = dataset.id_tag is not None or dataset.id_sidecar is not None
@@ -238,6 +259,12 @@ def index_object(
                 continue
             log.info("object gone", extra={"object": ref, "removed_rows": removed})
             return IndexOutcome(s3path, "removed" if removed else "absent")
+        held = None if force else store.get_object(s3path)
+        if held is not None and held.etag == head.etag and held.version_id == head.version_id:
+            # Indexed at this very version already (the purge's or the vacuum's own write, which moved the index
+            # itself; an event delivered again): its rows came from these bytes, so they are not read again. Returning
+            # users are counted when a version is indexed, and a purge counts them again itself: none found here.
+            return IndexOutcome(s3path, "unchanged", held.records, len(held.unindexable))
         try:
             scanned = scan_object(s3, settings, dataset, head)
         except ObjectChanged:
@@ -259,7 +286,7 @@ def index_object(
             log.info("owner changed while being indexed; indexing it again", extra={"object": ref})
             continue
         if scanned.reappeared:
-            log.warning("erased users found again", extra={"object": ref, "users": scanned.reappeared})
+            log.warning("returning users found", extra={"object": ref, "users": scanned.reappeared})
         if scanned.unindexable:
             log.warning(
                 "unindexable lines",
@@ -280,7 +307,7 @@ def _owners_of(scanned: ObjectIndex) -> frozenset[str]:
 
 
 def _table_event(
-    s3: Any, store: IndexStore, settings: Settings, dataset: DatasetConfig, bucket: str, key: str
+    s3: S3Client, store: IndexStore, settings: Settings, dataset: DatasetConfig, bucket: str, key: str
 ) -> IndexOutcome:
     """An event under a table's location: a commit (or checkpoint) of its log makes the index follow the table to
     its newest version; a data file is indexed from the commit that adds it, never on its own (a file no commit
@@ -310,7 +337,7 @@ def _record_failure(
 
 
 def record_created_version(
-    s3: Any, store: IndexStore, settings: Settings, bucket: str, key: str, version_id: str
+    s3: S3Client, store: IndexStore, settings: Settings, bucket: str, key: str, version_id: str
 ) -> bool:
     """An ObjectCreated event names the version it created. When that version is no longer current by the time the
     event is handled (overwritten or deleted meanwhile), index_object never read it, yet S3 keeps it: read it now and

@@ -70,6 +70,14 @@ def resolve_hashes(
     return [ids[user_hash] for user_hash in wanted]
 
 
+def record_erasure(store: IndexStore, pseudonymizer: Pseudonymizer, user_hashes: Sequence[str], request_id: str) -> int:
+    """How every erasure ends, the operator's (`lakepurge purge`) and the workflow's (VerifyPurge) alike: its users go
+    on the suppression list (keyed hashes), and the objects flagged for returning users are counted again, so that
+    those the erasure cleaned are no longer flagged. Returns how many objects are still flagged."""
+    store.record_erased(list(user_hashes), request_id)
+    return recount(store, pseudonymizer)
+
+
 def recount(store: IndexStore, pseudonymizer: Pseudonymizer, limit: int = DEFAULT_LIMIT) -> int:
     """Bring the flagged objects' counts of returning users back in line with their rows (a purge erased some of
     them again); an object re-indexed meanwhile keeps its own count. Returns how many objects are still flagged."""

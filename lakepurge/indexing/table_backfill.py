@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
@@ -37,6 +37,9 @@ from lakepurge.tables.index import (
     store_history,
     store_live,
 )
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
 
 log = get_logger()
 
@@ -107,7 +110,7 @@ def index_tables(
 
 
 def _index_table(
-    spark: Any, s3: Any, store: IndexStore, settings: Settings, dataset: DatasetConfig, method: str, force: bool
+    spark: Any, s3: S3Client, store: IndexStore, settings: Settings, dataset: DatasetConfig, method: str, force: bool
 ) -> TableIndexed:
     started = datetime.now(UTC)
     table = open_table(s3, dataset)

@@ -28,7 +28,7 @@ import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import suppress
 from dataclasses import asdict, dataclass, field, replace
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
@@ -44,6 +44,9 @@ from lakepurge.records.csv_records import HEADER_PROBLEM
 from lakepurge.records.formats import UNREAD_FROM_HERE, read_records
 from lakepurge.records.ids import Unindexable
 from lakepurge.records.lines import CHUNK_BYTES, open_decompressed
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
 
 log = get_logger()
 
@@ -117,7 +120,7 @@ def check(
     coverage: list[DatasetCoverage],
     problems: dict[str, DatasetProblems],
     name_of: NameOf,
-    s3: Any = None,
+    s3: S3Client | None = None,
 ) -> tuple[list[DatasetCoverage], list[DatasetLines]]:
     """Read the covered datasets' unindexable lines for the users (within the report's bound); returns the coverage
     with the datasets where one may hold them made incomplete (reason and fix), and each dataset's statement.
@@ -154,7 +157,7 @@ def check(
 
 
 def _read_dataset(
-    s3: Any,
+    s3: S3Client,
     settings: Settings,
     dataset: DatasetConfig,
     objects: list[UnindexableObject],
@@ -206,7 +209,7 @@ def _not_covered(coverage: DatasetCoverage, statement: DatasetLines, settings: S
     return replace(coverage, complete=False, reason="; ".join(reasons), fix=fix)
 
 
-def _indexed_head(s3: Any, obj: UnindexableObject) -> ObjectHead | None:
+def _indexed_head(s3: S3Client, obj: UnindexableObject) -> ObjectHead | None:
     """The head of the version the index read, or None when that version is no longer there (or no longer current
     in an unversioned bucket)."""
     uri = S3Uri.parse(obj.s3path)
@@ -216,12 +219,12 @@ def _indexed_head(s3: Any, obj: UnindexableObject) -> ObjectHead | None:
     return head if head is not None and head.etag == obj.etag else None
 
 
-def _open(s3: Any, dataset: DatasetConfig, head: ObjectHead) -> IO[bytes]:
+def _open(s3: S3Client, dataset: DatasetConfig, head: ObjectHead) -> IO[bytes]:
     return open_seekable(s3, head) if dataset.format == "parquet" else open_body(s3, head)
 
 
 def _recorded_lines(
-    s3: Any, settings: Settings, dataset: DatasetConfig, obj: UnindexableObject, limit: int
+    s3: S3Client, settings: Settings, dataset: DatasetConfig, obj: UnindexableObject, limit: int
 ) -> list[tuple[int, str]]:
     """The object's unindexable lines as the indexer's reader finds them (up to limit), when the index kept fewer."""
     head = _indexed_head(s3, obj)
@@ -246,7 +249,7 @@ def _recorded_lines(
 
 
 def _verdicts(
-    s3: Any,
+    s3: S3Client,
     settings: Settings,
     dataset: DatasetConfig,
     obj: UnindexableObject,

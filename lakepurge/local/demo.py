@@ -42,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import orjson
 
@@ -55,6 +55,10 @@ from lakepurge.core.s3uri import S3Uri
 from lakepurge.index import open_store
 from lakepurge.local.samples import SampleLake, generate_lake, settings_toml
 from lakepurge.reports import layout
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_sqs import SQSClient
 
 log = get_logger()
 
@@ -341,7 +345,7 @@ def _wait_until_stopped(every_minute: Callable[[], Any] | None = None) -> None:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _subscribe_lake_events(s3: Any, sqs: Any) -> str:
+def _subscribe_lake_events(s3: S3Client, sqs: SQSClient) -> str:
     """ObjectCreated/ObjectRemoved of the lake bucket -> an SQS queue with a dead-letter queue (maxReceiveCount 5),
     as infra/ deploys it; returns the queue's URL."""
     dlq_url = sqs.create_queue(QueueName=EVENTS_DLQ)["QueueUrl"]
@@ -360,12 +364,12 @@ def _subscribe_lake_events(s3: Any, sqs: Any) -> str:
     return str(queue_url)
 
 
-def _visible_messages(sqs: Any, queue_url: str) -> int:
+def _visible_messages(sqs: SQSClient, queue_url: str) -> int:
     attributes = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessages"])
     return int(attributes["Attributes"]["ApproximateNumberOfMessages"])
 
 
-def _upload(s3: Any, lake: SampleLake, bar: Progress) -> None:
+def _upload(s3: S3Client, lake: SampleLake, bar: Progress) -> None:
     for obj in lake.objects:
         extra: dict[str, Any] = {}
         if obj.tags:
@@ -381,7 +385,7 @@ class EventRun:
     failed: int = 0  # messages the indexer reported as failed (left for SQS to retry, then the DLQ)
 
 
-def drain_index_events(sqs: Any, queue_url: str, bar: Progress | None = None, batch: int = 10) -> EventRun:
+def drain_index_events(sqs: SQSClient, queue_url: str, bar: Progress | None = None, batch: int = 10) -> EventRun:
     """Hand the queue's S3 notifications to lakepurge_lambdas.indexer.handler in SQS batches, as Lambda's event source
     mapping does: records the handler reports in batchItemFailures stay in the queue; the others are deleted.
     Stops when the queue has nothing visible left."""

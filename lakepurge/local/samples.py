@@ -12,11 +12,14 @@ import io
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from lakepurge.index.base import WHOLE_OBJECT
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
 
 WORDS = (
     "great product arrived late quality excellent would buy again colour size fit small large the a and it "
@@ -96,7 +99,7 @@ class SampleLake:
     def total_bytes(self) -> int:
         return sum(len(o.body) for o in self.objects)
 
-    def upload(self, s3: Any) -> None:
+    def upload(self, s3: S3Client) -> None:
         for obj in self.objects:
             extra: dict[str, Any] = {}
             if obj.tags:

@@ -21,7 +21,7 @@ import os
 from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pydantic import TypeAdapter
 
@@ -32,6 +32,10 @@ from lakepurge.indexing.coverage import DatasetCoverage, dead_letter_count, of_i
 from lakepurge.indexing.returning import DEFAULT_LIMIT
 from lakepurge.ops.history import RequestRecord, list_history
 from lakepurge.reports import layout
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_sqs import SQSClient
 
 
 @dataclass(frozen=True)
@@ -181,7 +185,7 @@ def count_returning(store: IndexStore, limit: int = DEFAULT_LIMIT) -> int:
 
 
 def build_view(
-    settings: Settings, s3: Any, store: IndexStore, sqs: Any = None, now: datetime | None = None
+    settings: Settings, s3: S3Client, store: IndexStore, sqs: SQSClient | None = None, now: datetime | None = None
 ) -> OperationsView:
     """Read everything the page shows: the requests from the reports location, the index's counts and coverage."""
     now = now or datetime.now(UTC)
@@ -198,7 +202,7 @@ _VIEW = TypeAdapter(OperationsView)
 
 
 def refresh_view(
-    settings: Settings, s3: Any, store: IndexStore, sqs: Any = None, now: datetime | None = None
+    settings: Settings, s3: S3Client, store: IndexStore, sqs: SQSClient | None = None, now: datetime | None = None
 ) -> OperationsView:
     """Build the view and store it where the page reads it (the hourly RequestMetrics function)."""
     view = build_view(settings, s3, store, sqs, now)
@@ -207,7 +211,7 @@ def refresh_view(
     return view
 
 
-def stored_view(settings: Settings, s3: Any) -> OperationsView | None:
+def stored_view(settings: Settings, s3: S3Client) -> OperationsView | None:
     """The view RequestMetrics stored last, or None before its first run."""
     stored = layout.read_or_none(s3, layout.operations_view(settings))
     return None if stored is None else _VIEW.validate_json(stored.body)

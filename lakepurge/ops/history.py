@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from lakepurge.core.config import Settings
 from lakepurge.reports import layout
 from lakepurge.reports.report import Report
 from lakepurge.workflow.store import RequestStore, is_open, list_requests
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
 
 Kind = Literal["workflow", "operator"]
 # An operator purge that ran but did not end certified is still to be finished; a report never purged (PLANNED, a dry
@@ -44,7 +47,7 @@ class RequestRecord:
         return self.state in OPERATOR_UNFINISHED
 
 
-def list_history(settings: Settings, s3: Any, kms: Any = None, now: datetime | None = None) -> list[RequestRecord]:
+def list_history(settings: Settings, s3: S3Client, kms: Any = None, now: datetime | None = None) -> list[RequestRecord]:
     """Every request, open and overdue ones first, then the newest first."""
     now = now or datetime.now(UTC)
     reported = set(layout.request_ids_under(s3, layout.reports_prefix(settings)))
@@ -85,13 +88,17 @@ def list_history(settings: Settings, s3: Any, kms: Any = None, now: datetime | N
     return records
 
 
-def _report(s3: Any, settings: Settings, request_id: str) -> Report | None:
+def _report(s3: S3Client, settings: Settings, request_id: str) -> Report | None:
     stored = layout.read_or_none(s3, layout.report(settings, request_id))
     return None if stored is None else Report.from_bytes(stored.body)
 
 
 def _operator_state(
-    s3: Any, settings: Settings, request_id: str, report: Report | None, certificate: layout.CertificateDocument | None
+    s3: S3Client,
+    settings: Settings,
+    request_id: str,
+    report: Report | None,
+    certificate: layout.CertificateDocument | None,
 ) -> str:
     if certificate is not None:
         if not certificate.verification.passed:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from lakepurge.core import aws
 from lakepurge.core.config import Settings
@@ -21,11 +21,15 @@ from lakepurge.core.sparkutil import spark_session
 from lakepurge.index import open_store
 from lakepurge.indexing import unindexable
 from lakepurge.indexing.coverage import IndexIncomplete, dead_letter_count
+from lakepurge.indexing.returning import record_erasure, resolve_hashes
 from lakepurge.purge.job import PurgeResult, purge_relational, run_purge, verify_everywhere
 from lakepurge.purge.launch import inline_fits
 from lakepurge.reports import layout
 from lakepurge.reports.layout import load_report, write_report
 from lakepurge.reports.report import Report, SafetyLimitExceeded, build_report
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
 
 Engine = Literal["auto", "inline", "spark"]
 
@@ -92,7 +96,12 @@ def plan_lines(report: Report) -> list[str]:
 
 
 def _reviewed_report(
-    s3: Any, settings: Settings, request_id: str, sha256: str | None, users: list[str], pseudonymizer: Pseudonymizer
+    s3: S3Client,
+    settings: Settings,
+    request_id: str,
+    sha256: str | None,
+    users: list[str],
+    pseudonymizer: Pseudonymizer,
 ) -> tuple[Report, str, str]:
     """The report a dry run wrote, checked: its bytes hash to the reviewed SHA-256 (or the one recorded when it was
     written) and it was made for exactly these users."""
@@ -113,9 +122,12 @@ def purge_users(
     report_id: str | None = None,
     report_sha256: str | None = None,
     engine: Engine = "auto",
+    returning: Sequence[str] = (),
 ) -> OperatorRun:
-    """Report -> purge -> verify -> certificate. With report_id, the report a dry run wrote (and an operator
-    reviewed) is executed exactly, instead of a new one being built."""
+    """Report -> purge -> verify -> certificate, on one connection to the index. With report_id, the report a dry
+    run wrote (and an operator reviewed) is executed exactly, instead of a new one being built. returning: keyed
+    hashes of returning users as `lakepurge status` lists them, erased with the users given (UnknownHashes for a hash
+    that names no returning user, before anything is read or written)."""
     started = time.monotonic()
     refused = ""
     pseudonymizer = Pseudonymizer.from_config(settings.privacy)
@@ -123,6 +135,10 @@ def purge_users(
     s3 = aws.client("s3")
     store = open_store(settings.index)
     try:
+        if returning:
+            found = resolve_hashes(store, pseudonymizer, returning)
+            say(f"{len(found)} returning user(s) found by hash")
+            users = list(dict.fromkeys([*users, *found]))
         if report_id is not None:
             report, uri, digest = _reviewed_report(s3, settings, report_id, report_sha256, users, pseudonymizer)
             if report.forced and not force:
@@ -173,7 +189,7 @@ def purge_users(
         if not result.failed:
             # Erased from every current object: on the suppression list even if old versions were left to a lifecycle
             # rule (the vacuum deletes those that hold suppressed users) and verification could not pass yet.
-            store.record_erased(list(report.user_hashes), request_id)
+            record_erasure(store, pseudonymizer, report.user_hashes, request_id)
         for table in result.tables:
             say(
                 f"table {table['dataset']}: {table['status']}, {table['rows_erased']} row(s) erased,"

@@ -111,13 +111,7 @@ def verify_remote(
     verification_id = uuid.uuid4().hex
     source = layout.verification(settings, verification_id)
     target = layout.verification_result(settings, verification_id)
-    s3.put_object(
-        Bucket=source.bucket,
-        Key=source.key,
-        Body=orjson.dumps({"hashes": hashes}),
-        ContentType="application/json",
-        IfNoneMatch="*",
-    )
+    layout.write_once(s3, source, orjson.dumps({"hashes": hashes}))
     job = SparkJob("verify", ("--hashes", str(source), "--result", str(target)), verification_id)
     run = run_remote(settings, job, say, poll_seconds, launcher)
     stored = layout.read_or_none(s3, target) if run.succeeded else None

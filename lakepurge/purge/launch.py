@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import orjson
 
@@ -44,6 +44,9 @@ from lakepurge.core.s3uri import S3Uri
 from lakepurge.purge.job import PurgeResult, run_purge
 from lakepurge.reports import layout
 from lakepurge.reports.report import OBJECT_REFERENCE, Report
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
 
 log = get_logger()
 
@@ -113,7 +116,7 @@ def _inline_limit(settings: Settings, name: str) -> int:
     return limit
 
 
-def inline_fits(settings: Settings, report: Report, s3: Any) -> bool:
+def inline_fits(settings: Settings, report: Report, s3: S3Client) -> bool:
     """Whether the report is small enough to purge inline (no Spark): at most workflow.inline_max_objects objects
     (a table's files to rewrite counted) and workflow.inline_max_bytes bytes to read (:func:`bytes_to_read`, asked
     only when the count fits). A report that changes a table needs deltalake and DuckDB, which the Lambda layer
@@ -127,7 +130,7 @@ def inline_fits(settings: Settings, report: Report, s3: Any) -> bool:
     return bytes_to_read(s3, settings, report, stop_above=limit) <= limit
 
 
-def bytes_to_read(s3: Any, settings: Settings, report: Report, stop_above: int | None = None) -> int:
+def bytes_to_read(s3: S3Client, settings: Settings, report: Report, stop_above: int | None = None) -> int:
     """The bytes a purge of the report reads: every version of each key it rewrites or names noncurrent versions
     of (the current one is rewritten, the noncurrent ones read for the users), from one listing per key in a
     bucket that was ever versioned, a HEAD otherwise. Objects of delete-object datasets are deleted, never read; a

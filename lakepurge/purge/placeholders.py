@@ -26,6 +26,8 @@ from lakepurge.core.config import Settings
 from lakepurge.reports import layout
 
 if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
     from lakepurge.purge.engine import ObjectOutcome
 
 Span = tuple[int, int]  # first line, number of lines
@@ -65,14 +67,14 @@ def _span(pair: Iterable[int]) -> Span:
     return int(first), int(count)
 
 
-def write_batch(s3: Any, settings: Settings, records: list[PlaceholderRecord]) -> None:
+def write_batch(s3: S3Client, settings: Settings, records: list[PlaceholderRecord]) -> None:
     if records:
         where = layout.placeholder_batch(settings, uuid.uuid4().hex)
         body = orjson.dumps({"records": records})  # orjson writes a dataclass as asdict would, without its deep copy
         s3.put_object(Bucket=where.bucket, Key=where.key, Body=body, ContentType="application/json")
 
 
-def file_batches(s3: Any, settings: Settings, apply: bool) -> dict[str, list[PlaceholderRecord]]:
+def file_batches(s3: S3Client, settings: Settings, apply: bool) -> dict[str, list[PlaceholderRecord]]:
     """The records purge jobs wrote in batches, by object. Applied, each is first filed under its object (where
     placeholder_spans and forget_records find it) and its batch deleted; a dry run only reads them."""
     pending: dict[str, list[PlaceholderRecord]] = defaultdict(list)
@@ -91,18 +93,18 @@ def file_batches(s3: Any, settings: Settings, apply: bool) -> dict[str, list[Pla
     return dict(pending)
 
 
-def write_record(s3: Any, settings: Settings, record: PlaceholderRecord) -> None:
+def write_record(s3: S3Client, settings: Settings, record: PlaceholderRecord) -> None:
     where = layout.placeholder_record(settings, record.s3path, record.etag)
     s3.put_object(Bucket=where.bucket, Key=where.key, Body=orjson.dumps(record), ContentType="application/json")
 
 
-def read_record(s3: Any, settings: Settings, s3path: str, etag: str) -> PlaceholderRecord | None:
+def read_record(s3: S3Client, settings: Settings, s3path: str, etag: str) -> PlaceholderRecord | None:
     stored = layout.read_or_none(s3, layout.placeholder_record(settings, s3path, etag))
     return None if stored is None else PlaceholderRecord.from_bytes(stored.body)
 
 
 def placeholder_spans(
-    s3: Any,
+    s3: S3Client,
     settings: Settings,
     s3path: str,
     etag: str,
@@ -125,7 +127,7 @@ def placeholder_spans(
     return sorted(set(spans))
 
 
-def recorded_objects(s3: Any, settings: Settings) -> Iterator[str]:
+def recorded_objects(s3: S3Client, settings: Settings) -> Iterator[str]:
     """The objects of which a purge recorded placeholders (one record read per object)."""
     prefix = layout.placeholders_prefix(settings)
     batches = layout.placeholder_batches_prefix(settings).key
@@ -139,7 +141,7 @@ def recorded_objects(s3: Any, settings: Settings) -> Iterator[str]:
                 yield PlaceholderRecord.from_bytes(data).s3path
 
 
-def forget_records(s3: Any, settings: Settings, s3path: str) -> int:
+def forget_records(s3: S3Client, settings: Settings, s3path: str) -> int:
     """Drop an object's records once the vacuum removed its placeholders (the versions they describe are gone)."""
     folder = layout.placeholders_prefix(settings, s3path)
     keys = [

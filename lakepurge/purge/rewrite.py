@@ -28,8 +28,8 @@ from lakepurge.records.csv_records import (
     unquoted_row,
 )
 from lakepurge.records.ids import parse_paths
+from lakepurge.records.limits import IN_MEMORY_BYTES
 from lakepurge.records.lines import DEFAULT_INFLATION, GzipReader, Inflation, read_up_to
-from lakepurge.records.search import IN_MEMORY
 
 BLANK = b"{}"
 
@@ -77,10 +77,10 @@ def rewrite_csv(
 
     Where no '"' stands between the last record start known and a target, every line in between is a record of its
     own, so the target's line starts a record: that stretch is counted over, not parsed. Past a quote, records are
-    parsed from the last start known up to the target. Objects over IN_MEMORY are parsed record by record."""
+    parsed from the last start known up to the target. Objects over IN_MEMORY_BYTES are parsed record by record."""
     source: IO[bytes] = GzipReader(raw, inflation) if gz else raw  # type: ignore[assignment]
-    data = read_up_to(source, IN_MEMORY + 1)
-    if len(data) > IN_MEMORY:
+    data = read_up_to(source, IN_MEMORY_BYTES + 1)
+    if len(data) > IN_MEMORY_BYTES:
         chunks = itertools.chain((data,), read_chunks(source))
         streamed = to_the_end(source, _csv_streamed(chunks, set(lines), owner, drop, max_bytes))
         return Staged.of(gzip_chunks(streamed) if gz else streamed)

@@ -8,9 +8,10 @@ version that was read (`If-Match`): a concurrent writer's data is never overwrit
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from awscrt import checksums
@@ -19,6 +20,10 @@ from botocore.exceptions import BotoCoreError, ClientError
 from lakepurge.core.s3io import ObjectHead, error_code, head_object, noncurrent_versions
 from lakepurge.core.s3uri import S3Uri
 from lakepurge.purge.streams import Staged, crc64nvme_base64
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_s3.type_defs import CompletedPartTypeDef
 
 PART_BYTES = 16 * 1024 * 1024
 PART_CONCURRENCY = 4  # parts in flight per object: 4 x 16 MiB of memory at most
@@ -37,9 +42,9 @@ class Written:
     checksum: str  # CRC64NVME (base64) of the bytes written, as S3 stated it back
 
 
-def preserved_attributes(s3: Any, head: ObjectHead) -> dict[str, Any]:
+def preserved_attributes(s3: S3Client, head: ObjectHead) -> dict[str, Any]:
     """PutObject/CreateMultipartUpload arguments that recreate the object's attributes."""
-    raw = head.headers or s3.head_object(Bucket=head.bucket, Key=head.key, **head.pinned_version())
+    raw: Mapping[str, Any] = head.headers or s3.head_object(Bucket=head.bucket, Key=head.key, **head.pinned_version())
     args: dict[str, Any] = {name: raw[name] for name in _COPIED_HEADERS if raw.get(name)}
     if raw.get("Metadata"):
         args["Metadata"] = raw["Metadata"]
@@ -70,7 +75,7 @@ class ChecksumMismatch(Exception):
 
 
 def write_in_place(
-    s3: Any, head: ObjectHead, staged: Staged, attributes: dict[str, Any], concurrency: int = PART_CONCURRENCY
+    s3: S3Client, head: ObjectHead, staged: Staged, attributes: dict[str, Any], concurrency: int = PART_CONCURRENCY
 ) -> Written:
     """Replace the object with the staged bytes if it is still the version head describes, stating their CRC64NVME.
 
@@ -79,6 +84,7 @@ def write_in_place(
     refuses bytes that do not match a stated checksum, and the checksum it answers must be the one stated.
     """
     upload_id: str | None = None
+    response: Mapping[str, Any]  # PutObject's answer, or CompleteMultipartUpload's
     try:
         if staged.size <= PART_BYTES:
             response = s3.put_object(
@@ -138,7 +144,7 @@ def write_in_place(
     return written
 
 
-def _abort(s3: Any, head: ObjectHead, upload_id: str) -> None:
+def _abort(s3: S3Client, head: ObjectHead, upload_id: str) -> None:
     """Abort an upload that failed; one already completed (its answer lost) or aborted is gone already."""
     try:
         s3.abort_multipart_upload(Bucket=head.bucket, Key=head.key, UploadId=upload_id)
@@ -147,7 +153,7 @@ def _abort(s3: Any, head: ObjectHead, upload_id: str) -> None:
             raise
 
 
-def _own_write(s3: Any, head: ObjectHead, checksum: str) -> Written | None:
+def _own_write(s3: S3Client, head: ObjectHead, checksum: str) -> Written | None:
     """The current version, if it is this write's: S3 states for it the CRC64NVME of the bytes staged and, in a
     versioned bucket, the version just before it is the one read (so it replaced exactly that version, as the
     conditional write would). None when it is not, or when that cannot be asked now."""
@@ -164,10 +170,12 @@ def _own_write(s3: Any, head: ObjectHead, checksum: str) -> Written | None:
     return Written(current.etag, current.version_id, checksum)
 
 
-def _upload_parts(s3: Any, head: ObjectHead, upload_id: str, staged: Staged, concurrency: int) -> list[dict[str, Any]]:
+def _upload_parts(
+    s3: S3Client, head: ObjectHead, upload_id: str, staged: Staged, concurrency: int
+) -> list[CompletedPartTypeDef]:
     """Send the parts, at most `concurrency` in flight (each holds one part in memory)."""
 
-    def send(number: int, body: bytes) -> dict[str, Any]:
+    def send(number: int, body: bytes) -> CompletedPartTypeDef:
         checksum = crc64nvme_base64(checksums.crc64nvme(body))
         response = s3.upload_part(
             Bucket=head.bucket,
@@ -180,9 +188,9 @@ def _upload_parts(s3: Any, head: ObjectHead, upload_id: str, staged: Staged, con
         )
         return {"PartNumber": number, "ETag": response["ETag"], "ChecksumCRC64NVME": checksum}
 
-    parts: list[dict[str, Any]] = []
+    parts: list[CompletedPartTypeDef] = []
     with ThreadPoolExecutor(max(concurrency, 1)) as pool:
-        in_flight: set[Future[dict[str, Any]]] = set()
+        in_flight: set[Future[CompletedPartTypeDef]] = set()
         for number, body in enumerate(staged.parts(PART_BYTES), 1):
             if len(in_flight) >= concurrency:
                 done, in_flight = wait(in_flight, return_when=FIRST_COMPLETED)
@@ -192,7 +200,7 @@ def _upload_parts(s3: Any, head: ObjectHead, upload_id: str, staged: Staged, con
     return sorted(parts, key=lambda p: int(p["PartNumber"]))
 
 
-def delete_in_place(s3: Any, head: ObjectHead) -> None:
+def delete_in_place(s3: S3Client, head: ObjectHead) -> None:
     """Delete the current object if it is still the version read (If-Match). A delete applied whose answer was lost
     (the retry finds the object gone) is this delete."""
     try:
@@ -205,7 +213,7 @@ def delete_in_place(s3: Any, head: ObjectHead) -> None:
         raise
 
 
-def _own_delete(s3: Any, head: ObjectHead) -> bool:
+def _own_delete(s3: S3Client, head: ObjectHead) -> bool:
     """Whether the object is gone as this delete leaves it: no current version and, in a versioned bucket, the
     version read is the newest one left (behind the delete marker)."""
     try:

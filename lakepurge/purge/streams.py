@@ -10,9 +10,9 @@ from typing import IO, Any, TypeVar
 
 from awscrt import checksums
 
+from lakepurge.records.limits import IN_MEMORY_BYTES
 from lakepurge.records.lines import ByteSource
 
-SPOOL_BYTES = 64 * 1024 * 1024  # a rewritten object up to this size stays in memory; a larger one goes to disk
 # The rewrite reads its source in pieces this big. An object up to this size is one piece: spliced, staged and
 # verified without a join, each a copy of the whole object (a 1 MiB piece made a 1.3 MB object cost a third more).
 REWRITE_READ_BYTES = 8 * 1024 * 1024
@@ -76,7 +76,7 @@ def crc64nvme_base64(value: int) -> str:
 
 
 class Staged:
-    """A rewritten object held until it is written: its bytes (in memory up to SPOOL_BYTES, then in a temporary
+    """A rewritten object held until it is written: its bytes (in memory up to IN_MEMORY_BYTES, then in a temporary
     file), its size and the CRC64NVME of exactly those bytes (the checksum the write states and S3 must store: see
     docs/ARCHITECTURE.md, "Verification by checksum").
 
@@ -103,7 +103,7 @@ class Staged:
         self.size += len(piece)
         if self._file is None:
             self._pieces.append(piece)
-            if self.size > SPOOL_BYTES:
+            if self.size > IN_MEMORY_BYTES:
                 self._spill()
             return
         self._crc = checksums.crc64nvme(piece, self._crc)

@@ -26,6 +26,7 @@ from lakepurge.core.s3uri import S3Uri
 from lakepurge.core.sparkutil import apply_job_environment
 from lakepurge.purge.rewrite import rewrite_parquet
 from lakepurge.purge.streams import Staged
+from lakepurge.reports import layout
 from lakepurge.tables.base import TableFile
 from lakepurge.tables.scan import contained, data_file_users
 
@@ -133,11 +134,12 @@ def _row_count(staged: Staged) -> int:
 
 
 def _write_new(s3: S3Client, bucket: str, key: str, staged: Staged) -> tuple[str, str | None, str, int, str]:
-    response = s3.put_object(
-        Bucket=bucket,
-        Key=key,
-        Body=staged.reader(),
-        IfNoneMatch="*",
+    # A new name: never over another file (S3's own content type, as the table's writers leave it).
+    response = layout.write_once(
+        s3,
+        S3Uri(bucket, key),
+        staged.reader(),
+        content_type="binary/octet-stream",
         ChecksumAlgorithm="CRC64NVME",
         ChecksumCRC64NVME=staged.checksum,
     )

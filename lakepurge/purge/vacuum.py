@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
@@ -45,6 +45,9 @@ from lakepurge.purge.s3write import WriteConflict, preserved_attributes, write_i
 from lakepurge.purge.streams import LastByte, Staged, gzip_chunks
 from lakepurge.records.lines import GzipReader, iter_lines
 from lakepurge.reports import layout
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
 
 log = get_logger()
 
@@ -107,7 +110,7 @@ def _without(source: LastByte, remove: dict[int, bool], csv: bool, max_bytes: in
 
 
 def _versions_with_erased_users(
-    s3: Any, store: IndexStore, settings: Settings, dataset: DatasetConfig, uri: S3Uri, skip: str | None
+    s3: S3Client, store: IndexStore, settings: Settings, dataset: DatasetConfig, uri: S3Uri, skip: str | None
 ) -> list[ObjectHead]:
     """The noncurrent versions that hold a user on the suppression list (hashes compared, never raw ids)."""
     pseudonymizer = Pseudonymizer.optional(settings.privacy)
@@ -127,7 +130,7 @@ def _versions_with_erased_users(
 
 
 def vacuum_object(
-    s3: Any,
+    s3: S3Client,
     store: IndexStore,
     settings: Settings,
     dataset: DatasetConfig,
@@ -173,7 +176,7 @@ def vacuum_object(
             skip = written.version_id if written is not None else None
             for version in _versions_with_erased_users(s3, store, settings, dataset, uri, skip):
                 if apply:
-                    s3.delete_object(Bucket=uri.bucket, Key=uri.key, VersionId=version.version_id)
+                    s3.delete_object(Bucket=uri.bucket, Key=uri.key, VersionId=version.version_id or "null")
                 outcome.versions_deleted.append(str(version.version_id))
             if apply and outcome.versions_deleted:
                 store.forget_noncurrent(s3path, outcome.versions_deleted)
@@ -263,7 +266,7 @@ def run_vacuum(spark: Any, settings: Settings, datasets: Iterable[str] = (), app
 
 
 def _write_record(
-    s3: Any, settings: Settings, run_id: str, started: datetime, outcomes: tuple[VacuumOutcome, ...]
+    s3: S3Client, settings: Settings, run_id: str, started: datetime, outcomes: tuple[VacuumOutcome, ...]
 ) -> str:
     """What the vacuum removed, beside the certificates: placeholders hold no personal data, but the chain of
     evidence should say which versions replaced the certified ones and which old versions went."""
@@ -290,7 +293,5 @@ def _write_record(
         "delete_versions": settings.vacuum.delete_versions,
         "objects": objects,
     }
-    s3.put_object(
-        Bucket=where.bucket, Key=where.key, Body=orjson.dumps(document, option=orjson.OPT_INDENT_2), IfNoneMatch="*"
-    )
+    layout.write_once(s3, where, orjson.dumps(document, option=orjson.OPT_INDENT_2))
     return str(where)

@@ -20,6 +20,7 @@ from lakepurge.records.formats import read_records
 from lakepurge.records.gc_pause import collector_paused
 from lakepurge.records.ids import PLAIN_FIELD, IdKeys, Record, Unindexable, parse_paths, plain_ids
 from lakepurge.records.jsonl_records import jsonl_items, single_field
+from lakepurge.records.limits import IN_MEMORY_BYTES
 from lakepurge.records.lines import (
     ByteSource,
     Inflation,
@@ -44,7 +45,7 @@ def lines_holding(
     """The lines (records, rows) of an object whose ids include one of the wanted users, as read_records reads
     them. wanted answers for a list of ids at once; none_of, if given, whether none of a list of ids (UTF-8 bytes)
     is wanted (HashedUsers.none_of: by set operations). For JSON Lines with one top-level id field, an object (or,
-    past IN_MEMORY bytes, a chunk) whose field holds a plain id or nothing (`{}` placeholders, records without it: no
+    past IN_MEMORY_BYTES, a chunk) whose field holds a plain id or nothing (`{}` placeholders, records without it: no
     user) is answered without a Python step per line: what verifying a freshly rewritten object needs."""
     if none_of is None:
         none_of = functools.partial(_none_of, wanted)
@@ -155,17 +156,16 @@ def _none_of(wanted: Callable[[list[str]], list[bool]], user_ids: list[bytes]) -
 
 
 # A CSV object up to this size (decompressed) is rewritten and verified in memory; a JSON Lines one is verified so.
-IN_MEMORY = 64 * 1024 * 1024
 
 
 def _in_memory(stream: ByteSource) -> tuple[bytes | None, ByteSource]:
-    """The stream's bytes in one piece when there are at most IN_MEMORY of them (None otherwise), and a source that
-    reads them again from the start: for the bulk answers, with the exact read to fall back on."""
+    """The stream's bytes in one piece when there are at most IN_MEMORY_BYTES of them (None otherwise), and a source
+    that reads them again from the start: for the bulk answers, with the exact read to fall back on."""
     try:
-        head = read_up_to(stream, IN_MEMORY + 1)
+        head = read_up_to(stream, IN_MEMORY_BYTES + 1)
     except (EOFError, zlib.error) as exc:
         raise broken_at(exc, 0) from None
-    return (head if len(head) <= IN_MEMORY else None), _Prefixed(head, stream)
+    return (head if len(head) <= IN_MEMORY_BYTES else None), _Prefixed(head, stream)
 
 
 def _csv_none_wanted(data: bytes, column_name: str, none_of: Callable[[list[bytes]], bool]) -> bool:

@@ -33,15 +33,18 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict
 
 from lakepurge.core.config import Settings
-from lakepurge.core.s3io import error_code
+from lakepurge.core.s3io import condition_failed, error_code
 from lakepurge.core.s3uri import S3Uri
 from lakepurge.reports.report import Report, ReportTampered, sha256
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
 
 # The documents of a request, under requests/<request id>/.
 REQUEST: Final = "request.json"
@@ -92,7 +95,7 @@ def certificates_prefix(settings: Settings) -> S3Uri:
     return _under(settings, "certificates/")
 
 
-def request_ids_under(s3: Any, folder: S3Uri) -> list[str]:
+def request_ids_under(s3: S3Client, folder: S3Uri) -> list[str]:
     """The request ids of the ``<id>.json`` documents directly in a folder (reports/, certificates/)."""
     ids = []
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=folder.bucket, Prefix=folder.key, Delimiter="/"):
@@ -415,7 +418,7 @@ class Stored:
     metadata: dict[str, str]
 
 
-def read_or_none(s3: Any, uri: S3Uri) -> Stored | None:
+def read_or_none(s3: S3Client, uri: S3Uri) -> Stored | None:
     """A stored document's bytes, or None when there is none (NoSuchKey / 404); any other error is raised."""
     try:
         response = s3.get_object(Bucket=uri.bucket, Key=uri.key)
@@ -429,29 +432,41 @@ def read_or_none(s3: Any, uri: S3Uri) -> Stored | None:
 Model = TypeVar("Model", bound=BaseModel)
 
 
-def read_document(s3: Any, uri: S3Uri, model: type[Model]) -> Model | None:
+def read_document(s3: S3Client, uri: S3Uri, model: type[Model]) -> Model | None:
     """A stored document read into its model, or None when there is none."""
     stored = read_or_none(s3, uri)
     return None if stored is None else model.model_validate_json(stored.body)
 
 
-def write_report(s3: Any, settings: Settings, planned: Report) -> tuple[str, str]:
+class AlreadyWritten(Exception):
+    """A write-once document is there already (another run, or another delivery of the same step, wrote it first)."""
+
+
+def write_once(s3: S3Client, uri: S3Uri, body: Any, content_type: str = "application/json", **attributes: Any) -> Any:
+    """Write a document that is never overwritten: the write is conditional on no object being there yet
+    (If-None-Match: *), so of two writers one wins and the other gets AlreadyWritten, whoever wrote first. body:
+    bytes or a file; attributes: put_object's others (Metadata, checksums). Returns put_object's answer (ETag,
+    VersionId)."""
+    try:
+        return s3.put_object(
+            Bucket=uri.bucket, Key=uri.key, Body=body, ContentType=content_type, IfNoneMatch="*", **attributes
+        )
+    except ClientError as exc:
+        if condition_failed(exc):
+            raise AlreadyWritten(str(uri)) from None
+        raise
+
+
+def write_report(s3: S3Client, settings: Settings, planned: Report) -> tuple[str, str]:
     """Store the report (SSE-KMS when the bucket's default says so; never overwritten). Returns (uri, sha256)."""
     data = planned.to_bytes()
     uri = report(settings, planned.request_id)
     digest = sha256(data)
-    s3.put_object(
-        Bucket=uri.bucket,
-        Key=uri.key,
-        Body=data,
-        ContentType="application/json",
-        Metadata={"sha256": digest},
-        IfNoneMatch="*",
-    )
+    write_once(s3, uri, data, Metadata={"sha256": digest})
     return str(uri), digest
 
 
-def load_report(s3: Any, uri: S3Uri | str, expected_sha256: str | None = None) -> tuple[Report, str]:
+def load_report(s3: S3Client, uri: S3Uri | str, expected_sha256: str | None = None) -> tuple[Report, str]:
     """Read a report and check its bytes against the approved SHA-256 (ReportTampered when they differ); with no
     hash given, against the one recorded in the object's metadata when it was written. Returns the report and the
     hash it was checked against. Read it once per step and pass the report down."""
@@ -465,7 +480,7 @@ def load_report(s3: Any, uri: S3Uri | str, expected_sha256: str | None = None) -
     return Report.from_bytes(data), actual
 
 
-def find_report(s3: Any, settings: Settings, request_id: str) -> tuple[Report, str, str] | None:
+def find_report(s3: S3Client, settings: Settings, request_id: str) -> tuple[Report, str, str] | None:
     """The request's report if one was written (a retried step reuses it): (report, uri, sha256), or None."""
     uri = report(settings, request_id)
     stored = read_or_none(s3, uri)
@@ -474,9 +489,9 @@ def find_report(s3: Any, settings: Settings, request_id: str) -> tuple[Report, s
     return Report.from_bytes(stored.body), str(uri), sha256(stored.body)
 
 
-def read_relational(s3: Any, settings: Settings, request_id: str) -> RelationalDocument | None:
+def read_relational(s3: S3Client, settings: Settings, request_id: str) -> RelationalDocument | None:
     return read_document(s3, relational(settings, request_id), RelationalDocument)
 
 
-def read_certificate(s3: Any, uri: S3Uri | str) -> CertificateDocument | None:
+def read_certificate(s3: S3Client, uri: S3Uri | str) -> CertificateDocument | None:
     return read_document(s3, S3Uri.parse(uri) if isinstance(uri, str) else uri, CertificateDocument)

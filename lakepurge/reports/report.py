@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -27,6 +27,9 @@ from lakepurge.index.base import WHOLE_OBJECT, IndexStore
 from lakepurge.indexing import unindexable
 from lakepurge.indexing.coverage import DatasetCoverage, assess
 from lakepurge.tables.plan import TablePlan, plan_table
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
 
 log = get_logger()
 
@@ -212,7 +215,7 @@ def build_report(
     pseudonymizer: Pseudonymizer,
     force: bool = False,
     dead_letters: int = 0,
-    s3: Any = None,
+    s3: S3Client | None = None,
 ) -> Report:
     """Look the users up and plan the erasure, refusing one that breaks a safety limit unless forced. The report
     states every dataset's coverage and unindexable lines, read for the users (s3: the client that reads them; the
@@ -340,7 +343,7 @@ def _check_limits(
     return dict(per_dataset)
 
 
-def resolve_references(s3: Any, settings: Settings, report: Report, pseudonymizer: Pseudonymizer) -> Report:
+def resolve_references(s3: S3Client, settings: Settings, report: Report, pseudonymizer: Pseudonymizer) -> Report:
     """The report with each object reference replaced by the object's path, found in the lake: the dataset's current
     keys, then (a versioned bucket) the keys that only noncurrent versions hold, then the keys whose sidecar is left
     without them (a run killed between the two deletes: the purge deletes the sidecar, verification checks it). The
@@ -370,7 +373,7 @@ def resolve_references(s3: Any, settings: Settings, report: Report, pseudonymize
 
 
 def _find_in_lake(
-    s3: Any, dataset: DatasetConfig, references: set[str], pseudonymizer: Pseudonymizer
+    s3: S3Client, dataset: DatasetConfig, references: set[str], pseudonymizer: Pseudonymizer
 ) -> dict[str, str]:
     found: dict[str, str] = {}
 

@@ -20,7 +20,7 @@ import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from botocore.exceptions import ClientError
@@ -29,6 +29,9 @@ from lakepurge.core.config import DatasetConfig
 from lakepurge.core.s3io import error_code
 from lakepurge.tables.base import TableChanges, TableError, TableFile, TableState, relative_key
 from lakepurge.tables.storage import S3Access
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
 
 LOG = "_delta_log/"
 READ_THREADS = 16  # log objects read at once (small objects: the round trip is the cost)
@@ -110,7 +113,7 @@ class _Replay:
 class DeltaLog:
     """One Delta table's log, read with boto3. Implements lakepurge.tables.base.LakeTable."""
 
-    def __init__(self, s3: Any, dataset: DatasetConfig) -> None:
+    def __init__(self, s3: S3Client, dataset: DatasetConfig) -> None:
         self.s3 = s3
         self.dataset = dataset
         self.bucket = dataset.uri.bucket
@@ -436,7 +439,7 @@ def deletion_vector_key(root: str, descriptor: Mapping[str, Any]) -> str | None:
     return None
 
 
-def read_deletion_vector(s3: Any, bucket: str, root: str, descriptor: Mapping[str, Any]) -> set[int]:
+def read_deletion_vector(s3: S3Client, bucket: str, root: str, descriptor: Mapping[str, Any]) -> set[int]:
     """The row positions a deletion vector hides."""
     size = int(descriptor["sizeInBytes"])
     key = deletion_vector_key(root, descriptor)

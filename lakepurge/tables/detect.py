@@ -13,9 +13,12 @@ the life of the process (a warm Lambda container lists once).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from lakepurge.core.config import ConfigError, DatasetConfig
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
 
 TableFormat = Literal["delta", "iceberg", "hudi"]
 
@@ -80,7 +83,7 @@ def key_table_format(dataset: DatasetConfig, key: str) -> TableFormat | None:
     return None
 
 
-def detect(s3: Any, dataset: DatasetConfig) -> TableFormat | None:
+def detect(s3: S3Client, dataset: DatasetConfig) -> TableFormat | None:
     """Whether the dataset's location is the root of a Delta, Iceberg or Hudi table (three LIST calls at most)."""
     uri = dataset.uri
 
@@ -98,7 +101,7 @@ def detect(s3: Any, dataset: DatasetConfig) -> TableFormat | None:
     return None
 
 
-def detect_cached(s3: Any, dataset: DatasetConfig) -> TableFormat | None:
+def detect_cached(s3: S3Client, dataset: DatasetConfig) -> TableFormat | None:
     """detect, once per dataset per process."""
     cache_key = (dataset.name, dataset.location)
     if cache_key not in _detected:
@@ -110,7 +113,7 @@ def clear_cache() -> None:
     _detected.clear()
 
 
-def refuse_table_formats(s3: Any, datasets: Iterable[DatasetConfig]) -> None:
+def refuse_table_formats(s3: S3Client, datasets: Iterable[DatasetConfig]) -> None:
     """Raise TableFormatError for the first dataset that holds a table format's table it is not configured as
     (a plain dataset over a table's root, a Hudi or Iceberg table), or that is configured as a table and holds
     none."""

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 from lakepurge.core.config import DatasetConfig, Settings
 from lakepurge.core.logs import get_logger
@@ -28,8 +28,11 @@ from lakepurge.core.s3io import ObjectHead, head_object, object_versions, open_s
 from lakepurge.core.s3uri import S3Uri
 from lakepurge.index.base import IndexStore, NoncurrentVersion, ObjectIndex, UnindexableLine
 from lakepurge.tables.base import LakeTable, TableChanges, TableError, TableFile, TableState
-from lakepurge.tables.delta import CHANGE_DATA, LOG, DeltaLog
+from lakepurge.tables.delta import LOG, DeltaLog
 from lakepurge.tables.scan import data_file_users
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
 
 log = get_logger()
 
@@ -37,7 +40,7 @@ VERSION_TAG = "table-version:"
 NO_VERSION_ID = "null"  # S3's name for the only version of an object in an unversioned bucket
 
 
-def open_table(s3: Any, dataset: DatasetConfig) -> LakeTable:
+def open_table(s3: S3Client, dataset: DatasetConfig) -> LakeTable:
     if dataset.format == "delta":
         return DeltaLog(s3, dataset)
     raise TableError(f"dataset '{dataset.name}': format {dataset.format} is not a table format")
@@ -75,7 +78,7 @@ class ScannedFile:
     bytes_read: int = 0
 
 
-def scan_live_file(s3: Any, settings: Settings, table: LakeTable, file: TableFile) -> ScannedFile:
+def scan_live_file(s3: S3Client, settings: Settings, table: LakeTable, file: TableFile) -> ScannedFile:
     uri = S3Uri.parse(file.path)
     head = head_object(s3, uri.bucket, uri.key)
     dataset = table.dataset
@@ -88,7 +91,7 @@ def scan_live_file(s3: Any, settings: Settings, table: LakeTable, file: TableFil
 
 
 def scan_file_version(
-    s3: Any, settings: Settings, table: LakeTable, head: ObjectHead, hidden_rows: set[int]
+    s3: S3Client, settings: Settings, table: LakeTable, head: ObjectHead, hidden_rows: set[int]
 ) -> ScannedFile:
     rows = _rows_by_user(s3, settings, table, head)
     live: dict[str, list[int]] = {}
@@ -105,12 +108,12 @@ def scan_file_version(
     return ScannedFile(entry, tuple(hidden), head.size)
 
 
-def _rows_by_user(s3: Any, settings: Settings, table: LakeTable, head: ObjectHead) -> dict[str, list[int]]:
+def _rows_by_user(s3: S3Client, settings: Settings, table: LakeTable, head: ObjectHead) -> dict[str, list[int]]:
     with open_seekable(s3, head) as raw:
         return data_file_users(raw, head.key, table.physical_id_fields(), settings.indexing.max_record_bytes)
 
 
-def history_users(s3: Any, settings: Settings, table: LakeTable, head: ObjectHead) -> tuple[str, ...]:
+def history_users(s3: S3Client, settings: Settings, table: LakeTable, head: ObjectHead) -> tuple[str, ...]:
     """The users of a file version that is not live (removed, change data, an orphan, a noncurrent version)."""
     return tuple(_rows_by_user(s3, settings, table, head))
 
@@ -145,7 +148,7 @@ class HistoryItem:
         return ObjectHead(uri.bucket, uri.key, self.etag, version, self.last_modified, self.size)
 
 
-def history_items(s3: Any, table: LakeTable, live: Iterable[str]) -> list[HistoryItem]:
+def history_items(s3: S3Client, table: LakeTable, live: Iterable[str]) -> list[HistoryItem]:
     """Every version of every data file under the table's location that is not the current version of a live
     file: removed files not vacuumed, change data, orphans, noncurrent versions."""
     current_live = set(live)
@@ -166,10 +169,6 @@ def history_items(s3: Any, table: LakeTable, live: Iterable[str]) -> list[Histor
     return items
 
 
-def is_change_data(dataset: DatasetConfig, s3path: str) -> bool:
-    return S3Uri.parse(s3path).key.startswith(dataset.uri.key + CHANGE_DATA)
-
-
 @dataclass
 class Followed:
     """What following a table's new commits did."""
@@ -179,7 +178,6 @@ class Followed:
     version: int
     files_indexed: int = 0
     files_left: int = 0  # live files that left the table (their users kept as history while they are on storage)
-    history_read: int = 0
     failed: list[str] = field(default_factory=list)
 
 
@@ -188,7 +186,7 @@ class NotIndexed(TableError):
 
 
 def follow_table(
-    s3: Any,
+    s3: S3Client,
     store: IndexStore,
     settings: Settings,
     dataset: DatasetConfig,
@@ -236,7 +234,7 @@ def _compared(store: IndexStore, table: LakeTable, since: int, state: TableState
 
 
 def _apply(
-    s3: Any, store: IndexStore, settings: Settings, table: LakeTable, changes: TableChanges, followed: Followed
+    s3: S3Client, store: IndexStore, settings: Settings, table: LakeTable, changes: TableChanges, followed: Followed
 ) -> None:
     dataset = table.dataset
     removed = sorted(changes.removed)
@@ -259,7 +257,6 @@ def _apply(
         head = head_object(s3, uri.bucket, uri.key)
         if head is not None:
             store_history(store, dataset, head, history_users(s3, settings, table, head))
-            followed.history_read += 1
 
 
 HEADS_AT_ONCE = 16
@@ -276,7 +273,7 @@ def store_has(store: IndexStore, s3path: str) -> bool:
     return entry is not None and bool(entry.etag)
 
 
-def read_history(s3: Any, settings: Settings, table: LakeTable, item: HistoryItem) -> tuple[str, ...]:
+def read_history(s3: S3Client, settings: Settings, table: LakeTable, item: HistoryItem) -> tuple[str, ...]:
     return history_users(s3, settings, table, item.head())
 
 
@@ -289,12 +286,6 @@ class TableStatus:
     newest_version: int | None
     problem: str = ""  # why the index could not follow it ("" when it did, or was not asked to)
 
-    @property
-    def behind(self) -> int:
-        if self.version_indexed is None or self.newest_version is None:
-            return 0
-        return max(self.newest_version - self.version_indexed, 0)
-
     def line(self) -> str:
         indexed = "never indexed" if self.version_indexed is None else f"version {self.version_indexed} indexed"
         newest = "" if self.newest_version is None else f", newest {self.newest_version}"
@@ -302,7 +293,7 @@ class TableStatus:
 
 
 def tables_status(
-    s3: Any, store: IndexStore, settings: Settings, follow: bool = False, max_commits: int | None = None
+    s3: S3Client, store: IndexStore, settings: Settings, follow: bool = False, max_commits: int | None = None
 ) -> list[TableStatus]:
     """Each table dataset's version indexed and newest version; follow=True first brings the index to the newest
     (what `lookup` does, so the rows it names are those of the table's current version)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Container, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lakepurge.core.config import DatasetConfig, Settings
 from lakepurge.core.logs import get_logger
@@ -22,6 +22,9 @@ from lakepurge.tables.base import TableError
 from lakepurge.tables.delta import LOG, READ_THREADS, DeltaLog
 from lakepurge.tables.index import follow_table, open_table
 from lakepurge.tables.scan import contained, object_names, strings
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
 
 log = get_logger()
 
@@ -139,7 +142,7 @@ class _Found:
 
 
 def plan_table(
-    s3: Any,
+    s3: S3Client,
     store: IndexStore,
     settings: Settings,
     dataset: DatasetConfig,
@@ -193,13 +196,13 @@ def plan_table(
     )
 
 
-def _versions_of(s3: Any, s3path: str) -> set[str]:
+def _versions_of(s3: S3Client, s3path: str) -> set[str]:
     uri = S3Uri.parse(s3path)
     return {v["VersionId"] or "null" for v in object_versions(s3, uri.bucket, uri.key) if v["Key"] == uri.key}
 
 
 def _log_entries(
-    s3: Any, settings: Settings, table: Any, hashed: Container[str]
+    s3: S3Client, settings: Settings, table: Any, hashed: Container[str]
 ) -> tuple[dict[str, set[str]], list[tuple[str, str, str]]]:
     """Every version of every object of the table's log that names one of the users (path -> version ids), and
     those that name none (path, version id, ETag). The current commits are read through the table's cache of
@@ -213,7 +216,7 @@ def _log_entries(
         if version["IsLatest"] and key in commits:
             found = contained(hashed, strings(table.commit_actions(commits[key])))
         else:
-            pinned = {"VersionId": version_id} if version_id != "null" else {}
+            pinned: dict[str, Any] = {"VersionId": version_id} if version_id != "null" else {}
             body = s3.get_object(Bucket=uri.bucket, Key=key, **pinned)["Body"].read()
             found = object_names(body, key, hashed, (), False, settings.indexing.max_record_bytes)
         return path, version_id, version["ETag"], found

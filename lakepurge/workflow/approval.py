@@ -25,7 +25,7 @@ import hmac
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlencode
 
 from botocore.exceptions import ClientError
@@ -34,6 +34,7 @@ from pydantic import ValidationError
 from lakepurge.core.aws import SecretUnavailable
 from lakepurge.core.config import ConfigError, Settings
 from lakepurge.core.logs import get_logger
+from lakepurge.core.s3io import condition_failed
 from lakepurge.reports import layout
 from lakepurge.reports.report import Report, ReportTampered
 from lakepurge.workflow import signing
@@ -48,6 +49,9 @@ from lakepurge.workflow.store import (
     now_iso,
     workflow_settings,
 )
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
 
 log = get_logger()
 
@@ -208,7 +212,7 @@ def _undecided(store: RequestStore, request_id: str) -> None:
 
 
 def pending(
-    settings: Settings, store: RequestStore, s3: Any, request_id: str, approver_index: str, secret: str
+    settings: Settings, store: RequestStore, s3: S3Client, request_id: str, approver_index: str, secret: str
 ) -> PendingApproval:
     """What the confirmation page shows (a GET: reads only)."""
     approval, approver = _check(settings, store, request_id, approver_index, secret)
@@ -234,13 +238,10 @@ class Decided:
     repeated: bool = False
 
 
-_CONFLICT = ("PreconditionFailed", "ConditionalRequestConflict")
-
-
 def decide(
     settings: Settings,
     store: RequestStore,
-    s3: Any,
+    s3: S3Client,
     sfn: Any,
     request_id: str,
     approver_index: str,
@@ -276,7 +277,7 @@ def decide(
 
 def _claim(
     store: RequestStore,
-    s3: Any,
+    s3: S3Client,
     sfn: Any,
     key: bytes,
     request_id: str,
@@ -311,10 +312,8 @@ def _claim(
     record = signing.sign(key, request_id, layout.DECISION, record)
     try:
         return record, store.put_document(request_id, layout.DECISION, record, only_once=True)
-    except ClientError as exc:
-        if exc.response["Error"]["Code"] not in _CONFLICT:
-            raise
-    return None
+    except layout.AlreadyWritten:
+        return None
 
 
 def _same_decision(key: bytes, request_id: str, record: layout.DecisionDocument, approver: str, verdict: str) -> None:
@@ -338,7 +337,7 @@ def _rewrite(
     try:
         return changed, store.put_document(request_id, layout.DECISION, changed, if_match=etag)
     except ClientError as exc:
-        if exc.response["Error"]["Code"] not in (*_CONFLICT, "412"):
+        if not condition_failed(exc):
             raise
     current = store.decision_and_etag(request_id)
     if current is None:

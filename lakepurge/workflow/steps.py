@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
@@ -23,6 +23,7 @@ from lakepurge.core.s3io import head_object
 from lakepurge.core.s3uri import S3Uri
 from lakepurge.index.base import IndexStore
 from lakepurge.indexing.coverage import DatasetCoverage, dead_letter_count, describe_gaps
+from lakepurge.indexing.returning import record_erasure
 from lakepurge.purge.engine import verify_object
 from lakepurge.purge.job import purge_relational, recorded_outcomes
 from lakepurge.purge.launch import JobState, PurgeJobSpec, inline_fits, launcher_for, run_inline
@@ -59,6 +60,9 @@ from lakepurge.workflow.store import (
     StateIsFinal,
     workflow_settings,
 )
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
 
 log = get_logger()
 
@@ -324,10 +328,16 @@ def _purge_started_elsewhere(settings: Settings, clients: Clients, job: PurgeSta
 
 
 def verify(
-    settings: Settings, clients: Clients, index: IndexStore, request_id: str, report: ReportRef
+    settings: Settings,
+    clients: Clients,
+    index: IndexStore,
+    pseudonymizer: Pseudonymizer,
+    request_id: str,
+    report: ReportRef,
 ) -> VerifyOutcome:
-    """Accept the purge only if its certificate is for the approved report and its verification passed; then
-    remember the users as erased (the suppression list)."""
+    """Accept the purge only if its certificate is for the approved report and its verification passed; then end
+    the erasure as the operator path does (returning.record_erasure: the suppression list, the returning users
+    counted again)."""
     location = layout.certificate(settings, request_id)
     certificate = layout.read_certificate(clients.s3, location)
     if certificate is None:
@@ -335,7 +345,7 @@ def verify(
     planned, _ = layout.load_report(clients.s3, report.uri, report.sha256)
     verified = certificate.verification.passed and certificate.report_sha256 == report.sha256
     if verified:
-        index.record_erased(list(planned.user_hashes), request_id)
+        record_erasure(index, pseudonymizer, planned.user_hashes, request_id)
     totals = certificate.totals
     return Verification(
         verified=verified,
@@ -348,7 +358,7 @@ def verify(
     )
 
 
-def _moved_on(s3: Any, s3path: str, etag: str | None) -> bool:
+def _moved_on(s3: S3Client, s3path: str, etag: str | None) -> bool:
     if s3path.startswith(OBJECT_REFERENCE):
         return True  # resolved to no version in the lake: the object is gone
     uri = S3Uri.parse(s3path)

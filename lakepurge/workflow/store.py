@@ -20,7 +20,7 @@ import base64
 import os
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, TypeVar, get_args
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args
 
 import orjson
 from botocore.exceptions import ClientError
@@ -28,8 +28,12 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from lakepurge.core.config import ConfigError, Settings, WorkflowConfig
 from lakepurge.core.privacy import Pseudonymizer
+from lakepurge.core.s3io import condition_failed
 from lakepurge.reports import layout
 from lakepurge.workflow.events import Outcome
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
 
 # Where a request stands before it ends; an ending (an outcome) never changes again.
 RECEIVED = "RECEIVED"
@@ -40,13 +44,12 @@ PURGING = "PURGING"
 FINAL_STATES: tuple[str, ...] = get_args(Outcome)  # how a request can end
 # Endings that answer the person: erased and certified, exported, nothing to erase, or refused by an approver.
 ANSWERED: tuple[str, ...] = ("ERASED", "EXPORTED", "NOTHING_FOUND", "REJECTED")
-# Every other ending (the index could not be trusted, nobody approved in time, a job or its verification failed, a
-# tampered report) leaves the request to be answered within its legal deadline: status keeps it open, flags it overdue.
-STILL_OPEN: tuple[str, ...] = tuple(state for state in FINAL_STATES if state not in ANSWERED)
 
 
 def is_open(state: str) -> bool:
-    """Still to be answered: not ended, or ended without an answer (STILL_OPEN). The one rule `status`, `requests`,
+    """Still to be answered: not ended, or ended without an answer. Every ending outside ANSWERED (the index could
+    not be trusted, nobody approved in time, a job or its verification failed, a tampered report) leaves the request
+    to be answered within its legal deadline: it stays open and turns overdue. The one rule `status`, `requests`,
     `/ops` and the RequestsOpen metric count by."""
     return state not in ANSWERED
 
@@ -141,7 +144,7 @@ Doc = TypeVar("Doc", bound=layout.Document)
 
 
 class RequestStore:
-    def __init__(self, settings: Settings, s3: Any, kms: Any) -> None:
+    def __init__(self, settings: Settings, s3: S3Client, kms: Any) -> None:
         self._workflow = workflow_settings(settings)
         self._settings = settings
         folder = layout.requests_prefix(settings)
@@ -200,17 +203,10 @@ class RequestStore:
             if stated_received_at is None
             else stated_received_at.astimezone(UTC).isoformat(timespec="seconds"),
         )
+        where = layout.request_document(self._settings, request_id, layout.REQUEST)
         try:
-            self._s3.put_object(
-                Bucket=self._bucket,
-                Key=self.key(request_id, layout.REQUEST),
-                Body=orjson.dumps(asdict(request)),
-                ContentType="application/json",
-                IfNoneMatch="*",
-            )
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] not in ("PreconditionFailed", "ConditionalRequestConflict"):
-                raise
+            layout.write_once(self._s3, where, orjson.dumps(asdict(request)))
+        except layout.AlreadyWritten:
             existing = self.get(request_id)
             if existing.user_hashes != hashes or existing.kind != kind:
                 raise RequestConflict(f"request {request_id} already exists for other users or another kind") from None
@@ -272,7 +268,7 @@ class RequestStore:
                 removed = True
                 break
             except ClientError as exc:
-                if exc.response["Error"]["Code"] not in ("PreconditionFailed", "ConditionalRequestConflict", "412"):
+                if not condition_failed(exc):
                     raise
         else:
             raise RequestConflict(f"request {request_id}: {layout.REQUEST} kept changing while being shredded")
@@ -299,22 +295,28 @@ class RequestStore:
         where = layout.request_document(self._settings, request_id, layout.STATE)
         for _ in range(5):
             current = layout.read_or_none(self._s3, where)
-            if current is None:
-                condition = {"IfNoneMatch": "*"}
-            else:
+            if current is not None:
                 previous = RequestState(**orjson.loads(current.body))
                 if previous.final and previous.state != state:
                     raise StateIsFinal(f"request {request_id} already ended {previous.state}")
                 if only_from is not None and previous.state not in only_from:
                     return False
-                condition = {"IfMatch": current.etag}
             try:
-                self._s3.put_object(
-                    Bucket=where.bucket, Key=where.key, Body=body, ContentType="application/json", **condition
-                )
+                if current is None:
+                    layout.write_once(self._s3, where, body)
+                else:
+                    self._s3.put_object(
+                        Bucket=where.bucket,
+                        Key=where.key,
+                        Body=body,
+                        ContentType="application/json",
+                        IfMatch=current.etag,
+                    )
                 return True
+            except layout.AlreadyWritten:
+                continue  # the first state was written meanwhile: read it
             except ClientError as exc:
-                if exc.response["Error"]["Code"] not in ("PreconditionFailed", "ConditionalRequestConflict", "412"):
+                if not condition_failed(exc):
                     raise
         raise StateIsFinal(f"request {request_id}: its state kept changing while being set to {state}")
 
@@ -329,18 +331,18 @@ class RequestStore:
         only_once: bool = False,
         if_match: str | None = None,
     ) -> str:
-        """Write one of the request's documents; returns its ETag. ``only_once`` makes a second write fail with
-        PreconditionFailed, as does ``if_match`` when the stored document is no longer that ETag."""
-        extra = {"IfNoneMatch": "*"} if only_once else {}
-        if if_match is not None:
-            extra["IfMatch"] = if_match
-        written = self._s3.put_object(
-            Bucket=self._bucket,
-            Key=self.key(request_id, name),
-            Body=orjson.dumps(document.to_json() if isinstance(document, layout.Document) else document),
-            ContentType="application/json",
-            **extra,
-        )
+        """Write one of the request's documents; returns its ETag. ``only_once``: a second write fails with
+        layout.AlreadyWritten; ``if_match``: the write fails with PreconditionFailed when the stored document is no
+        longer that ETag."""
+        where = layout.request_document(self._settings, request_id, name)
+        body = orjson.dumps(document.to_json() if isinstance(document, layout.Document) else document)
+        if only_once:
+            written = layout.write_once(self._s3, where, body)
+        else:
+            condition: dict[str, Any] = {} if if_match is None else {"IfMatch": if_match}
+            written = self._s3.put_object(
+                Bucket=where.bucket, Key=where.key, Body=body, ContentType="application/json", **condition
+            )
         return str(written.get("ETag", ""))
 
     def delete_document(self, request_id: str, name: str) -> None:
@@ -389,9 +391,8 @@ class RequestStore:
             try:
                 self.put_document(request_id, layout.PURGE_START, mine, only_once=True)
                 return True, mine
-            except ClientError as exc:
-                if exc.response["Error"]["Code"] not in ("PreconditionFailed", "ConditionalRequestConflict", "412"):
-                    raise
+            except layout.AlreadyWritten:
+                pass
             held = self.purge_start(request_id)
             if held is not None:
                 return False, held

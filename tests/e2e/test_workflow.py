@@ -17,7 +17,10 @@ import pytest
 
 from lakepurge import runtime
 from lakepurge.core import aws
+from lakepurge.core.privacy import Pseudonymizer
 from lakepurge.core.s3uri import S3Uri
+from lakepurge.index import open_store
+from lakepurge.indexing.indexer import index_object
 from lakepurge.local.workflow import sent_emails
 from tests.support.events import load
 from tests.support.invariant import assert_invariant, snapshot
@@ -329,6 +332,36 @@ def test_a_decision_hit_by_a_transient_error_is_completed_by_the_same_approvers_
     assert case.finish(request_id)["status"] == "SUCCEEDED"
     other = call_approval("POST", link_in(case.emails(request_id)[1]), "reject")
     assert other["statusCode"] == 409
+
+
+def test_given_a_returning_user_when_a_request_erases_them_then_no_object_is_flagged_for_them_any_more(
+    workflow_case: Callable[..., WorkflowCase],
+) -> None:
+    case = workflow_case()
+    [user] = _users_with_data(case, 1)
+    holding = sorted({path for owner, path, _ in case.lake.lake.truth if owner == user})
+    pseudonymizer = Pseudonymizer(HASH_KEY.encode())
+    s3 = aws.client("s3")
+    store = open_store(case.settings.index)
+    try:
+        # Erased by an earlier request, the user came back with a restored backup: the indexer flags their objects.
+        store.record_erased([pseudonymizer(user)], "req-earlier")
+        for path in holding:
+            uri = S3Uri.parse(path)
+            index_object(s3, store, case.settings, uri.bucket, uri.key, force=True, pseudonymizer=pseudonymizer)
+        assert store.reappeared_objects() == holding
+    finally:
+        store.close()
+
+    request_id = case.file([user], "req-returning")
+    case.approve_and_finish(request_id)
+
+    store = open_store(case.settings.index)
+    try:
+        assert store.reappeared_objects() == [], "the erased user's objects are still flagged as holding them"
+        assert store.status().objects_with_erased_users == 0
+    finally:
+        store.close()
 
 
 def test_request_for_unknown_users_ends_as_nothing_found_without_asking_anyone(

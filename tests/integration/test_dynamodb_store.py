@@ -22,6 +22,7 @@ from lakepurge.index.base import (
 )
 from lakepurge.index.dynamodb import DynamoIndexStore
 from lakepurge.index.dynamodb_table import DynamoBatchError
+from tests.support.index import dump_noncurrent
 
 pytestmark = pytest.mark.integration
 
@@ -639,9 +640,9 @@ def test_given_s3_key_and_version_id_too_long_for_the_keys_when_keeping_noncurre
     assert all(len(item["location"]["S"].encode()) <= 1024 for item in pointers)
     assert all(len(item["s3path"]["S"].encode()) <= 2048 for item in pointers)
     assert store.noncurrent_of(["alice"]) == {path: {"v1", long_version}}
-    assert store.dump_noncurrent() == {("alice", path, "v1"), ("alice", path, long_version)}
+    assert dump_noncurrent(store) == {("alice", path, "v1"), ("alice", path, long_version)}
     store.forget_noncurrent(path, [long_version])
-    assert store.dump_noncurrent() == {("alice", path, "v1")}
+    assert dump_noncurrent(store) == {("alice", path, "v1")}
     store.forget_noncurrent(path, ["v1"])
     assert raw_items() == []
 
@@ -653,10 +654,10 @@ def test_given_writer_died_at_the_flip_when_replacing_a_versioned_object_then_th
     with pytest.raises(ConnectionError):
         crashing.replace_objects([versioned(path, '"e2"', 1, {"carol": [0]}, "v2")])
     # S3 already holds v2, so v1 is noncurrent there: its users were recorded before anything else was written.
-    assert store.dump_noncurrent() == {("alice", path, "v1"), ("bob", path, "v1")}
+    assert dump_noncurrent(store) == {("alice", path, "v1"), ("bob", path, "v1")}
     assert store.dump() == {("alice", path, 0), ("bob", path, 1)}
     assert store.replace_objects([versioned(path, '"e2"', 1, {"carol": [0]}, "v2")]) == 1  # the redelivery
-    assert store.dump_noncurrent() == {("alice", path, "v1"), ("bob", path, "v1")}
+    assert dump_noncurrent(store) == {("alice", path, "v1"), ("bob", path, "v1")}
     assert store.dump() == {("carol", path, 0)}
 
 
@@ -671,7 +672,7 @@ def test_given_user_ids_in_the_reserved_noncurrent_and_coverage_namespaces_when_
         "#coverage": [Location(path, '"e2"', (5,))],
     }
     assert store.noncurrent_of(["alice"]) == {path: {"v1"}}
-    assert store.dump_noncurrent() == {(odd, path, "v1"), ("alice", path, "v1"), ("#coverage", path, "v1")}
+    assert dump_noncurrent(store) == {(odd, path, "v1"), ("alice", path, "v1"), ("#coverage", path, "v1")}
     assert store.dump() == {(odd, path, 4), ("#coverage", path, 5)}
     assert set(store.coverage()) == {"events"}
     assert store.status().users == 2
@@ -682,7 +683,7 @@ def test_given_dynamodb_returns_half_unprocessed_when_recording_noncurrent_versi
     users = tuple(f"user-{n:03d}" for n in range(60))
     writer.record_noncurrent([NoncurrentVersion("s3://lake/x.jsonl", "events", "v1", users)])
     assert proxy.withheld_writes > 0
-    assert store.dump_noncurrent() == {(user, "s3://lake/x.jsonl", "v1") for user in users}
+    assert dump_noncurrent(store) == {(user, "s3://lake/x.jsonl", "v1") for user in users}
     forgetter, proxy = store_with(HalfUnprocessedOnce)
     forgetter.forget_noncurrent("s3://lake/x.jsonl", ["v1"])
     assert proxy.withheld_writes > 0

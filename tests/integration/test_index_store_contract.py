@@ -23,6 +23,7 @@ from lakepurge.index.base import (
     UnindexableLine,
     UnindexableObject,
 )
+from tests.support.index import dump_noncurrent
 
 pytestmark = pytest.mark.integration
 
@@ -475,7 +476,7 @@ def test_given_users_across_objects_when_looking_up_by_object_then_their_lines_a
 def test_given_noncurrent_versions_recorded_when_asking_for_users_then_each_finds_the_versions_that_hold_them(store):
     assert store.noncurrent_of([]) == {}
     assert store.noncurrent_of(["alice"]) == {}
-    assert store.dump_noncurrent() == set()
+    assert dump_noncurrent(store) == set()
     store.record_noncurrent([])  # nothing to record is fine
     crowd = tuple(f"user-{n:03d}" for n in range(60))  # more than one BatchWriteItem of 25
     store.record_noncurrent(
@@ -493,7 +494,7 @@ def test_given_noncurrent_versions_recorded_when_asking_for_users_then_each_find
     assert store.noncurrent_of(["bob", "carol", "stranger", "bob"]) == {A: {"va1"}, B: {"vb1"}}
     assert store.noncurrent_of(["stranger"]) == {}
     assert store.noncurrent_of(["user-059"]) == {B: {"vb1"}}
-    assert store.dump_noncurrent() == {
+    assert dump_noncurrent(store) == {
         ("alice", A, "va1"),
         ("bob", A, "va1"),
         ("dave", A, "va1"),
@@ -519,7 +520,7 @@ def test_given_noncurrent_versions_recorded_when_asking_for_users_then_each_find
     store.forget_noncurrent(B, ["vb1", "vb1"])
     store.forget_noncurrent(A, ["va2"])
     assert store.noncurrent_of(["alice", "bob", "carol", *crowd]) == {}
-    assert store.dump_noncurrent() == set()
+    assert dump_noncurrent(store) == set()
 
 
 def test_given_a_versioned_object_when_replacing_it_then_the_replaced_version_keeps_its_users_as_noncurrent(store):
@@ -530,7 +531,7 @@ def test_given_a_versioned_object_when_replacing_it_then_the_replaced_version_ke
             version(B, '"b1"', T0, {"carol": [0]}),  # written before the bucket was versioned: no version id
         ]
     )
-    assert store.dump_noncurrent() == set()  # nothing was replaced
+    assert dump_noncurrent(store) == set()  # nothing was replaced
     assert (
         store.replace_objects(
             [
@@ -541,21 +542,21 @@ def test_given_a_versioned_object_when_replacing_it_then_the_replaced_version_ke
         == 2
     )
     # A's previous version holds alice and bob still; B's had no version id (not versioned then): nothing kept.
-    assert store.dump_noncurrent() == {("alice", A, "va1"), ("bob", A, "va1")}
+    assert dump_noncurrent(store) == {("alice", A, "va1"), ("bob", A, "va1")}
     assert store.noncurrent_of(["bob", "carol", "erin"]) == {A: {"va1"}}
     assert store.lookup(["alice", "bob"]) == {"alice": [Location(A, '"a2"', (3,))]}  # rows stay current-only
     # Nothing is replaced by a refused version, a re-delivery or a forced re-index of the same version.
     assert store.replace_objects([version(A, '"a0"', T0 - timedelta(days=1), {"zed": [0]}, version_id="va0")]) == 0
     assert store.replace_objects([version(A, '"a2"', t1, {"alice": [3], "erin": [4]}, version_id="va2")]) == 0
     assert store.replace_objects([version(A, '"a2"', t1, {"alice": [3, 5]}, version_id="va2")], force=True) == 1
-    assert store.dump_noncurrent() == {("alice", A, "va1"), ("bob", A, "va1")}
+    assert dump_noncurrent(store) == {("alice", A, "va1"), ("bob", A, "va1")}
     # The next version keeps the users of the one it replaced as the index last held it (erin no longer).
     assert store.replace_objects([version(A, '"a3"', t2, {"dave": [0]}, version_id="va3")]) == 1
     # The same content under a new version id (a copy in place), forced: the old version id keeps the old users.
     assert store.replace_objects([version(A, '"a3"', t3, {"frank": [0]}, version_id="va4")], force=True) == 1
     # A versioned object replaced by one without a version id (versioning suspended) still leaves its version.
     assert store.replace_objects([version(B, '"b3"', t2, {"gina": [0]})]) == 1
-    assert store.dump_noncurrent() == {
+    assert dump_noncurrent(store) == {
         ("alice", A, "va1"),
         ("bob", A, "va1"),
         ("alice", A, "va2"),
@@ -578,14 +579,14 @@ def test_given_versioned_objects_when_removing_them_then_the_removed_version_kee
     assert store.remove_object(B) is True  # no version id: nothing left behind
     assert store.remove_object(C) is True
     assert store.remove_object(A) is False
-    assert store.dump_noncurrent() == {("alice", A, "va1"), ("bob", A, "va1")}
+    assert dump_noncurrent(store) == {("alice", A, "va1"), ("bob", A, "va1")}
     assert store.noncurrent_of(["alice"]) == {A: {"va1"}}
     assert store.lookup(["alice", "bob"]) == {}
     # The path indexed again (the delete marker removed, or a new object): the old version stays known.
     assert store.replace_objects([version(A, '"a2"', T0, {"carol": [0]}, version_id="va2")]) == 1
-    assert store.dump_noncurrent() == {("alice", A, "va1"), ("bob", A, "va1")}
+    assert dump_noncurrent(store) == {("alice", A, "va1"), ("bob", A, "va1")}
     store.forget_noncurrent(A, ["va1"])
-    assert store.dump_noncurrent() == set()
+    assert dump_noncurrent(store) == set()
 
 
 def test_given_a_versioned_object_when_a_purge_rewrites_it_then_the_rewritten_version_keeps_every_user(store):
@@ -597,10 +598,10 @@ def test_given_a_versioned_object_when_a_purge_rewrites_it_then_the_rewritten_ve
     )
     after = NewVersion('"a2"', "va2", T0 + timedelta(seconds=5))
     assert store.apply_erasure(A, '"a0"', after, [1]) is False  # not the indexed version: nothing changes
-    assert store.dump_noncurrent() == set()
+    assert dump_noncurrent(store) == set()
     assert store.apply_erasure(A, '"a1"', after, [0, 2]) is True
     # The version rewritten still holds every user, the erased one included, until the purge deletes it.
-    assert store.dump_noncurrent() == {("alice", A, "va1"), ("bob", A, "va1"), ("carol", A, "va1")}
+    assert dump_noncurrent(store) == {("alice", A, "va1"), ("bob", A, "va1"), ("carol", A, "va1")}
     assert store.noncurrent_of(["alice"]) == {A: {"va1"}}
     assert store.lookup(["alice", "bob"]) == {
         "alice": [Location(B, '"b1"', (0,))],
@@ -611,7 +612,7 @@ def test_given_a_versioned_object_when_a_purge_rewrites_it_then_the_rewritten_ve
     assert store.noncurrent_of(["alice", "dave"]) == {A: {"va1"}}
     # The purge deleted the rewritten version: it is forgotten, the current rows stay.
     store.forget_noncurrent(A, ["va1"])
-    assert store.dump_noncurrent() == set()
+    assert dump_noncurrent(store) == set()
     assert store.dump() == {("bob", A, 1), ("carol", A, 3), ("dave", B, 1)}
 
 
@@ -629,7 +630,7 @@ def _assert_newer_kept(store: IndexStore) -> None:
     assert store.dump() == {("bob", A, 0), ("erin", A, 1)}
     assert store.lookup(["alice", "bob"]) == {"bob": [Location(A, '"w"', (0,))]}
     # Only the version the newer one replaced is noncurrent; the current one is never recorded as such.
-    assert store.dump_noncurrent() == {("alice", A, "va1"), ("bob", A, "va1")}
+    assert dump_noncurrent(store) == {("alice", A, "va1"), ("bob", A, "va1")}
 
 
 def test_given_a_newer_version_indexed_in_the_same_second_when_a_purge_moves_the_index_then_the_newer_stays(store):
@@ -695,7 +696,7 @@ def test_given_datasets_fully_listed_when_recording_coverage_then_the_last_listi
     # Coverage records are not index rows or objects.
     assert store.status() == IndexStatus(0, 0, 0, 0, 0, 0, 0)
     assert store.dump() == set()
-    assert store.dump_noncurrent() == set()
+    assert dump_noncurrent(store) == set()
     assert store.indexed_objects() == {}
     assert store.dataset_records() == {}
     assert store.unindexable() == []
@@ -707,10 +708,10 @@ def test_given_rows_noncurrent_versions_coverage_and_erased_users_when_truncatin
     store.record_noncurrent([NoncurrentVersion(B, "events", "vb1", ("carol",))])
     store.record_coverage(Coverage("events", "s3://lake/events/", "backfill", T0, T0, 2, 1, 0))
     store.record_erased([keyed("alice")], "req-1")
-    assert store.dump_noncurrent() == {("alice", A, "va1"), ("carol", B, "vb1")}
+    assert dump_noncurrent(store) == {("alice", A, "va1"), ("carol", B, "vb1")}
     store.truncate()
     assert store.dump() == set()
-    assert store.dump_noncurrent() == set()
+    assert dump_noncurrent(store) == set()
     assert store.noncurrent_of(["alice", "carol"]) == {}
     assert store.coverage() == {}
     assert store.erased_among([keyed("alice")]) == set()

@@ -178,6 +178,49 @@ def test_given_s3_notifications_to_sqs_when_the_queue_is_drained_then_index_foll
     assert index_rows() == lake.rows()
 
 
+def test_given_a_purge_when_its_own_events_arrive_then_the_indexer_answers_them_from_the_index_reading_no_object(
+    lake, monkeypatch
+):
+    """The purge moved the index to the versions it wrote: its events find that version indexed already (ETag and
+    version id), so no byte of the rewritten objects is read again."""
+    from lakepurge.core.s3io import head_object
+    from lakepurge.core.s3uri import S3Uri
+    from lakepurge.indexing.backfill import run_reconcile
+    from lakepurge.indexing.indexer import scan_object
+    from lakepurge.ops.manual_purge import purge_users
+    from tests.support.purging import HASH_KEY
+
+    monkeypatch.setenv("LAKEPURGE_HASH_KEY", HASH_KEY)
+    settings = runtime.settings()
+    run_reconcile(None, settings, [d.name for d in settings.datasets])  # the coverage a purge needs
+    user = sorted(user for user, _, _ in index_rows())[0]
+    run = purge_users(settings, [user], dry_run=False, force=True, engine="inline", say=lambda _: None)
+    assert run.result is not None and run.result.objects_rewritten > 0
+    rewritten = [S3Uri.parse(o.s3path).key for o in run.report.objects]
+    s3 = aws.client("s3")
+    read: list[str] = []
+
+    def count_get(params: dict, **_: object) -> None:
+        read.append(params["Key"])
+
+    s3.meta.events.register("provide-client-params.s3.GetObject", count_get)
+    try:
+        response = deliver(*[s3_notification(s3_record("lake", key)) for key in rewritten])
+    finally:
+        s3.meta.events.unregister("provide-client-params.s3.GetObject", count_get)
+
+    assert response["batchItemFailures"] == []
+    assert [key for key in read if key in rewritten] == [], "the purge's own events read the objects it wrote"
+    store = runtime.index_store()
+    assert store.lookup([user]) == {}
+    for key in rewritten:  # what the index holds of each is what the object holds now
+        head = head_object(s3, "lake", key)
+        if head is not None:
+            dataset = settings.dataset_for("lake", key)
+            assert dataset is not None
+            assert store.object_rows(head.s3path) == scan_object(s3, settings, dataset, head).lines_by_user
+
+
 @pytest.fixture
 def versioned_lake(lake_factory, index_backend):
     case = lake_factory(index_backend, objects=10, users=8, versioned=True)

@@ -91,3 +91,53 @@ def test_given_an_erased_user_restored_from_a_backup_when_asking_status_then_the
     assert after["returning"] == [] and after["returning_command"] is None
     assert after["index"]["objects_with_erased_users"] == 0
     assert user not in printed
+
+
+def test_given_a_returning_users_hash_when_the_operator_path_purges_it_then_one_index_connection_erases_and_unflags(
+    lake_factory, pg_dsn, monkeypatch
+):
+    from lakepurge.indexing.returning import UnknownHashes
+    from lakepurge.ops import manual_purge
+    from tests.support.lakes import index_toml
+
+    monkeypatch.setenv("LAKEPURGE_HASH_KEY", HASH_KEY)
+    case = lake_factory(index_toml("postgres", pg_dsn), objects=8, users=12)
+    pseudonymizer = Pseudonymizer(HASH_KEY.encode())
+    user = case.lake.users[0]
+    holding = sorted({path for owner, path, _ in case.lake.truth if owner == user and user not in path})
+    s3 = aws.client("s3")
+    store = open_store(case.settings.index)
+    try:
+        index_lake(store, case.settings, case.lake)
+        store.record_erased([pseudonymizer(user)], "req-earlier")  # erased before; a restored backup brought them back
+        for path in holding:
+            key = path.removeprefix(f"s3://{case.lake.bucket}/")
+            index_object(s3, store, case.settings, case.lake.bucket, key, force=True, pseudonymizer=pseudonymizer)
+        assert store.reappeared_objects() == holding
+    finally:
+        store.close()
+    opened = []
+    monkeypatch.setattr(manual_purge, "open_store", lambda config: opened.append(config) or open_store(config))
+
+    with pytest.raises(UnknownHashes):
+        manual_purge.purge_users(case.settings, [], dry_run=False, force=True, returning=[pseudonymizer("nobody")])
+    said: list[str] = []
+    run = manual_purge.purge_users(
+        case.settings,
+        [],
+        dry_run=False,
+        force=True,
+        engine="inline",
+        say=said.append,
+        returning=[pseudonymizer(user)],
+    )
+
+    assert run.result is not None and run.result.verified and run.result.lines_erased > 0
+    assert "1 returning user(s) found by hash" in said and not any(user in line for line in said)
+    assert len(opened) == 2, "one index connection per purge_users call"
+    store = open_store(case.settings.index)
+    try:
+        assert store.lookup([user]) == {}
+        assert store.reappeared_objects() == [], "the erased user's objects are still flagged as holding them"
+    finally:
+        store.close()

@@ -355,7 +355,7 @@ def test_given_an_approved_request_when_the_workflow_runs_then_each_task_reads_w
     assert calls["StartPurge"][0][2:] == (REQUEST_ID, ReportRef(uri=REPORT_URI, sha256=SHA), APPROVED, 300.0)
     first_poll, second_poll = calls["PurgeStatus"]
     assert first_poll[2] == RUNNING and second_poll[2] == RUNNING  # the previous poll's detail is not read
-    assert calls["VerifyPurge"][0][3:] == (REQUEST_ID, ReportRef(uri=REPORT_URI, sha256=SHA))
+    assert calls["VerifyPurge"][0][3:] == ("pseudonymizer", REQUEST_ID, ReportRef(uri=REPORT_URI, sha256=SHA))
     *_, outcome, ended = calls["Notify"][0]
     assert outcome == "ERASED" and isinstance(ended, EndedState)
     assert ended.report is not None and ended.report.uri == REPORT_URI and ended.report.users_requested == 2

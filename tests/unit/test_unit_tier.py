@@ -9,6 +9,7 @@ import pytest
 
 from lakepurge.index.base import Location, NewVersion, ObjectIndex
 from lakepurge.index.in_memory import MemoryIndexStore
+from tests.support.index import dump_noncurrent
 from tests.unit.conftest import NetworkInUnitTest
 
 pytestmark = pytest.mark.unit
@@ -43,7 +44,7 @@ def test_given_a_versioned_object_in_memory_when_overwritten_removed_and_purged_
     assert store.replace_objects([_version('"a1"', 0, {"alice": [0], "bob": [1]}, "v1")]) == 1
     assert store.replace_objects([_version('"a1"', 0, {"mallory": [0]}, "v1")]) == 0  # re-delivery
     assert store.replace_objects([_version('"a2"', 1, {"alice": [2], "carol": [0]}, "v2")]) == 1
-    assert store.dump_noncurrent() == {("alice", A, "v1"), ("bob", A, "v1")}
+    assert dump_noncurrent(store) == {("alice", A, "v1"), ("bob", A, "v1")}
     assert store.apply_erasure(A, '"a2"', NewVersion('"a3"', "v3", T0 + timedelta(seconds=2)), [2]) is True
     assert store.lookup(["alice", "carol"]) == {"carol": [Location(A, '"a3"', (0,))]}
     assert store.noncurrent_of(["alice"]) == {A: {"v1", "v2"}}
