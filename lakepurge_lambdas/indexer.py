@@ -70,8 +70,8 @@ def _index_keys(keys: list[Change]) -> list[IndexOutcome]:
         metrics.add_metric(name="ObjectsIndexed", unit=MetricUnit.Count, value=1)
         if outcome.unindexable:
             metrics.add_metric(name="UnindexableLines", unit=MetricUnit.Count, value=outcome.unindexable)
-        if outcome.reappeared:
-            metrics.add_metric(name="ReturningUsers", unit=MetricUnit.Count, value=outcome.reappeared)
+        if outcome.returning_users:
+            metrics.add_metric(name="ReturningUsers", unit=MetricUnit.Count, value=outcome.returning_users)
     return outcomes
 
 

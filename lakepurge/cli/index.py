@@ -122,8 +122,8 @@ def cmd_index_object(args: argparse.Namespace, out: Output) -> int:
         out.result(asdict(outcome))
         return EXIT_FAILED
     out.say(f"{outcome.action}: {outcome.s3path}  records {outcome.records}  unindexable {outcome.unindexable}")
-    if outcome.reappeared:
-        out.say(f"  WARNING: {outcome.reappeared} user(s) erased before are in this object again")
+    if outcome.returning_users:
+        out.say(f"  WARNING: {outcome.returning_users} returning user(s): erased before, in this object again")
     out.result(asdict(outcome))
     # "ignored" without a reason: the object is in no dataset of the configuration (a wrong argument).
     return EXIT_USAGE if outcome.action == "ignored" else EXIT_OK

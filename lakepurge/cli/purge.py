@@ -7,7 +7,6 @@ import argparse
 
 from lakepurge.cli.arguments import Commands, Output, add_users, read_lake_settings, read_users
 from lakepurge.cli.errors import EXIT_FAILED, EXIT_NOT_CERTIFIABLE, EXIT_OK, EXIT_REFUSED, CliError
-from lakepurge.core.config import Settings
 
 
 def register(commands: Commands) -> None:
@@ -47,6 +46,7 @@ def register(commands: Commands) -> None:
 
 def cmd_purge(args: argparse.Namespace, out: Output) -> int:
     from lakepurge.indexing.coverage import IndexIncomplete
+    from lakepurge.indexing.returning import UnknownHashes
     from lakepurge.ops.manual_purge import ReviewedReportMismatch, purge_users
     from lakepurge.reports.report import ReportTampered, SafetyLimitExceeded
 
@@ -55,11 +55,6 @@ def cmd_purge(args: argparse.Namespace, out: Output) -> int:
     settings = read_lake_settings(args)
     if args.verify is not None:
         settings = settings.model_copy(update={"purge": settings.purge.model_copy(update={"verify": args.verify})})
-    if hashes:
-        returning = _returning_users(settings, hashes)
-        users = list(dict.fromkeys(users + returning))
-        args.users = users  # the error boundary masks these in any message
-        out.say(f"{len(returning)} returning user(s) found by hash")
     try:
         run = purge_users(
             settings,
@@ -70,7 +65,12 @@ def cmd_purge(args: argparse.Namespace, out: Output) -> int:
             report_id=args.report,
             report_sha256=args.sha256,
             engine=args.engine,
+            returning=hashes,  # resolved on the purge's own connection to the index
         )
+    except UnknownHashes as exc:
+        raise CliError(
+            "unknown_user_hash", f"{exc}: run `lakepurge status` for the hashes of the erased users found again"
+        ) from None
     except SafetyLimitExceeded as exc:
         out.say(f"lakepurge purge: refused by the safety limits ([purge] in the configuration): {exc}")
         out.say("  check the user ids; the dry run (without --yes) prints the whole plan; to erase anyway, add --force")
@@ -90,17 +90,6 @@ def cmd_purge(args: argparse.Namespace, out: Output) -> int:
             }
         )
         return EXIT_NOT_CERTIFIABLE
-    if run.result is not None and not run.result.failed:
-        # Users erased again leave the objects that flagged them: `lakepurge status` stops counting those.
-        from lakepurge.core.privacy import Pseudonymizer
-        from lakepurge.index import open_store
-        from lakepurge.indexing.returning import recount
-
-        store = open_store(settings.index)
-        try:
-            recount(store, Pseudonymizer.from_config(settings.privacy))
-        finally:
-            store.close()
     document = run.summary()
     out.result(document)
     if run.result is None:
@@ -118,21 +107,3 @@ def _user_hashes(args: argparse.Namespace) -> list[str]:
                 "bad_user_hash", "--user-hash takes a keyed hash, 64 hex characters, as `lakepurge status` prints it"
             )
     return hashes
-
-
-def _returning_users(settings: Settings, hashes: list[str]) -> list[str]:
-    """The ids of the erased users found again that these keyed hashes stand for (lakepurge.indexing.returning)."""
-    from lakepurge.core.privacy import Pseudonymizer
-    from lakepurge.index import open_store
-    from lakepurge.indexing.returning import UnknownHashes, resolve_hashes
-
-    store = open_store(settings.index)
-    try:
-        return resolve_hashes(store, Pseudonymizer.from_config(settings.privacy), hashes)
-    except UnknownHashes as exc:
-        raise CliError(
-            "unknown_user_hash",
-            f"{exc}: run `lakepurge status` for the hashes of the erased users found again",
-        ) from None
-    finally:
-        store.close()

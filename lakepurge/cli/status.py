@@ -40,7 +40,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
         tables = tables_status(settings, store)
         returning = (
             returning_users(store, pseudonymizer)
-            if pseudonymizer is not None and status.objects_with_erased_users
+            if pseudonymizer is not None and status.objects_with_returning_users
             else []
         )
     finally:
@@ -58,11 +58,11 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
     out.say(
         f"objects {status.objects}  records {status.records}  users {status.users}  index rows {status.rows}\n"
         f"unindexable lines {status.unindexable_lines} in {status.objects_with_unindexable} object(s)\n"
-        f"objects holding erased users again: {status.objects_with_erased_users}"
+        f"objects holding returning users (erased, then found again): {status.objects_with_returning_users}"
     )
-    if status.objects_with_erased_users:
+    if status.objects_with_returning_users:
         out.say("  WARNING: erased users came back (restored backup? replayed pipeline?): purge them again")
-    if status.objects_with_erased_users and pseudonymizer is None:
+    if status.objects_with_returning_users and pseudonymizer is None:
         out.say(f"  set {settings.privacy.hash_key_env} (the hash key) to list them")
     # By keyed hash only: the raw ids are looked up again by `purge --user-hash`, never shown.
     for user in returning:

@@ -35,7 +35,7 @@ class ObjectIndex:
     unindexable: list[UnindexableLine] = field(default_factory=list)
     # Users of this object who were erased before (on the suppression list): a restored backup or a replayed
     # pipeline brought them back.
-    reappeared: int = 0
+    returning_users: int = 0
 
     def rows(self) -> Iterable[tuple[str, int]]:
         for user, lines in self.lines_by_user.items():
@@ -167,7 +167,7 @@ class IndexStatus:
     rows: int
     unindexable_lines: int
     objects_with_unindexable: int
-    objects_with_erased_users: int = 0
+    objects_with_returning_users: int = 0
 
 
 class IndexStore(Protocol):
@@ -243,11 +243,11 @@ class IndexStore(Protocol):
     def erased_requests(self, user_hashes: Sequence[str]) -> dict[str, str]:
         """Keyed hash -> the request that (first) erased it, for those of these hashes on the suppression list."""
 
-    def reappeared_objects(self, limit: int = 100) -> list[str]:
-        """The paths of the objects holding erased users again (reappeared > 0), in path order, up to limit; read
+    def returning_user_objects(self, limit: int = 100) -> list[str]:
+        """The paths of the objects holding erased users again (returning_users > 0), in path order, up to limit; read
         from the objects' own records, never by scanning every row."""
 
-    def set_reappeared(self, s3path: str, etag: str, reappeared: int) -> bool:
+    def set_returning_users(self, s3path: str, etag: str, returning_users: int) -> bool:
         """Correct an object's count of erased users found again (a purge erased them once more). Only while the
         index holds that ETag of the object: returns False, changing nothing, otherwise."""
 

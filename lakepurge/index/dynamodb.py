@@ -377,7 +377,7 @@ class DynamoIndexStore(DynamoTable):
             lines_by_user=self._current_rows(meta),
             records=int(item["records"]["N"]),
             unindexable=sorted(unindexable, key=lambda entry: entry.line),
-            reappeared=int(item["reappeared"]["N"]),
+            returning_users=int(item["reappeared"]["N"]),
         )
 
     def object_records(self, s3paths: Sequence[str]) -> dict[str, int]:
@@ -540,7 +540,7 @@ class DynamoIndexStore(DynamoTable):
         )
         return {item["userid"]["S"].removeprefix(ERASED_PREFIX): item["request_id"]["S"] for item in items}
 
-    def reappeared_objects(self, limit: int = 100) -> list[str]:
+    def returning_user_objects(self, limit: int = 100) -> list[str]:
         """The meta items counting erased users found again: the filtered Scan of meta items status() also reads
         (the table has no index by that count)."""
         items = self._scan(
@@ -551,7 +551,7 @@ class DynamoIndexStore(DynamoTable):
         )
         return sorted(item["s3path"]["S"] for item in items)[: max(limit, 0)]
 
-    def set_reappeared(self, s3path: str, etag: str, reappeared: int) -> bool:
+    def set_returning_users(self, s3path: str, etag: str, returning_users: int) -> bool:
         try:
             self._client.update_item(
                 TableName=self._table,
@@ -559,7 +559,7 @@ class DynamoIndexStore(DynamoTable):
                 UpdateExpression="SET #a = :a",
                 ConditionExpression="#e = :etag",
                 ExpressionAttributeNames={"#a": "reappeared", "#e": "etag"},
-                ExpressionAttributeValues={":a": {"N": str(reappeared)}, ":etag": {"S": etag}},
+                ExpressionAttributeValues={":a": {"N": str(returning_users)}, ":etag": {"S": etag}},
             )
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
@@ -648,7 +648,7 @@ class DynamoIndexStore(DynamoTable):
             rows=rows,
             unindexable_lines=sum(unindexable),
             objects_with_unindexable=sum(1 for count in unindexable if count > 0),
-            objects_with_erased_users=sum(1 for meta in metas.values() if int(meta["reappeared"]["N"]) > 0),
+            objects_with_returning_users=sum(1 for meta in metas.values() if int(meta["reappeared"]["N"]) > 0),
         )
 
     def dump(self) -> set[tuple[str, str, int]]:

@@ -262,7 +262,7 @@ def meta_item(obj: ObjectIndex, row_items: int) -> Item:
         "row_items": {"N": str(row_items)},
         "rows": {"N": str(obj.row_count)},
         "unindexable": {"N": str(len(obj.unindexable))},
-        "reappeared": {"N": str(obj.reappeared)},
+        "reappeared": {"N": str(obj.returning_users)},
         "unindexable_lines": {
             "L": [
                 {"M": {"line": {"N": str(u.line)}, "reason": {"S": u.reason}}}

@@ -37,7 +37,7 @@ class _Held:
     version_id: str | None
     last_modified: datetime
     records: int
-    reappeared: int
+    returning_users: int
     rows: dict[str, list[int]]
     unindexable: list[UnindexableLine]
 
@@ -80,7 +80,7 @@ class MemoryIndexStore:
                     version_id=obj.version_id,
                     last_modified=_utc(obj.last_modified),
                     records=obj.records,
-                    reappeared=obj.reappeared,
+                    returning_users=obj.returning_users,
                     rows={user: list(lines) for user, lines in obj.lines_by_user.items() if lines},
                     unindexable=sorted(obj.unindexable, key=lambda u: u.line),
                 )
@@ -129,12 +129,12 @@ class MemoryIndexStore:
             for user_hash in user_hashes:
                 self._erased.setdefault(user_hash, request_id)
 
-    def set_reappeared(self, s3path: str, etag: str, reappeared: int) -> bool:
+    def set_returning_users(self, s3path: str, etag: str, returning_users: int) -> bool:
         with self._lock:
             held = self._objects.get(s3path)
             if held is None or held.etag != etag:
                 return False
-            held.reappeared = reappeared
+            held.returning_users = returning_users
             return True
 
     def record_noncurrent(self, versions: Sequence[NoncurrentVersion]) -> None:
@@ -196,7 +196,7 @@ class MemoryIndexStore:
                 lines_by_user={user: sorted(lines) for user, lines in held.rows.items()},
                 records=held.records,
                 unindexable=list(held.unindexable),
-                reappeared=held.reappeared,
+                returning_users=held.returning_users,
             )
 
     def object_records(self, s3paths: Sequence[str]) -> dict[str, int]:
@@ -266,9 +266,9 @@ class MemoryIndexStore:
         with self._lock:
             return {user_hash: self._erased[user_hash] for user_hash in user_hashes if user_hash in self._erased}
 
-    def reappeared_objects(self, limit: int = 100) -> list[str]:
+    def returning_user_objects(self, limit: int = 100) -> list[str]:
         with self._lock:
-            return sorted(s3path for s3path, held in self._objects.items() if held.reappeared > 0)[: max(limit, 0)]
+            return sorted(s3path for s3path, held in self._objects.items() if held.returning_users > 0)[: max(limit, 0)]
 
     def noncurrent_of(self, user_ids: Sequence[str]) -> dict[str, set[str]]:
         wanted = set(user_ids)
@@ -294,7 +294,7 @@ class MemoryIndexStore:
                 rows=sum(len(lines) for obj in held for lines in obj.rows.values()),
                 unindexable_lines=sum(len(obj.unindexable) for obj in held),
                 objects_with_unindexable=sum(1 for obj in held if obj.unindexable),
-                objects_with_erased_users=sum(1 for obj in held if obj.reappeared > 0),
+                objects_with_returning_users=sum(1 for obj in held if obj.returning_users > 0),
             )
 
     def dump(self) -> set[tuple[str, str, int]]:

@@ -199,7 +199,7 @@ class PostgresIndexStore:
                     [o.last_modified for o in batch],
                     [o.records for o in batch],
                     [len(o.unindexable) for o in batch],
-                    [o.reappeared for o in batch],
+                    [o.returning_users for o in batch],
                     force,
                 ),
             )
@@ -457,7 +457,7 @@ class PostgresIndexStore:
                 "SELECT recordline, reason FROM unindexable_lines WHERE s3path = %s ORDER BY recordline", (s3path,)
             )
             unindexable = [UnindexableLine(line, reason) for line, reason in cur.fetchall()]
-        dataset, etag, version_id, last_modified, records, reappeared = meta
+        dataset, etag, version_id, last_modified, records, returning_users = meta
         return ObjectIndex(
             s3path=s3path,
             dataset=dataset,
@@ -467,7 +467,7 @@ class PostgresIndexStore:
             lines_by_user=self.object_rows(s3path),
             records=records,
             unindexable=unindexable,
-            reappeared=reappeared,
+            returning_users=returning_users,
         )
 
     @_reconnecting
@@ -578,7 +578,7 @@ class PostgresIndexStore:
             return dict(cur.fetchall())
 
     @_reconnecting
-    def reappeared_objects(self, limit: int = 100) -> list[str]:
+    def returning_user_objects(self, limit: int = 100) -> list[str]:
         with self._conn.cursor() as cur:
             cur.execute(
                 "SELECT s3path FROM indexed_objects WHERE reappeared > 0 ORDER BY s3path LIMIT %s", (max(limit, 0),)
@@ -586,10 +586,10 @@ class PostgresIndexStore:
             return [row[0] for row in cur.fetchall()]
 
     @_reconnecting
-    def set_reappeared(self, s3path: str, etag: str, reappeared: int) -> bool:
+    def set_returning_users(self, s3path: str, etag: str, returning_users: int) -> bool:
         changed = self._conn.execute(
             "UPDATE indexed_objects SET reappeared = %s WHERE s3path = %s AND etag = %s",
-            (reappeared, s3path, etag),
+            (returning_users, s3path, etag),
         )
         return changed.rowcount == 1
 

@@ -18,7 +18,8 @@ CREATE TABLE IF NOT EXISTS indexed_objects (
     last_modified TIMESTAMPTZ NOT NULL,
     records       INTEGER     NOT NULL,
     unindexable   INTEGER     NOT NULL,
-    reappeared    INTEGER     NOT NULL DEFAULT 0,   -- erased users found again in this object
+    reappeared    INTEGER     NOT NULL DEFAULT 0,   -- returning users (erased users found again) in this object;
+                                                    -- the column keeps its first name for existing indexes
     indexed_at    TIMESTAMPTZ NOT NULL DEFAULT now(),
     object_id     BIGINT      NOT NULL GENERATED ALWAYS AS IDENTITY   -- kept while the object stays indexed
 );

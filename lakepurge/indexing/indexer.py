@@ -39,7 +39,7 @@ class IndexOutcome:
     action: Action
     records: int = 0
     unindexable: int = 0
-    reappeared: int = 0
+    returning_users: int = 0
     reason: str | None = None  # why an object under a dataset was ignored (not data: see skip_reason)
     error: str = ""  # why a "failed" object could not be indexed (failure_reason: never record content)
 
@@ -182,7 +182,7 @@ def flag_erased_users(store: IndexStore, scanned: ObjectIndex, pseudonymizer: Ps
     if pseudonymizer is None or not scanned.lines_by_user:
         return
     hashes = [pseudonymizer(user) for user in scanned.lines_by_user]
-    scanned.reappeared = len(store.erased_among(hashes))
+    scanned.returning_users = len(store.erased_among(hashes))
 
 
 def _skip_reason(dataset: DatasetConfig, key: str, tags_changed: bool) -> str | None:
@@ -285,8 +285,8 @@ def _index_current(
         if owner_apart and _owners_of(scan_object(s3, settings, dataset, now)) != _owners_of(scanned):
             log.info("owner changed while being indexed; indexing it again", extra={"object": ref})
             continue
-        if scanned.reappeared:
-            log.warning("returning users found", extra={"object": ref, "users": scanned.reappeared})
+        if scanned.returning_users:
+            log.warning("returning users found", extra={"object": ref, "users": scanned.returning_users})
         if scanned.unindexable:
             log.warning(
                 "unindexable lines",
@@ -297,7 +297,7 @@ def _index_current(
                 },
             )
         action: Action = "indexed" if written else "unchanged"
-        return IndexOutcome(s3path, action, scanned.records, len(scanned.unindexable), scanned.reappeared)
+        return IndexOutcome(s3path, action, scanned.records, len(scanned.unindexable), scanned.returning_users)
     raise ObjectChanged(f"{ref} kept changing while being indexed ({attempts} attempts)")
 
 

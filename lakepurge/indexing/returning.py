@@ -1,6 +1,6 @@
 """Returning users: erased users whose records are in the lake again (a restored backup, a replayed pipeline).
 
-Indexing counts, per object, the users on the suppression list (``reappeared``); this module names them: each such
+Indexing counts, per object, the users on the suppression list (``returning_users``); this module names them: each such
 object, each returning user by keyed hash, and the request that erased them. Raw ids are never returned: the only
 place they are looked up is :func:`resolve_hashes`, which turns the hashes an operator copied from ``lakepurge
 status`` back into the ids a purge needs, and reads them only among the users of the flagged objects.
@@ -30,8 +30,8 @@ class Returning:
 
 
 def _flagged(store: IndexStore, limit: int) -> Iterable[tuple[str, dict[str, list[int]]]]:
-    """Each object the index flags (reappeared > 0) with its rows, up to limit objects."""
-    for s3path in store.reappeared_objects(limit):
+    """Each object the index flags (returning users > 0) with its rows, up to limit objects."""
+    for s3path in store.returning_user_objects(limit):
         yield s3path, store.object_rows(s3path)
 
 
@@ -82,13 +82,13 @@ def recount(store: IndexStore, pseudonymizer: Pseudonymizer, limit: int = DEFAUL
     """Bring the flagged objects' counts of returning users back in line with their rows (a purge erased some of
     them again); an object re-indexed meanwhile keeps its own count. Returns how many objects are still flagged."""
     flagged = 0
-    for s3path in store.reappeared_objects(limit):
+    for s3path in store.returning_user_objects(limit):
         held = store.get_object(s3path)
         if held is None:
             continue
         count = len(store.erased_among([pseudonymizer(user) for user in held.lines_by_user]))
-        if count != held.reappeared:
-            store.set_reappeared(s3path, held.etag, count)
+        if count != held.returning_users:
+            store.set_returning_users(s3path, held.etag, count)
         flagged += count > 0
     return flagged
 

@@ -168,7 +168,7 @@ def assemble(
         unindexable_lines=status.unindexable_lines,
         objects_with_unindexable=status.objects_with_unindexable,
         returning_users=returning_users,
-        objects_with_returning=status.objects_with_erased_users,
+        objects_with_returning=status.objects_with_returning_users,
         coverage=tuple(
             DatasetRow(c.dataset, c.complete, c.reason, c.method, c.indexed_at, c.objects, c.versions) for c in coverage
         ),
@@ -178,9 +178,9 @@ def assemble(
 def count_returning(store: IndexStore, limit: int = DEFAULT_LIMIT) -> int:
     """Erased users found again, per object holding them (the indexer's count): no hash key, no id leaves here."""
     total = 0
-    for s3path in store.reappeared_objects(limit):
+    for s3path in store.returning_user_objects(limit):
         held = store.get_object(s3path)
-        total += held.reappeared if held is not None else 0
+        total += held.returning_users if held is not None else 0
     return total
 
 
@@ -194,7 +194,7 @@ def build_view(
     queue = settings.indexing.dead_letter_queue_url
     dead_letters = dead_letter_count(sqs, queue) if sqs is not None and queue else 0
     coverage = of_index(settings, store, dead_letters)
-    returning = count_returning(store) if status.objects_with_erased_users else 0
+    returning = count_returning(store) if status.objects_with_returning_users else 0
     return assemble(records, status, coverage, returning, now)
 
 

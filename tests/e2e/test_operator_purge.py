@@ -105,7 +105,7 @@ def test_given_an_erased_user_restored_from_backup_when_indexed_then_status_flag
     s3 = aws.client("s3")
     s3.put_object(Bucket="lake", Key="reviews/restored/backup.jsonl", Body=orjson.dumps({"user_id": user}) + b"\n")
     assert run_cli(capsys, "index", "object", "s3://lake/reviews/restored/backup.jsonl", "--config", config)[0] == 0
-    assert run_cli(capsys, "status", "--config", config)[1]["index"]["objects_with_erased_users"] == 1
+    assert run_cli(capsys, "status", "--config", config)[1]["index"]["objects_with_returning_users"] == 1
 
 
 def test_given_purged_objects_when_vacuumed_then_placeholders_go_and_the_index_equals_a_fresh_backfill(

@@ -349,7 +349,7 @@ def test_given_a_returning_user_when_a_request_erases_them_then_no_object_is_fla
         for path in holding:
             uri = S3Uri.parse(path)
             index_object(s3, store, case.settings, uri.bucket, uri.key, force=True, pseudonymizer=pseudonymizer)
-        assert store.reappeared_objects() == holding
+        assert store.returning_user_objects() == holding
     finally:
         store.close()
 
@@ -358,8 +358,8 @@ def test_given_a_returning_user_when_a_request_erases_them_then_no_object_is_fla
 
     store = open_store(case.settings.index)
     try:
-        assert store.reappeared_objects() == [], "the erased user's objects are still flagged as holding them"
-        assert store.status().objects_with_erased_users == 0
+        assert store.returning_user_objects() == [], "the erased user's objects are still flagged as holding them"
+        assert store.status().objects_with_returning_users == 0
     finally:
         store.close()
 

@@ -587,12 +587,12 @@ def test_given_user_id_in_the_reserved_erased_namespace_when_indexing_then_suppr
     assert store.erased_among([keyed("alice")]) == {keyed("alice")}
 
 
-def test_given_reappeared_users_when_replacing_then_the_meta_item_holds_the_count(store):
+def test_given_returning_users_when_replacing_then_the_meta_item_holds_the_count(store):
     path = "s3://lake/x.jsonl"
-    store.replace_objects([replace(version(path, '"e"', 0, {"alice": [0]}), reappeared=4)])
+    store.replace_objects([replace(version(path, '"e"', 0, {"alice": [0]}), returning_users=4)])
     (meta,) = [item for item in raw_items() if item["location"]["S"] == "#meta"]
     assert meta["reappeared"] == {"N": "4"}
-    assert store.status().objects_with_erased_users == 1
+    assert store.status().objects_with_returning_users == 1
 
 
 def test_given_a_suppression_list_when_truncating_then_it_is_emptied_too(store):

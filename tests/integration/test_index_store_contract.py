@@ -46,7 +46,7 @@ def version(
     users: dict[str, list[int]],
     unindexable: list[UnindexableLine] | None = None,
     version_id: str | None = None,
-    reappeared: int = 0,
+    returning_users: int = 0,
 ) -> ObjectIndex:
     return ObjectIndex(
         s3path=path,
@@ -57,7 +57,7 @@ def version(
         lines_by_user=users,
         records=sum(len(lines) for lines in users.values()) + len(unindexable or []),
         unindexable=unindexable or [],
-        reappeared=reappeared,
+        returning_users=returning_users,
     )
 
 
@@ -267,19 +267,19 @@ def test_given_erased_users_recorded_when_asking_which_are_erased_then_exactly_t
     assert store.erased_among([erased[7], others[7]]) == {erased[7]}
 
 
-def test_given_objects_with_reappeared_users_when_reading_then_counts_round_trip_and_status_counts_the_objects(store):
+def test_given_objects_with_returning_users_when_reading_then_counts_round_trip_and_status_counts_the_objects(store):
     stamp = T0 + timedelta(seconds=1)
-    with_two = version(A, '"a1"', T0, {"alice": [0], "bob": [1]}, reappeared=2)
+    with_two = version(A, '"a1"', T0, {"alice": [0], "bob": [1]}, returning_users=2)
     store.replace_objects([with_two, version(B, '"b1"', T0, {"alice": [0]}), version(C, '"c1"', T0, {"carol": [0]})])
     assert store.get_object(A) == with_two
     got = store.get_object(B)
-    assert got is not None and got.reappeared == 0
-    assert store.status().objects_with_erased_users == 1
+    assert got is not None and got.returning_users == 0
+    assert store.status().objects_with_returning_users == 1
     # A newer version carries its own count: it replaces the old one, up or down.
-    store.replace_objects([version(A, '"a2"', stamp, {"alice": [0]}, reappeared=0)])
-    store.replace_objects([version(B, '"b2"', stamp, {"alice": [0]}, reappeared=1)])
-    store.replace_objects([version(C, '"c2"', stamp, {"carol": [0]}, reappeared=3)])
-    assert [store.get_object(path).reappeared for path in (A, B, C)] == [0, 1, 3]  # type: ignore[union-attr]
+    store.replace_objects([version(A, '"a2"', stamp, {"alice": [0]}, returning_users=0)])
+    store.replace_objects([version(B, '"b2"', stamp, {"alice": [0]}, returning_users=1)])
+    store.replace_objects([version(C, '"c2"', stamp, {"carol": [0]}, returning_users=3)])
+    assert [store.get_object(path).returning_users for path in (A, B, C)] == [0, 1, 3]  # type: ignore[union-attr]
     assert store.status() == IndexStatus(
         objects=3,
         records=3,
@@ -287,40 +287,40 @@ def test_given_objects_with_reappeared_users_when_reading_then_counts_round_trip
         rows=3,
         unindexable_lines=0,
         objects_with_unindexable=0,
-        objects_with_erased_users=2,
+        objects_with_returning_users=2,
     )
     store.remove_object(C)
-    assert store.status().objects_with_erased_users == 1
+    assert store.status().objects_with_returning_users == 1
 
 
 def test_given_erased_users_back_in_objects_when_listing_them_then_flagged_paths_and_erasing_requests_come_back(store):
-    assert store.reappeared_objects() == []
+    assert store.returning_user_objects() == []
     assert store.erased_requests([]) == {}
     store.record_erased([keyed("alice"), keyed("bob")], "req-1")
     store.record_erased([keyed("bob"), keyed("carol")], "req-2")  # bob keeps the request that erased him first
     store.replace_objects(
         [
-            version(B, '"b1"', T0, {"alice": [0], "dave": [1]}, reappeared=1),
-            version(A, '"a1"', T0, {"bob": [0]}, reappeared=1),
+            version(B, '"b1"', T0, {"alice": [0], "dave": [1]}, returning_users=1),
+            version(A, '"a1"', T0, {"bob": [0]}, returning_users=1),
             version(C, '"c1"', T0, {"erin": [WHOLE_OBJECT]}),
         ]
     )
-    assert store.reappeared_objects() == [A, B]  # in path order; C has no erased user
-    assert store.reappeared_objects(limit=1) == [A]
-    assert store.reappeared_objects(limit=0) == []
+    assert store.returning_user_objects() == [A, B]  # in path order; C has no erased user
+    assert store.returning_user_objects(limit=1) == [A]
+    assert store.returning_user_objects(limit=0) == []
     asked = [keyed("alice"), keyed("bob"), keyed("carol"), keyed("dave"), keyed("alice")]
     assert store.erased_requests(asked) == {keyed("alice"): "req-1", keyed("bob"): "req-1", keyed("carol"): "req-2"}
     assert store.erased_requests([keyed("dave")]) == {}
     # A count corrected after a purge, only at the version the index holds.
-    assert store.set_reappeared(A, '"a1"', 0) is True
-    assert store.set_reappeared(B, '"b0"', 0) is False  # another version than the one indexed: unchanged
-    assert store.set_reappeared("s3://lake/unknown", '"x"', 0) is False
-    assert store.reappeared_objects() == [B]
-    assert store.get_object(A).reappeared == 0  # type: ignore[union-attr]
-    assert store.status().objects_with_erased_users == 1
+    assert store.set_returning_users(A, '"a1"', 0) is True
+    assert store.set_returning_users(B, '"b0"', 0) is False  # another version than the one indexed: unchanged
+    assert store.set_returning_users("s3://lake/unknown", '"x"', 0) is False
+    assert store.returning_user_objects() == [B]
+    assert store.get_object(A).returning_users == 0  # type: ignore[union-attr]
+    assert store.status().objects_with_returning_users == 1
     assert store.indexed_objects() == {A: '"a1"', B: '"b1"', C: '"c1"'}  # no object written by the correction
     store.remove_object(B)
-    assert store.reappeared_objects() == []
+    assert store.returning_user_objects() == []
 
 
 def test_given_a_suppression_list_when_reading_the_index_then_its_entries_never_show_up_as_rows_or_objects(store):
@@ -330,7 +330,7 @@ def test_given_a_suppression_list_when_reading_the_index_then_its_entries_never_
     assert store.indexed_objects() == {}
     assert store.dataset_records() == {}
     assert store.unindexable() == []
-    store.replace_objects([version(A, '"a1"', T0, {"alice": [0], "bob": [1]}, reappeared=1)])
+    store.replace_objects([version(A, '"a1"', T0, {"alice": [0], "bob": [1]}, returning_users=1)])
     store.record_erased([keyed("bob")], "req-2")
     assert store.dump() == {("alice", A, 0), ("bob", A, 1)}
     assert store.indexed_objects() == {A: '"a1"'}
@@ -342,7 +342,7 @@ def test_given_a_suppression_list_when_reading_the_index_then_its_entries_never_
         rows=2,
         unindexable_lines=0,
         objects_with_unindexable=0,
-        objects_with_erased_users=1,
+        objects_with_returning_users=1,
     )
     assert store.lookup(["alice", keyed("alice"), keyed("zed")]) == {"alice": [Location(A, '"a1"', (0,))]}
     assert store.object_rows(A) == {"alice": [0], "bob": [1]}
@@ -394,7 +394,7 @@ class Model:
             rows=sum(o.row_count for o in objs),
             unindexable_lines=sum(len(o.unindexable) for o in objs),
             objects_with_unindexable=sum(1 for o in objs if o.unindexable),
-            objects_with_erased_users=sum(1 for o in objs if o.reappeared > 0),
+            objects_with_returning_users=sum(1 for o in objs if o.returning_users > 0),
         )
 
 
@@ -415,7 +415,7 @@ def test_given_a_random_sequence_of_operations_when_replayed_then_the_backend_an
                 T0 + timedelta(seconds=rng.randrange(4)),
                 {user: rng.sample(range(10), rng.randrange(4)) for user in rng.sample(users, rng.randrange(4))},
                 [UnindexableLine(line, "no user id") for line in rng.sample(range(10, 20), rng.randrange(2))],
-                reappeared=rng.choice((0, 0, 1, 2)),
+                returning_users=rng.choice((0, 0, 1, 2)),
             )
             for path in rng.sample(paths, rng.randrange(1, 4))
         ]
@@ -434,12 +434,12 @@ def test_given_a_random_sequence_of_operations_when_replayed_then_the_backend_an
             assert got is None
         else:
             assert got is not None
-            assert (got.etag, got.last_modified, got.records, got.lines_by_user, got.reappeared) == (
+            assert (got.etag, got.last_modified, got.records, got.lines_by_user, got.returning_users) == (
                 held.etag,
                 held.last_modified,
                 held.records,
                 expected,
-                held.reappeared,
+                held.returning_users,
             )
             assert got.unindexable == sorted(held.unindexable, key=lambda u: u.line)
     assert store.dataset_records() == ({"events": model.status().records} if model.objects else {})

@@ -58,11 +58,11 @@ def test_given_an_erased_user_restored_from_a_backup_when_asking_status_then_the
         )
     finally:
         store.close()
-    assert outcome.reappeared == 1
+    assert outcome.returning_users == 1
 
     code, status, printed = cli(capsys, "status", "--config", str(config))
     assert code == 0
-    assert status["index"]["objects_with_erased_users"] == 1
+    assert status["index"]["objects_with_returning_users"] == 1
     assert [(r["s3path"], r["user_hash"], r["request_id"]) for r in status["returning"]] == [
         (holding[0], user_hash, erased["request_id"])
     ]
@@ -89,7 +89,7 @@ def test_given_an_erased_user_restored_from_a_backup_when_asking_status_then_the
     code, after, printed = cli(capsys, "status", "--config", str(config))
     assert code == 0
     assert after["returning"] == [] and after["returning_command"] is None
-    assert after["index"]["objects_with_erased_users"] == 0
+    assert after["index"]["objects_with_returning_users"] == 0
     assert user not in printed
 
 
@@ -113,7 +113,7 @@ def test_given_a_returning_users_hash_when_the_operator_path_purges_it_then_one_
         for path in holding:
             key = path.removeprefix(f"s3://{case.lake.bucket}/")
             index_object(s3, store, case.settings, case.lake.bucket, key, force=True, pseudonymizer=pseudonymizer)
-        assert store.reappeared_objects() == holding
+        assert store.returning_user_objects() == holding
     finally:
         store.close()
     opened = []
@@ -138,6 +138,6 @@ def test_given_a_returning_users_hash_when_the_operator_path_purges_it_then_one_
     store = open_store(case.settings.index)
     try:
         assert store.lookup([user]) == {}
-        assert store.reappeared_objects() == [], "the erased user's objects are still flagged as holding them"
+        assert store.returning_user_objects() == [], "the erased user's objects are still flagged as holding them"
     finally:
         store.close()

@@ -64,7 +64,7 @@ STATUS = IndexStatus(
     rows=900,
     unindexable_lines=3,
     objects_with_unindexable=2,
-    objects_with_erased_users=1,
+    objects_with_returning_users=1,
 )
 COVERAGE = [
     DatasetCoverage("reviews", True, "", "", "reconcile", None, "2026-11-22T10:00:00+00:00", 30, 0),
