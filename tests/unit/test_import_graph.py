@@ -46,6 +46,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "lakepurge.s3io",
         "lakepurge.s3uri",
         "lakepurge.sparkutil",
+        "lakepurge.table_catalogs",
         "lakepurge.tableformats",
     ),
     "index": ("lakepurge.index",),
