@@ -6,9 +6,9 @@
   noncurrent S3 versions (user -> file, version id; "null" in an unversioned bucket): files a commit removed that
   are still on storage (no VACUUM yet), rows hidden by a deletion vector (the live file itself), change data
   (``_change_data/``), files no commit added (a failed writer's), and noncurrent S3 versions of any of them.
-- The **version indexed** is one more indexed object, the table's log folder (``<root>_delta_log/``), whose ETag
-  is ``table-version:N`` and last-modified time the commit's: the index ignores an older version written after a
-  newer one, as it does for objects.
+- The **version indexed** is one more indexed object, the table's log or metadata folder (``<root>_delta_log/``,
+  Iceberg's ``<root>metadata/``), whose ETag is ``table-version:N`` and last-modified time the commit's: the index
+  ignores an older version written after a newer one, as it does for objects.
 
 New commits are followed from the version indexed on (``follow_table``): only the files those commits added or
 removed are read. A data file that no commit added is never indexed as live.
@@ -29,6 +29,7 @@ from lakepurge.s3io import ObjectHead, head_object, object_versions, open_seekab
 from lakepurge.s3uri import S3Uri
 from lakepurge.tables.base import LakeTable, TableChanges, TableError, TableFile, TableState
 from lakepurge.tables.delta import CHANGE_DATA, LOG, DeltaLog
+from lakepurge.tables.iceberg import METADATA, IcebergTable
 from lakepurge.tables.scan import data_file_users
 
 log = get_logger()
@@ -40,12 +41,19 @@ NO_VERSION_ID = "null"  # S3's name for the only version of an object in an unve
 def open_table(s3: Any, dataset: DatasetConfig) -> LakeTable:
     if dataset.format == "delta":
         return DeltaLog(s3, dataset)
+    if dataset.format == "iceberg":
+        return IcebergTable(s3, dataset)
     raise TableError(f"dataset '{dataset.name}': format {dataset.format} is not a table format")
+
+
+def metadata_folder(dataset: DatasetConfig) -> str:
+    """The folder under a table's root that holds its log (Delta) or metadata (Iceberg)."""
+    return METADATA if dataset.format == "iceberg" else LOG
 
 
 def marker_path(dataset: DatasetConfig) -> str:
     """The index entry that records which version of the table is indexed."""
-    return f"s3://{dataset.uri.bucket}/{dataset.uri.key}{LOG}"
+    return f"s3://{dataset.uri.bucket}/{dataset.uri.key}{metadata_folder(dataset)}"
 
 
 def indexed_version(store: IndexStore, dataset: DatasetConfig) -> int | None:
@@ -63,7 +71,7 @@ def record_version(store: IndexStore, dataset: DatasetConfig, state: TableState,
 
 
 def is_marker(s3path: str) -> bool:
-    return s3path.endswith("/" + LOG)
+    return s3path.endswith(("/" + LOG, "/" + METADATA))
 
 
 @dataclass
@@ -204,7 +212,7 @@ def follow_table(
         raise NotIndexed(f"dataset '{dataset.name}': the table was never indexed (run: lakepurge index backfill)")
     latest = table.latest_version()
     if latest is None:
-        raise TableError(f"dataset '{dataset.name}': no Delta table at {dataset.location} any more")
+        raise TableError(f"dataset '{dataset.name}': no {dataset.format} table at {dataset.location} any more")
     followed = Followed(dataset.name, since, max(latest, since))
     if latest <= since:
         return followed
@@ -229,7 +237,7 @@ def follow_table(
 def _compared(store: IndexStore, table: LakeTable, since: int, state: TableState) -> TableChanges:
     """The changes between the version indexed and a state, when the commits in between are gone (cleaned up):
     the live files the index holds against the state's."""
-    root = marker_path(table.dataset).removesuffix(LOG)
+    root = f"s3://{table.dataset.uri.bucket}/{table.dataset.uri.key}"
     indexed = {path for path in store.indexed_objects() if path.startswith(root) and not is_marker(path)}
     added = {path: file for path, file in state.files.items() if path not in indexed}
     return TableChanges(since, state.version, added, indexed - set(state.files), set(), set())
