@@ -1,5 +1,6 @@
 """Erasing users from a table dataset through the table's own transaction, history included, verified by a second
-reader.
+reader. Delta Lake as below; Iceberg through the same steps, its commit and what its history keeps in
+lakepurge.purge.iceberg.
 
 For each table the report plans (lakepurge.tables.plan), on the driver:
 
@@ -45,6 +46,7 @@ from lakepurge.index import open_store
 from lakepurge.index.base import IndexStore, ObjectIndex
 from lakepurge.logs import get_logger
 from lakepurge.privacy import HashedUsers, Pseudonymizer
+from lakepurge.purge import iceberg as iceberg_erasure
 from lakepurge.purge.rewrite import rewrite_parquet
 from lakepurge.purge.streams import Staged
 from lakepurge.s3io import (
@@ -58,12 +60,13 @@ from lakepurge.s3io import (
 )
 from lakepurge.s3uri import S3Uri
 from lakepurge.sparkutil import apply_job_environment, job_environment, on_executors
-from lakepurge.tables.base import TableError, TableFile, TableState
+from lakepurge.tables.base import LakeTable, TableError, TableFile, TableState
 from lakepurge.tables.delta import LOG, READ_THREADS, DeltaLog
-from lakepurge.tables.index import follow_table, indexed_version
+from lakepurge.tables.iceberg import IcebergTable
+from lakepurge.tables.index import follow_table, indexed_version, open_table
 from lakepurge.tables.plan import TablePlan
 from lakepurge.tables.scan import contained, data_file_users, object_names
-from lakepurge.tables.storage import MISSING_LIBRARY, S3Access, duckdb_with_delta
+from lakepurge.tables.storage import MISSING_LIBRARY, S3Access, duckdb_with, duckdb_with_delta
 
 log = get_logger()
 
@@ -86,6 +89,11 @@ class TableOutcome:
     objects_checked: int = 0
     remaining: list[dict[str, Any]] = field(default_factory=list)
     error: str = ""
+    # Iceberg: the snapshot the erasure committed (versions_cut: the snapshots it expired), the manifests it rewrote
+    # without the id columns' bounds, the delete files it rewrote or dropped ({"before", "after"}).
+    snapshot_id: int | None = None
+    manifests_rewritten: int = 0
+    delete_files: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def verified(self) -> bool:
@@ -152,15 +160,20 @@ class _TablePurge:
         self.written: set[str] = set()  # the live files this erasure wrote: the second reader reads their ids
         self.replaced: set[str] = set()  # the files it replaced: they hold the users (their rows were erased)
         self.new_entries: list[dict[str, Any]] = []  # the rewrites' results: the new files' index rows
+        # Metadata (an Iceberg manifest's bounds) is read for the users' ids and the forms bounds truncate them to.
+        self.metadata_hashes = (*hashes, *plan.bound_hashes)
+        self.iceberg: iceberg_erasure.IcebergErasure | None = None
 
     def run(self) -> TableOutcome:
         if self.plan.not_certifiable:
             self.outcome.status = "failed"
             self.outcome.error = self.plan.not_certifiable
             return self.outcome
-        table = DeltaLog(self.s3, self.dataset)
+        table = open_table(self.s3, self.dataset)
         physical = table.physical_id_fields()
         trusted = self._vouched_files(table)
+        if isinstance(table, IcebergTable):
+            self.iceberg = self._iceberg(table)
         planned = {f.s3path: f for f in self.plan.files}
         since = self.plan.version
         for _ in range(COMMIT_ATTEMPTS):
@@ -174,12 +187,14 @@ class _TablePurge:
                 for path, rows in candidates
                 if (item := self._item(table, state, path, rows, physical, planned)) is not None
             ]
-            if not items:
+            if not items and not (self.iceberg is not None and self.iceberg.pending(state)):
                 break
-            rewritten = self._rewrite(items)
+            rewritten = self._rewrite(items) if items else []
             committed = self._commit(table, state, rewritten)
             if committed is None:
                 continue  # a conflicting commit: read the table again
+            if committed == state.version:
+                break  # nothing to commit after all
             self.outcome.status = "erased"
             self.outcome.version_committed = committed
             self.outcome.files_replaced += [_replaced(r) for r in rewritten]
@@ -194,7 +209,7 @@ class _TablePurge:
             self.outcome.error = f"the table kept changing: no commit in {COMMIT_ATTEMPTS} attempts"
             return self.outcome
         erasing = self.outcome.version_committed is not None or not self.plan.empty
-        if erasing:
+        if erasing and self.iceberg is None:
             # Log entries before a checkpoint are not needed to read the current version: they can go.
             self.outcome.checkpoint_version = _checkpoint(self.dataset)
         state = table.state()
@@ -203,6 +218,8 @@ class _TablePurge:
             # A table that holds none of the users gets no commit, checkpoint or deletion: only the checks below.
             deleted = self._history(table, state, trusted, delete=True)
             self.outcome.versions_cut = list(self.plan.versions_cut)
+            if self.iceberg is not None:
+                self._iceberg_outcome(self.iceberg)
         store = open_store(self.settings.index, create=False)
         try:
             state = self._reindex(store, table, deleted) or table.state()
@@ -214,9 +231,35 @@ class _TablePurge:
             log.warning("a table still holds the users", extra={"dataset": self.dataset.name})
         return self.outcome
 
+    def _iceberg(self, table: IcebergTable) -> iceberg_erasure.IcebergErasure:
+        paths = {S3Uri.parse(p).key: p for p in {e.s3path for e in self.plan.log_entries}}
+        clean = {f"s3://{self.dataset.uri.bucket}/{key}" for key, _, _ in self.log_clean} - set(paths.values())
+        return iceberg_erasure.IcebergErasure(
+            self.s3,
+            table,
+            self.users,
+            HashedUsers(self.metadata_hashes, Pseudonymizer(self.key)),
+            naming=set(paths.values()),
+            clean=clean,
+            history={h.s3path for h in self.plan.history} | {d.s3path for d in self.plan.delete_files},
+            max_bytes=self.settings.indexing.max_record_bytes,
+        )
+
+    def _iceberg_outcome(self, erasure: iceberg_erasure.IcebergErasure) -> None:
+        expired = sorted({s for c in erasure.commits for s in c.expired})
+        self.outcome.versions_cut = expired
+        self.outcome.snapshot_id = next((c.snapshot_id for c in reversed(erasure.commits) if c.snapshot_id), None)
+        self.outcome.manifests_rewritten = sum(c.manifests_rewritten for c in erasure.commits)
+        self.outcome.delete_files = [
+            {"before": d.before, "after": d.after} for c in erasure.commits for d in c.delete_files
+        ]
+        if erasure.commits:
+            self.outcome.status = "erased"
+            self.outcome.version_committed = erasure.commits[-1].version
+
     # what to rewrite
 
-    def _vouched_files(self, table: DeltaLog) -> set[str]:
+    def _vouched_files(self, table: LakeTable) -> set[str]:
         """The live files of the version planned that the index says hold none of the users."""
         try:
             state = table.state(self.plan.version)
@@ -226,7 +269,7 @@ class _TablePurge:
         return set(state.files) - named
 
     def _found_since(
-        self, table: DeltaLog, since: int, state: TableState, physical: tuple[str, ...], trusted: set[str]
+        self, table: LakeTable, since: int, state: TableState, physical: tuple[str, ...], trusted: set[str]
     ) -> dict[str, tuple[int, ...]]:
         """Live files added after the plan (or the last commit) that hold the users: their rows."""
         if state.version <= since:
@@ -253,7 +296,7 @@ class _TablePurge:
 
     def _item(
         self,
-        table: DeltaLog,
+        table: LakeTable,
         state: TableState,
         path: str,
         rows: tuple[int, ...],
@@ -263,14 +306,17 @@ class _TablePurge:
         file = state.files.get(path)
         if file is None:
             return None
-        if file.deletes:
+        if file.deletes and isinstance(table, DeltaLog):
             raise TableError(
                 f"dataset '{self.dataset.name}': a file to rewrite has a deletion vector, whose removal deltalake"
                 " cannot commit exactly: purge the table's deletion vectors first (REORG TABLE ... APPLY (PURGE)"
                 " on Spark), then run the request again"
             )
-        directory = file.native_path.rsplit("/", 1)[0] + "/" if "/" in file.native_path else ""
-        new_key = f"{directory}part-00000-{uuid.uuid4()}-c000.parquet"
+        if isinstance(table, IcebergTable):
+            new_key = iceberg_erasure.new_key(self.dataset, file)
+        else:
+            directory = file.native_path.rsplit("/", 1)[0] + "/" if "/" in file.native_path else ""
+            new_key = f"{directory}part-00000-{uuid.uuid4()}-c000.parquet"
         hidden = tuple(sorted(table.deleted_rows(file)))
         etag = planned[path].etag if path in planned else ""
         return RewriteItem(self.dataset.name, file, etag, rows, physical, hidden, new_key)
@@ -293,31 +339,42 @@ class _TablePurge:
                 self.proven.add((S3Uri.parse(r["after"]).key, r["after_version"] or "null"))
         return results
 
-    def _commit(self, table: DeltaLog, state: TableState, rewritten: list[dict[str, Any]]) -> int | None:
+    def _commit(self, table: LakeTable, state: TableState, rewritten: list[dict[str, Any]]) -> int | None:
         """One transaction replacing the files; the version committed, or None after a conflicting commit (the
         files written for it are deleted)."""
         try:
+            if self.iceberg is not None:
+                return self.iceberg.commit(state, rewritten, self.request_id)
             return commit_replacement(self.dataset, state, rewritten, self.request_id)
-        except CommitConflict:
-            log.info("a concurrent commit conflicts with the erasure; starting again", extra={"dataset": table.uri})
+        except (CommitConflict, iceberg_erasure.ConcurrentCommit):
+            log.info(
+                "a concurrent commit conflicts with the erasure; starting again", extra={"dataset": self.dataset.name}
+            )
             _delete_written(self.s3, self.dataset, rewritten)
             return None
 
     # history
 
-    def _history(self, table: DeltaLog, state: TableState, trusted: set[str], delete: bool) -> dict[str, list[str]]:
+    def _history(self, table: LakeTable, state: TableState, trusted: set[str], delete: bool) -> dict[str, list[str]]:
         """Read every version under the location that may hold the users; delete those that do (delete=True) and
-        are not needed by the current version, report the others. Returns the versions deleted by path."""
+        are not needed by the current version, report the others. Returns the versions deleted by path. Iceberg:
+        what only the snapshots the erasure expired reached is deleted unread (lakepurge.purge.iceberg)."""
         uri = self.dataset.uri
-        checkpoint = table.listing(refresh=True).complete_checkpoint(state.version)
-        needed_from = checkpoint.version if checkpoint is not None else 0
-        needed_keys = set(checkpoint.keys) if checkpoint is not None else set()
+        needed_from, needed_keys = 0, set()
+        if isinstance(table, DeltaLog):
+            checkpoint = table.listing(refresh=True).complete_checkpoint(state.version)
+            needed_from = checkpoint.version if checkpoint is not None else 0
+            needed_keys = set(checkpoint.keys) if checkpoint is not None else set()
+        garbage = self.iceberg.garbage if self.iceberg is not None and delete else set()
         deleted: dict[str, list[str]] = {}
         remaining = []
         candidates = []
         for version in object_versions(self.s3, uri.bucket, uri.key):
             key, version_id = version["Key"], version["VersionId"] or "null"
             path = f"s3://{uri.bucket}/{key}"
+            if path in garbage:
+                candidates.append((version, key, version_id, path))
+                continue
             if (key, version_id) in self.proven or (key, version_id, version["ETag"]) in self.log_clean:
                 continue
             if version["IsLatest"] and path in state.files and path in trusted:
@@ -325,8 +382,8 @@ class _TablePurge:
             candidates.append((version, key, version_id, path))
 
         def naming(candidate: tuple[dict[str, Any], str, str, str]) -> bool | None:
-            if candidate[3] in self.replaced:
-                return True  # this erasure took the users' rows out of it: no need to read it again
+            if candidate[3] in self.replaced or candidate[3] in garbage:
+                return True  # this erasure took the users' rows out of it, or expired all that reached it
             try:
                 return self._names(table, candidate[1], candidate[2])
             except ObjectChanged:
@@ -340,9 +397,12 @@ class _TablePurge:
                 if names is not None:
                     self.proven.add((key, version_id))
                 continue
-            needed = (version["IsLatest"] and path in state.files) or _needed_log(
-                key, uri.key, needed_from, needed_keys
-            )
+            if self.iceberg is not None:
+                needed = self.iceberg.needed(path, version["IsLatest"])
+            else:
+                needed = (version["IsLatest"] and path in state.files) or _needed_log(
+                    key, uri.key, needed_from, needed_keys
+                )
             if delete and not needed:
                 doomed.append((key, version_id))
                 deleted.setdefault(path, []).append(version_id)
@@ -359,13 +419,16 @@ class _TablePurge:
             self.outcome.remaining = remaining
         return deleted
 
-    def _thread_users(self) -> HashedUsers:
-        users: HashedUsers | None = getattr(self._threads, "users", None)
+    def _thread_users(self, metadata: bool = False) -> HashedUsers:
+        """This thread's HashedUsers: the users, or (metadata) with the forms an Iceberg manifest's bounds hold."""
+        name = "metadata_users" if metadata else "users"
+        users: HashedUsers | None = getattr(self._threads, name, None)
         if users is None:
-            users = self._threads.users = HashedUsers(self.hashes, Pseudonymizer(self.key))
+            users = HashedUsers(self.metadata_hashes if metadata else self.hashes, Pseudonymizer(self.key))
+            setattr(self._threads, name, users)
         return users
 
-    def _names(self, table: DeltaLog, key: str, version_id: str) -> bool:
+    def _names(self, table: LakeTable, key: str, version_id: str) -> bool:
         bucket = self.dataset.uri.bucket
         users = self._thread_users()
         pinned = {"VersionId": version_id} if version_id != "null" else {}
@@ -383,9 +446,11 @@ class _TablePurge:
             if error_code(exc) in ("NoSuchKey", "NoSuchVersion", "404"):
                 raise ObjectChanged(key) from None
             raise
+        if self.plan.bound_hashes:
+            users = self._thread_users(metadata=True)
         return object_names(body, key, users, (), False, max_bytes)
 
-    def _reindex(self, store: IndexStore, table: DeltaLog, deleted: dict[str, list[str]]) -> TableState | None:
+    def _reindex(self, store: IndexStore, table: LakeTable, deleted: dict[str, list[str]]) -> TableState | None:
         """The index follows the table to the erasure's commit (the replaced files leave it, the new ones come in:
         indexed from what the rewrite read of them, not read again), then forgets every version deleted (the index
         keeps a removed file's version in a versioned bucket)."""
@@ -407,7 +472,7 @@ class _TablePurge:
 
     # verification
 
-    def _second_reader(self, table: DeltaLog, state: TableState, trusted: set[str]) -> None:
+    def _second_reader(self, table: LakeTable, state: TableState, trusted: set[str]) -> None:
         """DuckDB's delta extension reads the current version with its own log replay. What changed is read: the
         files replaced are gone from it, the files written hold the rows the rewrite kept, and none of the users'
         ids is in them (nor in any file not vouched for). With verify = "full" (and for `verify`), every file: the
@@ -416,7 +481,8 @@ class _TablePurge:
         replaced = {_normal(f["before"]): f for f in self.outcome.files_replaced}
         written = {_normal(f["after"]): f for f in self.outcome.files_replaced if f.get("after")}
         reading = set(state.files) if full else (set(state.files) - trusted) | self.written
-        found = second_reader(self.dataset, None if full else set(replaced) | set(written) | reading)
+        pointer = table.pointer(refresh=False) if isinstance(table, IcebergTable) else None
+        found = second_reader(self.dataset, None if full else set(replaced) | set(written) | reading, pointer)
         self.outcome.second_reader = {
             "files_counted": len(found.counts),
             "rows_counted": sum(found.counts.values()),
@@ -429,11 +495,16 @@ class _TablePurge:
             )
         if full and set(found.counts) != {_normal(p) for p in state.files}:
             self.outcome.remaining.append(
-                {"object": table.uri, "reason": "the second reader sees other live files than the table's log"}
+                {
+                    "object": self.dataset.location,
+                    "reason": "the second reader sees other live files than the table's log",
+                }
             )
         expected = {path: f["rows_after"] for path, f in written.items()}
-        if full:
-            expected |= {_normal(p): f.records for p, f in state.files.items() if f.records is not None}
+        if full:  # a file with deleted rows (a deletion vector, position or equality deletes) shows fewer
+            expected |= {
+                _normal(p): f.records for p, f in state.files.items() if f.records is not None and not f.deletes
+            }
         live = _normal_set(state)
         differing = sorted(p for p, n in expected.items() if found.counts.get(p) != n and p in live)
         if differing:
@@ -441,7 +512,9 @@ class _TablePurge:
                 {"object": differing[0], "reason": f"{len(differing)} file(s) read with other row counts than stated"}
             )
         if contained(self.users, found.ids):
-            self.outcome.remaining.append({"object": table.uri, "reason": "the second reader finds the users"})
+            self.outcome.remaining.append(
+                {"object": self.dataset.location, "reason": "the second reader finds the users"}
+            )
 
 
 def _replaced(result: dict[str, Any]) -> dict[str, Any]:
@@ -453,13 +526,18 @@ def _normal_set(state: TableState) -> set[str]:
     return {_normal(p) for p in state.files}
 
 
-def verify_table(settings: Settings, dataset: DatasetConfig, key: bytes, hashes: tuple[str, ...]) -> TableOutcome:
+def verify_table(
+    settings: Settings, dataset: DatasetConfig, key: bytes, hashes: tuple[str, ...], bound_hashes: tuple[str, ...] = ()
+) -> TableOutcome:
     """Is any of the users anywhere in the table? Trusting nothing: the second reader reads every id of the current
     version (commits the index has not seen included), and every version of every object under the location is
-    read (data, change data, log, checkpoints)."""
-    plan = TablePlan(dataset.name, dataset.format, dataset.location, -1)
+    read (data, change data, log, checkpoints; Iceberg's manifests for the ids and, bound_hashes, the forms their
+    bounds truncate them to)."""
+    plan = TablePlan(dataset.name, dataset.format, dataset.location, -1, bound_hashes=bound_hashes)
     check = _TablePurge(None, settings, plan, key, hashes, "")
-    table = DeltaLog(check.s3, dataset)
+    table = open_table(check.s3, dataset)
+    if isinstance(table, IcebergTable):
+        check.iceberg = check._iceberg(table)
     state = table.state()
     check.outcome.version_read = state.version
     check._second_reader(table, state, set())
@@ -689,10 +767,11 @@ def _write_new(s3: Any, bucket: str, key: str, staged: Staged) -> tuple[str, str
     return key, None if version in (None, "null") else version, staged.checksum, staged.size, response["ETag"]
 
 
-def second_reader(dataset: DatasetConfig, files: set[str] | None) -> SecondReading:
-    """The current version as DuckDB's delta extension reads it: the rows of each live file among `files` (every
-    live file: None; a filter DuckDB pushes into its scan) and every distinct value of their id columns. One scan
-    answers both (DuckDB's grouping, in C): a million rows cost a hash per distinct id, not a Python step per row."""
+def second_reader(dataset: DatasetConfig, files: set[str] | None, pointer: str | None = None) -> SecondReading:
+    """The current version as DuckDB's delta extension reads it (Iceberg: its iceberg extension, of the metadata file
+    `pointer`): the rows of each live file among `files` (every live file: None; a filter DuckDB pushes into its
+    scan) and every distinct value of their id columns. One scan answers both (DuckDB's grouping, in C): a million
+    rows cost a hash per distinct id, not a Python step per row."""
     if files is not None and not files:
         return SecondReading({}, [])
     assert dataset.id_fields is not None
@@ -700,6 +779,8 @@ def second_reader(dataset: DatasetConfig, files: set[str] | None) -> SecondReadi
     top = sorted({p[0] for p in paths})
     uri = f"s3://{dataset.uri.bucket}/{dataset.uri.key.rstrip('/')}".replace("'", "''")
     scan = f"delta_scan('{uri}', filename=true)"
+    if pointer is not None:  # its filename column is there without asking (asked, 1.5.5 fails)
+        scan = f"iceberg_scan('{pointer.replace(chr(39), chr(39) * 2)}')"
     sets = ", ".join(["(filename)", *(f"({_identifier(c)})" for c in top)])
     where = "" if files is None else f" WHERE {_among(files)}"
     query = (
@@ -708,7 +789,7 @@ def second_reader(dataset: DatasetConfig, files: set[str] | None) -> SecondReadi
     )
     counts: dict[str, int] = {}
     ids: list[str] = []
-    connection = duckdb_with_delta()
+    connection = duckdb_with("iceberg") if pointer is not None else duckdb_with_delta()
     try:
         for batch in connection.execute(query).to_arrow_reader():
             for record in batch.to_pylist():
