@@ -448,7 +448,7 @@ def cmd_lookup(args: argparse.Namespace, out: Output) -> int:
         out.say(table.line())
     out.result(
         {"users": document, "coverage_gaps": [g.to_dict() for g in gaps]}
-        | ({"tables": [asdict(t) for t in tables]} if tables else {})
+        | ({"tables": [t.to_dict() for t in tables]} if tables else {})
     )
     return 0
 
@@ -542,7 +542,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
             ],
             "returning_command": again,
         }
-        | ({"tables": [asdict(t) for t in tables]} if tables else {})
+        | ({"tables": [t.to_dict() for t in tables]} if tables else {})
     )
     return 0
 

@@ -468,7 +468,11 @@ def _follow_tables(s3: Any, store: Any, settings: Settings) -> dict[str, dict[st
             fields = table.physical_id_fields()
         except TableError as exc:
             raise ExportFailed(f"{exc}: nothing was exported") from None
-        files = {path: (fields, dict(file.partition)) for path, file in state.files.items()}
+        # An Iceberg data file holds its partition's source columns itself (its partition values are transforms).
+        files = {
+            path: (fields, dict(file.partition) if dataset.format == "delta" else {})
+            for path, file in state.files.items()
+        }
         readers[dataset.name] = files | {_VERSION: state.version}
     return readers
 

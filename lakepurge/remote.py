@@ -21,6 +21,7 @@ from lakepurge import aws, layout
 from lakepurge.config import ConfigError, EmrServerlessLauncherConfig, Settings
 from lakepurge.launch import EmrServerlessLauncher, JobStatus, SparkJob, follow
 from lakepurge.privacy import Pseudonymizer
+from lakepurge.tables.iceberg import bound_forms
 
 Say = Callable[[str], None]
 
@@ -106,14 +107,17 @@ def verify_remote(
     """The lake-wide half of `verify` on EMR Serverless: the job reads every object (and noncurrent version) for
     the users' keyed hashes and writes what remains. Returns the run and its result (None if it wrote none)."""
     s3 = aws.client("s3")
-    hashes = sorted(Pseudonymizer.from_config(settings.privacy).many(users))
+    pseudonymizer = Pseudonymizer.from_config(settings.privacy)
+    hashes = sorted(pseudonymizer.many(users))
+    # Iceberg manifests' bounds truncate long ids: their forms are looked for too (hashed, as the ids are).
+    bound = sorted(pseudonymizer.many(form for user in users for form in bound_forms(user)))
     verification_id = uuid.uuid4().hex
     source = layout.verification(settings, verification_id)
     target = layout.verification_result(settings, verification_id)
     s3.put_object(
         Bucket=source.bucket,
         Key=source.key,
-        Body=orjson.dumps({"hashes": hashes}),
+        Body=orjson.dumps({"hashes": hashes, "bound_hashes": bound}),
         ContentType="application/json",
         IfNoneMatch="*",
     )

@@ -38,6 +38,7 @@ READ_THREADS = 16
 DATA, POSITION_DELETES, EQUALITY_DELETES = 0, 1, 2
 ADDED, DELETED = 1, 2  # manifest entry status (0: existing)
 FILE_PATH_FIELD = 2147483546  # a position delete file's file_path column (its bounds name the data files it covers)
+METRICS_COLUMN = "write.metadata.metrics.column."
 STRING_BOUND_LENGTH = 16  # Iceberg truncates a string column's bounds to this many characters by default
 _VERSION = re.compile(r"^(?:(\d+)-.+|v(\d+))\.(?:gz\.)?metadata\.json(?:\.gz)?$")
 _DV_MAGIC = b"\xd1\xd3\x39\x64"
@@ -87,6 +88,11 @@ def version_of(pointer: str) -> int:
     if not found:
         raise TableError(f"{pointer}: not an Iceberg metadata file name (NNNNN-<uuid>.metadata.json)")
     return int(found.group(1) or found.group(2))
+
+
+def is_metadata_file(key: str) -> bool:
+    """Whether a key is an Iceberg metadata file (what a commit writes last, before the catalog points at it)."""
+    return bool(_VERSION.match(key.rsplit("/", 1)[-1]))
 
 
 class IcebergTable:
@@ -462,6 +468,25 @@ class IcebergTable:
 
     def storage_options(self) -> dict[str, str]:
         return s3_properties()
+
+    def id_metrics_warning(self) -> str:
+        """Whether new manifests will hold the id columns' bounds (Iceberg writes truncate(16) by default): the
+        advice to set their metrics mode to none, or ""."""
+        properties = self.metadata().get("properties") or {}
+        default = properties.get("write.metadata.metrics.default", "truncate(16)")
+        columns = [
+            name
+            for name in self.dataset.id_fields or ()
+            if properties.get(f"{METRICS_COLUMN}{name}", default).strip().lower() != "none"
+        ]
+        if not columns:
+            return ""
+        settings = ", ".join(f"{METRICS_COLUMN}{name} = none" for name in columns)
+        return (
+            f"every manifest the table writes keeps the lower and upper bounds of id column(s) {', '.join(columns)},"
+            f" which name people: set the table properties {settings} (an erasure rewrites the manifests naming the"
+            " users it erases, but not the others)"
+        )
 
     @property
     def uri(self) -> str:

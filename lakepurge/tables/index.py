@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -296,6 +296,7 @@ class TableStatus:
     version_indexed: int | None
     newest_version: int | None
     problem: str = ""  # why the index could not follow it ("" when it did, or was not asked to)
+    warning: str = ""  # what the table does that lakepurge advises against (Iceberg: id columns' bounds written)
 
     @property
     def behind(self) -> int:
@@ -306,7 +307,14 @@ class TableStatus:
     def line(self) -> str:
         indexed = "never indexed" if self.version_indexed is None else f"version {self.version_indexed} indexed"
         newest = "" if self.newest_version is None else f", newest {self.newest_version}"
-        return f"table {self.dataset}: {indexed}{newest}" + (f" ({self.problem})" if self.problem else "")
+        line = f"table {self.dataset}: {indexed}{newest}" + (f" ({self.problem})" if self.problem else "")
+        return line + (f"\n  WARNING: {self.warning}" if self.warning else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        document = asdict(self)
+        if not self.warning:
+            del document["warning"]
+        return document
 
 
 def tables_status(
@@ -316,12 +324,15 @@ def tables_status(
     (what `lookup` does, so the rows it names are those of the table's current version)."""
     found = []
     for dataset in (d for d in settings.datasets if d.is_table):
-        problem = ""
+        problem = warning = ""
         try:
             if follow:
                 follow_table(s3, store, settings, dataset, max_commits)
-            newest = open_table(s3, dataset).latest_version()
+            table = open_table(s3, dataset)
+            newest = table.latest_version()
+            if isinstance(table, IcebergTable) and newest is not None:
+                warning = table.id_metrics_warning()
         except TableError as exc:
             problem, newest = str(exc), None
-        found.append(TableStatus(dataset.name, indexed_version(store, dataset), newest, problem))
+        found.append(TableStatus(dataset.name, indexed_version(store, dataset), newest, problem, warning))
     return found
