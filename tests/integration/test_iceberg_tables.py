@@ -111,8 +111,9 @@ def test_given_a_table_with_snapshots_and_deletes_when_purged_then_no_version_of
 
 @pytest.fixture
 def indexed(lake, capsys):
-    """The history table in a SQLite catalog (sqlite:///), indexed on DynamoDB in an unversioned bucket."""
-    config, catalog = lake(index_toml("dynamodb"), "sqlite")
+    """The history table in a SQL catalog on PostgreSQL through psycopg 3 (postgresql+psycopg://), indexed on
+    DynamoDB in an unversioned bucket."""
+    config, catalog = lake(index_toml("dynamodb"), "postgres3")
     history = I.make_history_table(catalog)
     assert main(["index", "reconcile", "--config", config]) == 0
     capsys.readouterr()
