@@ -604,15 +604,20 @@ def _walk(loc: tuple[int | str, ...]) -> tuple[str, list[type[BaseModel]], Field
     ``kind`` union) are left out."""
     top: list[type[BaseModel]] = [Settings]
     path, models, parents, field = "", top, top, None
+    keyed = False  # the last key was a table of named tables ([catalogs.NAME]): this part is a NAME
     for i, part in enumerate(loc):
         if isinstance(part, int):
             path += f"[{part}]"
             continue
         fields = _fields(models)
-        if part in fields:
+        if keyed:
+            path += f".{part}"
+            keyed = False
+        elif part in fields:
             parents, field = models, fields[part]
             models = _models_in(field.annotation)
             path += f".{part}" if path else part
+            keyed = getattr(field.annotation, "__origin__", None) is dict
         elif i == len(loc) - 1:
             parents, field = models, None
             path += f".{part}" if path else part
@@ -631,6 +636,7 @@ _FORMS = {
     "table": "a table name (letters, digits, '_', optionally schema.table)",
     "column": "a column name (letters, digits, '_')",
     "catalog_table": "database.table (the Glue table the dataset was imported from)",
+    "DatasetConfig.table": "namespace.table (the Iceberg table as its catalog names it)",
 }
 _PLAIN = {
     "string_type": "must be a string (in quotes)",
@@ -681,7 +687,8 @@ def _plain(err: ErrorDetails) -> str:
     elif kind == "too_short":
         what = f"needs at least {ctx.get('min_length', 1)} item(s)"
     elif kind == "string_pattern_mismatch":
-        what = "must be " + _FORMS.get(key, f"of the form {ctx.get('pattern', '')}")
+        form = _FORMS.get(key, f"of the form {ctx.get('pattern', '')}")
+        what = "must be " + _FORMS.get(f"{parents[0].__name__}.{key}", form)
     else:  # the validators' own messages, already in words
         what = err["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
         what = what.replace("Input should be", "must be")
