@@ -98,6 +98,7 @@ class IcebergErasure:
         clean: set[str],
         history: set[str],
         max_bytes: int,
+        known_deletes: frozenset[str] = frozenset(),
     ) -> None:
         self.s3 = s3
         self.table = table
@@ -107,6 +108,9 @@ class IcebergErasure:
         self.naming = set(naming)  # metadata objects known to name the users (the plan's)
         self.clean = set(clean)  # metadata objects known not to (the plan's, latest versions)
         self.history = set(history)  # files holding the users that the table no longer reads (the plan's)
+        # The delete files of the version planned: the plan read them (through the index) and found those naming
+        # the users, which are in history; only delete files added since are read for them here.
+        self.known_deletes = known_deletes
         self.max_bytes = max_bytes
         self.garbage: set[str] = set()  # what only the expired snapshots reached, and their metadata files
         self.reachable: set[str] = set()  # what the current metadata needs (after the commit)
@@ -144,20 +148,25 @@ class IcebergErasure:
         """The live delete files to change, by key (a Puffin blob: path#offset) -> the entry: position deletes of a
         replaced data file, and delete files whose rows name the users."""
         changed = {}
-        natives = {snapshot.data[p].native_path for p in replaced if p in snapshot.data}
+        replaced_entries = [snapshot.data[p] for p in replaced if p in snapshot.data]
         for key, entry in snapshot.deletes.items():
             if entry.file_format != "PARQUET":
                 if entry.referenced_data_file is not None and s3_path(entry.referenced_data_file) in replaced:
                     changed[key] = entry
                 continue
-            of_replaced = entry.content == 1 and bool(natives & set(self.table.positions(entry.path)))
+            # Read only the position deletes whose partition and file_path bounds may hold a replaced file's rows.
+            near = [d.native_path for d in replaced_entries if _covers(entry, d)] if entry.content == 1 else []
+            of_replaced = bool(near) and bool(set(near) & set(self.table.positions(entry.path)))
             if of_replaced or self._names(entry.path):
                 changed[key] = entry
         return changed
 
     def _names(self, path: str) -> bool:
+        """Whether a delete file names the users: the plan's answer, else (one it did not know) its rows read."""
         if path in self.history:
             return True
+        if path in self.known_deletes:
+            return False
         uri = S3Uri.parse(path)
         body = self.table.read(path)
         return contained(self.users, data_file_users(body, uri.key, self.table.physical_id_fields(), self.max_bytes))
@@ -193,7 +202,9 @@ class IcebergErasure:
             new_snapshot = None
             if replaced or changes or set(snapshot.manifests) & naming:
                 new_snapshot = writer.write(replaced, changes, naming, set(self.table.id_field_ids()), request_id)
-            updates = writer.updates(new_snapshot, [c for c in cut if c != getattr(new_snapshot, "snapshot_id", None)])
+            if new_snapshot is None and expected in cut:  # expiring main's snapshot needs a new one on main
+                raise TableError(f"dataset '{self.dataset.name}': the current snapshot reaches erased bytes")
+            updates = writer.updates(new_snapshot, cut)
             if not updates:
                 return state.version
             response = pyiceberg_table.catalog.commit_table(pyiceberg_table, writer.requirements(), tuple(updates))
@@ -297,6 +308,16 @@ class IcebergErasure:
         if not self.reachable:
             self.reachable = self.needed_now()
         return latest and path in self.reachable
+
+
+def _covers(delete: Any, data: Any) -> bool:
+    """Whether a position delete file may hold rows of a data file (its partition, its file_path bounds)."""
+    if delete.referenced_data_file is not None:
+        return bool(delete.referenced_data_file == data.native_path)
+    if (delete.spec_id, delete.partition) != (data.spec_id, data.partition):
+        return False
+    low, high = delete.file_path_bounds
+    return (low is None or low <= data.native_path) and (high is None or data.native_path <= high)
 
 
 def _lists_any(path: str, snapshots: set[int]) -> bool:
