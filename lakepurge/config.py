@@ -541,6 +541,7 @@ class Settings(_Strict):
     workflow: WorkflowConfig | None = None
     # Iceberg catalogs by name ([catalogs.NAME]), which iceberg datasets name.
     catalogs: dict[Annotated[str, Field(min_length=1)], CatalogConfig] = {}
+    _lookup_order: tuple[DatasetConfig, ...] = PrivateAttr(default=())
 
     @model_validator(mode="after")
     def _unique_names_and_prefixes(self) -> Settings:
@@ -559,6 +560,7 @@ class Settings(_Strict):
                 dataset._catalog_config = self.catalogs[dataset.catalog]
         # Only configured locations are compared: an Iceberg table's is asked of its catalog when first needed.
         placed = [d for d in self.datasets if d.configured_location is not None]
+        self._lookup_order = (*placed, *(d for d in self.datasets if d.configured_location is None))
         for i, a in enumerate(placed):
             for b in placed[i + 1 :]:
                 ua, ub = a.uri, b.uri
@@ -573,8 +575,9 @@ class Settings(_Strict):
         return self
 
     def dataset_for(self, bucket: str, key: str) -> DatasetConfig | None:
-        """The dataset an object belongs to, or None for objects outside every dataset."""
-        for dataset in self.datasets:
+        """The dataset an object belongs to, or None for objects outside every dataset. Datasets with a configured
+        location are tried first: an object of theirs never waits for an Iceberg catalog."""
+        for dataset in self._lookup_order:
             if dataset.contains(bucket, key):
                 return dataset
         return None
