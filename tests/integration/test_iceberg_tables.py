@@ -174,6 +174,18 @@ def test_given_a_snapshot_the_index_never_saw_when_purged_then_it_is_read_first_
     assert I.holding("ivan@example.com") == []
 
 
+def test_given_users_the_table_never_held_when_purged_then_it_gets_no_commit_and_loses_no_object(indexed, capsys):
+    config, catalog, _history = indexed
+    pointer = catalog.load_table(I.TABLE).metadata_location
+    before = I.every_version_bytes()
+
+    code, purged = cli(capsys, "purge", "nobody@example.com", "--yes", "--config", config)
+
+    assert code == 0 and purged["verified"] is True and purged["tables"][0]["status"] == "nothing-to-erase"
+    assert catalog.load_table(I.TABLE).metadata_location == pointer  # no commit, no expiry
+    assert I.every_version_bytes() == before  # nothing written or deleted under the location
+
+
 def test_given_an_erased_user_planted_back_when_verified_then_verify_exits_1_naming_where(indexed, capsys):
     config, catalog, history = indexed
     code, purged = cli(capsys, "purge", history.old_only, "--yes", "--config", config)
