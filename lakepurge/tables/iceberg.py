@@ -391,13 +391,14 @@ class IcebergTable:
         import pyarrow.parquet as pq
 
         data = pq.ParquetFile(io.BytesIO(self.read(file.path)))
+        names = {field_id: name for name, field_id in schema_field_ids(current_schema(self.metadata())).items()}
         rows: set[int] = set()
         for delete in equality:
             ids = tuple(int(i) for i in delete["ids"])
             deleted = pq.ParquetFile(io.BytesIO(self.read(delete["path"])))
-            values = set(_rows_by_field_ids(deleted, ids))
+            values = set(_rows_by_field_ids(deleted, ids, names))
             if values:
-                rows.update(i for i, row in enumerate(_rows_by_field_ids(data, ids)) if row in values)
+                rows.update(i for i, row in enumerate(_rows_by_field_ids(data, ids, names)) if row in values)
         return rows
 
     def snapshots_cut(self, erased: set[str], naming: set[str]) -> tuple[list[int], list[int], str]:
@@ -542,19 +543,26 @@ def _string_bound(bounds: Any, field_id: int) -> str | None:
     return None
 
 
-def _rows_by_field_ids(parquet: Any, field_ids: tuple[int, ...]) -> list[tuple[Any, ...]]:
-    """Each row's values of the columns with these Iceberg field ids (a Parquet file's field_id metadata)."""
+def _rows_by_field_ids(parquet: Any, field_ids: tuple[int, ...], names: Mapping[int, str]) -> list[tuple[Any, ...]]:
+    """Each row's values of the columns with these Iceberg field ids (a Parquet file's field_id metadata; a file
+    written without them, by the current schema's names). A column found neither way is refused: a rewrite that
+    could not drop the rows an equality delete hides would bring them back."""
     schema = parquet.schema_arrow
-    names = []
+    columns = []
     for field_id in field_ids:
         name = next(
             (f.name for f in schema if (f.metadata or {}).get(b"PARQUET:field_id") == str(field_id).encode()), None
         )
+        if name is None and names.get(field_id) in schema.names:
+            name = names[field_id]
         if name is None:
-            return []
-        names.append(name)
-    table = parquet.read(columns=names)
-    return list(zip(*(table.column(n).to_pylist() for n in names), strict=True))
+            raise TableError(
+                f"a file of the Iceberg table has no column for field id {field_id} of an equality delete: lakepurge"
+                " cannot tell which of its rows the delete hides"
+            )
+        columns.append(name)
+    table = parquet.read(columns=columns)
+    return list(zip(*(table.column(n).to_pylist() for n in columns), strict=True))
 
 
 def _remember(cache: dict[str, Any], key: str, value: Any) -> None:

@@ -153,3 +153,25 @@ def test_given_a_sqlalchemy_postgresql_url_when_the_catalog_is_read_then_psycopg
             "password": "p@ss",
             "sslmode": "require",
         }
+
+
+def test_given_data_files_with_and_without_field_ids_when_matching_an_equality_delete_then_ids_then_names_or_refusal():
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from lakepurge.tables.base import TableError
+    from lakepurge.tables.iceberg import _rows_by_field_ids
+
+    def parquet(table: pa.Table) -> pq.ParquetFile:
+        body = io.BytesIO()
+        pq.write_table(table, body)
+        return pq.ParquetFile(io.BytesIO(body.getvalue()))
+
+    with_ids = pa.schema([pa.field("uid", pa.string(), metadata={b"PARQUET:field_id": b"1"})])
+    assert _rows_by_field_ids(parquet(pa.table({"uid": ["a", "b"]}, schema=with_ids)), (1,), {}) == [("a",), ("b",)]
+    plain = parquet(pa.table({"user_id": ["c"]}))  # no field ids: the current schema names field 1 user_id
+    assert _rows_by_field_ids(plain, (1,), {1: "user_id"}) == [("c",)]
+    with pytest.raises(TableError, match="no column for field id 1"):  # never read as "nothing hidden"
+        _rows_by_field_ids(plain, (1,), {1: "customer"})
