@@ -95,8 +95,13 @@ def test_given_a_table_with_snapshots_and_deletes_when_purged_then_no_version_of
     assert code == 0 and purged["verified"] is True
     table = purged["tables"][0]
     assert table["status"] == "erased" and table["rows_erased"] == 2 and table["remaining"] == []
-    assert table["manifests_rewritten"] and len(table["delete_files"]) == 2 and table["versions_cut"]
-    assert I.current_rows(catalog) == [r for r in before if r["user_id"] not in erased]  # by the second reader
+    assert table["manifests_rewritten"] and table["versions_cut"]
+    # the position delete file dropped (it hid mia's row only), the equality delete file rewritten without eve
+    assert sorted(d["after"] is None for d in table["delete_files"]) == [False, True]
+    # By the second reader; sam stays hidden in the older file and shown in the newer one: the equality delete was
+    # rewritten without eve and kept its sequence number.
+    assert I.current_rows(catalog) == [r for r in before if r["user_id"] not in erased]
+    assert [r["amount"] for r in I.current_rows(catalog) if r["user_id"] == history.returned] == [50]
     for user in erased:
         assert I.holding(user) == []  # data, delete files, manifests (bounds), manifest lists, metadata files
     code, after = cli(capsys, "lookup", *erased, "--config", config)
@@ -278,8 +283,8 @@ def test_given_spark_when_backfilled_and_purged_then_files_are_read_and_rewritte
     settings = load_settings(config)
     history = I.make_history_table(catalog)
     result = run_backfill(spark, settings)
-    # live data files; olga's overwritten file, the two delete files
-    assert result.failed == () and result.objects == 3 and result.versions == 3
+    # live data files (d1, d2, three of d3); olga's overwritten file, the two delete files
+    assert result.failed == () and result.objects == 5 and result.versions == 3
     before = I.current_rows(catalog)
     pseudonymizer = Pseudonymizer(HASH_KEY.encode())
     store = open_store(settings.index)

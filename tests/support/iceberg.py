@@ -115,11 +115,13 @@ class HistoryTable:
     edge: str  # the lowest id of two files: a manifest's lower bound names its first 16 characters
     masked: str  # a row hidden by a position delete file that carries the row itself
     eq_deleted: str  # hidden by an equality delete file: the delete file holds the id
+    returned: str  # hidden by the same equality delete in an older file, shown again by a newer one
 
 
 def make_history_table(catalog: Any) -> HistoryTable:
     """s1: days d1, d2; s2: append d3; s3, s4: overwrite of d2 (so its old file, holding olga, stays on storage);
-    s5: a position delete of mia's row of d1, carrying her row; s6: an equality delete of eve (d3)."""
+    s5: a position delete of mia's row of d1, carrying her row; s6: append d3 (sam, tom); s7: an equality delete of
+    eve and sam (d3); s8: append d3 (sam again: a file newer than the delete, whose row it does not hide)."""
     from pyiceberg.expressions import EqualTo
 
     table = create_table(catalog)
@@ -135,12 +137,18 @@ def make_history_table(catalog: Any) -> HistoryTable:
     table.overwrite(rows(["carol@example.com", "frank@example.com"], "d2", 30), overwrite_filter=EqualTo("day", "d2"))
     table = catalog.load_table(TABLE)
     add_position_delete(catalog, "d1", "mia@example.com")
-    add_equality_delete(catalog, "d3", ["eve@example.com"])
+    catalog.load_table(TABLE).append(rows(["sam@example.com", "tom@example.com"], "d3", 40))
+    add_equality_delete(catalog, "d3", ["eve@example.com", "sam@example.com"])
+    catalog.load_table(TABLE).append(rows(["sam@example.com"], "d3", 50))
     current = {"alice@example.com", "bob@example.com", "carol@example.com", "erin@example.com", "frank@example.com"}
-    return HistoryTable(current, "olga@example.com", "alice@example.com", "mia@example.com", "eve@example.com")
+    current |= {"tom@example.com", "sam@example.com"}
+    return HistoryTable(
+        current, "olga@example.com", "alice@example.com", "mia@example.com", "eve@example.com", "sam@example.com"
+    )
 
 
 def _data_entry(table: Any, day: str) -> Any:
+    """The first data file of a day (pyiceberg's scan plans the data files only: no delete file is there yet)."""
     for task in table.scan().plan_files():
         if task.file.partition[0] == day:
             return task.file
