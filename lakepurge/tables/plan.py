@@ -105,15 +105,17 @@ class TablePlan:
         rewrites = self.files or self.delete_files or any("/metadata/" in e.s3path for e in self.log_entries)
         change = (
             f"one commit (version {self.version + 1}) adds a snapshot that replaces {len(self.files)} data file(s)"
-            f" and {len(self.delete_files)} delete file(s) and rewrites the manifests naming the users"
+            f" and {len(self.delete_files)} delete file(s), its rewritten manifests without the id columns' bounds,"
+            " and expires the snapshots below"
             if rewrites
-            else "one commit expires the snapshots"
+            else "one commit expires the snapshots below"
         )
+        kept = _listed(self.snapshots_kept) if self.snapshots_kept else "no older snapshot"
         return (
             f"{change}; {len(self.history)} file(s) of the table's history and {len(self.log_entries)} metadata"
             " object(s) naming the users, and every file only the expired snapshots reached, are deleted with every"
-            f" S3 version. Time travel: the new snapshot and {_listed(self.snapshots_kept)} stay readable;"
-            f" {_listed(self.versions_cut)} are expired"
+            f" S3 version. Time travel: {'the new snapshot and ' if rewrites else ''}{kept} stay readable;"
+            f" {_listed(self.versions_cut) if self.versions_cut else 'no snapshot'} expired"
         )
 
     def to_json(self) -> dict[str, Any]:
