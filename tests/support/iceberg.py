@@ -305,10 +305,11 @@ def every_version_bytes() -> dict[tuple[str, str], bytes]:
 
 
 def holding(user: str) -> list[tuple[str, str]]:
-    """The object versions under the location that name the user or its first 16 characters (a manifest's bound):
-    in their raw bytes, in an Avro file's records (read by DuckDB's avro extension), or in a Parquet file's values."""
+    """The object versions under the location that name the user or its first 16 characters (a manifest's lower
+    bound; with the 16th incremented, its upper bound): in their raw bytes, in an Avro file's records (read by
+    DuckDB's avro extension), or in a Parquet file's values."""
     found = []
-    needles = {user, user[:16]}
+    needles = {user, user[:16], user[:15] + chr(ord(user[15]) + 1)} if len(user) > 16 else {user}
     connection = duckdb_with("iceberg")
     try:
         for (key, version), body in every_version_bytes().items():
