@@ -8,9 +8,9 @@ Lambda: the runtime dependencies of pyproject.toml, as pinned with hashes in req
 dev, spark, local or tables extras: no moto, no pyspark, no deltalake), as manylinux wheels for CPython 3.12 on the
 chosen architecture, whatever this machine runs; pyarrow's parts lakepurge does not use (Flight, Substrait, headers,
 tests) are dropped to stay well under Lambda's 250 MB. The Spark archive installs requirements/spark.lock (the same
-pins plus the tables extra: deltalake ~130 MB and DuckDB with its delta and httpfs extensions ~160 MB, which the
-layer cannot hold beside pyarrow: a report that changes a Delta table is purged on Spark), then lakepurge itself
-(--no-deps).
+pins plus the tables extra: deltalake ~130 MB, DuckDB with its delta, iceberg, avro and httpfs extensions ~220 MB,
+pyiceberg with SQLAlchemy, psycopg2 and their dependencies ~90 MB, which the layer cannot hold beside pyarrow: a
+report that changes a Delta or Iceberg table is purged on Spark), then lakepurge itself (--no-deps).
 
 Spark: EMR Serverless unpacks the archive as ./environment and runs ./environment/bin/python (lakepurge.purge.launch).
 Its image has no Python 3.11+, so the archive is a relocatable Python: the interpreter, its standard library and
@@ -148,6 +148,7 @@ def build_spark(python: str) -> None:
     clean = {"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": str(env / "lib"), "HOME": str(out)}
     check = "import sys, lakepurge.purge.job, lakepurge.indexing.backfill, pyarrow.parquet, psycopg, orjson"
     check += ", deltalake, duckdb"
+    check += ", pyiceberg, sqlalchemy, psycopg2"
     check += "; print(sys.prefix)"
     prefix = subprocess.run(
         [env / "bin" / "python", "-c", check], check=True, capture_output=True, text=True, env=clean, cwd=out

@@ -36,9 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     settings = runtime.settings_from(args.config)
     s3 = aws.client("s3")
     source, target = S3Uri.parse(args.hashes), S3Uri.parse(args.result)
-    hashes = tuple(orjson.loads(s3.get_object(Bucket=source.bucket, Key=source.key)["Body"].read())["hashes"])
+    document = orjson.loads(s3.get_object(Bucket=source.bucket, Key=source.key)["Body"].read())
+    hashes, bound = tuple(document["hashes"]), tuple(document.get("bound_hashes", ()))
     spark = get_session("lakepurge-verify")
-    checked, remaining = verify_everywhere(spark, settings, hashes, hash_key(settings.privacy))
+    checked, remaining = verify_everywhere(spark, settings, hashes, hash_key(settings.privacy), bound)
     result = {"objects_checked": checked, "remaining": remaining}
     s3.put_object(Bucket=target.bucket, Key=target.key, Body=orjson.dumps(result), ContentType="application/json")
     sys.stdout.write(orjson.dumps({"objects_checked": checked, "places_remaining": len(remaining)}).decode() + "\n")

@@ -3,7 +3,7 @@
     python requirements/lock.py --uv .venv-tools/bin/uv [--upgrade]
 
 runtime.lock  [project] dependencies: the Lambda layer (infra/package.py)
-spark.lock    runtime + the tables extra (deltalake, DuckDB's delta reader): the Spark archive (infra/package.py)
+spark.lock    runtime + the tables extra (deltalake, pyiceberg, DuckDB's readers): the Spark archive (infra/package.py)
 dev.lock      runtime + the dev extra (spark, local, test and lint tools) + the build backend: .venv (`make install`)
 tools.lock    infra/requirements-tools.txt (checkov, pip-audit): .venv-tools (`make lint`, `make audit`)
 

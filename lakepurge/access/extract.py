@@ -174,7 +174,11 @@ def follow_tables(s3: S3Client, store: IndexStore, settings: Settings) -> dict[s
         table = open_table(s3, dataset)
         state = table.state()
         fields = table.physical_id_fields()
-        files = {path: (fields, dict(file.partition)) for path, file in state.files.items()}
+        # An Iceberg data file holds its partition's source columns itself (its partition values are transforms).
+        files = {
+            path: (fields, dict(file.partition) if dataset.format == "delta" else {})
+            for path, file in state.files.items()
+        }
         readers[dataset.name] = files | {TABLE_VERSION: state.version}
     return readers
 

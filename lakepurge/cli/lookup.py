@@ -4,7 +4,6 @@ make the answer incomplete."""
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from lakepurge.cli.arguments import Commands, Output, add_users, read_settings, read_users
@@ -59,7 +58,7 @@ def cmd_lookup(args: argparse.Namespace, out: Output) -> int:
         out.say(table.line())
     out.result(
         {"users": document, "coverage_gaps": [g.to_dict() for g in gaps]}
-        | ({"tables": [asdict(t) for t in tables]} if tables else {})
+        | ({"tables": [t.to_dict() for t in tables]} if tables else {})
     )
     return EXIT_OK
 

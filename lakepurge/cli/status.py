@@ -91,7 +91,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
             ],
             "returning_command": again,
         }
-        | ({"tables": [asdict(t) for t in tables]} if tables else {})
+        | ({"tables": [t.to_dict() for t in tables]} if tables else {})
     )
     return EXIT_OK
 

@@ -16,13 +16,14 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
 from pydantic.fields import FieldInfo
-from pydantic_core import ErrorDetails
+from pydantic_core import ErrorDetails, PydanticCustomError
 
 from lakepurge.core.s3uri import S3Uri
 from lakepurge.records.lines import Inflation
@@ -78,16 +79,40 @@ class SidecarConfig(_Strict):
     field: str = "user_id"
 
 
-Format = Literal["jsonl", "csv", "parquet", "delta"]
+Format = Literal["jsonl", "csv", "parquet", "delta", "iceberg"]
 # Formats whose location is a table's root: the table's log says which files hold its rows (lakepurge.tables).
-TABLE_FORMATS = ("delta",)
+TABLE_FORMATS = ("delta", "iceberg")
+
+
+class CatalogConfig(_Strict):
+    """An Iceberg catalog (``[catalogs.NAME]``): where a table's current metadata file is recorded. NAME is the
+    catalog's own name (a SQL catalog's ``catalog_name`` column). ``sql``: ``uri`` is a SQLAlchemy URL
+    (``postgresql+psycopg2://``, ``postgresql+psycopg://``, ``sqlite:///``); ``glue``: the AWS Glue Data Catalog,
+    reached as boto3 reaches it (endpoint, region, credentials); ``rest``: an Iceberg REST catalog at ``uri`` (S3
+    Tables: untested). ``properties`` are handed to pyiceberg as they are (e.g. a REST catalog's signing)."""
+
+    type: Literal["sql", "glue", "rest"]
+    uri: Annotated[str, Field(min_length=1)] | None = None
+    warehouse: Annotated[str, Field(min_length=1)] | None = None
+    properties: dict[str, str] = {}
+
+    @model_validator(mode="after")
+    def _type_needs_its_keys(self) -> CatalogConfig:
+        if self.type in ("sql", "rest") and self.uri is None:
+            raise ValueError(f"a {self.type} catalog needs 'uri'")
+        if self.type == "glue" and self.uri is not None:
+            raise ValueError("a glue catalog has no 'uri' (boto3's endpoint settings reach it)")
+        return self
+
+
 EraseMode = Literal["blank", "drop", "delete-object"]
 
 
 class DatasetConfig(_Strict):
     name: Annotated[str, Field(min_length=1)]
-    location: str
     format: Format = "jsonl"
+    # The TOML key `location` (required but for Iceberg, whose catalog knows it): read it as `location`.
+    configured_location: str | None = Field(default=None, alias="location", validate_default=True)
     id_fields: tuple[str, ...] | None = None
     id_from_key: str | None = None
     id_sidecar: SidecarConfig | None = None
@@ -105,6 +130,14 @@ class DatasetConfig(_Strict):
     # The Glue table ("database.table") this dataset was imported from: `lakepurge datasets check` reports the
     # table's removal, move or change of format against this dataset. Unset: a dataset configured by hand.
     catalog_table: Annotated[str, Field(pattern=r"^[^.\s]+\.[^.\s]+$")] | None = None
+    # An Iceberg table (format = "iceberg"): its name in its catalog ("namespace.table") and the catalog, a
+    # [catalogs.NAME] table. Not to be confused with catalog_table above (where a dataset was imported from).
+    table: Annotated[str, Field(pattern=r"^[^.\s]+(\.[^.\s]+)+$")] | None = None
+    catalog: Annotated[str, Field(min_length=1)] | None = None
+    # Set by Settings: the dataset's catalog, and its location once the catalog was asked
+    # (lakepurge.core.table_catalogs).
+    _catalog_config: CatalogConfig | None = PrivateAttr(default=None)
+    _resolved_location: str | None = PrivateAttr(default=None)
 
     @model_validator(mode="before")
     @classmethod
@@ -130,9 +163,13 @@ class DatasetConfig(_Strict):
             raise ValueError(f"a {info.data.get('format')} table's rows are dropped through its own commit: use 'drop'")
         return value
 
-    @field_validator("location")
+    @field_validator("configured_location")
     @classmethod
-    def _location_is_prefix(cls, value: str) -> str:
+    def _location_is_prefix(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            if info.data.get("format", "iceberg") != "iceberg":
+                raise PydanticCustomError("missing", "Field required")
+            return value
         uri = S3Uri.parse(value)
         if uri.key and not uri.key.endswith("/"):
             raise ValueError("must be a prefix ending in '/' (s3://bucket/prefix/)")
@@ -188,11 +225,39 @@ class DatasetConfig(_Strict):
             raise ValueError("erase 'delete-object' needs a one-user-per-object id source, not id_fields")
         if self.is_table and self.per_object:
             raise ValueError(f"a {self.format} table's ids come from its columns: set id_fields")
+        if self.format == "iceberg":
+            if self.table is None or self.catalog is None:
+                raise ValueError(
+                    'an iceberg dataset names its table and catalog: table = "namespace.table" and'
+                    ' catalog = "NAME" (a [catalogs.NAME] table); its location comes from the catalog'
+                )
+        elif self.table is not None or self.catalog is not None:
+            raise ValueError("'table' and 'catalog' name an Iceberg table: only for format = \"iceberg\"")
         return self
 
     @property
+    def location(self) -> str:
+        """The dataset's s3://bucket/prefix/: as configured, or an Iceberg table's location as its catalog states
+        it (asked once per process: lakepurge.core.table_catalogs)."""
+        if self.configured_location is not None:
+            return self.configured_location
+        if self._resolved_location is None:
+            from lakepurge.core.table_catalogs import table_location
+
+            self._resolved_location = table_location(self)
+        return self._resolved_location
+
+    @property
+    def catalog_config(self) -> CatalogConfig:
+        """An Iceberg dataset's catalog (Settings checks that it is configured)."""
+        if self._catalog_config is None:
+            raise ConfigError(f"dataset '{self.name}': catalog '{self.catalog}' is not configured ([catalogs.NAME])")
+        return self._catalog_config
+
+    @property
     def is_table(self) -> bool:
-        """True when the location is a table format's root (Delta Lake): lakepurge.tables reads and erases it."""
+        """True when the location is a table format's root (Delta Lake, Iceberg): lakepurge.tables reads and erases
+        it."""
         return self.format in TABLE_FORMATS
 
     @property
@@ -468,6 +533,9 @@ class Settings(_Strict):
     vacuum: VacuumConfig = VacuumConfig()
     privacy: PrivacyConfig = PrivacyConfig()
     workflow: WorkflowConfig | None = None
+    # Iceberg catalogs by name ([catalogs.NAME]), which iceberg datasets name.
+    catalogs: dict[Annotated[str, Field(min_length=1)], CatalogConfig] = {}
+    _lookup_order: tuple[DatasetConfig, ...] = PrivateAttr(default=())
 
     @model_validator(mode="after")
     def _unique_names_and_prefixes(self) -> Settings:
@@ -475,22 +543,35 @@ class Settings(_Strict):
         duplicated = sorted({n for n in names if names.count(n) > 1})
         if duplicated:
             raise ValueError(f"dataset names must be unique: {', '.join(duplicated)}")
-        for i, a in enumerate(self.datasets):
-            for b in self.datasets[i + 1 :]:
+        for dataset in self.datasets:
+            if dataset.catalog is not None:
+                if dataset.catalog not in self.catalogs:
+                    known = ", ".join(sorted(self.catalogs)) or "none"
+                    raise ValueError(
+                        f"dataset '{dataset.name}' names catalog '{dataset.catalog}', which has no"
+                        f" [catalogs.{dataset.catalog}] table (configured: {known})"
+                    )
+                dataset._catalog_config = self.catalogs[dataset.catalog]
+        # Only configured locations are compared: an Iceberg table's is asked of its catalog when first needed.
+        placed = [d for d in self.datasets if d.configured_location is not None]
+        self._lookup_order = (*placed, *(d for d in self.datasets if d.configured_location is None))
+        for i, a in enumerate(placed):
+            for b in placed[i + 1 :]:
                 ua, ub = a.uri, b.uri
                 if ua.bucket == ub.bucket and (ua.key.startswith(ub.key) or ub.key.startswith(ua.key)):
                     raise ValueError(f"datasets '{a.name}' and '{b.name}' overlap ({a.location}, {b.location})")
         exports = self.workflow.exports_location if self.workflow is not None else None
         if exports is not None:
             where = S3Uri.parse(exports)
-            for dataset in self.datasets:
+            for dataset in placed:
                 if dataset.uri.bucket == where.bucket and where.key.startswith(dataset.uri.key):
                     raise ValueError(f"workflow.exports_location {exports} lies inside dataset '{dataset.name}'")
         return self
 
     def dataset_for(self, bucket: str, key: str) -> DatasetConfig | None:
-        """The dataset an object belongs to, or None for objects outside every dataset."""
-        for dataset in self.datasets:
+        """The dataset an object belongs to, or None for objects outside every dataset. Datasets with a configured
+        location are tried first: an object of theirs never waits for an Iceberg catalog."""
+        for dataset in self._lookup_order:
             if dataset.contains(bucket, key):
                 return dataset
         return None
@@ -510,7 +591,8 @@ def _models_in(annotation: object) -> list[type[BaseModel]]:
 
 
 def _fields(models: list[type[BaseModel]]) -> dict[str, FieldInfo]:
-    return {name: info for model in models for name, info in model.model_fields.items()}
+    """The keys of these tables as the file writes them (a field's alias, else its name)."""
+    return {info.alias or name: info for model in models for name, info in model.model_fields.items()}
 
 
 def _walk(loc: tuple[int | str, ...]) -> tuple[str, list[type[BaseModel]], FieldInfo | None]:
@@ -519,15 +601,20 @@ def _walk(loc: tuple[int | str, ...]) -> tuple[str, list[type[BaseModel]], Field
     ``kind`` union) are left out."""
     top: list[type[BaseModel]] = [Settings]
     path, models, parents, field = "", top, top, None
+    keyed = False  # the last key was a table of named tables ([catalogs.NAME]): this part is a NAME
     for i, part in enumerate(loc):
         if isinstance(part, int):
             path += f"[{part}]"
             continue
         fields = _fields(models)
-        if part in fields:
+        if keyed:
+            path += f".{part}"
+            keyed = False
+        elif part in fields:
             parents, field = models, fields[part]
             models = _models_in(field.annotation)
             path += f".{part}" if path else part
+            keyed = getattr(field.annotation, "__origin__", None) is dict
         elif i == len(loc) - 1:
             parents, field = models, None
             path += f".{part}" if path else part
@@ -546,6 +633,7 @@ _FORMS = {
     "table": "a table name (letters, digits, '_', optionally schema.table)",
     "column": "a column name (letters, digits, '_')",
     "catalog_table": "database.table (the Glue table the dataset was imported from)",
+    "DatasetConfig.table": "namespace.table (the Iceberg table as its catalog names it)",
 }
 _PLAIN = {
     "string_type": "must be a string (in quotes)",
@@ -596,7 +684,8 @@ def _plain(err: ErrorDetails) -> str:
     elif kind == "too_short":
         what = f"needs at least {ctx.get('min_length', 1)} item(s)"
     elif kind == "string_pattern_mismatch":
-        what = "must be " + _FORMS.get(key, f"of the form {ctx.get('pattern', '')}")
+        form = _FORMS.get(key, f"of the form {ctx.get('pattern', '')}")
+        what = "must be " + _FORMS.get(f"{parents[0].__name__}.{key}", form)
     else:  # the validators' own messages, already in words
         what = err["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
         what = what.replace("Input should be", "must be")

@@ -139,6 +139,14 @@ class HashedUsers:
     def __len__(self) -> int:
         return len(self._hashes)
 
+    def hashes_of(self, user_ids: Iterable[str]) -> list[str]:
+        """The keyed hashes of other ids (forms of these users' ids found elsewhere, e.g. truncated)."""
+        return self._pseudonymizer.many(user_ids)
+
+    def including(self, hashes: Iterable[str]) -> HashedUsers:
+        """These users and the ids of these other hashes."""
+        return HashedUsers([*self._hashes, *hashes], self._pseudonymizer)
+
     def each_contained(self, user_ids: list[str]) -> list[bool]:
         """Whether each id is one of the users, in order: the ids of a batch of records checked at once. Ids seen
         before are answered from memory; the others are hashed together, each once."""

@@ -81,16 +81,19 @@ def is_delta(table: Mapping[str, Any]) -> bool:
     return "delta" in (provider, str(params.get("classification", "")).lower())
 
 
+def is_iceberg(table: Mapping[str, Any]) -> bool:
+    """An Iceberg table as Glue records one (Athena, Spark, pyiceberg): ``table_type = ICEBERG``."""
+    return str((table.get("Parameters") or {}).get("table_type", "")).upper() == "ICEBERG"
+
+
 def _table_format_refusal(table: Mapping[str, Any]) -> str | None:
-    """Why a table is a view or a table format (Iceberg, Hudi) whose files lakepurge must not rewrite. A Delta
-    table is not refused: it becomes a format = "delta" dataset."""
-    params = table.get("Parameters") or {}
+    """Why a table is a view or a table format (Hudi) whose files lakepurge must not rewrite. A Delta table is not
+    refused: it becomes a format = "delta" dataset; nor an Iceberg table: a format = "iceberg" dataset read through
+    the Glue catalog."""
     storage = table.get("StorageDescriptor") or {}
     if table.get("TableType") == "VIRTUAL_VIEW":
         return "a view: it holds no objects of its own (configure the tables it reads)"
-    if str(params.get("table_type", "")).upper() == "ICEBERG":
-        kind = "an Iceberg table"
-    elif "hudi" in f"{storage.get('InputFormat', '')} {_serde_of(storage)}".lower():
+    if "hudi" in f"{storage.get('InputFormat', '')} {_serde_of(storage)}".lower():
         kind = "a Hudi table"
     else:
         return None
@@ -117,6 +120,8 @@ def table_format(table: Mapping[str, Any]) -> Format:
         raise Unmappable(refusal)
     if is_delta(table):
         return "delta"
+    if is_iceberg(table):
+        return "iceberg"
     storage = table.get("StorageDescriptor") or {}
     serde_info = storage.get("SerdeInfo") or {}
     serde = str(serde_info.get("SerializationLibrary") or "")
@@ -321,11 +326,12 @@ def describe_table(
         note, problem = _compression_note(table, fmt)
         notes.extend([note] if note else [])
         problems.extend([problem] if problem else [])
-    # A Delta table's schema and partitions are in its log (Spark registers a placeholder column): not checked here.
+    # A Delta table's schema and partitions are in its log (Spark registers a placeholder column): not checked here;
+    # an Iceberg table's partitions are hidden (in its metadata, not Glue's partition keys).
     fields, problem = _id_fields(table, id_fields, () if delta else keys, check_columns=not delta)
     problems.extend([problem] if problem else [])
     outside: tuple[str, ...] = ()
-    if glue is not None and keys and location is not None and not delta:
+    if glue is not None and keys and location is not None and not delta and fmt != "iceberg":
         outside, partition_problems = _partition_problems(glue, {**table, "DatabaseName": database}, location)
         problems.extend(partition_problems)
     return CatalogTable(database, name, location, fmt, serde, keys, fields, tuple(notes), tuple(problems), outside)
@@ -374,20 +380,26 @@ def _toml_list(values: Iterable[str]) -> str:
     return "[" + ", ".join(_toml_string(v) for v in values) + "]"
 
 
-def render_entry(table: CatalogTable) -> str:
-    """The [[datasets]] entry of a mappable table, as TOML (with a comment naming its source)."""
+GLUE_CATALOG = "glue"  # the [catalogs.NAME] an import of Iceberg tables writes, unless one of type glue exists
+
+
+def render_entry(table: CatalogTable, glue_catalog: str = GLUE_CATALOG) -> str:
+    """The [[datasets]] entry of a mappable table, as TOML (with a comment naming its source). An Iceberg table is
+    named in the Glue catalog (``glue_catalog``), which knows its location."""
     if table.problems or table.location is None or table.format is None or table.id_fields is None:
         raise Unmappable("; ".join(table.problems) or "incomplete table")
-    comment = f"# from Glue table {table.qualified} ({_short(table.serde)})"
+    comment = f"# from Glue table {table.qualified} ({_short(table.serde) if table.serde else table.format})"
     lines = [comment.replace("\n", " ")]
     lines += [f"# {note}" for note in table.notes]
+    lines += ["[[datasets]]", f"name = {_toml_string(table.name)}"]
+    if table.format == "iceberg":
+        lines += [f"table = {_toml_string(table.qualified)}", f"catalog = {_toml_string(glue_catalog)}"]
+    else:
+        lines.append(f"location = {_toml_string(table.location)}")
     lines += [
-        "[[datasets]]",
-        f"name = {_toml_string(table.name)}",
-        f"location = {_toml_string(table.location)}",
         f"format = {_toml_string(table.format)}",
         f"id_fields = {_toml_list(table.id_fields)}",
-        f"erase = {_toml_string('drop' if table.format in ('parquet', 'delta') else 'blank')}",
+        f"erase = {_toml_string('drop' if table.format in ('parquet', 'delta', 'iceberg') else 'blank')}",
     ]
     if table.partition_keys:
         lines.append(f"partition_keys = {_toml_list(table.partition_keys)}")
@@ -433,11 +445,18 @@ class ImportResult:
     imported: tuple[Imported, ...]
     not_imported: tuple[NotImported, ...]  # tables that cannot become datasets, with the reason
     already_configured: tuple[NotImported, ...]  # tables the configuration holds already (the reason names it)
+    glue_catalog: str | None = None  # the [catalogs.NAME] table the Iceberg entries need, when none is configured
 
     @property
     def toml(self) -> str:
         header = f"# [[datasets]] imported from the Glue database {self.database} by `lakepurge datasets import`\n"
-        return header + "".join("\n" + i.entry for i in self.imported) if self.imported else ""
+        if not self.imported:
+            return ""
+        catalog = ""
+        if self.glue_catalog is not None and any(i.format == "iceberg" for i in self.imported):
+            catalog = f"\n# the Glue Data Catalog, where the Iceberg tables above are\n[catalogs.{self.glue_catalog}]\n"
+            catalog += 'type = "glue"\n'
+        return header + "".join("\n" + i.entry for i in self.imported) + catalog
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -454,17 +473,26 @@ def _configured_as(table: CatalogTable, settings: Settings | None) -> tuple[str 
     if settings is None:
         return None, None
     for dataset in settings.datasets:
-        if dataset.catalog_table == table.qualified:
+        if dataset.catalog_table == table.qualified or (
+            dataset.format == "iceberg" and dataset.table == table.qualified and _glue(settings, dataset)
+        ):
             return dataset.name, None
-    for dataset in settings.datasets:
+    # An Iceberg dataset's location is its catalog's: only configured locations are compared (no catalog is asked).
+    placed = [d for d in settings.datasets if d.configured_location is not None]
+    for dataset in placed:
         if table.location is not None and dataset.location == table.location:
             return dataset.name, None
     for dataset in settings.datasets:
         if dataset.name == table.name:
-            return None, f"a dataset named {dataset.name!r} is configured already, at {dataset.location}"
+            return None, f"a dataset named {dataset.name!r} is configured already"
+    for dataset in placed:
         if table.location is not None and _overlap(dataset.location, table.location):
             return None, f"its location {table.location} overlaps dataset {dataset.name!r} ({dataset.location})"
     return None, None
+
+
+def _glue(settings: Settings, dataset: DatasetConfig) -> bool:
+    return dataset.catalog is not None and settings.catalogs[dataset.catalog].type == "glue"
 
 
 def import_datasets(
@@ -478,6 +506,8 @@ def import_datasets(
     without the ``lakepurge.id_fields`` parameter. With ``settings``, tables configured already are set aside and a
     table clashing with a configured dataset (same name, overlapping location) is not imported."""
     raw, missing = read_tables(glue, database, tables)
+    catalogs = settings.catalogs if settings is not None else {}
+    glue_catalog = next((name for name, c in catalogs.items() if c.type == "glue"), None)
     imported: list[Imported] = []
     refused = [NotImported(name, f"no table {name!r} in the Glue database {database}") for name in missing]
     already: list[NotImported] = []
@@ -498,7 +528,7 @@ def import_datasets(
         try:
             if clash is not None:
                 raise Unmappable(clash)
-            entry = render_entry(table)
+            entry = render_entry(table, glue_catalog or GLUE_CATALOG)
             config = _entry_config(entry)
         except Unmappable as exc:
             refused.append(NotImported(table.name, str(exc)))
@@ -507,7 +537,7 @@ def import_datasets(
             Imported(
                 table.name,
                 config.name,
-                config.location,
+                config.configured_location or table.location or "",
                 config.format,
                 config.id_fields or (),
                 config.partition_keys,
@@ -515,7 +545,9 @@ def import_datasets(
                 entry,
             )
         )
-    return ImportResult(database, tuple(imported), tuple(refused), tuple(already))
+    return ImportResult(
+        database, tuple(imported), tuple(refused), tuple(already), None if glue_catalog else GLUE_CATALOG
+    )
 
 
 # --- drift ----------------------------------------------------------------------------------------------------

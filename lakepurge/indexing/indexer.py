@@ -23,6 +23,7 @@ from lakepurge.index.base import WHOLE_OBJECT, IndexStore, NoncurrentVersion, Ob
 from lakepurge.records.formats import group_records
 from lakepurge.records.ids import IdFieldError, IdKeys, extract_ids, id_problem, parse_paths, parse_record
 from lakepurge.tables.detect import TableFormatError, detect_cached, key_table_format
+from lakepurge.tables.iceberg import is_metadata_file
 from lakepurge.tables.index import NotIndexed, follow_table, open_table
 
 if TYPE_CHECKING:
@@ -309,13 +310,15 @@ def _owners_of(scanned: ObjectIndex) -> frozenset[str]:
 def _table_event(
     s3: S3Client, store: IndexStore, settings: Settings, dataset: DatasetConfig, bucket: str, key: str
 ) -> IndexOutcome:
-    """An event under a table's location: a commit (or checkpoint) of its log makes the index follow the table to
-    its newest version; a data file is indexed from the commit that adds it, never on its own (a file no commit
-    added is not the table's: reconciliation reads it as history)."""
+    """An event under a table's location: a commit (or checkpoint) of its log, an Iceberg metadata file, makes the
+    index follow the table to its newest version; a data file is indexed from the commit that adds it, never on its
+    own (a file no commit added is not the table's: reconciliation reads it as history)."""
     s3path = f"s3://{bucket}/{key}"
     table = open_table(s3, dataset)
     if not table.is_metadata(key):
         return IndexOutcome(s3path, "ignored", reason="a table's data file: indexed from the commit that adds it")
+    if dataset.format == "iceberg" and not is_metadata_file(key):
+        return IndexOutcome(s3path, "ignored", reason="an Iceberg manifest: followed from the metadata file's event")
     try:
         followed = follow_table(s3, store, settings, dataset)
     except NotIndexed as exc:

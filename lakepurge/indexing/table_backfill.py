@@ -1,4 +1,4 @@
-"""Backfill and reconciliation of table datasets (format = "delta"): the table's live files and its history
+"""Backfill and reconciliation of table datasets (format = "delta" or "iceberg"): the table's live files and its history
 holders (lakepurge.tables.index) read on Spark executors, the version indexed and the dataset's coverage recorded
 by the driver.
 
@@ -29,7 +29,6 @@ from lakepurge.tables.index import (
     HistoryItem,
     history_items,
     is_marker,
-    marker_path,
     open_table,
     read_history,
     record_version,
@@ -115,7 +114,7 @@ def _index_table(
     started = datetime.now(UTC)
     table = open_table(s3, dataset)
     state = table.state()
-    root = marker_path(dataset).removesuffix("_delta_log/")
+    root = f"s3://{dataset.uri.bucket}/{dataset.uri.key}"
     indexed = {p: etag for p, etag in store.indexed_objects().items() if p.startswith(root) and not is_marker(p)}
     to_read = [f for f in state.files.values() if force or f.path not in indexed or not indexed[f.path]]
     left = sorted(set(indexed) - set(state.files))

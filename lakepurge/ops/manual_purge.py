@@ -27,6 +27,7 @@ from lakepurge.purge.launch import inline_fits
 from lakepurge.reports import layout
 from lakepurge.reports.layout import load_report, write_report
 from lakepurge.reports.report import Report, SafetyLimitExceeded, build_report
+from lakepurge.tables.iceberg import bound_forms
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -89,7 +90,8 @@ def plan_lines(report: Report) -> list[str]:
     for plan in report.tables:
         lines.append(
             f"  {plan.format} table {plan.dataset} (version {plan.version}): {plan.rows} row(s) in {len(plan.files)}"
-            f" file(s) rewritten; history: {len(plan.history)} file(s), {len(plan.log_entries)} log entr(y/ies)"
+            f" file(s) rewritten; history: {len(plan.history)} file(s), {len(plan.log_entries)}"
+            + (" metadata object(s) naming the users" if plan.format == "iceberg" else " log entr(y/ies)")
         )
         lines.append(f"    {plan.not_certifiable or plan.time_travel()}")
     return lines + unindexable.plan_lines(unindexable.summary(report.unindexable))
@@ -241,7 +243,8 @@ def verify_users(
         checked, remaining = answer["objects_checked"], answer["remaining"]
     else:
         with spark_session("lakepurge-verify") as spark:
-            checked, remaining = verify_everywhere(spark, settings, hashes, hash_key(settings.privacy))
+            bound = tuple(pseudonymizer.many(f for user in users for f in bound_forms(user)))
+            checked, remaining = verify_everywhere(spark, settings, hashes, hash_key(settings.privacy), bound)
     return {
         "users": len(hashes),
         "index_locations": sum(len(v) for v in indexed.values()),

@@ -22,6 +22,7 @@ from lakepurge.core.config import ConfigError, EmrServerlessLauncherConfig, Sett
 from lakepurge.core.privacy import Pseudonymizer
 from lakepurge.purge.launch import EmrServerlessLauncher, JobStatus, SparkJob, follow
 from lakepurge.reports import layout
+from lakepurge.tables.iceberg import bound_forms
 
 Say = Callable[[str], None]
 
@@ -107,11 +108,14 @@ def verify_remote(
     """The lake-wide half of `verify` on EMR Serverless: the job reads every object (and noncurrent version) for
     the users' keyed hashes and writes what remains. Returns the run and its result (None if it wrote none)."""
     s3 = aws.client("s3")
-    hashes = sorted(Pseudonymizer.from_config(settings.privacy).many(users))
+    pseudonymizer = Pseudonymizer.from_config(settings.privacy)
+    hashes = sorted(pseudonymizer.many(users))
+    # Iceberg manifests' bounds truncate long ids: their forms are looked for too (hashed, as the ids are).
+    bound = sorted(pseudonymizer.many(form for user in users for form in bound_forms(user)))
     verification_id = uuid.uuid4().hex
     source = layout.verification(settings, verification_id)
     target = layout.verification_result(settings, verification_id)
-    layout.write_once(s3, source, orjson.dumps({"hashes": hashes}))
+    layout.write_once(s3, source, orjson.dumps({"hashes": hashes, "bound_hashes": bound}))
     job = SparkJob("verify", ("--hashes", str(source), "--result", str(target)), verification_id)
     run = run_remote(settings, job, say, poll_seconds, launcher)
     stored = layout.read_or_none(s3, target) if run.succeeded else None

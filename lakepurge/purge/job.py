@@ -622,9 +622,10 @@ def purge_relational(settings: Settings, users: list[str], tables: Iterable[Repo
 
 
 def verify_everywhere(
-    spark: Any, settings: Settings, user_hashes: tuple[str, ...], key: bytes
+    spark: Any, settings: Settings, user_hashes: tuple[str, ...], key: bytes, bound_hashes: tuple[str, ...] = ()
 ) -> tuple[int, list[dict[str, Any]]]:
-    """Read every object of every dataset (and its noncurrent versions) for the users. Returns (objects checked,
+    """Read every object of every dataset (and its noncurrent versions) for the users (Iceberg's manifests also for
+    bound_hashes, the hashes of the forms their column bounds truncate long ids to). Returns (objects checked,
     places where any of them remains)."""
     s3 = aws.client("s3")
     items: dict[str, str] = {}
@@ -632,7 +633,7 @@ def verify_everywhere(
     checked = 0
     for dataset in settings.datasets:
         if dataset.is_table:  # read whole by its own readers (lakepurge.purge.tables)
-            table = verify_table(settings, dataset, key, user_hashes)
+            table = verify_table(settings, dataset, key, user_hashes, bound_hashes)
             checked += table.objects_checked
             remaining += [{"dataset": dataset.name, **place} for place in table.remaining]
             continue

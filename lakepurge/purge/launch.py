@@ -119,9 +119,11 @@ def _inline_limit(settings: Settings, name: str) -> int:
 def inline_fits(settings: Settings, report: Report, s3: S3Client) -> bool:
     """Whether the report is small enough to purge inline (no Spark): at most workflow.inline_max_objects objects
     (a table's files to rewrite counted) and workflow.inline_max_bytes bytes to read (:func:`bytes_to_read`, asked
-    only when the count fits). A report that changes a table needs deltalake and DuckDB, which the Lambda layer
-    cannot hold: inline only where they are installed (the CLI, the local stack), on Spark otherwise."""
-    if any(not t.empty for t in report.tables) and importlib.util.find_spec("deltalake") is None:
+    only when the count fits). A report that changes a table needs deltalake (Iceberg: pyiceberg) and DuckDB, which
+    the Lambda layer cannot hold: inline only where they are installed (the CLI, the local stack), else on Spark."""
+    writers = {"delta": "deltalake", "iceberg": "pyiceberg"}
+    needed = {writers[t.format] for t in report.tables if not t.empty and t.format in writers}
+    if needed and any(importlib.util.find_spec(name) is None for name in (*needed, "duckdb")):
         return False
     files = sum(len(t.files) for t in report.tables)
     if len(report.objects) + len(report.versions) + files > _inline_limit(settings, "inline_max_objects"):

@@ -1,5 +1,6 @@
 """Erasing users from a table dataset through the table's own transaction, history included, verified by a second
-reader.
+reader. Delta Lake as below; Iceberg through the same steps, its commit and what its history keeps in
+lakepurge.purge.iceberg.
 
 For each table the report plans (lakepurge.tables.plan), on the driver:
 
@@ -55,13 +56,15 @@ from lakepurge.core.s3uri import S3Uri
 from lakepurge.core.sparkutil import job_environment, on_executors
 from lakepurge.index import open_store
 from lakepurge.index.base import IndexStore, ObjectIndex
+from lakepurge.purge import iceberg as iceberg_erasure
 from lakepurge.purge.table_commit import CommitConflict, checkpoint, commit_replacement
 from lakepurge.purge.table_history import DeleteFailed, delete_versions, delete_written, needed_log
 from lakepurge.purge.table_rewrite import RewriteFailed, RewriteItem, rewrite_partition
 from lakepurge.purge.table_second_reader import normal_path, second_reader
-from lakepurge.tables.base import TableError, TableState
+from lakepurge.tables.base import LakeTable, TableError, TableState
 from lakepurge.tables.delta import READ_THREADS, DeltaLog
-from lakepurge.tables.index import follow_table, indexed_version
+from lakepurge.tables.iceberg import IcebergTable
+from lakepurge.tables.index import follow_table, indexed_version, open_table
 from lakepurge.tables.plan import TablePlan
 from lakepurge.tables.scan import contained, data_file_users, object_names
 
@@ -88,6 +91,11 @@ class TableOutcome:
     objects_checked: int = 0
     remaining: list[dict[str, Any]] = field(default_factory=list)
     error: str = ""
+    # Iceberg: the snapshot the erasure committed (versions_cut: the snapshots it expired), the manifests it rewrote
+    # without the id columns' bounds, the delete files it rewrote or dropped ({"before", "after"}).
+    snapshot_id: int | None = None
+    manifests_rewritten: int = 0
+    delete_files: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def verified(self) -> bool:
@@ -143,15 +151,20 @@ class _TablePurge:
         self.written: set[str] = set()  # the live files this erasure wrote: the second reader reads their ids
         self.replaced: set[str] = set()  # the files it replaced: they hold the users (their rows were erased)
         self.new_entries: list[dict[str, Any]] = []  # the rewrites' results: the new files' index rows
+        # Metadata (an Iceberg manifest's bounds) is read for the users' ids and the forms bounds truncate them to.
+        self.metadata_hashes = (*hashes, *plan.bound_hashes)
+        self.iceberg: iceberg_erasure.IcebergErasure | None = None
 
     def run(self) -> TableOutcome:
         if self.plan.not_certifiable:
             self.outcome.status = "failed"
             self.outcome.error = self.plan.not_certifiable
             return self.outcome
-        table = DeltaLog(self.s3, self.dataset)
+        table = open_table(self.s3, self.dataset)
         physical = table.physical_id_fields()
         trusted = self._vouched_files(table)
+        if isinstance(table, IcebergTable):
+            self.iceberg = self._iceberg(table)
         planned = {f.s3path: f for f in self.plan.files}
         since = self.plan.version
         for _ in range(COMMIT_ATTEMPTS):
@@ -165,12 +178,14 @@ class _TablePurge:
                 for path, rows in candidates
                 if (item := self._item(table, state, path, rows, physical, planned)) is not None
             ]
-            if not items:
+            if not items and not (self.iceberg is not None and self.iceberg.pending(state)):
                 break
-            rewritten = self._rewrite(items)
+            rewritten = self._rewrite(items) if items else []
             committed = self._commit(table, state, rewritten)
             if committed is None:
                 continue  # a conflicting commit: read the table again
+            if committed == state.version:
+                break  # nothing to commit after all
             self.outcome.status = "erased"
             self.outcome.version_committed = committed
             self.outcome.files_replaced += [_replaced(r) for r in rewritten]
@@ -185,7 +200,7 @@ class _TablePurge:
             self.outcome.error = f"the table kept changing: no commit in {COMMIT_ATTEMPTS} attempts"
             return self.outcome
         erasing = self.outcome.version_committed is not None or not self.plan.empty
-        if erasing:
+        if erasing and self.iceberg is None:
             # Log entries before a checkpoint are not needed to read the current version: they can go.
             self.outcome.checkpoint_version = checkpoint(self.dataset)
         state = table.state()
@@ -194,6 +209,8 @@ class _TablePurge:
             # A table that holds none of the users gets no commit, checkpoint or deletion: only the checks below.
             deleted = self._history(table, state, trusted, delete=True)
             self.outcome.versions_cut = list(self.plan.versions_cut)
+            if self.iceberg is not None:
+                self._iceberg_outcome(self.iceberg)
         store = open_store(self.settings.index, create=False)
         try:
             state = self._reindex(store, table, deleted) or table.state()
@@ -205,9 +222,36 @@ class _TablePurge:
             log.warning("a table still holds the users", extra={"dataset": self.dataset.name})
         return self.outcome
 
+    def _iceberg(self, table: IcebergTable) -> iceberg_erasure.IcebergErasure:
+        paths = {S3Uri.parse(p).key: p for p in {e.s3path for e in self.plan.log_entries}}
+        clean = {f"s3://{self.dataset.uri.bucket}/{key}" for key, _, _ in self.log_clean} - set(paths.values())
+        return iceberg_erasure.IcebergErasure(
+            self.s3,
+            table,
+            self.users,
+            HashedUsers(self.metadata_hashes, Pseudonymizer(self.key)),
+            naming=set(paths.values()),
+            clean=clean,
+            history={h.s3path for h in self.plan.history} | {d.s3path for d in self.plan.delete_files},
+            max_bytes=self.settings.indexing.max_record_bytes,
+            known_deletes=_planned_deletes(table, self.plan.version),
+        )
+
+    def _iceberg_outcome(self, erasure: iceberg_erasure.IcebergErasure) -> None:
+        expired = sorted({s for c in erasure.commits for s in c.expired})
+        self.outcome.versions_cut = expired
+        self.outcome.snapshot_id = next((c.snapshot_id for c in reversed(erasure.commits) if c.snapshot_id), None)
+        self.outcome.manifests_rewritten = sum(c.manifests_rewritten for c in erasure.commits)
+        self.outcome.delete_files = [
+            {"before": d.before, "after": d.after} for c in erasure.commits for d in c.delete_files
+        ]
+        if erasure.commits:
+            self.outcome.status = "erased"
+            self.outcome.version_committed = erasure.commits[-1].version
+
     # what to rewrite
 
-    def _vouched_files(self, table: DeltaLog) -> set[str]:
+    def _vouched_files(self, table: LakeTable) -> set[str]:
         """The live files of the version planned that the index says hold none of the users."""
         try:
             state = table.state(self.plan.version)
@@ -217,7 +261,7 @@ class _TablePurge:
         return set(state.files) - named
 
     def _found_since(
-        self, table: DeltaLog, since: int, state: TableState, physical: tuple[str, ...], trusted: set[str]
+        self, table: LakeTable, since: int, state: TableState, physical: tuple[str, ...], trusted: set[str]
     ) -> dict[str, tuple[int, ...]]:
         """Live files added after the plan (or the last commit) that hold the users: their rows."""
         if state.version <= since:
@@ -244,7 +288,7 @@ class _TablePurge:
 
     def _item(
         self,
-        table: DeltaLog,
+        table: LakeTable,
         state: TableState,
         path: str,
         rows: tuple[int, ...],
@@ -254,14 +298,17 @@ class _TablePurge:
         file = state.files.get(path)
         if file is None:
             return None
-        if file.deletes:
+        if file.deletes and isinstance(table, DeltaLog):
             raise TableError(
                 f"dataset '{self.dataset.name}': a file to rewrite has a deletion vector, whose removal deltalake"
                 " cannot commit exactly: purge the table's deletion vectors first (REORG TABLE ... APPLY (PURGE)"
                 " on Spark), then run the request again"
             )
-        directory = file.native_path.rsplit("/", 1)[0] + "/" if "/" in file.native_path else ""
-        new_key = f"{directory}part-00000-{uuid.uuid4()}-c000.parquet"
+        if isinstance(table, IcebergTable):
+            new_key = iceberg_erasure.new_key(self.dataset, file)
+        else:
+            directory = file.native_path.rsplit("/", 1)[0] + "/" if "/" in file.native_path else ""
+            new_key = f"{directory}part-00000-{uuid.uuid4()}-c000.parquet"
         hidden = tuple(sorted(table.deleted_rows(file)))
         etag = planned[path].etag if path in planned else ""
         return RewriteItem(self.dataset.name, file, etag, rows, physical, hidden, new_key)
@@ -284,31 +331,42 @@ class _TablePurge:
                 self.proven.add((S3Uri.parse(r["after"]).key, r["after_version"] or "null"))
         return results
 
-    def _commit(self, table: DeltaLog, state: TableState, rewritten: list[dict[str, Any]]) -> int | None:
+    def _commit(self, table: LakeTable, state: TableState, rewritten: list[dict[str, Any]]) -> int | None:
         """One transaction replacing the files; the version committed, or None after a conflicting commit (the
         files written for it are deleted)."""
         try:
+            if self.iceberg is not None:
+                return self.iceberg.commit(state, rewritten, self.request_id)
             return commit_replacement(self.dataset, state, rewritten, self.request_id)
-        except CommitConflict:
-            log.info("a concurrent commit conflicts with the erasure; starting again", extra={"dataset": table.uri})
+        except (CommitConflict, iceberg_erasure.ConcurrentCommit):
+            log.info(
+                "a concurrent commit conflicts with the erasure; starting again", extra={"dataset": self.dataset.name}
+            )
             delete_written(self.s3, self.dataset, rewritten)
             return None
 
     # history
 
-    def _history(self, table: DeltaLog, state: TableState, trusted: set[str], delete: bool) -> dict[str, list[str]]:
+    def _history(self, table: LakeTable, state: TableState, trusted: set[str], delete: bool) -> dict[str, list[str]]:
         """Read every version under the location that may hold the users; delete those that do (delete=True) and
-        are not needed by the current version, report the others. Returns the versions deleted by path."""
+        are not needed by the current version, report the others. Returns the versions deleted by path. Iceberg:
+        what only the snapshots the erasure expired reached is deleted unread (lakepurge.purge.iceberg)."""
         uri = self.dataset.uri
-        checkpoint = table.listing(refresh=True).complete_checkpoint(state.version)
-        needed_from = checkpoint.version if checkpoint is not None else 0
-        needed_keys = set(checkpoint.keys) if checkpoint is not None else set()
+        needed_from, needed_keys = 0, set()
+        if isinstance(table, DeltaLog):
+            checkpoint = table.listing(refresh=True).complete_checkpoint(state.version)
+            needed_from = checkpoint.version if checkpoint is not None else 0
+            needed_keys = set(checkpoint.keys) if checkpoint is not None else set()
+        garbage = self.iceberg.garbage if self.iceberg is not None and delete else set()
         deleted: dict[str, list[str]] = {}
         remaining = []
         candidates = []
         for version in object_versions(self.s3, uri.bucket, uri.key):
             key, version_id = version["Key"], version["VersionId"] or "null"
             path = f"s3://{uri.bucket}/{key}"
+            if path in garbage:
+                candidates.append((version, key, version_id, path))
+                continue
             if (key, version_id) in self.proven or (key, version_id, version["ETag"]) in self.log_clean:
                 continue
             if version["IsLatest"] and path in state.files and path in trusted:
@@ -316,8 +374,8 @@ class _TablePurge:
             candidates.append((version, key, version_id, path))
 
         def naming(candidate: tuple[dict[str, Any], str, str, str]) -> bool | None:
-            if candidate[3] in self.replaced:
-                return True  # this erasure took the users' rows out of it: no need to read it again
+            if candidate[3] in self.replaced or candidate[3] in garbage:
+                return True  # this erasure took the users' rows out of it, or expired all that reached it
             try:
                 return self._names(table, candidate[1], candidate[2])
             except ObjectChanged:
@@ -331,7 +389,12 @@ class _TablePurge:
                 if names is not None:
                     self.proven.add((key, version_id))
                 continue
-            needed = (version["IsLatest"] and path in state.files) or needed_log(key, uri.key, needed_from, needed_keys)
+            if self.iceberg is not None:
+                needed = self.iceberg.needed(path, version["IsLatest"])
+            else:
+                needed = (version["IsLatest"] and path in state.files) or needed_log(
+                    key, uri.key, needed_from, needed_keys
+                )
             if delete and not needed:
                 doomed.append((key, version_id))
                 deleted.setdefault(path, []).append(version_id)
@@ -348,13 +411,16 @@ class _TablePurge:
             self.outcome.remaining = remaining
         return deleted
 
-    def _thread_users(self) -> HashedUsers:
-        users: HashedUsers | None = getattr(self._threads, "users", None)
+    def _thread_users(self, metadata: bool = False) -> HashedUsers:
+        """This thread's HashedUsers: the users, or (metadata) with the forms an Iceberg manifest's bounds hold."""
+        name = "metadata_users" if metadata else "users"
+        users: HashedUsers | None = getattr(self._threads, name, None)
         if users is None:
-            users = self._threads.users = HashedUsers(self.hashes, Pseudonymizer(self.key))
+            users = HashedUsers(self.metadata_hashes if metadata else self.hashes, Pseudonymizer(self.key))
+            setattr(self._threads, name, users)
         return users
 
-    def _names(self, table: DeltaLog, key: str, version_id: str) -> bool:
+    def _names(self, table: LakeTable, key: str, version_id: str) -> bool:
         bucket = self.dataset.uri.bucket
         users = self._thread_users()
         pinned: dict[str, Any] = {"VersionId": version_id} if version_id != "null" else {}
@@ -372,9 +438,11 @@ class _TablePurge:
             if error_code(exc) in ("NoSuchKey", "NoSuchVersion", "404"):
                 raise ObjectChanged(key) from None
             raise
+        if self.plan.bound_hashes:
+            users = self._thread_users(metadata=True)
         return object_names(body, key, users, (), False, max_bytes)
 
-    def _reindex(self, store: IndexStore, table: DeltaLog, deleted: dict[str, list[str]]) -> TableState | None:
+    def _reindex(self, store: IndexStore, table: LakeTable, deleted: dict[str, list[str]]) -> TableState | None:
         """The index follows the table to the erasure's commit (the replaced files leave it, the new ones come in:
         indexed from what the rewrite read of them, not read again), then forgets every version deleted (the index
         keeps a removed file's version in a versioned bucket)."""
@@ -384,7 +452,7 @@ class _TablePurge:
         entries = []
         for result in self.new_entries:
             entry = ObjectIndex(result["after"], self.dataset.name, result["after_etag"], result["after_version"], now)
-            entry.lines_by_user = {user: list(rows) for user, rows in result["rows_by_user"].items()}
+            entry.lines_by_user = result["rows_by_user"]  # lists already (a copy cost 3 s for a million rows)
             entry.records = result["rows_after"]
             entries.append(entry)
         if entries:
@@ -396,7 +464,7 @@ class _TablePurge:
 
     # verification
 
-    def _second_reader(self, table: DeltaLog, state: TableState, trusted: set[str]) -> None:
+    def _second_reader(self, table: LakeTable, state: TableState, trusted: set[str]) -> None:
         """DuckDB's delta extension reads the current version with its own log replay. What changed is read: the
         files replaced are gone from it, the files written hold the rows the rewrite kept, and none of the users'
         ids is in them (nor in any file not vouched for). With verify = "full" (and for `verify`), every file: the
@@ -405,7 +473,8 @@ class _TablePurge:
         replaced = {normal_path(f["before"]): f for f in self.outcome.files_replaced}
         written = {normal_path(f["after"]): f for f in self.outcome.files_replaced if f.get("after")}
         reading = set(state.files) if full else (set(state.files) - trusted) | self.written
-        found = second_reader(self.dataset, None if full else set(replaced) | set(written) | reading)
+        pointer = table.pointer(refresh=False) if isinstance(table, IcebergTable) else None
+        found = second_reader(self.dataset, None if full else set(replaced) | set(written) | reading, pointer)
         self.outcome.second_reader = {
             "files_counted": len(found.counts),
             "rows_counted": sum(found.counts.values()),
@@ -418,11 +487,16 @@ class _TablePurge:
             )
         if full and set(found.counts) != {normal_path(p) for p in state.files}:
             self.outcome.remaining.append(
-                {"object": table.uri, "reason": "the second reader sees other live files than the table's log"}
+                {
+                    "object": self.dataset.location,
+                    "reason": "the second reader sees other live files than the table's log",
+                }
             )
         expected = {path: f["rows_after"] for path, f in written.items()}
-        if full:
-            expected |= {normal_path(p): f.records for p, f in state.files.items() if f.records is not None}
+        if full:  # a file with deleted rows (a deletion vector, position or equality deletes) shows fewer
+            expected |= {
+                normal_path(p): f.records for p, f in state.files.items() if f.records is not None and not f.deletes
+            }
         live = _normal_set(state)
         differing = sorted(p for p, n in expected.items() if found.counts.get(p) != n and p in live)
         if differing:
@@ -430,7 +504,17 @@ class _TablePurge:
                 {"object": differing[0], "reason": f"{len(differing)} file(s) read with other row counts than stated"}
             )
         if contained(self.users, found.ids):
-            self.outcome.remaining.append({"object": table.uri, "reason": "the second reader finds the users"})
+            self.outcome.remaining.append(
+                {"object": self.dataset.location, "reason": "the second reader finds the users"}
+            )
+
+
+def _planned_deletes(table: IcebergTable, version: int) -> frozenset[str]:
+    """The delete files of the version a plan was made at (none when it cannot be read: all are read then)."""
+    try:
+        return frozenset(e.path for e in table.snapshot(version).deletes.values()) if version >= 0 else frozenset()
+    except TableError:
+        return frozenset()
 
 
 def _replaced(result: dict[str, Any]) -> dict[str, Any]:
@@ -442,13 +526,18 @@ def _normal_set(state: TableState) -> set[str]:
     return {normal_path(p) for p in state.files}
 
 
-def verify_table(settings: Settings, dataset: DatasetConfig, key: bytes, hashes: tuple[str, ...]) -> TableOutcome:
+def verify_table(
+    settings: Settings, dataset: DatasetConfig, key: bytes, hashes: tuple[str, ...], bound_hashes: tuple[str, ...] = ()
+) -> TableOutcome:
     """Is any of the users anywhere in the table? Trusting nothing: the second reader reads every id of the current
     version (commits the index has not seen included), and every version of every object under the location is
-    read (data, change data, log, checkpoints)."""
-    plan = TablePlan(dataset.name, dataset.format, dataset.location, -1)
+    read (data, change data, log, checkpoints; Iceberg's manifests for the ids and, bound_hashes, the forms their
+    bounds truncate them to)."""
+    plan = TablePlan(dataset.name, dataset.format, dataset.location, -1, bound_hashes=bound_hashes)
     check = _TablePurge(None, settings, plan, key, hashes, "")
-    table = DeltaLog(check.s3, dataset)
+    table = open_table(check.s3, dataset)
+    if isinstance(table, IcebergTable):
+        check.iceberg = check._iceberg(table)
     state = table.state()
     check.outcome.version_read = state.version
     check._second_reader(table, state, set())

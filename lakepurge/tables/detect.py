@@ -3,8 +3,8 @@
 Their data files are referenced by a transaction log or by metadata (with file names, sizes, row counts and
 statistics): rewriting one in place corrupts the table, and the log's older snapshots would still reach the erased
 rows anyway. A plain dataset (jsonl, csv, parquet) holding such a table is refused, never purged file by file. A
-Delta table is erased through its own log when configured as one (``format = "delta"``: lakepurge.tables); the
-others are refused with the table format's own way to delete.
+Delta table is erased through its own log when configured as one (``format = "delta"``: lakepurge.tables), an
+Iceberg table through its catalog (``format = "iceberg"``); Hudi is refused with its own way to delete.
 
 Detection costs at most three small LIST calls (MaxKeys=1) per dataset; the indexer caches it per dataset for
 the life of the process (a warm Lambda container lists once).
@@ -48,10 +48,15 @@ class TableFormatError(ConfigError):
         self.dataset = dataset.name
         self.table_format = table_format
         if table_format is None:  # configured as a table, and there is none
+            configured: TableFormat = "iceberg" if dataset.format == "iceberg" else "delta"
+            folder = "metadata/" if configured == "iceberg" else "_delta_log/"
             message = (
-                f"dataset '{dataset.name}' is configured as a {_NAMES['delta']} table"
-                f' (format = "{dataset.format}") but {dataset.location} holds none (no _delta_log/ there):'
+                f"dataset '{dataset.name}' is configured as a {_NAMES[configured]} table"
+                f' (format = "{dataset.format}") but {dataset.location} holds none (no {folder} there):'
                 " set location to the table's root"
+                if configured == "delta"
+                else f"dataset '{dataset.name}' is configured as an Apache Iceberg table (format = \"iceberg\") but"
+                f" {dataset.location}, its location as its catalog states it, holds no metadata/ folder"
             )
         elif table_format == "delta":
             message = (
@@ -59,12 +64,19 @@ class TableFormatError(ConfigError):
                 f' format = "{dataset.format}": rewriting the table\'s files in place would corrupt it. Set'
                 " format = \"delta\" (location = the table's root) and lakepurge erases through the table's own log"
             )
+        elif table_format == "iceberg":
+            message = (
+                f"dataset '{dataset.name}' ({dataset.location}) holds an Apache Iceberg table but is configured as"
+                f' format = "{dataset.format}": rewriting the table\'s files in place would corrupt it. Set'
+                ' format = "iceberg" with table = "namespace.table" and catalog = "NAME" (a [catalogs.NAME] table),'
+                " and lakepurge erases through the table's catalog"
+            )
         else:
             message = (
                 f"dataset '{dataset.name}' ({dataset.location}) holds a {_NAMES[table_format]} table: lakepurge"
                 f" refuses it, because rewriting the table's files in place corrupts it. Erase through the table"
                 f" format instead: {_HOW[table_format]}; and remove the dataset from the configuration (lakepurge"
-                ' erases Delta Lake tables itself: format = "delta")'
+                ' erases Delta Lake and Iceberg tables itself: format = "delta" or "iceberg")'
             )
         super().__init__(message)
 

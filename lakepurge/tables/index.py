@@ -6,9 +6,9 @@
   noncurrent S3 versions (user -> file, version id; "null" in an unversioned bucket): files a commit removed that
   are still on storage (no VACUUM yet), rows hidden by a deletion vector (the live file itself), change data
   (``_change_data/``), files no commit added (a failed writer's), and noncurrent S3 versions of any of them.
-- The **version indexed** is one more indexed object, the table's log folder (``<root>_delta_log/``), whose ETag
-  is ``table-version:N`` and last-modified time the commit's: the index ignores an older version written after a
-  newer one, as it does for objects.
+- The **version indexed** is one more indexed object, the table's log or metadata folder (``<root>_delta_log/``,
+  Iceberg's ``<root>metadata/``), whose ETag is ``table-version:N`` and last-modified time the commit's: the index
+  ignores an older version written after a newer one, as it does for objects.
 
 New commits are followed from the version indexed on (``follow_table``): only the files those commits added or
 removed are read. A data file that no commit added is never indexed as live.
@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lakepurge.core.config import DatasetConfig, Settings
 from lakepurge.core.logs import get_logger
@@ -29,6 +29,7 @@ from lakepurge.core.s3uri import S3Uri
 from lakepurge.index.base import IndexStore, NoncurrentVersion, ObjectIndex, UnindexableLine
 from lakepurge.tables.base import LakeTable, TableChanges, TableError, TableFile, TableState
 from lakepurge.tables.delta import LOG, DeltaLog
+from lakepurge.tables.iceberg import METADATA, IcebergTable
 from lakepurge.tables.scan import data_file_users
 
 if TYPE_CHECKING:
@@ -43,12 +44,19 @@ NO_VERSION_ID = "null"  # S3's name for the only version of an object in an unve
 def open_table(s3: S3Client, dataset: DatasetConfig) -> LakeTable:
     if dataset.format == "delta":
         return DeltaLog(s3, dataset)
+    if dataset.format == "iceberg":
+        return IcebergTable(s3, dataset)
     raise TableError(f"dataset '{dataset.name}': format {dataset.format} is not a table format")
+
+
+def metadata_folder(dataset: DatasetConfig) -> str:
+    """The folder under a table's root that holds its log (Delta) or metadata (Iceberg)."""
+    return METADATA if dataset.format == "iceberg" else LOG
 
 
 def marker_path(dataset: DatasetConfig) -> str:
     """The index entry that records which version of the table is indexed."""
-    return f"s3://{dataset.uri.bucket}/{dataset.uri.key}{LOG}"
+    return f"s3://{dataset.uri.bucket}/{dataset.uri.key}{metadata_folder(dataset)}"
 
 
 def indexed_version(store: IndexStore, dataset: DatasetConfig) -> int | None:
@@ -66,7 +74,7 @@ def record_version(store: IndexStore, dataset: DatasetConfig, state: TableState,
 
 
 def is_marker(s3path: str) -> bool:
-    return s3path.endswith("/" + LOG)
+    return s3path.endswith(("/" + LOG, "/" + METADATA))
 
 
 @dataclass
@@ -202,7 +210,7 @@ def follow_table(
         raise NotIndexed(f"dataset '{dataset.name}': the table was never indexed (run: lakepurge index backfill)")
     latest = table.latest_version()
     if latest is None:
-        raise TableError(f"dataset '{dataset.name}': no Delta table at {dataset.location} any more")
+        raise TableError(f"dataset '{dataset.name}': no {dataset.format} table at {dataset.location} any more")
     followed = Followed(dataset.name, since, max(latest, since))
     if latest <= since:
         return followed
@@ -227,7 +235,7 @@ def follow_table(
 def _compared(store: IndexStore, table: LakeTable, since: int, state: TableState) -> TableChanges:
     """The changes between the version indexed and a state, when the commits in between are gone (cleaned up):
     the live files the index holds against the state's."""
-    root = marker_path(table.dataset).removesuffix(LOG)
+    root = f"s3://{table.dataset.uri.bucket}/{table.dataset.uri.key}"
     indexed = {path for path in store.indexed_objects() if path.startswith(root) and not is_marker(path)}
     added = {path: file for path, file in state.files.items() if path not in indexed}
     return TableChanges(since, state.version, added, indexed - set(state.files), set(), set())
@@ -285,11 +293,19 @@ class TableStatus:
     version_indexed: int | None
     newest_version: int | None
     problem: str = ""  # why the index could not follow it ("" when it did, or was not asked to)
+    warning: str = ""  # what the table does that lakepurge advises against (Iceberg: id columns' bounds written)
 
     def line(self) -> str:
         indexed = "never indexed" if self.version_indexed is None else f"version {self.version_indexed} indexed"
         newest = "" if self.newest_version is None else f", newest {self.newest_version}"
-        return f"table {self.dataset}: {indexed}{newest}" + (f" ({self.problem})" if self.problem else "")
+        line = f"table {self.dataset}: {indexed}{newest}" + (f" ({self.problem})" if self.problem else "")
+        return line + (f"\n  WARNING: {self.warning}" if self.warning else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        document = asdict(self)
+        if not self.warning:
+            del document["warning"]
+        return document
 
 
 def tables_status(
@@ -299,12 +315,15 @@ def tables_status(
     (what `lookup` does, so the rows it names are those of the table's current version)."""
     found = []
     for dataset in (d for d in settings.datasets if d.is_table):
-        problem = ""
+        problem = warning = ""
         try:
             if follow:
                 follow_table(s3, store, settings, dataset, max_commits)
-            newest = open_table(s3, dataset).latest_version()
+            table = open_table(s3, dataset)
+            newest = table.latest_version()
+            if isinstance(table, IcebergTable) and newest is not None:
+                warning = table.id_metrics_warning()
         except TableError as exc:
             problem, newest = str(exc), None
-        found.append(TableStatus(dataset.name, indexed_version(store, dataset), newest, problem))
+        found.append(TableStatus(dataset.name, indexed_version(store, dataset), newest, problem, warning))
     return found

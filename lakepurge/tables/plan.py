@@ -1,6 +1,7 @@
 """What an erasure will do to a table, as the report states it before anyone approves: the live files rewritten
-(and their rows), the files of the table's history deleted with every S3 version, the log entries removed, and
-which versions of the table stay readable for time travel.
+(and their rows), the files of the table's history deleted with every S3 version, the log entries (Delta) or metadata
+objects (Iceberg: manifests, manifest lists, metadata files) naming the users removed, and which versions (Delta) or
+snapshots (Iceberg) of the table stay readable for time travel.
 
 The plan is made at the table's newest version: the index first follows the commits it has not seen (bounded by
 MAX_CATCHUP_COMMITS); a table it cannot follow is planned as not certifiable, with the reason and what to run.
@@ -19,8 +20,9 @@ from lakepurge.core.s3io import object_versions
 from lakepurge.core.s3uri import S3Uri
 from lakepurge.index.base import IndexStore
 from lakepurge.tables.base import TableError
-from lakepurge.tables.delta import LOG, READ_THREADS, DeltaLog
-from lakepurge.tables.index import follow_table, open_table
+from lakepurge.tables.delta import READ_THREADS, DeltaLog
+from lakepurge.tables.iceberg import IcebergTable, bound_forms
+from lakepurge.tables.index import follow_table, metadata_folder, open_table
 from lakepurge.tables.scan import contained, object_names, strings
 
 if TYPE_CHECKING:
@@ -66,6 +68,13 @@ class TablePlan:
     # The log objects read and found naming none of the users, (path, version id, ETag): the erasure need not read
     # them again (a version of an object never changes; an ETag tells a "null" version overwritten since).
     log_clean: tuple[tuple[str, str, str], ...] = ()
+    # Iceberg: the live delete files holding the users (an equality delete naming them, a position delete carrying
+    # their rows), rewritten without them or dropped in the erasure's commit; the snapshots time travel keeps
+    # (versions_cut then holds the snapshots expired); the keyed hashes of the users' ids as a manifest's 16-character
+    # column bounds truncate them (lakepurge.tables.iceberg.bound_forms).
+    delete_files: tuple[PlannedObject, ...] = ()
+    snapshots_kept: tuple[int, ...] = ()
+    bound_hashes: tuple[str, ...] = ()
 
     @property
     def rows(self) -> int:
@@ -73,12 +82,14 @@ class TablePlan:
 
     @property
     def empty(self) -> bool:
-        return not self.files and not self.history and not self.log_entries
+        return not self.files and not self.history and not self.log_entries and not self.delete_files
 
     def time_travel(self) -> str:
         """What happens to the table's history, in words (the report, the approval page, the plan)."""
         if self.empty:
             return "nothing of the users is in the table or its history: no commit, checkpoint or deletion"
+        if self.format == "iceberg":
+            return self._snapshots_in_words()
         if self.files:
             change, readable = f"one commit (version {self.version + 1}) replaces {len(self.files)} file(s)", 1
         else:
@@ -91,6 +102,23 @@ class TablePlan:
             f" history and {len(self.log_entries)} log entr(y/ies) naming the users are deleted with every S3"
             f" version. Time travel: version {self.version + readable} on stays readable; of versions 0-{before},"
             f" {kept or 'none'} stay readable, {cut or 'none'} are cut"
+        )
+
+    def _snapshots_in_words(self) -> str:
+        rewrites = self.files or self.delete_files or any("/metadata/" in e.s3path for e in self.log_entries)
+        change = (
+            f"one commit (version {self.version + 1}) adds a snapshot that replaces {len(self.files)} data file(s)"
+            f" and {len(self.delete_files)} delete file(s), its rewritten manifests without the id columns' bounds,"
+            " and expires the snapshots below"
+            if rewrites
+            else "one commit expires the snapshots below"
+        )
+        kept = _listed(self.snapshots_kept) if self.snapshots_kept else "no older snapshot"
+        return (
+            f"{change}; {len(self.history)} file(s) of the table's history and {len(self.log_entries)} metadata"
+            " object(s) naming the users, and every file only the expired snapshots reached, are deleted with every"
+            f" S3 version. Time travel: {'the new snapshot and ' if rewrites else ''}{kept} stay readable;"
+            f" {_listed(self.versions_cut) if self.versions_cut else 'no snapshot'} expired"
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -106,6 +134,9 @@ class TablePlan:
                 "log_entries": tuple(_object(e) for e in document.get("log_entries", ())),
                 "versions_cut": tuple(document.get("versions_cut", ())),
                 "log_clean": tuple(tuple(c) for c in document.get("log_clean", ())),
+                "delete_files": tuple(_object(d) for d in document.get("delete_files", ())),
+                "snapshots_kept": tuple(document.get("snapshots_kept", ())),
+                "bound_hashes": tuple(document.get("bound_hashes", ())),
             }
         )
 
@@ -125,6 +156,14 @@ def _object(document: Mapping[str, Any]) -> PlannedObject:
     return PlannedObject(document["s3path"], tuple(document["version_ids"]))
 
 
+def _listed(snapshots: Iterable[int]) -> str:
+    ids = sorted(snapshots)
+    if not ids:
+        return "no snapshot"
+    shown = ", ".join(str(i) for i in ids[:10]) + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
+    return f"{len(ids)} snapshot(s) ({shown})"
+
+
 def _ranges(versions: Iterable[int]) -> str:
     spans: list[list[int]] = []
     for v in sorted(set(versions)):
@@ -139,6 +178,7 @@ def _ranges(versions: Iterable[int]) -> str:
 class _Found:
     files: dict[str, PlannedFile] = field(default_factory=dict)
     history: dict[str, set[str]] = field(default_factory=dict)
+    deletes: dict[str, set[str]] = field(default_factory=dict)
 
 
 def plan_table(
@@ -153,6 +193,15 @@ def plan_table(
     lookup); hashed: the same users as HashedUsers (the log is read for their keyed hashes)."""
     root = f"s3://{dataset.uri.bucket}/{dataset.uri.key}"
     table = open_table(s3, dataset)
+    bound: tuple[str, ...] = ()
+    if isinstance(table, IcebergTable):  # manifests' bounds truncate ids over 16 characters: those forms too
+        hashes_of = getattr(hashed, "hashes_of", None)
+        forms = [form for user in users for form in bound_forms(user)]
+        if hashes_of is not None:
+            bound = tuple(hashes_of(forms))
+            hashed = hashed.including(bound)  # type: ignore[attr-defined]
+        else:
+            hashed = {*users, *forms}
     try:
         followed = follow_table(s3, store, settings, dataset, max_commits=MAX_CATCHUP_COMMITS, table=table)
     except TableError as exc:
@@ -166,8 +215,13 @@ def plan_table(
     for path, hit in found_hits.items():
         if path in state.files:
             found.files[path] = PlannedFile(path, hit.etag, hit.lines, records.get(path, 0))
+    live_deletes = (
+        {e.path for e in table.snapshot(state.version).deletes.values()} if isinstance(table, IcebergTable) else set()
+    )
     for path in found_history:
-        if path in state.files:  # a live file whose deletion vector hides the users' rows
+        if path in live_deletes:  # an Iceberg delete file the current snapshot reads
+            found.deletes[path] = _versions_of(s3, path)
+        elif path in state.files:  # a live file whose deletion vector hides the users' rows
             file = found.files.get(path)
             entry = store.get_object(path)
             found.files[path] = PlannedFile(
@@ -176,13 +230,16 @@ def plan_table(
         else:
             found.history[path] = _versions_of(s3, path)
     logs, clean = _log_entries(s3, settings, table, hashed)
-    cut = (
-        _versions_cut(table, set(found.files) | set(found.history), logs, state.version)
-        if isinstance(table, DeltaLog)
-        else ()
-    )
-    if not found.files:  # no commit: the checkpoint is written at the current version, which stays readable
-        cut = [v for v in cut if v != state.version]
+    kept: list[int] = []
+    cut: list[int] = []
+    problem = ""
+    if isinstance(table, IcebergTable):
+        erased = set(found.files) | set(found.history) | set(found.deletes)
+        cut, kept, problem = table.snapshots_cut(erased, set(logs))
+    elif isinstance(table, DeltaLog):
+        cut = _versions_cut(table, set(found.files) | set(found.history), logs, state.version)
+        if not found.files:  # no commit: the checkpoint is written at the current version, which stays readable
+            cut = [v for v in cut if v != state.version]
     return TablePlan(
         dataset=dataset.name,
         format=dataset.format,
@@ -193,6 +250,10 @@ def plan_table(
         log_entries=tuple(PlannedObject(p, tuple(sorted(v))) for p, v in sorted(logs.items())),
         versions_cut=tuple(cut),
         log_clean=tuple(sorted(clean)),
+        not_certifiable=problem,
+        delete_files=tuple(PlannedObject(p, tuple(sorted(v))) for p, v in sorted(found.deletes.items()) if v),
+        snapshots_kept=tuple(kept),
+        bound_hashes=bound,
     )
 
 
@@ -204,11 +265,12 @@ def _versions_of(s3: S3Client, s3path: str) -> set[str]:
 def _log_entries(
     s3: S3Client, settings: Settings, table: Any, hashed: Container[str]
 ) -> tuple[dict[str, set[str]], list[tuple[str, str, str]]]:
-    """Every version of every object of the table's log that names one of the users (path -> version ids), and
-    those that name none (path, version id, ETag). The current commits are read through the table's cache of
-    parsed commits, which the replay of the versions cut reads next."""
+    """Every version of every object of the table's log (Iceberg: its metadata folder) that names one of the users
+    (path -> version ids), and those that name none (path, version id, ETag). Delta's current commits are read
+    through the table's cache of parsed commits, which the replay of the versions cut reads next."""
     uri = table.dataset.uri
-    commits = {key: version for version, key in table.listing().commits.items()}
+    delta = isinstance(table, DeltaLog)
+    commits = {key: version for version, key in table.listing().commits.items()} if delta else {}
 
     def names(version: dict[str, Any]) -> tuple[str, str, str, bool]:
         key, version_id = version["Key"], version["VersionId"] or "null"
@@ -224,7 +286,8 @@ def _log_entries(
     naming: dict[str, set[str]] = {}
     clean = []
     with ThreadPoolExecutor(READ_THREADS) as pool:  # small objects: the round trips are the cost
-        for path, version_id, etag, found in pool.map(names, list(object_versions(s3, uri.bucket, uri.key + LOG))):
+        versions = list(object_versions(s3, uri.bucket, uri.key + metadata_folder(table.dataset)))
+        for path, version_id, etag, found in pool.map(names, versions):
             if found:
                 naming.setdefault(path, set()).add(version_id)
             else:

@@ -7,6 +7,9 @@ up, never searched for as a substring, so another person's id that contains a re
   and number in it; strings that are JSON themselves (``add.stats``: min/max values) are read as JSON too, and SQL
   string literals in them (``commitInfo.operationParameters.predicate``: ``user_id = 'alice'``) are taken out.
 - Parquet that is not a data file (a checkpoint): every string and number of every column, read the same way.
+- Avro (Iceberg's manifests and manifest lists): every value, bytes (a column's lower and upper bounds) read as
+  UTF-8 text and, 4 or 8 bytes long, as a little-endian integer; Iceberg's metadata files as JSON (gzip'd too).
+- An Iceberg position delete file is read through its ``row`` column (the deleted rows, when it carries them).
 - Deletion-vector files hold row positions only; any other object is read as text, each run of characters between
   quotes, blanks and separators taken as a candidate.
 """
@@ -14,6 +17,7 @@ up, never searched for as a substring, so another person's id that contains a re
 from __future__ import annotations
 
 import contextlib
+import gzip
 import io
 import re
 from collections.abc import Callable, Container, Iterable, Iterator, Sequence
@@ -95,7 +99,20 @@ def data_file_users(body_or_stream: Any, key: str, id_fields: Sequence[str], max
     if grouped is not None:
         return grouped
     stream.seek(0)
+    id_fields = _deleted_rows_fields(stream, id_fields)
+    stream.seek(0)
     return group_records(stream, key, "parquet", id_fields, max_bytes).lines_by_user
+
+
+def _deleted_rows_fields(stream: Any, id_fields: Sequence[str]) -> Sequence[str]:
+    """The id fields inside an Iceberg position delete file's ``row`` struct (the deleted rows it carries), when the
+    file has no id column of its own; else the id fields as they are."""
+    import pyarrow.parquet as pq
+
+    names = pq.ParquetFile(stream).schema_arrow.names
+    if "row" in names and not {f.split(".")[0] for f in id_fields} <= set(names):
+        return tuple(f"row.{f}" for f in id_fields)
+    return id_fields
 
 
 def _grouped_by_arrow(stream: Any, id_fields: Sequence[str]) -> dict[str, list[int]] | None:
@@ -126,6 +143,30 @@ def _grouped_by_arrow(stream: Any, id_fields: Sequence[str]) -> dict[str, list[i
     return found
 
 
+def avro_names(body: bytes, users: Container[str]) -> bool:
+    """An Avro file (an Iceberg manifest or manifest list) naming one of the users in any of its values."""
+    from lakepurge.tables.avro import read_container
+
+    _, records = read_container(body)
+    return contained(users, strings(_decoded(records)))
+
+
+def _decoded(value: Any) -> Any:
+    """Avro values with bytes as the text and integers they may hold (a bound of a string or an integer column)."""
+    if isinstance(value, bytes):
+        forms: list[Any] = []
+        with contextlib.suppress(UnicodeDecodeError):
+            forms.append(value.decode("utf-8"))
+        if len(value) in (4, 8):
+            forms.append(int.from_bytes(value, "little", signed=True))
+        return forms
+    if isinstance(value, dict):
+        return {k: _decoded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decoded(v) for v in value]
+    return value
+
+
 def text_names(body: bytes, users: Container[str]) -> bool:
     tokens = (token.decode("utf-8", "replace") for token in _TOKEN.findall(body))
     return contained(users, tokens)
@@ -142,6 +183,8 @@ def object_names(
         return parquet_values_name(body, users)
     if name.startswith("deletion_vector_") and name.endswith(".bin"):
         return False  # row positions only
-    if name.endswith((".json", ".crc")) or name == "_last_checkpoint":
-        return json_names(body, users)
+    if name.endswith(".avro"):
+        return avro_names(body, users)
+    if name.endswith((".json", ".crc", ".metadata.json.gz")) or name == "_last_checkpoint":
+        return json_names(gzip.decompress(body) if body[:2] == b"\x1f\x8b" else body, users)
     return text_names(body, users)

@@ -16,8 +16,9 @@ import boto3
 from lakepurge.core import aws
 
 MISSING_LIBRARY = (
-    "erasing from a Delta table needs deltalake and DuckDB's delta extension (pip install 'lakepurge[tables]');"
-    " the packaged Spark environment has them, the Lambda layer does not: a report naming a table is purged on Spark"
+    "erasing from a Delta or Iceberg table needs deltalake or pyiceberg and DuckDB's delta or iceberg extension"
+    " (pip install 'lakepurge[tables]'); the packaged Spark environment has them, the Lambda layer does not: a report"
+    " naming a table is purged on Spark"
 )
 
 
@@ -81,6 +82,12 @@ def _quoted(value: str) -> str:
 def duckdb_with_delta() -> Any:
     """A DuckDB connection with the httpfs and delta extensions loaded from their PyPI wheels (no download at run
     time) and the resolved S3 access as its secret."""
+    return duckdb_with("delta")
+
+
+def duckdb_with(table_format: str) -> Any:
+    """A DuckDB connection with httpfs and a table format's extension (delta; iceberg, which reads manifests with
+    the avro extension) loaded from their PyPI wheels, and the resolved S3 access as its secret."""
     import glob
     import importlib
     import os
@@ -90,7 +97,7 @@ def duckdb_with_delta() -> Any:
     except ImportError as exc:
         raise ImportError(MISSING_LIBRARY) from exc
     connection = duckdb.connect()
-    for name in ("httpfs", "delta"):
+    for name in ("httpfs", *(("avro",) if table_format == "iceberg" else ()), table_format):
         try:
             module = importlib.import_module(f"duckdb_extension_{name}")
         except ImportError as exc:

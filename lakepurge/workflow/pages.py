@@ -28,7 +28,7 @@ def _plan_lines(summary: dict[str, Any], kind: str = "erasure") -> list[str]:
         lines.append(
             f"  {table['format']} table {name} (version {table['version']}): {table['rows']} row(s) in"
             f" {table['files']} file(s); its history: {table['history_files']} file(s), {table['log_entries']}"
-            " log entr(y/ies)"
+            + (" metadata object(s) naming the users" if table["format"] == "iceberg" else " log entr(y/ies)")
         )
         if not access:  # what the erasure does to the table's history, before anyone approves
             lines.append(f"    {table['time_travel']}")

@@ -119,7 +119,7 @@ def test_given_a_clutter_key_when_indexing_it_then_one_skipped_line_and_exit_0(b
 
 TABLES = {
     "delta": ("events/_delta_log/00000000000000000000.json", "Delta Lake", 'format = "delta"'),
-    "iceberg": ("events/metadata/00000-5d1f.metadata.json", "Iceberg", "expire_snapshots"),
+    "iceberg": ("events/metadata/00000-5d1f.metadata.json", "Iceberg", 'format = "iceberg"'),
     "hudi": ("events/.hoodie/hoodie.properties", "Hudi", "cleaner"),
 }
 

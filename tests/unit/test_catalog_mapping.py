@@ -58,6 +58,7 @@ HEADER = {"skip.header.line.count": "1"}
         ({**table("x"), "Parameters": {"spark.sql.sources.provider": "delta"}}, "delta"),
         ({**table(None), "Parameters": {"table_type": "DELTA"}}, "delta"),
         ({**table(None), "Parameters": {"classification": "delta"}}, "delta"),
+        ({**table("x"), "Parameters": {"table_type": "ICEBERG"}}, "iceberg"),
     ],
 )
 def test_given_a_supported_serde_when_mapped_then_the_format_is_lakepurges(glue, expected):
@@ -77,7 +78,6 @@ def test_given_a_supported_serde_when_mapped_then_the_format_is_lakepurges(glue,
             "stored as SequenceFileInputFormat, not text",
         ),
         (table(None), "no SerDe"),
-        ({**table("x"), "Parameters": {"table_type": "ICEBERG"}}, "an Iceberg table"),
         (table("x", "org.apache.hudi.hadoop.HoodieParquetInputFormat"), "a Hudi table"),
     ],
 )

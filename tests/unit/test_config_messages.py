@@ -63,7 +63,7 @@ def test_given_an_unrelated_key_when_loading_then_the_known_keys_are_listed():
         (
             'id_fields = ["user_id"]',
             'id_fields = ["user_id"]\nformat = "xml"',
-            "must be 'jsonl', 'csv', 'parquet' or 'delta'",
+            "must be 'jsonl', 'csv', 'parquet', 'delta' or 'iceberg'",
         ),
         ("[reports]", "[purge]\nmax_dataset_fraction = 2\n[reports]", "purge.max_dataset_fraction: must be at most 1"),
         (

@@ -92,12 +92,12 @@ def test_given_keys_when_asking_their_table_format_then_logs_and_metadata_are_re
 
 
 def test_given_a_table_format_error_when_shown_then_it_names_dataset_format_and_the_supported_way():
-    message = str(TableFormatError(dataset(), "iceberg"))
-    assert "'events'" in message and "Iceberg" in message
-    assert "expire_snapshots" in message and "remove_orphan_files" in message
+    message = str(TableFormatError(dataset(), "hudi"))
+    assert "'events'" in message and "Hudi" in message and "cleaner" in message
     assert "\n" not in message
     assert 'format = "delta"' in str(TableFormatError(dataset(), "delta"))  # lakepurge erases Delta tables itself
-    assert "cleaner" in str(TableFormatError(dataset(), "hudi"))
+    iceberg = str(TableFormatError(dataset(), "iceberg"))  # and Iceberg tables, through their catalog
+    assert 'format = "iceberg"' in iceberg and 'catalog = "NAME"' in iceberg
 
 
 def test_given_parquet_without_erase_when_loaded_then_it_drops_and_line_formats_blank():
