@@ -70,7 +70,7 @@ def _catalog_settings(args: argparse.Namespace, required: bool) -> Settings | No
 @contextmanager
 def _catalog(args: argparse.Namespace) -> Iterator[tuple[TableSource, str]]:
     """The catalog the arguments name and its database; its faults as one line that says what to check."""
-    from lakepurge.core.hive_metastore import HiveMetastore, MetastoreError
+    from lakepurge.core.hive_metastore import BadUri, HiveMetastore, MetastoreError
     from lakepurge.indexing.catalog import CatalogError, GlueTables, HiveTables
 
     try:
@@ -84,6 +84,8 @@ def _catalog(args: argparse.Namespace) -> Iterator[tuple[TableSource, str]]:
     except CatalogError as exc:
         check = "--glue-database, AWS_REGION and the account" if args.hive_metastore is None else "--database"
         raise CliError("no_such_database", f"{exc}: check {check}") from None
+    except BadUri as exc:
+        raise CliError("bad_uri", f"--hive-metastore {exc}") from None
     except MetastoreError as exc:
         raise CliError("metastore_unreachable", f"{exc}: check --hive-metastore and that the metastore runs") from None
 

@@ -27,6 +27,10 @@ class NoSuchDatabase(MetastoreError):
     pass
 
 
+class BadUri(MetastoreError):
+    pass
+
+
 def parse_uris(uris: str) -> list[tuple[str, int]]:
     """(host, port) of each URI of a ``hive.metastore.uris`` value: comma-separated ``thrift://host[:port]``."""
     found = []
@@ -37,7 +41,7 @@ def parse_uris(uris: str) -> list[tuple[str, int]]:
         except ValueError:
             port = 0
         if parts.scheme != "thrift" or not parts.hostname or not port or parts.path not in ("", "/"):
-            raise MetastoreError(f"{uri or '(empty)'} is not a metastore URI: write thrift://host:9083")
+            raise BadUri(f"{uri or '(empty)'} is not a metastore URI: write thrift://host:9083")
         found.append((parts.hostname, port))
     return found
 

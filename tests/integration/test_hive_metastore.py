@@ -384,6 +384,7 @@ def test_given_table_formats_views_and_wrong_arguments_when_importing_then_each_
         "no_such_database": ["--hive-metastore", metastore.uri, "--database", "nodb"],
         "usage": ["--hive-metastore", metastore.uri],
         "metastore_unreachable": ["--hive-metastore", "thrift://127.0.0.1:9", "--database", DATABASE],
+        "bad_uri": ["--hive-metastore", f"127.0.0.1:{metastore.port}", "--database", DATABASE],
     }
     for expected, arguments in refusals.items():
         code = main(["datasets", "import", *arguments, "--json"])
