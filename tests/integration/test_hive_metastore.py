@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import gzip
 import io
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -44,7 +43,7 @@ from tests.support.hive_metastore import (
     external_table,
     storage,
 )
-from tests.support.lakes import REPORTS, index_toml
+from tests.support.lakes import REPORTS, index_toml, partitioned_by_dt
 from tests.support.purging import index_keys, purge_report, report_for
 
 pytestmark = pytest.mark.integration
@@ -86,26 +85,6 @@ def json_table(
     return external_table(DATABASE, name, storage(location, HIVE_JSON_SERDE, cols), keys, parameters)
 
 
-def moved_under_partitions(lake: SampleLake) -> tuple[set[tuple[str, str, int]], list[str]]:
-    """The events objects moved under dt=... partitions (the reviews are already); the ground truth of the
-    reviews, orders, profiles and events objects; the partition values."""
-    moved: dict[str, str] = {}
-    kept = []
-    for number, obj in enumerate(
-        o for o in lake.objects if o.key.startswith(("reviews/", "orders/", "profiles/", "events/"))
-    ):
-        if obj.key.startswith("events/"):
-            new_key = f"events/dt=2026-0{number % 2 + 1}/{obj.key.removeprefix('events/')}"
-            moved[f"s3://lake/{obj.key}"] = f"s3://lake/{new_key}"
-            obj.key = new_key
-        kept.append(obj)
-    lake.objects = kept
-    prefixes = tuple(f"s3://lake/{name}/" for name in ("reviews", "orders", "profiles", "events"))
-    truth = {(user, moved.get(path, path), line) for user, path, line in lake.truth if path.startswith(prefixes)}
-    lake.truth = truth
-    return truth, sorted({m.group(1) for o in kept if (m := re.search(r"/dt=([^/]+)/", o.key))})
-
-
 def a_partitioned_lake(metastore: LocalMetastore) -> tuple[SampleLake, set[tuple[str, str, int]]]:
     """The sample lake on moto, and its tables in the metastore as Hive's DDL would leave them: JSON Lines (Hive's
     JSON SerDe, an s3a:// location without its '/'), nested JSON with the id fields named by the table parameter,
@@ -114,7 +93,7 @@ def a_partitioned_lake(metastore: LocalMetastore) -> tuple[SampleLake, set[tuple
     for bucket in ("lake", "lake-reports"):
         s3.create_bucket(Bucket=bucket)
     lake = generate_lake(bucket="lake", objects=40, users=15, records_per_object=12)
-    truth, partitions = moved_under_partitions(lake)
+    truth, partitions = partitioned_by_dt(lake, ("reviews", "orders", "profiles", "events"))
     lake.upload(s3)
     with metastore.client() as client:
         client.create_table(json_table("reviews", "s3a://lake/reviews", REVIEWS))
