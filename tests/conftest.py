@@ -71,6 +71,17 @@ def spark() -> Iterator[object]:
     session.stop()
 
 
+@pytest.fixture(scope="session")
+def hive_metastore_server() -> Iterator[object]:
+    """A real Hive metastore (tests/support/hive_metastore.py), started once and only where a test asks for it:
+    every such test is in tests/integration/test_hive_metastore.py, which --dist loadfile keeps on one worker."""
+    from tests.support.hive_metastore import start_metastore
+
+    server = start_metastore(["lake", "lake-v2", "archive"])
+    yield server
+    server.stop()
+
+
 @pytest.fixture(params=["postgres", "dynamodb"])
 def index_backend(request: pytest.FixtureRequest, aws: object) -> str:
     """The [index] body for each backend (PostgreSQL cluster or DynamoDB on the moto server)."""

@@ -1,11 +1,12 @@
-"""Datasets from the AWS Glue Data Catalog: ``[[datasets]]`` entries written from Glue tables, and the drift
-between a configuration and the catalog.
+"""Datasets from the AWS Glue Data Catalog or a Hive metastore: ``[[datasets]]`` entries written from their
+tables, and the drift between a configuration and the catalog.
 
-A Glue table says where its objects are (``StorageDescriptor.Location``), how they are stored (the SerDe and the
-InputFormat), how they are partitioned and, through the table parameter ``lakepurge.id_fields``, which fields hold
-user ids. A table that cannot become a dataset (an unknown or unsupported SerDe, no S3 location, no id column, a
-CSV without a header row, partitions stored outside the table's location, a Delta/Iceberg/Hudi table) is reported
-with the reason, never skipped in silence.
+Both catalogs are read in the shape of Glue's answers (a Hive metastore's through lakepurge.core.hive_metastore), so
+one mapping serves both. A table says where its objects are (``StorageDescriptor.Location``), how they are stored
+(the SerDe and the InputFormat), how they are partitioned and, through the table parameter ``lakepurge.id_fields``,
+which fields hold user ids. A table that cannot become a dataset (an unknown or unsupported SerDe, no S3 location,
+no id column, a CSV without a header row, partitions stored outside the table's location, a view, a Hudi table, an
+Iceberg table in a Hive metastore) is reported with the reason, never skipped in silence.
 
 Only table names, locations and SerDe names are ever reported: nothing here reads the lake's objects.
 """
@@ -15,11 +16,12 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, Literal, Protocol, get_args
 
 from pydantic import ValidationError
 
 from lakepurge.core.config import DatasetConfig, Format, Settings
+from lakepurge.core.hive_metastore import HiveMetastore, NoSuchDatabase
 from lakepurge.core.s3uri import S3Uri
 
 # The table parameter naming the fields that hold user ids (comma-separated, dotted paths allowed).
@@ -55,7 +57,75 @@ class CatalogError(RuntimeError):
 
 
 class Unmappable(ValueError):
-    """A Glue table that cannot become a [[datasets]] entry; the message is the reason, in words."""
+    """A table that cannot become a [[datasets]] entry; the message is the reason, in words."""
+
+
+class TableSource(Protocol):
+    """A catalog's tables and partitions, as Glue's GetTables and GetPartitions entries."""
+
+    catalog: str  # what the catalog is called in reports and entries ("Glue", "Hive metastore")
+    iceberg_catalog: bool  # an Iceberg table found there can become a dataset (lakepurge reaches the catalog)
+
+    def where(self, database: str) -> str: ...
+
+    def tables(self, database: str) -> list[Mapping[str, Any]]:
+        """Every table of the database (views included), sorted by name; CatalogError when there is no such
+        database."""
+        ...
+
+    def partitions(self, database: str, table: str) -> Iterator[Mapping[str, Any]]: ...
+
+
+class GlueTables:
+    """The Glue Data Catalog, through a boto3 Glue client."""
+
+    catalog = "Glue"
+    iceberg_catalog = True  # a [catalogs.NAME] of type "glue"
+
+    def __init__(self, glue: Any) -> None:
+        self.glue = glue
+
+    def where(self, database: str) -> str:
+        return f"Glue database {database}"
+
+    def tables(self, database: str) -> list[Mapping[str, Any]]:
+        from botocore.exceptions import ClientError
+
+        tables: list[Mapping[str, Any]] = []
+        try:
+            for page in self.glue.get_paginator("get_tables").paginate(DatabaseName=database):
+                tables.extend(page.get("TableList", []))
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "EntityNotFoundException":
+                raise CatalogError(f"no Glue database {database!r} in this account and region") from None
+            raise
+        return sorted(tables, key=lambda t: str(t["Name"]))
+
+    def partitions(self, database: str, table: str) -> Iterator[Mapping[str, Any]]:
+        for page in self.glue.get_paginator("get_partitions").paginate(DatabaseName=database, TableName=table):
+            yield from page.get("Partitions", [])
+
+
+class HiveTables:
+    """A Hive metastore, through an open lakepurge.core.hive_metastore.HiveMetastore."""
+
+    catalog = "Hive metastore"
+    iceberg_catalog = False  # lakepurge has no Iceberg catalog of type hive (docs/LIMITS.md)
+
+    def __init__(self, metastore: HiveMetastore) -> None:
+        self.metastore = metastore
+
+    def where(self, database: str) -> str:
+        return f"database {database} of the Hive metastore at {self.metastore.uris}"
+
+    def tables(self, database: str) -> list[Mapping[str, Any]]:
+        try:
+            return list(self.metastore.tables(database))
+        except NoSuchDatabase as exc:
+            raise CatalogError(str(exc)) from None
+
+    def partitions(self, database: str, table: str) -> Iterator[Mapping[str, Any]]:
+        return self.metastore.partitions(database, table)
 
 
 def _short(name: str) -> str:
@@ -100,11 +170,13 @@ def _table_format_refusal(table: Mapping[str, Any]) -> str | None:
     return f"{kind}: rewriting its files would corrupt it; delete through the table format instead (README.md)"
 
 
-def _delimiter(serde_params: Mapping[str, Any] | None, *keys: str, default: str) -> str:
+def _delimiter(serde_params: Mapping[str, Any] | None, *keys: str, default: str, numeric: bool = False) -> str:
     for key in keys:
         value = _lookup(serde_params, key)
         if value is not None:
-            return value
+            # LazySimpleSerDe reads a number as the byte of that value: Hive's DDL stores serialization.format = "1"
+            # (Ctrl-A), and "44" is ','
+            return chr(int(value)) if numeric and value.isdigit() and int(value) < 128 else value
     return default
 
 
@@ -143,7 +215,7 @@ def table_format(table: Mapping[str, Any]) -> Format:
         if serde == _OPEN_CSV:
             delimiter = _delimiter(serde_params, "separatorChar", default=",")
         else:  # LazySimpleSerDe's default delimiter is Ctrl-A
-            delimiter = _delimiter(serde_params, "field.delim", "serialization.format", default="\x01")
+            delimiter = _delimiter(serde_params, "field.delim", "serialization.format", default="\x01", numeric=True)
         if delimiter != ",":
             raise Unmappable(f"{_short(serde)} with field delimiter {delimiter!r}: CSV needs ','. {_READS}")
         header = _lookup(table.get("Parameters"), "skip.header.line.count")
@@ -191,7 +263,7 @@ def _inside(location: str, prefix: str) -> bool:
 
 @dataclass(frozen=True)
 class CatalogTable:
-    """What a Glue table says about a dataset. ``problems`` lists why it cannot be one (empty: it can)."""
+    """What a catalog's table says about a dataset. ``problems`` lists why it cannot be one (empty: it can)."""
 
     database: str
     name: str
@@ -203,6 +275,7 @@ class CatalogTable:
     notes: tuple[str, ...] = ()
     problems: tuple[str, ...] = ()
     partitions_outside: tuple[str, ...] = field(default=(), repr=False)
+    catalog: str = "Glue"  # where the table was read (TableSource.catalog)
 
     @property
     def qualified(self) -> str:
@@ -259,12 +332,9 @@ def _buckets(locations: Iterable[str]) -> str:
     return "in bucket" + ("s " if len(names) > 1 else " ") + ", ".join(names)
 
 
-def _partitions(glue: Any, database: str, name: str) -> Iterator[Mapping[str, Any]]:
-    for page in glue.get_paginator("get_partitions").paginate(DatabaseName=database, TableName=name):
-        yield from page.get("Partitions", [])
-
-
-def _partition_problems(glue: Any, table: Mapping[str, Any], location: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def _partition_problems(
+    source: TableSource, table: Mapping[str, Any], location: str
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(partition locations outside the table's location, problems): lakepurge lists one prefix per dataset, so
     objects of a partition stored elsewhere would never be indexed; a partition with another SerDe would be read in
     the wrong format. Partition values and paths are not repeated (a table partitioned by user would name users):
@@ -272,7 +342,7 @@ def _partition_problems(glue: Any, table: Mapping[str, Any], location: str) -> t
     serde = str(((table.get("StorageDescriptor") or {}).get("SerdeInfo") or {}).get("SerializationLibrary") or "")
     outside: list[str] = []
     other_serde: list[str] = []
-    for partition in _partitions(glue, str(table.get("DatabaseName", "")), str(table["Name"])):
+    for partition in source.partitions(str(table.get("DatabaseName", "")), str(table["Name"])):
         storage = partition.get("StorageDescriptor") or {}
         try:
             place = normalise_location(storage.get("Location"))
@@ -298,19 +368,20 @@ def _partition_problems(glue: Any, table: Mapping[str, Any], location: str) -> t
 
 
 def describe_table(
-    table: Mapping[str, Any], database: str, glue: Any = None, id_fields: Sequence[str] = ()
+    table: Mapping[str, Any], database: str, source: TableSource | None = None, id_fields: Sequence[str] = ()
 ) -> CatalogTable:
-    """A Glue table (a ``GetTables`` entry) as a dataset would see it; with a Glue client its partitions are read
-    too (their locations must lie under the table's). Every problem is collected, not only the first."""
+    """A catalog's table (a Glue ``GetTables`` entry) as a dataset would see it; with its source its partitions
+    are read too (their locations must lie under the table's). Every problem is collected, not only the first."""
     name = str(table["Name"])
     storage = table.get("StorageDescriptor") or {}
     serde = str((storage.get("SerdeInfo") or {}).get("SerializationLibrary") or storage.get("InputFormat") or "")
     keys = tuple(str(k["Name"]) for k in table.get("PartitionKeys") or [])
     problems: list[str] = []
     notes: list[str] = []
+    catalog = source.catalog if source is not None else "Glue"
     refusal = _table_format_refusal(table)
     if refusal is not None:  # a view or a table format: nothing else about it matters
-        return CatalogTable(database, name, None, None, serde, keys, None, problems=(refusal,))
+        return CatalogTable(database, name, None, None, serde, keys, None, problems=(refusal,), catalog=catalog)
     location: str | None = None
     fmt: Format | None = None
     delta = is_delta(table)
@@ -322,6 +393,11 @@ def describe_table(
         fmt = table_format(table)
     except Unmappable as exc:
         problems.append(str(exc))
+    if fmt == "iceberg" and source is not None and not source.iceberg_catalog:
+        problems.append(
+            f"an Iceberg table in a {source.catalog}: lakepurge reaches Iceberg tables through SQL, Glue and REST"
+            " catalogs only (docs/LIMITS.md)"
+        )
     if fmt is not None:
         note, problem = _compression_note(table, fmt)
         notes.extend([note] if note else [])
@@ -331,30 +407,24 @@ def describe_table(
     fields, problem = _id_fields(table, id_fields, () if delta else keys, check_columns=not delta)
     problems.extend([problem] if problem else [])
     outside: tuple[str, ...] = ()
-    if glue is not None and keys and location is not None and not delta and fmt != "iceberg":
-        outside, partition_problems = _partition_problems(glue, {**table, "DatabaseName": database}, location)
+    if source is not None and keys and location is not None and not delta and fmt != "iceberg":
+        outside, partition_problems = _partition_problems(source, {**table, "DatabaseName": database}, location)
         problems.extend(partition_problems)
-    return CatalogTable(database, name, location, fmt, serde, keys, fields, tuple(notes), tuple(problems), outside)
+    return CatalogTable(
+        database, name, location, fmt, serde, keys, fields, tuple(notes), tuple(problems), outside, catalog
+    )
 
 
-def read_tables(glue: Any, database: str, names: Iterable[str] = ()) -> tuple[list[Mapping[str, Any]], list[str]]:
+def read_tables(
+    source: TableSource, database: str, names: Iterable[str] = ()
+) -> tuple[list[Mapping[str, Any]], list[str]]:
     """The database's tables (all of them, or those named) and the names asked for that it does not hold."""
-    from botocore.exceptions import ClientError
-
     wanted = list(dict.fromkeys(names))
-    tables: list[Mapping[str, Any]] = []
-    try:
-        for page in glue.get_paginator("get_tables").paginate(DatabaseName=database):
-            tables.extend(page.get("TableList", []))
-    except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") == "EntityNotFoundException":
-            raise CatalogError(f"no Glue database {database!r} in this account and region") from None
-        raise
-    tables.sort(key=lambda t: str(t["Name"]))
+    tables = source.tables(database)
     if not wanted:
         return tables, []
     by_name = {str(t["Name"]): t for t in tables}
-    # Glue keeps table names in lower case
+    # Glue and Hive keep table names in lower case
     missing = [n for n in wanted if n not in by_name and n.lower() not in by_name]
     chosen = [by_name.get(n) or by_name[n.lower()] for n in wanted if n not in missing]
     return chosen, missing
@@ -388,7 +458,7 @@ def render_entry(table: CatalogTable, glue_catalog: str = GLUE_CATALOG) -> str:
     named in the Glue catalog (``glue_catalog``), which knows its location."""
     if table.problems or table.location is None or table.format is None or table.id_fields is None:
         raise Unmappable("; ".join(table.problems) or "incomplete table")
-    comment = f"# from Glue table {table.qualified} ({_short(table.serde) if table.serde else table.format})"
+    comment = f"# from {table.catalog} table {table.qualified} ({_short(table.serde) if table.serde else table.format})"
     lines = [comment.replace("\n", " ")]
     lines += [f"# {note}" for note in table.notes]
     lines += ["[[datasets]]", f"name = {_toml_string(table.name)}"]
@@ -446,10 +516,11 @@ class ImportResult:
     not_imported: tuple[NotImported, ...]  # tables that cannot become datasets, with the reason
     already_configured: tuple[NotImported, ...]  # tables the configuration holds already (the reason names it)
     glue_catalog: str | None = None  # the [catalogs.NAME] table the Iceberg entries need, when none is configured
+    where: str = ""  # the database as TableSource.where names it
 
     @property
     def toml(self) -> str:
-        header = f"# [[datasets]] imported from the Glue database {self.database} by `lakepurge datasets import`\n"
+        header = f"# [[datasets]] imported from the {self.where} by `lakepurge datasets import`\n"
         if not self.imported:
             return ""
         catalog = ""
@@ -496,7 +567,7 @@ def _glue(settings: Settings, dataset: DatasetConfig) -> bool:
 
 
 def import_datasets(
-    glue: Any,
+    source: TableSource,
     database: str,
     tables: Iterable[str] = (),
     id_fields: Sequence[str] = (),
@@ -505,14 +576,14 @@ def import_datasets(
     """[[datasets]] entries for the database's tables (or those named). ``id_fields`` is the id column of tables
     without the ``lakepurge.id_fields`` parameter. With ``settings``, tables configured already are set aside and a
     table clashing with a configured dataset (same name, overlapping location) is not imported."""
-    raw, missing = read_tables(glue, database, tables)
+    raw, missing = read_tables(source, database, tables)
     catalogs = settings.catalogs if settings is not None else {}
     glue_catalog = next((name for name, c in catalogs.items() if c.type == "glue"), None)
     imported: list[Imported] = []
-    refused = [NotImported(name, f"no table {name!r} in the Glue database {database}") for name in missing]
+    refused = [NotImported(name, f"no table {name!r} in the {source.where(database)}") for name in missing]
     already: list[NotImported] = []
     for item in raw:
-        table = describe_table(item, database, glue, id_fields)
+        table = describe_table(item, database, source, id_fields)
         configured, conflict = _configured_as(table, settings)
         if configured is not None:
             already.append(NotImported(table.name, f"configured already as dataset {configured!r}"))
@@ -546,7 +617,12 @@ def import_datasets(
             )
         )
     return ImportResult(
-        database, tuple(imported), tuple(refused), tuple(already), None if glue_catalog else GLUE_CATALOG
+        database,
+        tuple(imported),
+        tuple(refused),
+        tuple(already),
+        None if glue_catalog else GLUE_CATALOG,
+        source.where(database),
     )
 
 
@@ -631,14 +707,14 @@ def _compare(dataset: DatasetConfig, item: Mapping[str, Any], table: CatalogTabl
         )
 
 
-def check_catalog(glue: Any, database: str, settings: Settings) -> CheckResult:
+def check_catalog(source: TableSource, database: str, settings: Settings) -> CheckResult:
     """The drift between the configuration and the database's tables. A dataset is compared with the table its
     ``catalog_table`` names (gone: ``removed``), else with the table of its name, else with the table at its
     location; tables no dataset stands for are ``new_table`` (views excepted: they hold no objects); datasets
     matching no table and naming none of this database are left alone (``not_from_catalog``)."""
-    raw, _ = read_tables(glue, database)
+    raw, _ = read_tables(source, database)
     by_name = {str(t["Name"]): t for t in raw}
-    described = {name: describe_table(t, database, glue) for name, t in by_name.items()}
+    described = {name: describe_table(t, database, source) for name, t in by_name.items()}
     drift: list[Drift] = []
     matched: dict[str, DatasetConfig] = {}
     unmatched: list[DatasetConfig] = []

@@ -4,7 +4,6 @@ reports every kind of drift between a configuration and the catalog, and nothing
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ from lakepurge.core.config import load_settings
 from lakepurge.index import open_store
 from lakepurge.indexing.backfill import run_backfill
 from lakepurge.local.samples import SampleLake, generate_lake
-from tests.support.lakes import REPORTS, index_toml
+from tests.support.lakes import REPORTS, index_toml, partitioned_by_dt
 
 pytestmark = pytest.mark.integration
 
@@ -63,21 +62,7 @@ def partitioned_lake() -> tuple[SampleLake, set[tuple[str, str, int]], list[str]
     """The sample generator's reviews (JSON Lines, some gzip, under dt=... partitions) and events (Parquet, moved
     under dt=... partitions here), with the ground truth of exactly those objects; the partition values."""
     lake = generate_lake(bucket="lake", objects=40, users=15, records_per_object=12)
-    moved: dict[str, str] = {}
-    kept = []
-    for number, obj in enumerate(o for o in lake.objects if o.key.startswith(("reviews/", "events/"))):
-        if obj.key.startswith("events/"):
-            new_key = f"events/dt=2026-0{number % 2 + 1}/{obj.key.removeprefix('events/')}"
-            moved[f"s3://lake/{obj.key}"] = f"s3://lake/{new_key}"
-            obj.key = new_key
-        kept.append(obj)
-    lake.objects = kept
-    truth = {
-        (user, moved.get(path, path), line)
-        for user, path, line in lake.truth
-        if path.startswith(("s3://lake/reviews/", "s3://lake/events/"))
-    }
-    partitions = sorted({m.group(1) for o in kept if (m := re.search(r"/dt=([^/]+)/", o.key))})
+    truth, partitions = partitioned_by_dt(lake, ("reviews", "events"))
     return lake, truth, partitions
 
 

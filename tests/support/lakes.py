@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass
 
@@ -25,6 +26,24 @@ class LakeCase:
     lake: SampleLake
     settings: Settings
     toml: str
+
+
+def partitioned_by_dt(lake: SampleLake, datasets: tuple[str, ...]) -> tuple[set[tuple[str, str, int]], list[str]]:
+    """The sample lake cut to the named datasets' objects, its events objects moved under dt=... partitions (the
+    reviews are partitioned already), as a catalog's partitioned tables hold them: the ground truth of exactly
+    those objects (also set as the lake's) and the partition values."""
+    moved: dict[str, str] = {}
+    kept = []
+    for number, obj in enumerate(o for o in lake.objects if o.key.startswith(tuple(f"{d}/" for d in datasets))):
+        if obj.key.startswith("events/"):
+            new_key = f"events/dt=2026-0{number % 2 + 1}/{obj.key.removeprefix('events/')}"
+            moved[f"s3://{lake.bucket}/{obj.key}"] = f"s3://{lake.bucket}/{new_key}"
+            obj.key = new_key
+        kept.append(obj)
+    lake.objects = kept
+    prefixes = tuple(f"s3://{lake.bucket}/{d}/" for d in datasets)
+    lake.truth = {(user, moved.get(path, path), line) for user, path, line in lake.truth if path.startswith(prefixes)}
+    return lake.truth, sorted({m.group(1) for o in kept if (m := re.search(r"/dt=([^/]+)/", o.key))})
 
 
 def make_lake(index: str, bucket: str = "lake", versioned: bool = False, **sizes: int) -> LakeCase:
