@@ -298,12 +298,6 @@ class _TablePurge:
         file = state.files.get(path)
         if file is None:
             return None
-        if file.deletes and isinstance(table, DeltaLog):
-            raise TableError(
-                f"dataset '{self.dataset.name}': a file to rewrite has a deletion vector, whose removal deltalake"
-                " cannot commit exactly: purge the table's deletion vectors first (REORG TABLE ... APPLY (PURGE)"
-                " on Spark), then run the request again"
-            )
         if isinstance(table, IcebergTable):
             new_key = iceberg_erasure.new_key(self.dataset, file)
         else:

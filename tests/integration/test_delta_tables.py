@@ -100,6 +100,42 @@ def test_given_a_table_with_a_history_when_purged_then_no_version_of_any_object_
     assert {d["what"] for d in certificate["tables"][0]["objects_deleted"]} == {"data", "log"}
 
 
+def test_given_rows_a_deletion_vector_hides_when_purged_then_the_file_and_its_vector_leave_and_no_version_names_them(
+    lake, pg_dsn, capsys, monkeypatch
+):
+    import lakepurge.purge.tables as erasure
+    from tests.support.lakes import index_toml
+
+    config = lake(index_toml("postgres", pg_dsn), versioned=True)
+    alice, dora = "alice@example.com", "dora@example.com"
+    D.write(D.rows([alice, "bob@example.com", dora, "erin@example.com"], "d1"), mode="overwrite")
+    D.write(D.rows([alice, "frank@example.com"], "d2", 10))
+    D.hide_with_deletion_vector(dora)  # a Spark DELETE on a table with deletion vectors: her bytes stay in the file
+    assert main(["index", "reconcile", "--config", config]) == 0
+    capsys.readouterr()
+    before = D.current_rows()
+    assert dora not in {r["user_id"] for r in before} and D.holding(dora)
+    real_commit = erasure.commit_replacement
+
+    def racing_commit(*args, **kwargs):  # another writer takes the version the erasure's commit was to have
+        D.write(D.rows(["hugo@example.com"], "d6", 60))
+        return real_commit(*args, **kwargs)
+
+    monkeypatch.setattr(erasure, "commit_replacement", racing_commit)
+    code, purged = cli(capsys, "purge", alice, dora, "--yes", "--config", config)
+
+    assert code == 0 and purged["verified"] is True
+    assert purged["tables"][0]["rows_erased"] == 2  # alice's two live rows; dora's hidden row goes with its file
+    # the second reader: the file with the vector left the table (a remove without the vector would leave it live,
+    # bob's and erin's rows twice), its replacement holds the other rows
+    hugo = [r for r in D.current_rows() if r["user_id"] == "hugo@example.com"]
+    assert len(hugo) == 1  # the concurrent commit stands: the erasure's commit took the next version
+    assert [r for r in D.current_rows() if r != hugo[0]] == [r for r in before if r["user_id"] != alice]
+    assert D.holding(alice) == [] and D.holding(dora) == []
+    code, after = cli(capsys, "lookup", alice, dora, "--config", config)
+    assert after["users"] == {alice: [], dora: []}
+
+
 @pytest.fixture
 def indexed(lake, capsys):
     """The history table, indexed on DynamoDB in an unversioned bucket."""

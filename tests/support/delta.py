@@ -5,6 +5,11 @@ the id column's statistics on), its configuration, and the readers a test checks
 from __future__ import annotations
 
 import io
+import json
+import struct
+import time
+import uuid
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -77,6 +82,71 @@ def make_history_table(change_data: bool = True) -> HistoryTable:
     open_delta().delete("user_id = 'dora@example.com'")
     current = {"alice@example.com", "bob@example.com", "carol@example.com", "erin@example.com", "frank@example.com"}
     return HistoryTable(current, "olga@example.com", "alice@example.com", "dora@example.com")
+
+
+def hide_with_deletion_vector(user: str) -> None:
+    """A commit as Spark's DELETE writes it on a table with deletion vectors: the protocol raised to the
+    deletionVectors feature and the file holding the user re-added with a vector (in a deletion_vector_<uuid>.bin
+    file) that hides the user's rows. deltalake cannot write vectors, so this test writes the protocol's format."""
+    s3 = aws.client("s3")
+    table = open_delta()
+    version = table.version()
+    adds = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+    for add in adds:
+        body = s3.get_object(Bucket=BUCKET, Key=ROOT + add["path"])["Body"].read()
+        ids = pq.read_table(io.BytesIO(body), columns=["user_id"])["user_id"].to_pylist()
+        hidden = [row for row, value in enumerate(ids) if value == user]
+        if hidden:
+            break
+    else:
+        raise AssertionError("no live file holds the user")
+    bitmap = _roaring_bitmap_array(hidden)
+    name = uuid.uuid4()
+    vector_file = b"\x01" + struct.pack(">i", len(bitmap)) + bitmap + struct.pack(">I", zlib.crc32(bitmap))
+    s3.put_object(Bucket=BUCKET, Key=f"{ROOT}deletion_vector_{name}.bin", Body=vector_file)
+    vector = {
+        "storageType": "u",
+        "pathOrInlineDv": _z85(name.bytes),
+        "offset": 1,
+        "sizeInBytes": len(bitmap),
+        "cardinality": len(hidden),
+    }
+    now = int(time.time() * 1000)
+    partition = {"day": add["partition.day"]}
+    kept = {"path": add["path"], "partitionValues": partition, "size": add["size_bytes"], "dataChange": True}
+    actions = [
+        {"commitInfo": {"timestamp": now, "operation": "DELETE"}},
+        {
+            "protocol": {
+                "minReaderVersion": 3,
+                "minWriterVersion": 7,
+                "readerFeatures": ["deletionVectors"],
+                "writerFeatures": ["appendOnly", "invariants", "deletionVectors"],
+            }
+        },
+        {"remove": {"path": add["path"], "deletionTimestamp": now, "dataChange": True, "partitionValues": partition}},
+        {"add": kept | {"modificationTime": now, "deletionVector": vector}},
+    ]
+    commit = "".join(json.dumps(action) + "\n" for action in actions)
+    s3.put_object(Bucket=BUCKET, Key=f"{ROOT}_delta_log/{version + 1:020d}.json", Body=commit.encode())
+
+
+_Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
+
+
+def _z85(data: bytes) -> str:
+    out = []
+    for i in range(0, len(data), 4):
+        number = int.from_bytes(data[i : i + 4], "big")
+        out.append("".join(_Z85[number // 85**power % 85] for power in range(4, -1, -1)))
+    return "".join(out)
+
+
+def _roaring_bitmap_array(rows: list[int]) -> bytes:
+    """Row positions below 65,536 as the protocol's RoaringBitmapArray: one 32-bit bitmap, one array container."""
+    container = struct.pack("<II", 12346, 1) + struct.pack("<HH", 0, len(rows) - 1) + struct.pack("<I", 16)
+    container += b"".join(struct.pack("<H", row) for row in sorted(rows))
+    return struct.pack("<iqI", 1681511377, 1, 0) + container
 
 
 def config_toml(index: str, reports_bucket: str = "lake-reports", extra: str = "") -> str:

@@ -105,3 +105,17 @@ def test_given_a_data_file_when_grouped_by_arrow_then_the_answer_is_the_indexers
     pq.write_table(pa.table({"user_id": values, "n": list(range(len(column)))}), out)
     indexer = group_records(io.BytesIO(out.getvalue()), "f.parquet", "parquet", ["user_id"], 1 << 20).lines_by_user
     assert data_file_users(out.getvalue(), "f.parquet", ["user_id"], 1 << 20) == indexer
+
+
+def test_given_a_concurrent_commit_that_removed_a_file_being_replaced_when_checked_then_it_conflicts():
+    from lakepurge.purge.table_commit import CommitConflict, _check_concurrent
+
+    replaced = {"day=d1/part-a.parquet"}
+    appended = [{"commitInfo": {"operation": "WRITE"}}, {"add": {"path": "day=d6/part-b.parquet"}}]
+    _check_concurrent(appended, replaced, 4)  # stepped over: the erasure commits the next version
+
+    removed = [{"remove": {"path": "day=d1/part-a.parquet", "deletionVector": {"storageType": "u"}}}]
+    with pytest.raises(CommitConflict, match="removed a file"):
+        _check_concurrent(removed, replaced, 4)
+    with pytest.raises(CommitConflict, match="schema or protocol"):
+        _check_concurrent([{"metaData": {"id": "t"}}], replaced, 4)
