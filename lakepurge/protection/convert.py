@@ -4,7 +4,7 @@ The conversion is a Spark job like the backfill (PySpark's wheel has no s3a: exe
 with boto3, one object per item): each object of the dataset is read, its records protected in batches through the
 vault (lakepurge.protection.protect: the id becomes the person's pseudonym, each personal field ciphertext under the
 person's key, keys created on first sight) and written under ``--to`` at the same relative key, in the same format
-and compression (JSON Lines; Parquet and CSV datasets are not converted yet). A line the purge blanked (``{}``) or an
+and compression (JSON Lines, Parquet; CSV datasets are not converted yet). A line the purge blanked (``{}``) or an
 empty line is written as it is. A record that cannot be protected (not JSON, no id, a missing personal column)
 fails its object, which is then not written at all, never written half or in clear; the run names the object and
 the line.
@@ -30,11 +30,11 @@ import orjson
 from lakepurge.core import aws
 from lakepurge.core.config import DatasetConfig, Settings
 from lakepurge.core.logs import get_logger
-from lakepurge.core.s3io import list_objects
+from lakepurge.core.s3io import head_object, list_objects, open_seekable
 from lakepurge.core.s3uri import S3Uri
 from lakepurge.core.sparkutil import apply_job_environment, job_environment, on_executors
 from lakepurge.protection.aead import DETERMINISTIC, RANDOMISED
-from lakepurge.protection.protect import Protection, RecordRefused, protect_records
+from lakepurge.protection.protect import Protection, RecordRefused, protect_batch, protect_records
 from lakepurge.protection.transforms import worker_vault
 from lakepurge.protection.vault import Vault, vault_config
 from lakepurge.records.limits import IN_MEMORY_BYTES
@@ -106,9 +106,9 @@ class Conversion:
 
 def source_dataset(settings: Settings, name: str) -> DatasetConfig:
     dataset = settings.dataset_named(name)
-    if dataset.is_table or dataset.per_object or dataset.format != "jsonl":
+    if dataset.is_table or dataset.per_object or dataset.format not in ("jsonl", "parquet"):
         raise ConversionRefused(
-            f"dataset {name}: only JSON Lines datasets of records are converted (not Parquet or CSV, not a table,"
+            f"dataset {name}: only JSON Lines and Parquet datasets of records are converted (not CSV, not a table,"
             " not one user per object)"
         )
     if dataset.protection == "crypto-shred":
@@ -246,11 +246,14 @@ def _convert_object(
     target = f"s3://{bucket}/{target_key}"
     with tempfile.SpooledTemporaryFile(max_size=IN_MEMORY_BYTES) as staged:
         try:
-            compressed = key.endswith(".gz")
-            out: IO[bytes] = gzip.GzipFile(fileobj=staged, mode="wb") if compressed else staged  # type: ignore[assignment]
-            records, passed = _jsonl(settings, vault, protection, _body(s3, dataset.uri.bucket, key), key, out)
-            if compressed:
-                out.close()
+            if dataset.format == "parquet":
+                records, passed = _parquet(s3, dataset, vault, protection, key, staged), 0
+            else:
+                compressed = key.endswith(".gz")
+                out: IO[bytes] = gzip.GzipFile(fileobj=staged, mode="wb") if compressed else staged  # type: ignore[assignment]
+                records, passed = _jsonl(settings, vault, protection, _body(s3, dataset.uri.bucket, key), key, out)
+                if compressed:
+                    out.close()
         except RecordRefused as exc:
             return ConvertedObject(source, target, error=str(exc))
         staged.seek(0)
@@ -293,6 +296,45 @@ def _protected(
         position, _, reason = str(exc).removeprefix("record ").partition(":")
         line = lines[int(position)] if position.isdigit() else "?"
         raise RecordRefused(f"line {line}:{reason}") from None
+
+
+def _parquet(
+    s3: S3Client, dataset: DatasetConfig, vault: Vault, protection: Protection, key: str, out: IO[bytes]
+) -> int:
+    import pyarrow.parquet as pq
+
+    head = head_object(s3, dataset.uri.bucket, key)
+    if head is None:
+        raise RecordRefused("the object is gone")
+    source = pq.ParquetFile(open_seekable(s3, head))
+    names = source.schema_arrow.names
+    missing = [f for f in (protection.id_field, *protection.personal_fields) if f not in names]
+    if missing:
+        raise RecordRefused(f"no column(s) {', '.join(missing)}")
+    writer = None
+    records = 0
+    try:
+        for batch in source.iter_batches(batch_size=RECORDS_PER_BATCH):
+            try:
+                protected = protect_batch(vault, batch, protection)
+            except RecordRefused as exc:
+                position, _, reason = str(exc).removeprefix("record ").partition(":")
+                row = records + int(position) if position.isdigit() else "?"
+                raise RecordRefused(f"row {row}:{reason}") from None
+            if writer is None:
+                writer = pq.ParquetWriter(out, protected.schema)
+            writer.write_batch(protected)
+            records += batch.num_rows
+    finally:
+        if writer is not None:
+            writer.close()
+    if writer is None:  # no rows: the protected schema still
+        import pyarrow as pa
+
+        changed = {protection.id_field, *protection.personal_fields}
+        schema = pa.schema([pa.field(f.name, pa.string()) if f.name in changed else f for f in source.schema_arrow])
+        pq.write_table(schema.empty_table(), out)
+    return records
 
 
 # -- declaring the output protected ---------------------------------------------------------------------------------

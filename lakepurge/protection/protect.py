@@ -1,6 +1,6 @@
-"""The write and read sides of pseudonymised data, on records (dicts).
+"""The write and read sides of pseudonymised data, on records (dicts) and on Arrow record batches.
 
-:func:`protect_records` replaces the id field by the person's pseudonym and each personal
+:func:`protect_records` / :func:`protect_batch` replace the id field by the person's pseudonym and each personal
 field by its ciphertext under the person's key (lakepurge.protection.aead), creating a key for each person seen for
 the first time. :func:`reveal_records` does the reverse for a reader that holds vault access;
 a person whose key was destroyed reads as nulls in the personal fields (their data is erased) and keeps the
@@ -131,6 +131,38 @@ def _open(key: PersonKey | None, field: str, token: Any, position: int) -> Any:
 
 
 # -- Arrow ------------------------------------------------------------------------------------------------------------
+
+
+def protect_batch(vault: Vault, batch: pa.RecordBatch, protection: Protection) -> pa.RecordBatch:
+    """An Arrow record batch protected: the id column and each personal column become strings (pseudonyms,
+    ciphertext); the other columns are passed through untouched."""
+    import pyarrow as pa
+
+    names = batch.schema.names
+    missing = [f for f in (protection.id_field,) if f not in names]
+    if missing:
+        raise RecordRefused(f"the batch has no id field {protection.id_field!r}")
+    ids = [
+        person_id(value, n, protection.id_field)
+        for n, value in enumerate(batch.column(names.index(protection.id_field)).to_pylist())
+    ]
+    keys = vault.keys_for(ids, create=True)
+    columns: list[pa.Array] = []
+    fields: list[pa.Field] = []
+    for index, field in enumerate(batch.schema):
+        column = batch.column(index)
+        if field.name == protection.id_field:
+            column = pa.array([keys[i][1] for i in ids], pa.string())
+        elif field.name in protection.personal_fields:
+            deterministic = field.name in protection.deterministic
+            values = column.to_pylist()
+            column = pa.array(
+                [_seal(keys[i][0], field.name, v, deterministic) for i, v in zip(ids, values, strict=True)],
+                pa.string(),
+            )
+        columns.append(column)
+        fields.append(pa.field(field.name, column.type, field.nullable, field.metadata))
+    return pa.RecordBatch.from_arrays(columns, schema=pa.schema(fields, metadata=batch.schema.metadata))
 
 
 def typed_column(values: list[Any], type_: pa.DataType | None) -> pa.Array:

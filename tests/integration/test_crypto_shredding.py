@@ -5,6 +5,7 @@ person at once share one key; a record that cannot be protected fails its object
 from __future__ import annotations
 
 import base64
+import io
 import json
 import logging
 import threading
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+import pyarrow.parquet as pq
 import pytest
 
 from lakepurge.cli import main
@@ -26,6 +28,7 @@ from tests.support.protection import (
     BUCKET,
     ORDERS_PERSONAL,
     PEOPLE,
+    PROFILES_PERSONAL,
     RAW_DATASETS,
     PersonalLake,
     every_key,
@@ -82,7 +85,9 @@ def protected_records(prefix: str) -> list[dict[str, Any]]:
     """Every record of the protected objects under a prefix, as written (pseudonyms and ciphertext)."""
     records: list[dict[str, Any]] = []
     for key in keys_under(prefix):
-        if not key.endswith(MANIFEST):
+        if key.endswith(".parquet"):
+            records += pq.read_table(io.BytesIO(body(key))).to_pylist()
+        elif not key.endswith(MANIFEST):
             records += [orjson.loads(line) for line in body(key).splitlines() if line.strip() not in (b"", b"{}")]
     return records
 
@@ -104,36 +109,60 @@ def secrets_in(logged: str, held: list[tuple[KeyEntry, bytes]], values: Iterable
 # -- the write side ---------------------------------------------------------------------------------------------------
 
 
-def test_given_a_jsonl_dataset_when_pseudonymised_on_spark_then_no_raw_id_or_value_is_left_and_it_reads_back(
+def test_given_a_jsonl_and_a_parquet_dataset_when_pseudonymised_on_spark_then_no_raw_id_or_value_is_left_and_joins_work(
     scenario, spark, tmp_path, capsys
 ):
     config = tmp_path / "lakepurge.toml"
     config.write_text(scenario.base + RAW_DATASETS)
-    to = f"s3://{BUCKET}/protected/orders/"
-    args = ["--config", str(config), "pseudonymise", "--dataset", "orders", "--to", to]
-    assert main([*args, "--personal", ",".join(ORDERS_PERSONAL), "--deterministic", "email"]) == 0
-    entry = capsys.readouterr().out
-    assert 'protection = "crypto-shred"' in entry and f'location = "{to}"' in entry
+    for dataset, personal, extra in (
+        ("orders", ORDERS_PERSONAL, ["--deterministic", "email"]),
+        ("profiles", PROFILES_PERSONAL, []),
+    ):
+        to = f"s3://{BUCKET}/protected/{dataset}/"
+        args = ["--config", str(config), "pseudonymise", "--dataset", dataset, "--to", to]
+        assert main([*args, "--personal", ",".join(personal), *extra]) == 0
+        entry = capsys.readouterr().out
+        assert 'protection = "crypto-shred"' in entry and f'location = "{to}"' in entry
 
-    # Not one raw id or personal value in any byte written.
+    # Not one raw id or personal value in any byte written, nor in the Parquet files' decoded values.
     written = [body(key) for key in keys_under("protected/")]
+    decoded = json.dumps(protected_records("protected/"), default=str)
     for value in scenario.sources.personal_values():
         assert all(value.encode() not in data for data in written), value
+        assert value not in decoded, value
     manifest = orjson.loads(body(f"protected/orders/{MANIFEST}"))
     assert manifest["protection"] == "crypto-shred" and manifest["deterministic_fields"] == ["email"]
-    orders = protected_records("protected/orders/")
-    assert len(orders) == len(scenario.sources.records["orders"])
-    # One pseudonym per person; a deterministic field is one ciphertext per person and value (joins on it work).
-    assert len({o["user_id"] for o in orders}) == len({o["email"] for o in orders}) == len(PEOPLE)
-    assert len({o["name"] for o in orders}) == len(orders)  # randomised: no two alike
 
-    # A reader with vault access decrypts (the Spark transform).
+    # Joins on pseudonyms give what joins on the raw ids gave.
+    orders, profiles = protected_records("protected/orders/"), protected_records("protected/profiles/")
+    joined = (
+        spark.createDataFrame([(o["user_id"], o["order_id"]) for o in orders], "user_id string, order_id string")
+        .join(
+            spark.createDataFrame([(p["user_id"], p["city"]) for p in profiles], "user_id string, city string"),
+            "user_id",
+        )
+        .collect()
+    )
+    source = [
+        (o["order_id"], p["city"])
+        for _, o in scenario.sources.records["orders"]
+        for _, p in scenario.sources.records["profiles"]
+        if o["user_id"] == p["user_id"]
+    ]
+    assert sorted((r["order_id"], r["city"]) for r in joined) == sorted(source)
+    # A deterministic field joins too: each person's orders carry one email ciphertext.
+    assert len({o["email"] for o in orders}) == len(PEOPLE)
+
+    # A reader with vault access decrypts (the Spark transform), the types given back.
+    from pyspark.sql.types import DateType
+
     from lakepurge.protection.transforms import reveal_dataframe
 
-    frame = spark.createDataFrame(orders)
-    revealed = reveal_dataframe(frame, scenario.raw_settings, Protection("user_id", ORDERS_PERSONAL)).collect()
-    got = sorted((r["order_id"], r["email"], r["name"]) for r in revealed)
-    assert got == sorted((o["order_id"], o["email"], o["name"]) for _, o in scenario.sources.records["orders"])
+    settings = scenario.raw_settings
+    frame = spark.createDataFrame(profiles)
+    revealed = reveal_dataframe(frame, settings, Protection("user_id", PROFILES_PERSONAL), {"birth_date": DateType()})
+    got = sorted((r["email"], r["birth_date"], r["city"]) for r in revealed.collect())
+    assert got == sorted((p["email"], p["birth_date"], p["city"]) for _, p in scenario.sources.records["profiles"])
 
 
 def test_given_a_dataframe_when_protected_by_the_spark_transform_then_the_vault_keys_it_and_it_reads_back(
