@@ -1,6 +1,8 @@
 """Pseudonymised datasets end to end, on both vault backends (PostgreSQL, DynamoDB on moto, KMS on moto): a dataset
-converted on local Spark holds no raw id or personal value and reads back through the vault; writers that meet a
-person at once share one key; a record that cannot be protected fails its object; no key is ever logged."""
+converted on local Spark holds no raw id or personal value and joins on pseudonyms; a request erases a person from a
+mixed lake (a raw dataset rewritten, protected ones crypto-shredded) with one certificate naming both methods; her
+ciphertext then decrypts with no key the deployment holds while the others' still do; no key is ever
+logged; the vault's copies bound the certificate."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import logging
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
@@ -20,9 +23,13 @@ import pytest
 from lakepurge.cli import main
 from lakepurge.core import aws
 from lakepurge.core.config import Settings
+from lakepurge.core.privacy import Pseudonymizer
+from lakepurge.core.s3uri import S3Uri
 from lakepurge.protection.convert import MANIFEST, ConversionRefused, pseudonymise_dataset
 from lakepurge.protection.protect import Protection, reveal_records
+from lakepurge.protection.shred import ShredPlan
 from lakepurge.protection.vault import KeyEntry, Vault
+from lakepurge.purge.shredding import shred_persons
 from tests.support.lakes import index_toml
 from tests.support.protection import (
     BUCKET,
@@ -32,15 +39,20 @@ from tests.support.protection import (
     RAW_DATASETS,
     PersonalLake,
     every_key,
+    opens,
+    person_id,
     settings_with,
     truncate_vault,
     vault_entries,
     vault_toml,
     write_sources,
 )
-from tests.support.purging import HASH_KEY
+from tests.support.purging import HASH_KEY, index_keys
 
 pytestmark = pytest.mark.integration
+
+ALICE, BOB = person_id("alice"), person_id("bob")
+REVIEWS = f'[[datasets]]\nname = "reviews"\nlocation = "s3://{BUCKET}/raw/reviews/"\nid_fields = ["user_id"]\n'
 
 
 @dataclass
@@ -90,6 +102,24 @@ def protected_records(prefix: str) -> list[dict[str, Any]]:
         elif not key.endswith(MANIFEST):
             records += [orjson.loads(line) for line in body(key).splitlines() if line.strip() not in (b"", b"{}")]
     return records
+
+
+def protect_sources(scenario: Scenario, spark: Any = None) -> tuple[Settings, str]:
+    """The migration: orders and profiles converted (in this process without a session), the raw copies deleted,
+    the protected datasets configured in their place. Returns the new settings and their TOML."""
+    settings = scenario.raw_settings
+    orders = pseudonymise_dataset(
+        spark, settings, "orders", f"s3://{BUCKET}/protected/orders/", ORDERS_PERSONAL, ("email",)
+    )
+    profiles = pseudonymise_dataset(
+        spark, settings, "profiles", f"s3://{BUCKET}/protected/profiles/", PROFILES_PERSONAL
+    )
+    assert orders.manifest and profiles.manifest and not orders.failed and not profiles.failed
+    s3 = aws_client("s3")
+    for key in keys_under("raw/orders/") + keys_under("raw/profiles/"):
+        s3.delete_object(Bucket=BUCKET, Key=key)
+    toml = scenario.base + REVIEWS + "\n" + orders.entry + "\n" + profiles.entry
+    return settings_with(toml), toml
 
 
 def logged_text(caplog: Any) -> str:
@@ -184,6 +214,74 @@ def test_given_a_dataframe_when_protected_by_the_spark_transform_then_the_vault_
     assert sorted((r["email"], r["amount"]) for r in revealed) == sorted((r["email"], r["amount"]) for r in rows)
 
 
+# -- the erase side ---------------------------------------------------------------------------------------------------
+
+
+def test_given_a_mixed_lake_when_alice_is_erased_then_her_key_goes_bobs_data_still_decrypts_and_both_methods_are_named(
+    scenario, caplog
+):
+    from lakepurge.ops.manual_purge import purge_users
+
+    said: list[str] = []
+    with caplog.at_level(logging.DEBUG, logger="lakepurge"), caplog.at_level(logging.DEBUG, "aws_lambda_powertools"):
+        settings, _ = protect_sources(scenario)
+        protected_keys = keys_under("protected/")
+        index_keys(settings, BUCKET, keys_under("raw/reviews/") + protected_keys)
+        etags = {k: aws_client("s3").head_object(Bucket=BUCKET, Key=k)["ETag"] for k in protected_keys}
+        held = list(every_key(settings))  # every key the deployment holds before the shred
+        with Vault.open(settings) as vault:
+            pseudonyms = vault.pseudonyms_of([ALICE, BOB])
+        run = purge_users(settings, [ALICE], dry_run=False, engine="inline", say=said.append)
+
+    certificate = orjson.loads(body_of(run.result.certificate))
+    assert certificate["erasure_methods"] == {
+        "crypto-shred": ["orders_protected", "profiles_protected"],
+        "rewrite": ["reviews"],
+    }
+    shred = certificate["crypto_shred"]
+    assert shred["keys_destroyed"] == 1 and shred["persons_requested"] == 1
+    assert shred["objects_still_holding_ciphertext"] == {"orders_protected": 3, "profiles_protected": 2}
+    assert shred["records_still_holding_ciphertext"] == {"orders_protected": 3, "profiles_protected": 2}
+    assert certificate["verification"]["passed"] and shred["verification"]["passed"]
+    assert shred["verification"]["vault_entries_remaining"] == 0 and shred["verification"]["pseudonyms_resolving"] == 0
+    assert "erased by crypto-shredding, not rewritten" in shred["statement"]
+    assert certificate["totals"]["lines_erased"] == 3  # her reviews, one a part
+    assert any(line.startswith("Crypto-shredded") for line in said) and any("crypto-shredded" in line for line in said)
+
+    # No protected object was rewritten; her raw reviews were.
+    assert {k: aws_client("s3").head_object(Bucket=BUCKET, Key=k)["ETag"] for k in protected_keys} == etags
+    assert all(ALICE.encode() not in body(k) for k in keys_under("raw/reviews/"))
+
+    # Her ciphertext opens with no key the deployment holds now (every vault entry, unwrapped by KMS), her pseudonym
+    # resolves no more; it opened with her key before.
+    hers = [r for r in protected_records("protected/") if r["user_id"] == pseudonyms[ALICE]]
+    assert len(hers) == 5
+    tokens = [(f, r[f]) for r in hers for f in ("email", "name", "birth_date") if f in r]
+    alice_before = next(material for entry, material in held if entry.pseudonym == pseudonyms[ALICE])
+    assert all(opens(alice_before, f, t) for f, t in tokens)
+    now = list(every_key(settings))
+    assert len(now) == len(PEOPLE) - 1
+    assert not any(opens(material, f, t) for _, material in now for f, t in tokens)
+    with Vault.open(settings) as vault:
+        assert vault.store.persons_of([pseudonyms[ALICE]]) == {}
+        assert vault.keys_of_pseudonyms([pseudonyms[ALICE]]) == {}
+        revealed = reveal_records(vault, protected_records("protected/orders/"), Protection("user_id", ORDERS_PERSONAL))
+    # Bob's records decrypt to what they were; hers read as erased.
+    bobs = sorted((r["email"], r["name"]) for r in revealed if r["user_id"] == pseudonyms[BOB])
+    assert bobs == sorted((r["email"], r["name"]) for r in scenario.sources.of("orders", "bob"))
+    assert all(r["email"] is None for r in revealed if r["user_id"] == pseudonyms[ALICE])
+
+    # Nothing secret or personal in what lakepurge logged.
+    logged = logged_text(caplog)
+    assert "vault keys created on first sight" in logged and "vault keys destroyed" in logged
+    assert secrets_in(logged, held, scenario.sources.personal_values()) == []
+
+
+def body_of(uri: str) -> bytes:
+    where = S3Uri.parse(uri)
+    return aws_client("s3").get_object(Bucket=where.bucket, Key=where.key)["Body"].read()
+
+
 # -- the vault --------------------------------------------------------------------------------------------------------
 
 
@@ -207,6 +305,40 @@ def test_given_two_writers_meeting_a_person_first_at_once_when_keys_are_created_
     with Vault.open(settings) as vault:
         assert vault.keys_for(["zoe"])["zoe"][1] == answers[0][1]  # found again, not created
         assert vault.keys_for(["nobody"]) == {}  # not created without create
+
+
+def test_given_a_dynamodb_vault_with_copies_outside_the_rule_when_shredding_then_verification_fails_naming_them(
+    aws, monkeypatch
+):
+    monkeypatch.setenv("LAKEPURGE_HASH_KEY", HASH_KEY)
+    aws_client("s3").create_bucket(Bucket="lake-reports")
+    kms_key = aws_client("kms").create_key()["KeyMetadata"]["Arn"]
+    base = f'[index]\n{index_toml("dynamodb")}\n[reports]\nlocation = "s3://lake-reports/"\n'
+    settings = settings_with(base + vault_toml("dynamodb", None, kms_key, max_copy_days=30))
+    with Vault.open(settings) as vault:
+        vault.keys_for(["alice"], create=True)
+    dynamodb = aws_client("dynamodb")
+    dynamodb.update_continuous_backups(
+        TableName="lakepurge-vault-test",
+        PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": True, "RecoveryPeriodInDays": 35},
+    )
+    dynamodb.create_backup(TableName="lakepurge-vault-test", BackupName="before-the-shred")
+    plan = ShredPlan(("orders_protected",), "dynamodb:lakepurge-vault-test", 1)
+    results = S3Uri("lake-reports", "results/req-1/")
+    hashed = Pseudonymizer(HASH_KEY.encode())("alice")
+
+    section = shred_persons(aws_client("s3"), settings, plan, [hashed], results, [])
+
+    checked = section["verification"]
+    assert section["keys_destroyed"] == 1 and checked["vault_entries_remaining"] == 0
+    assert not checked["passed"] and checked["point_in_time_recovery_days"] == 35
+    assert any("backup before-the-shred of the vault never expires" in p for p in checked["problems"])
+    assert any("beyond [vault] max_copy_days (30)" in p for p in checked["problems"])
+    shredded = datetime.fromisoformat(section["shredded_at"])
+    assert datetime.fromisoformat(checked["copies_gone_by"]) - shredded >= timedelta(days=35)
+    # A rerun of the same request finds nothing left to destroy and still counts what this request destroyed.
+    again = shred_persons(aws_client("s3"), settings, plan, [hashed], results, [])
+    assert again["keys_destroyed"] == 1 and again["verification"]["vault_entries_remaining"] == 0
 
 
 # -- what the conversion refuses --------------------------------------------------------------------

@@ -1,21 +1,25 @@
-"""Pseudonymised data without AWS: the ciphers of a person's key and the configuration of protected datasets."""
+"""Pseudonymised data without AWS: the ciphers of a person's key, a vault's copies against the retention rule,
+the configuration of protected datasets, and what the plan and the approval page say of a crypto-shred."""
 
 from __future__ import annotations
 
 import base64
 import pickle
-from datetime import date
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
 import pytest
 
 from lakepurge.core.config import ConfigError, parse_settings
 from lakepurge.protection.aead import NotCiphertext, NotDecryptable, PersonKey
+from lakepurge.protection.shred import ShredPlan, _copies_gone_by, plan_lines
+from lakepurge.protection.vault import Backup, VaultCopies
 
 pytestmark = pytest.mark.unit
 
 ALICE = PersonKey(bytes(range(32)))
 BOB = PersonKey(bytes(range(1, 33)))
+T0 = datetime(2026, 3, 1, 12, tzinfo=UTC)
 
 
 @pytest.mark.parametrize(
@@ -76,6 +80,19 @@ def test_given_one_identifier_when_pseudonymised_then_stable_per_key_and_unlinka
     assert ALICE.pseudonym("alice").startswith("ps-") and "alice" not in ALICE.pseudonym("alice")
 
 
+def test_given_the_vaults_copies_when_bounded_by_the_retention_rule_then_the_date_is_stated_and_beyond_it_refused():
+    week = VaultCopies(recovery_days=7, backups=(Backup("aws-backup", T0 - timedelta(days=1), T0 + timedelta(days=5)),))
+    assert _copies_gone_by(week, T0, 35) == (T0 + timedelta(days=7), [])
+    gone_by, problems = _copies_gone_by(VaultCopies(recovery_days=35), T0, 30)
+    assert gone_by == T0 + timedelta(days=35) and "max_copy_days (30)" in problems[0]
+    forever = VaultCopies(recovery_days=0, backups=(Backup("manual-2026", T0 - timedelta(days=2), None),))
+    assert "backup manual-2026 of the vault never expires" in _copies_gone_by(forever, T0, 35)[1][0]
+    later = VaultCopies(recovery_days=0, backups=(Backup("after", T0 + timedelta(hours=1), None),))
+    assert _copies_gone_by(later, T0, 35) == (T0, [])  # taken after the shred: holds no destroyed key
+    assert _copies_gone_by(VaultCopies(recovery_days=None), T0, 35)[0] is None
+    assert "replicas" in _copies_gone_by(VaultCopies(recovery_days=1, replicas=("eu-west-1",)), T0, 35)[1][0]
+
+
 BASE = {"index": {"backend": "dynamodb", "table": "i"}, "reports": {"location": "s3://r/"}}
 PROTECTED = {
     "name": "orders",
@@ -98,6 +115,31 @@ def test_given_a_protected_dataset_when_configured_then_it_needs_a_vault_and_one
         parse_settings({**BASE, "datasets": [{**PROTECTED, "protection": "none"}]})
     with pytest.raises(ConfigError, match="backup_retention_days"):
         parse_settings({**BASE, "vault": {"backend": "postgres", "dsn": "postgresql://x", "kms_key_id": "k"}})
+
+
+def test_given_a_mixed_report_when_planned_then_the_plan_names_both_methods_and_what_keeps_ciphertext():
+    plan = ShredPlan(("orders_protected",), "dynamodb:v", 1, {"orders_protected": 3}, {"orders_protected": 5})
+    lines = plan_lines(plan.summary(["reviews", "clicks"]))
+    assert "Crypto-shredded" in lines[0] and "orders_protected" in lines[0] and "no object rewritten" in lines[0]
+    assert "orders_protected 3" in lines[1]
+    assert lines[2] == "Rewritten (records erased from the objects): clicks, reviews"
+
+
+def test_given_a_report_with_a_crypto_shred_when_the_approval_page_is_shown_then_it_names_both_methods():
+    from lakepurge.workflow.pages import _plan_lines
+
+    summary = {
+        "users_requested": 1,
+        "users_found": 1,
+        "objects": 2,
+        "lines": 2,
+        "datasets": {"reviews": {"objects": 2, "records": 2}},
+        "relational_rows": {},
+        "crypto_shred": ShredPlan(("orders_protected",), "dynamodb:v", 1, {"orders_protected": 3}).summary(["reviews"]),
+    }
+    erasure = "\n".join(_plan_lines(summary))
+    assert "Crypto-shredded" in erasure and "Rewritten (records erased from the objects): reviews" in erasure
+    assert "Crypto-shredded" not in "\n".join(_plan_lines(summary, "access"))
 
 
 def test_given_values_json_cannot_hold_when_sealed_then_they_travel_as_text():
