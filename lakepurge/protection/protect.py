@@ -130,6 +130,19 @@ def _open(key: PersonKey | None, field: str, token: Any, position: int) -> Any:
         raise RecordRefused(f"record {position}: {exc}") from None
 
 
+def reveal_for_person(
+    vault: Vault, records: Sequence[dict[str, Any]], protection: Protection, owners: dict[str, str]
+) -> list[dict[str, Any]]:
+    """A person's own records in clear (the access export): personal fields decrypted and the pseudonym replaced by
+    the person's identifier (``owners``: pseudonym -> identifier)."""
+    revealed = reveal_records(vault, records, protection)
+    for record in revealed:
+        pseudonym = record.get(protection.id_field)
+        if isinstance(pseudonym, str) and pseudonym in owners:
+            record[protection.id_field] = owners[pseudonym]
+    return revealed
+
+
 # -- Arrow ------------------------------------------------------------------------------------------------------------
 
 

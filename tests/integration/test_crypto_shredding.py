@@ -1,8 +1,8 @@
 """Pseudonymised datasets end to end, on both vault backends (PostgreSQL, DynamoDB on moto, KMS on moto): a dataset
 converted on local Spark holds no raw id or personal value and joins on pseudonyms; a request erases a person from a
 mixed lake (a raw dataset rewritten, protected ones crypto-shredded) with one certificate naming both methods; her
-ciphertext then decrypts with no key the deployment holds while the others' still do; no key is ever
-logged; the vault's copies bound the certificate."""
+ciphertext then decrypts with no key the deployment holds while the others' still do; the access export decrypts
+through the vault; no key is ever logged; the vault's copies bound the certificate."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import io
 import json
 import logging
 import threading
+import zipfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -20,6 +21,7 @@ import orjson
 import pyarrow.parquet as pq
 import pytest
 
+from lakepurge.access.sealing import unseal
 from lakepurge.cli import main
 from lakepurge.core import aws
 from lakepurge.core.config import Settings
@@ -280,6 +282,27 @@ def test_given_a_mixed_lake_when_alice_is_erased_then_her_key_goes_bobs_data_sti
 def body_of(uri: str) -> bytes:
     where = S3Uri.parse(uri)
     return aws_client("s3").get_object(Bucket=where.bucket, Key=where.key)["Body"].read()
+
+
+def test_given_protected_records_when_alice_asks_for_her_data_then_the_export_decrypts_them_through_the_vault(scenario):
+    from lakepurge.access.export import export_users
+
+    settings, _ = protect_sources(scenario)
+    index_keys(settings, BUCKET, keys_under("raw/reviews/") + keys_under("protected/"))
+    run = export_users(
+        settings, [ALICE], S3Uri("lake-reports", "exports/"), kms_key=scenario.kms_key, say=lambda _line: None
+    )
+    sealed = body_of(run.archive)
+    archive = zipfile.ZipFile(io.BytesIO(unseal(io.BytesIO(sealed), aws_client("kms"))))
+    manifest = json.loads(archive.read("manifest.json"))
+    assert run.records == {"orders_protected": 3, "profiles_protected": 2, "reviews": 3}
+    decrypted = [e for e in manifest["objects"] if e.get("decrypted_through_the_vault")]
+    assert {e["dataset"] for e in decrypted} == {"orders_protected", "profiles_protected"}
+    records = [orjson.loads(line) for e in decrypted for line in archive.read(e["file"]).splitlines()]
+    orders = sorted((r["user_id"], r["email"], r["name"]) for r in records if "order_id" in r)
+    assert orders == sorted((r["user_id"], r["email"], r["name"]) for r in scenario.sources.of("orders", "alice"))
+    births = sorted(r["birth_date"] for r in records if "birth_date" in r)
+    assert births == sorted(str(r["birth_date"]) for r in scenario.sources.of("profiles", "alice"))
 
 
 # -- the vault --------------------------------------------------------------------------------------------------------
