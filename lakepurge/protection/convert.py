@@ -1,4 +1,5 @@
-"""``lakepurge pseudonymise``: an existing dataset of files converted into a protected one.
+"""``lakepurge pseudonymise``: an existing dataset of files converted into a protected one, and the check of how
+identifying its clear columns are.
 
 The conversion is a Spark job like the backfill (PySpark's wheel has no s3a: executors read and write each object
 with boto3, one object per item): each object of the dataset is read, its records protected in batches through the
@@ -13,11 +14,15 @@ Only when every object was converted is the output declared protected: ``_lakepu
 output's root (hidden from Spark, Hive and the indexer by its leading underscore) records the fields and the
 ciphers, and the command prints the ``[[datasets]]`` entry (``protection = "crypto-shred"``) to add to the
 configuration.
+
+Before anything is written, the clear columns are checked (lakepurge.protection.quasi): a column set that singles
+rows out stops the conversion unless forced; the manifest records the check.
 """
 
 from __future__ import annotations
 
 import gzip
+import random
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -35,6 +40,15 @@ from lakepurge.core.s3uri import S3Uri
 from lakepurge.core.sparkutil import apply_job_environment, job_environment, on_executors
 from lakepurge.protection.aead import DETERMINISTIC, RANDOMISED
 from lakepurge.protection.protect import Protection, RecordRefused, protect_batch, protect_records
+from lakepurge.protection.quasi import (
+    DEFAULT_MAX_COLUMNS,
+    DEFAULT_MAX_UNIQUE_SHARE,
+    DEFAULT_MIN_K,
+    QuasiReport,
+    Reservoir,
+    analyse,
+    merge,
+)
 from lakepurge.protection.transforms import worker_vault
 from lakepurge.protection.vault import Vault, vault_config
 from lakepurge.records.limits import IN_MEMORY_BYTES
@@ -55,10 +69,23 @@ CIPHERS = {
     "ciphertext_prefixes": f"{RANDOMISED} randomised, {DETERMINISTIC} deterministic",
 }
 RECORDS_PER_BATCH = 5000
+DEFAULT_SAMPLE_ROWS = 1_000_000
 
 
 class ConversionRefused(Exception):
     """The conversion cannot start as asked (a dataset, a field, the destination); nothing was written."""
+
+
+class QuasiIdentifiersFound(ConversionRefused):
+    """The clear columns single rows out (the check's warning): not converted unless forced."""
+
+    def __init__(self, report: QuasiReport) -> None:
+        sets = "; ".join(s.describe() for s in report.flagged[:5])
+        super().__init__(
+            f"the columns left in clear single rows out ({sets}): encrypt them too (--personal), or convert anyway"
+            " with --force and record why"
+        )
+        self.report = report
 
 
 @dataclass(frozen=True)
@@ -78,6 +105,7 @@ class Conversion:
     format: str
     protection: Protection
     objects: tuple[ConvertedObject, ...]
+    check: QuasiReport
     manifest: str | None  # written only when every object was converted
     entry: str  # the [[datasets]] entry declaring the output protected
     seconds: float
@@ -97,6 +125,7 @@ class Conversion:
             "declared_protected": self.manifest is not None,
             "manifest": self.manifest,
             "entry": self.entry if self.manifest is not None else None,
+            "check": self.check.summary(),
             "seconds": round(self.seconds, 2),
         }
 
@@ -146,7 +175,7 @@ def destination(settings: Settings, to: str, s3: S3Client) -> S3Uri:
     return target
 
 
-# -- reading records ---------------------------------------
+# -- reading records (the check, and the conversion of JSON Lines and CSV) ---------------------------------------
 
 
 def _body(s3: S3Client, bucket: str, key: str) -> IO[bytes]:
@@ -175,6 +204,75 @@ def _parsed(number: int, line: bytes) -> dict[str, Any] | None:
     return record
 
 
+def _records(s3: S3Client, settings: Settings, dataset: DatasetConfig, bucket: str, key: str) -> Iterator[dict]:
+    """Every record of an object as a dict (the check's reading)."""
+    if dataset.format == "parquet":
+        import pyarrow.parquet as pq
+
+        head = head_object(s3, bucket, key)
+        if head is None:
+            return
+        for batch in pq.ParquetFile(open_seekable(s3, head)).iter_batches(batch_size=RECORDS_PER_BATCH):
+            yield from batch.to_pylist()
+    else:
+        for number, line in _jsonl_lines(settings, _body(s3, bucket, key), key):
+            record = _parsed(number, line)
+            if record is not None:
+                yield record
+
+
+def _clear_value(value: Any) -> str | None:
+    """A clear column's value as the check groups it: text as it is, anything else as its JSON text."""
+    if value is None or isinstance(value, str):
+        return value
+    return orjson.dumps(value, default=str).decode()
+
+
+# -- the check ------------------------------------------------------------------------------------------------------
+
+
+def check_dataset(
+    spark: Any,
+    settings: Settings,
+    dataset: DatasetConfig,
+    hidden: Sequence[str],
+    columns: Sequence[str] = (),
+    sample_rows: int = DEFAULT_SAMPLE_ROWS,
+    max_columns: int = DEFAULT_MAX_COLUMNS,
+    max_unique_share: float = DEFAULT_MAX_UNIQUE_SHARE,
+    min_k: int = DEFAULT_MIN_K,
+) -> QuasiReport:
+    """How identifying the dataset's clear columns are: every column but the id and ``hidden`` (the personal fields,
+    which become ciphertext), or only ``columns`` when named. Read on Spark, a uniform sample of at most
+    ``sample_rows`` rows analysed on the driver (lakepurge.protection.quasi)."""
+    import pyarrow as pa
+
+    s3 = aws.client("s3")
+    assert dataset.id_fields is not None
+    left_out = {dataset.id_fields[0], *hidden}
+    keys = [key for _, key, _ in list_objects(s3, dataset)]
+    env = job_environment(settings)
+    bucket = dataset.uri.bucket
+    per_task = max(1, sample_rows)
+
+    def sample(items: Iterable[str]) -> Iterator[Reservoir]:
+        apply_job_environment(env)
+        client = aws.client("s3")
+        chance = random.Random(len(keys))  # noqa: S311 - sampling, not cryptography
+        reservoir = Reservoir(per_task)
+        for key in items:
+            for record in _records(client, settings, dataset, bucket, key):
+                wanted = columns or [name for name in record if name not in left_out]
+                reservoir.add(tuple((name, _clear_value(record.get(name))) for name in wanted), chance)
+        yield reservoir
+
+    reservoirs = on_executors(spark, keys, sample, label="objects read for the check")
+    rows, seen = merge(reservoirs, sample_rows, random.Random(0))  # noqa: S311
+    names = list(columns) or list(dict.fromkeys(name for row in rows for name, _ in row))
+    table = pa.table({name: pa.array([dict(row).get(name) for row in rows], pa.string()) for name in names})
+    return analyse(table, seen, max_columns, max_unique_share, min_k)
+
+
 # -- the conversion -------------------------------------------------------------------------------------------------
 
 
@@ -186,9 +284,15 @@ def pseudonymise_dataset(
     personal: Sequence[str],
     deterministic: Sequence[str] = (),
     name: str | None = None,
+    force: bool = False,
+    check_columns: Sequence[str] = (),
+    sample_rows: int = DEFAULT_SAMPLE_ROWS,
+    max_columns: int = DEFAULT_MAX_COLUMNS,
+    max_unique_share: float = DEFAULT_MAX_UNIQUE_SHARE,
+    min_k: int = DEFAULT_MIN_K,
 ) -> Conversion:
     """Convert a dataset into a protected one under ``to`` (see the module docstring). Raises ConversionRefused
-    before anything is written."""
+    before anything is written (QuasiIdentifiersFound when the check flags a column set and ``force`` is not set)."""
     started = time.monotonic()
     s3 = aws.client("s3")
     dataset = source_dataset(settings, dataset_name)
@@ -198,6 +302,12 @@ def pseudonymise_dataset(
     name = name or f"{dataset.name}_protected"
     if any(d.name == name for d in settings.datasets):
         raise ConversionRefused(f"a dataset named {name} is configured already: choose another --name")
+    check = check_dataset(
+        spark, settings, dataset, protection.personal_fields, check_columns, sample_rows, max_columns,
+        max_unique_share, min_k,
+    )  # fmt: skip
+    if check.flagged and not force:
+        raise QuasiIdentifiersFound(check)
     Vault.open(settings).close()  # the vault's schema, created once here, not by every executor
     source = dataset.uri
     items = [(key, target.key + key[len(source.key) :]) for _, key, _ in list_objects(s3, dataset)]
@@ -214,7 +324,7 @@ def pseudonymise_dataset(
     entry = dataset_entry(name, dataset.format, str(target), protection)
     manifest = None
     if not any(o.error for o in objects):
-        manifest = _declare(s3, target, dataset, name, protection, objects, entry)
+        manifest = _declare(s3, target, dataset, name, protection, objects, check, entry)
     log.info(
         "dataset pseudonymised",
         extra={"dataset": dataset.name, "objects": len(objects), "failed": sum(1 for o in objects if o.error)},
@@ -226,6 +336,7 @@ def pseudonymise_dataset(
         dataset.format,
         protection,
         objects,
+        check,
         manifest,
         entry,
         time.monotonic() - started,
@@ -367,6 +478,7 @@ def _declare(
     name: str,
     protection: Protection,
     objects: Sequence[ConvertedObject],
+    check: QuasiReport,
     entry: str,
 ) -> str:
     manifest = {
@@ -382,6 +494,7 @@ def _declare(
         "objects": len(objects),
         "records": sum(o.records for o in objects),
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "quasi_identifier_check": check.summary() | {"flagged_and_forced": bool(check.flagged)},
         "dataset_entry": entry,
     }
     where = S3Uri(target.bucket, target.key + MANIFEST)

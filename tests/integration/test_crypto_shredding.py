@@ -2,7 +2,8 @@
 converted on local Spark holds no raw id or personal value and joins on pseudonyms; a request erases a person from a
 mixed lake (a raw dataset rewritten, protected ones crypto-shredded) with one certificate naming both methods; her
 ciphertext then decrypts with no key the deployment holds while the others' still do; the access export decrypts
-through the vault; no key is ever logged; the vault's copies bound the certificate."""
+through the vault; no key is ever logged; the vault's copies bound the certificate; the check flags the clear
+columns of a census-like dataset that single rows out."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from lakepurge.core import aws
 from lakepurge.core.config import Settings
 from lakepurge.core.privacy import Pseudonymizer
 from lakepurge.core.s3uri import S3Uri
-from lakepurge.protection.convert import MANIFEST, ConversionRefused, pseudonymise_dataset
+from lakepurge.protection.convert import MANIFEST, ConversionRefused, QuasiIdentifiersFound, pseudonymise_dataset
 from lakepurge.protection.protect import Protection, reveal_records
 from lakepurge.protection.shred import ShredPlan
 from lakepurge.protection.vault import KeyEntry, Vault
@@ -111,10 +112,10 @@ def protect_sources(scenario: Scenario, spark: Any = None) -> tuple[Settings, st
     the protected datasets configured in their place. Returns the new settings and their TOML."""
     settings = scenario.raw_settings
     orders = pseudonymise_dataset(
-        spark, settings, "orders", f"s3://{BUCKET}/protected/orders/", ORDERS_PERSONAL, ("email",)
+        spark, settings, "orders", f"s3://{BUCKET}/protected/orders/", ORDERS_PERSONAL, ("email",), force=True
     )
     profiles = pseudonymise_dataset(
-        spark, settings, "profiles", f"s3://{BUCKET}/protected/profiles/", PROFILES_PERSONAL
+        spark, settings, "profiles", f"s3://{BUCKET}/protected/profiles/", PROFILES_PERSONAL, force=True
     )
     assert orders.manifest and profiles.manifest and not orders.failed and not profiles.failed
     s3 = aws_client("s3")
@@ -151,7 +152,7 @@ def test_given_a_jsonl_and_a_parquet_dataset_when_pseudonymised_on_spark_then_no
         ("profiles", PROFILES_PERSONAL, []),
     ):
         to = f"s3://{BUCKET}/protected/{dataset}/"
-        args = ["--config", str(config), "pseudonymise", "--dataset", dataset, "--to", to]
+        args = ["--config", str(config), "pseudonymise", "--dataset", dataset, "--to", to, "--force"]
         assert main([*args, "--personal", ",".join(personal), *extra]) == 0
         entry = capsys.readouterr().out
         assert 'protection = "crypto-shred"' in entry and f'location = "{to}"' in entry
@@ -364,7 +365,45 @@ def test_given_a_dynamodb_vault_with_copies_outside_the_rule_when_shredding_then
     assert again["keys_destroyed"] == 1 and again["verification"]["vault_entries_remaining"] == 0
 
 
-# -- what the conversion refuses --------------------------------------------------------------------
+# -- the check and what the conversion refuses --------------------------------------------------------------------
+
+
+def test_given_a_census_like_dataset_when_checked_then_the_quasi_identifying_column_set_is_flagged(
+    aws, spark, pg_dsn, tmp_path, capsys, monkeypatch
+):
+    import random
+
+    monkeypatch.setenv("LAKEPURGE_HASH_KEY", HASH_KEY)
+    s3 = aws_client("s3")
+    s3.create_bucket(Bucket=BUCKET)
+    chance = random.Random(11)
+    for part in range(2):
+        rows = [
+            {
+                "person": f"p{part}-{n}",
+                "zip": f"{chance.randrange(30):05d}",
+                "birth_year": 1950 + chance.randrange(45),
+                "sex": chance.choice("FM"),
+                "visits": chance.randrange(3),
+            }
+            for n in range(1500)
+        ]
+        s3.put_object(Bucket=BUCKET, Key=f"census/part-{part}.jsonl", Body=b"\n".join(map(orjson.dumps, rows)))
+    config = tmp_path / "lakepurge.toml"
+    config.write_text(
+        f'[index]\n{index_toml("postgres", pg_dsn)}\n[reports]\nlocation = "s3://lake-reports/"\n'
+        f'[[datasets]]\nname = "census"\nlocation = "s3://{BUCKET}/census/"\nid_fields = ["person"]\n'
+    )
+    code = main(["--config", str(config), "--json", "pseudonymise", "--check", "census", "--max-unique-share", "0.05"])
+    captured = capsys.readouterr()
+    report = orjson.loads(captured.out)
+    assert code == 1 and report["rows_read"] == 3000 and not report["sampled"]
+    flagged = [set(s["columns"]) for s in report["flagged"]]
+    assert {"zip", "birth_year"} in flagged
+    assert all(len(columns) > 1 for columns in flagged)  # no column alone singles anyone out
+    assert "WARNING zip + birth_year" in captured.err
+    coarse = ["pseudonymise", "--check", "census", "--columns", "sex,visits"]
+    assert main(["--config", str(config), *coarse]) == 0
 
 
 def test_given_a_record_without_its_id_when_converting_then_its_object_is_not_written_and_nothing_is_declared(
@@ -376,7 +415,9 @@ def test_given_a_record_without_its_id_when_converting_then_its_object_is_not_wr
     )
     settings = scenario.raw_settings
     with caplog.at_level(logging.DEBUG, logger="lakepurge"), caplog.at_level(logging.DEBUG, "aws_lambda_powertools"):
-        run = pseudonymise_dataset(None, settings, "orders", f"s3://{BUCKET}/protected/orders/", ORDERS_PERSONAL)
+        run = pseudonymise_dataset(
+            None, settings, "orders", f"s3://{BUCKET}/protected/orders/", ORDERS_PERSONAL, force=True
+        )
     # Keys were made and used in this process: none of them, no raw id, no personal value was logged.
     logged = logged_text(caplog)
     assert "vault keys created on first sight" in logged and "dataset pseudonymised" in logged
@@ -391,4 +432,7 @@ def test_given_a_record_without_its_id_when_converting_then_its_object_is_not_wr
     assert "protected/orders/part-9.jsonl" not in keys_under("protected/orders/")
     assert MANIFEST not in "".join(keys_under("protected/orders/"))
     with pytest.raises(ConversionRefused, match="holds objects already"):
-        pseudonymise_dataset(None, settings, "orders", f"s3://{BUCKET}/protected/orders/", ORDERS_PERSONAL)
+        pseudonymise_dataset(None, settings, "orders", f"s3://{BUCKET}/protected/orders/", ORDERS_PERSONAL, force=True)
+    with pytest.raises(QuasiIdentifiersFound, match="order_id"):
+        pseudonymise_dataset(None, settings, "orders", f"s3://{BUCKET}/protected/again/", ORDERS_PERSONAL)
+    assert keys_under("protected/again/") == []  # refused before anything was written

@@ -1,17 +1,21 @@
-"""Pseudonymised data without AWS: the ciphers of a person's key, a vault's copies against the retention rule,
-the configuration of protected datasets, and what the plan and the approval page say of a crypto-shred."""
+"""Pseudonymised data without AWS: the ciphers of a person's key, how identifying clear columns are (the check's
+measure), a vault's copies against the retention rule, the configuration of protected datasets, and what the plan
+and the approval page say of a crypto-shred."""
 
 from __future__ import annotations
 
 import base64
 import pickle
+import random
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
+import pyarrow as pa
 import pytest
 
 from lakepurge.core.config import ConfigError, parse_settings
 from lakepurge.protection.aead import NotCiphertext, NotDecryptable, PersonKey
+from lakepurge.protection.quasi import Reservoir, analyse, merge
 from lakepurge.protection.shred import ShredPlan, _copies_gone_by, plan_lines
 from lakepurge.protection.vault import Backup, VaultCopies
 
@@ -78,6 +82,55 @@ def test_given_one_identifier_when_pseudonymised_then_stable_per_key_and_unlinka
     assert ALICE.pseudonym("alice") == PersonKey(bytes(range(32))).pseudonym("alice")
     assert ALICE.pseudonym("alice") != BOB.pseudonym("alice")
     assert ALICE.pseudonym("alice").startswith("ps-") and "alice" not in ALICE.pseudonym("alice")
+
+
+def census(rows: int, seed: int = 7) -> pa.Table:
+    """A census-like table: no column singles anyone out alone, zip + birth year + gender does."""
+    chance = random.Random(seed)
+    return pa.table(
+        {
+            "zip": [f"{chance.randrange(40):05d}" for _ in range(rows)],
+            "birth_year": [str(1950 + chance.randrange(50)) for _ in range(rows)],
+            "gender": [chance.choice("FM") for _ in range(rows)],
+            "plan": [chance.choice(["basic", "pro"]) for _ in range(rows)],
+        }
+    )
+
+
+def test_given_a_census_like_table_when_checked_then_the_combination_is_flagged_and_no_single_column_is():
+    report = analyse(census(3000), max_columns=3, max_unique_share=0.05)
+    flagged = {frozenset(s.columns) for s in report.flagged}
+    assert {"zip", "birth_year"} <= set().union(*flagged)
+    assert all(len(columns) > 1 for columns in flagged)
+    singles = {s.columns[0]: s for s in report.sets if len(s.columns) == 1}
+    assert all(s.unique_share == 0 and s.k > 10 for s in singles.values())
+    assert frozenset({"zip", "birth_year", "gender"}) not in {frozenset(s.columns) for s in report.sets}  # pruned
+
+
+def test_given_coarse_columns_only_when_checked_then_nothing_is_flagged():
+    report = analyse(census(3000).select(["gender", "plan"]), max_unique_share=0.01)
+    assert not report.flagged
+    assert min(s.k for s in report.sets) > 100
+
+
+def test_given_a_small_table_when_measured_then_unique_share_and_k_are_exact():
+    table = pa.table({"zip": ["1", "1", "2", "3", "3", "3"]})
+    (measured,) = analyse(table, max_unique_share=0.5).sets
+    assert (measured.groups, measured.k, measured.unique_share, measured.flagged) == (3, 1, 1 / 6, False)
+    (measured,) = analyse(table, min_k=2).sets
+    assert measured.flagged  # a k of 1 is below k = 2
+
+
+def test_given_tasks_that_saw_unequal_rows_when_merging_their_samples_then_each_counts_by_what_it_saw():
+    chance = random.Random(1)
+    big, small = Reservoir(100), Reservoir(100)
+    for n in range(9000):
+        big.add(("big", n), chance)
+    for n in range(1000):
+        small.add(("small", n), chance)
+    rows, seen = merge([big, small], 100, chance)
+    assert seen == 10_000 and len(rows) == 100
+    assert sum(1 for r in rows if r[0] == "big") == 90
 
 
 def test_given_the_vaults_copies_when_bounded_by_the_retention_rule_then_the_date_is_stated_and_beyond_it_refused():
