@@ -11,16 +11,14 @@ Backup's recovery points expire with their plan, ``[vault] backup_retention_days
 
 from __future__ import annotations
 
-import random
-import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
 from lakepurge.core import aws
+from lakepurge.index.dynamodb_table import batch_get, parallel
 from lakepurge.protection.vault import Backup, KeyEntry, VaultCopies, VaultStore
 
 if TYPE_CHECKING:
@@ -28,29 +26,12 @@ if TYPE_CHECKING:
 
 KEY_PREFIX = "key#"
 PSEUDONYM_PREFIX = "pseudonym#"
-_GET_BATCH = 100
-_ATTEMPTS = 10
-_THREADS = 8
 # Without RecoveryPeriodInDays (tables whose window was set before it existed) the window is DynamoDB's default.
 DEFAULT_RECOVERY_DAYS = 35
-
-T = TypeVar("T")
-R = TypeVar("R")
 
 
 class VaultSchemaError(RuntimeError):
     """The vault table exists with another key schema than the vault's."""
-
-
-def _threads(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
-    if len(items) <= 1:
-        return [fn(item) for item in items]
-    with ThreadPoolExecutor(max_workers=min(_THREADS, len(items)), thread_name_prefix="lakepurge-vault") as pool:
-        return list(pool.map(fn, items))
-
-
-def _pause(attempt: int) -> None:
-    time.sleep(min(2.0, 0.05 * 2**attempt) * random.uniform(0.5, 1.0))  # noqa: S311 - jitter
 
 
 class DynamoVault(VaultStore):
@@ -77,21 +58,7 @@ class DynamoVault(VaultStore):
             raise VaultSchemaError(f"vault table {self.name}: its key must be 'pk' (HASH) alone; is it another table?")
 
     def _get(self, keys: list[str]) -> list[dict[str, Any]]:
-        def fetch(batch: list[str]) -> list[dict[str, Any]]:
-            found: list[dict[str, Any]] = []
-            request: Any = {"Keys": [{"pk": {"S": key}} for key in batch], "ConsistentRead": True}
-            for attempt in range(_ATTEMPTS):
-                answer = self._client.batch_get_item(RequestItems={self.name: request})
-                found += answer.get("Responses", {}).get(self.name, [])
-                request = answer.get("UnprocessedKeys", {}).get(self.name)
-                if not request or not request.get("Keys"):
-                    return found
-                _pause(attempt)
-            raise RuntimeError(f"vault table {self.name}: keys still unprocessed after {_ATTEMPTS} BatchGetItem calls")
-
-        distinct = list(dict.fromkeys(keys))
-        batches = [distinct[i : i + _GET_BATCH] for i in range(0, len(distinct), _GET_BATCH)]
-        return [item for found in _threads(fetch, batches) for item in found]
+        return batch_get(self._client, self.name, [{"pk": {"S": key}} for key in dict.fromkeys(keys)])
 
     @staticmethod
     def _entry(item: dict[str, Any]) -> KeyEntry:
@@ -145,7 +112,7 @@ class DynamoVault(VaultStore):
                 return None  # the person has an entry already: another writer's
             return entry
 
-        written = [entry for entry in _threads(put, list(entries)) if entry is not None]
+        written = [entry for entry in parallel(put, list(entries)) if entry is not None]
         stored = {entry.person: entry for entry in written}
         return stored | self.entries([e.person for e in entries if e.person not in stored])
 
@@ -163,7 +130,7 @@ class DynamoVault(VaultStore):
             )
             return entry.person
 
-        return _threads(delete, list(self.entries(persons).values()))
+        return parallel(delete, list(self.entries(persons).values()))
 
     def copies(self) -> VaultCopies:
         recovery = self._client.describe_continuous_backups(TableName=self.name)["ContinuousBackupsDescription"]
