@@ -10,7 +10,12 @@ from typing import Any
 
 from lakepurge.cli.arguments import Commands, Output, read_lake_settings
 from lakepurge.cli.errors import EXIT_FAILED, EXIT_OK, EXIT_REFUSED, CliError
-from lakepurge.protection.quasi import DEFAULT_MAX_COLUMNS, DEFAULT_MAX_UNIQUE_SHARE, DEFAULT_MIN_K
+from lakepurge.protection.quasi import (
+    DEFAULT_MAX_COLUMNS,
+    DEFAULT_MAX_UNIQUE_SHARE,
+    DEFAULT_MIN_K,
+    DEFAULT_SAMPLE_ROWS,
+)
 
 
 def _names(text: str) -> list[str]:
@@ -61,7 +66,7 @@ def register(commands: Commands) -> None:
     command.add_argument(
         "--min-k", type=int, default=DEFAULT_MIN_K, help="flag a column set whose smallest group is smaller than k"
     )
-    command.add_argument("--sample-rows", type=int, default=1_000_000, help="rows the check analyses at most")
+    command.add_argument("--sample-rows", type=int, default=DEFAULT_SAMPLE_ROWS, help="rows the check analyses at most")
 
 
 def _check_options(args: argparse.Namespace) -> dict[str, Any]:

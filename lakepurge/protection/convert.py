@@ -44,6 +44,7 @@ from lakepurge.protection.quasi import (
     DEFAULT_MAX_COLUMNS,
     DEFAULT_MAX_UNIQUE_SHARE,
     DEFAULT_MIN_K,
+    DEFAULT_SAMPLE_ROWS,
     QuasiReport,
     Reservoir,
     analyse,
@@ -69,7 +70,6 @@ CIPHERS = {
     "ciphertext_prefixes": f"{RANDOMISED} randomised, {DETERMINISTIC} deterministic",
 }
 RECORDS_PER_BATCH = 5000
-DEFAULT_SAMPLE_ROWS = 1_000_000
 
 
 class ConversionRefused(Exception):

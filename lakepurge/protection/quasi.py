@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 DEFAULT_MAX_COLUMNS = 3
 DEFAULT_MAX_UNIQUE_SHARE = 0.01
 DEFAULT_MIN_K = 1  # k-anonymity is reported; required only when asked (--min-k 5)
+DEFAULT_SAMPLE_ROWS = 1_000_000  # rows analysed at most: a uniform sample beyond
 
 
 @dataclass(frozen=True)
