@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -436,3 +437,17 @@ def test_given_a_record_without_its_id_when_converting_then_its_object_is_not_wr
     with pytest.raises(QuasiIdentifiersFound, match="order_id"):
         pseudonymise_dataset(None, settings, "orders", f"s3://{BUCKET}/protected/again/", ORDERS_PERSONAL)
     assert keys_under("protected/again/") == []  # refused before anything was written
+
+
+def test_given_a_parquet_object_without_a_personal_column_when_converting_then_it_fails_naming_the_column(scenario):
+    s3 = aws_client("s3")
+    out = io.BytesIO()
+    pq.write_table(pa.table({"user_id": [person_id("zoe")], "email": ["zoe@example.com"]}), out)
+    s3.put_object(Bucket=BUCKET, Key="raw/profiles/part-9.parquet", Body=out.getvalue())
+    to = f"s3://{BUCKET}/protected/profiles/"
+    run = pseudonymise_dataset(None, scenario.raw_settings, "profiles", to, PROFILES_PERSONAL, force=True)
+    assert [(o.source, o.error) for o in run.failed] == [
+        (f"s3://{BUCKET}/raw/profiles/part-9.parquet", "no column(s) birth_date")
+    ]
+    assert run.manifest is None and "protected/profiles/part-9.parquet" not in keys_under("protected/profiles/")
+    assert len(keys_under("protected/profiles/")) == 2  # the two good objects, not declared protected
