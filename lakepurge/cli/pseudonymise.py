@@ -8,7 +8,7 @@ import argparse
 import sys
 from typing import Any
 
-from lakepurge.cli.arguments import Commands, Output, read_lake_settings
+from lakepurge.cli.arguments import Commands, Output, add_on, check_aws_environment, read_lake_settings, read_settings
 from lakepurge.cli.errors import EXIT_FAILED, EXIT_OK, EXIT_REFUSED, CliError
 from lakepurge.protection.quasi import (
     DEFAULT_MAX_COLUMNS,
@@ -67,6 +67,7 @@ def register(commands: Commands) -> None:
         "--min-k", type=int, default=DEFAULT_MIN_K, help="flag a column set whose smallest group is smaller than k"
     )
     command.add_argument("--sample-rows", type=int, default=DEFAULT_SAMPLE_ROWS, help="rows the check analyses at most")
+    add_on(command)  # the conversion only: --check reads a sample, on local Spark
 
 
 def _check_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -86,11 +87,15 @@ def cmd_pseudonymise(args: argparse.Namespace, out: Output) -> int:
     options = _check_options(args)
     if args.check is None and args.to is None:
         raise CliError("usage", "--dataset D needs --to s3://bucket/prefix/: where the protected dataset is written")
+    if args.on == "emr-serverless" and args.check is not None:
+        raise CliError("usage", "--check runs on local Spark (it analyses a sample): leave out --on emr-serverless")
     from lakepurge.core.sparkutil import spark_session
     from lakepurge.protection.convert import ConversionRefused, check_dataset, protection_for, source_dataset
 
-    settings = read_lake_settings(args, spark=True)
     try:
+        if args.on == "emr-serverless":
+            return _convert_remote(args, out, options)
+        settings = read_lake_settings(args, spark=True)
         if args.check is not None:
             dataset = source_dataset(settings, args.check)
             protection_for(dataset, args.personal, args.deterministic)
@@ -154,3 +159,40 @@ def _write_entry(args: argparse.Namespace, out: Output, entry: str) -> None:
     elif not out.as_json:
         sys.stdout.write(entry)
         out.say(f"add this [[datasets]] entry to {args.config}: requests then erase it by crypto-shredding")
+
+
+def _convert_remote(args: argparse.Namespace, out: Output, options: dict[str, Any]) -> int:
+    """The conversion as lakepurge_jobs/pseudonymise.py on EMR Serverless, followed to its end; what it declared is
+    read back from the manifest it wrote under --to."""
+    from lakepurge.core import aws
+    from lakepurge.ops.remote_jobs import minute_token, run_remote
+    from lakepurge.protection.convert import MANIFEST, destination, protection_for, read_manifest, source_dataset
+    from lakepurge.purge.launch import SparkJob
+
+    settings = read_settings(args)
+    check_aws_environment()
+    protection_for(source_dataset(settings, args.source), args.personal, args.deterministic)
+    destination(settings, args.to, aws.client("s3"))  # refused here rather than in the job
+    arguments = ["--dataset", args.source, "--to", args.to]
+    for flag, values in (("--personal", args.personal), ("--deterministic", args.deterministic)):
+        if values:
+            arguments += [flag, ",".join(values)]
+    if args.columns:
+        arguments += ["--columns", ",".join(args.columns)]
+    if args.name:
+        arguments += ["--name", args.name]
+    if args.force:
+        arguments.append("--force")
+    for option, value in options.items():
+        arguments += [f"--{option.replace('_', '-')}", str(value)]
+    run = run_remote(settings, SparkJob("pseudonymise", tuple(arguments), minute_token()), out.say)
+    out.say(f"pseudonymise: {run.status.state.lower()} ({run.status.detail}); logs: {run.logs}")
+    manifest = read_manifest(aws.client("s3"), args.to) if run.succeeded else None
+    if manifest is None:
+        out.say("NOT declared protected: the job's logs say why (every object must convert, the check must pass)")
+        out.result({**run.summary(), "declared_protected": False})
+        return EXIT_FAILED
+    out.say(f"declared protected: {args.to}{MANIFEST}")
+    _write_entry(args, out, manifest["dataset_entry"])
+    out.result({**run.summary(), "declared_protected": True, "entry": manifest["dataset_entry"]})
+    return EXIT_OK

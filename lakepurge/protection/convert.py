@@ -505,3 +505,14 @@ def _declare(
         ContentType="application/json",
     )
     return str(where)
+
+
+def read_manifest(s3: S3Client, location: str) -> dict[str, Any] | None:
+    """A protected output's manifest (what ``pseudonymise --on emr-serverless`` prints the entry from), or None."""
+    target = S3Uri.parse(location)
+    try:
+        body = s3.get_object(Bucket=target.bucket, Key=target.key + MANIFEST)["Body"].read()
+    except s3.exceptions.NoSuchKey:
+        return None
+    manifest: dict[str, Any] = orjson.loads(body)
+    return manifest

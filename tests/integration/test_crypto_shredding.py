@@ -8,6 +8,7 @@ columns of a census-like dataset that single rows out."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import json
 import logging
@@ -451,3 +452,54 @@ def test_given_a_parquet_object_without_a_personal_column_when_converting_then_i
     ]
     assert run.manifest is None and "protected/profiles/part-9.parquet" not in keys_under("protected/profiles/")
     assert len(keys_under("protected/profiles/")) == 2  # the two good objects, not declared protected
+
+
+@pytest.mark.parametrize("scenario", ["postgres"], indirect=True)
+def test_given_emr_configured_when_pseudonymise_runs_on_emr_then_the_job_converts_and_the_cli_prints_its_entry(
+    scenario, spark, tmp_path, capsys
+):
+    from lakepurge_jobs import pseudonymise as pseudonymise_job
+    from tests.integration.test_remote_jobs import CONFIG_URI, launcher_toml, runs
+
+    aws.configure(cli=True)  # the CLI's clients: the test's hooks go on the same ones
+    emr = aws.client("emr-serverless")
+    application_id = emr.create_application(name="lakepurge", releaseLabel="emr-7.1.0", type="SPARK")["applicationId"]
+    config = tmp_path / "lakepurge.toml"
+    config.write_text(scenario.base + RAW_DATASETS + launcher_toml(application_id))
+    s3 = aws_client("s3")
+    s3.create_bucket(Bucket="lake-artifacts")
+    s3.put_object(Bucket="lake-artifacts", Key="config/lakepurge.toml", Body=config.read_bytes())
+    submitted: list[list[str]] = []
+
+    def run_the_job_as_emr_would(params, **_):  # the first status request: EMR has run the job by now
+        if submitted and submitted[-1]:
+            with contextlib.redirect_stdout(io.StringIO()):  # the driver's stdout goes to EMR's logs
+                assert pseudonymise_job.main(submitted[-1]) == 0
+            submitted.append([])
+
+    def record_submission(params, **_):
+        submitted.append(params["jobDriver"]["sparkSubmit"]["entryPointArguments"])
+
+    emr.meta.events.register("provide-client-params.emr-serverless.StartJobRun", record_submission)
+    emr.meta.events.register("provide-client-params.emr-serverless.GetJobRun", run_the_job_as_emr_would)
+    to = f"s3://{BUCKET}/protected/orders/"
+    try:
+        command = ["--config", str(config), "pseudonymise", "--dataset", "orders", "--to", to, "--force"]
+        code = main([*command, "--personal", ",".join(ORDERS_PERSONAL), "--on", "emr-serverless"])
+        check = main(["--config", str(config), "pseudonymise", "--check", "orders", "--on", "emr-serverless"])
+    finally:
+        emr.meta.events.unregister("provide-client-params.emr-serverless.StartJobRun", record_submission)
+        emr.meta.events.unregister("provide-client-params.emr-serverless.GetJobRun", run_the_job_as_emr_would)
+        aws.configure(cli=False)
+
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert 'protection = "crypto-shred"' in captured.out and f'location = "{to}"' in captured.out
+    (run,) = runs(emr, application_id)
+    submit = run["jobDriver"]["sparkSubmit"]
+    assert submit["entryPoint"] == "s3://lake-artifacts/spark/pseudonymise.py"
+    assert submit["entryPointArguments"][:6] == ["--config", CONFIG_URI, "--dataset", "orders", "--to", to]
+    orders = protected_records("protected/orders/")
+    assert len(orders) == len(scenario.sources.records["orders"])
+    assert all(o["user_id"].startswith("ps-") and o["email"].startswith("lp1r.") for o in orders)
+    assert check == 2 and "--check runs on local Spark" in captured.err  # nothing submitted for it
