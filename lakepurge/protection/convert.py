@@ -175,7 +175,7 @@ def destination(settings: Settings, to: str, s3: S3Client) -> S3Uri:
     return target
 
 
-# -- reading records (the check, and the conversion of JSON Lines and CSV) ---------------------------------------
+# -- reading records (the check, and the conversion of JSON Lines) -----------------------------------------------
 
 
 def _body(s3: S3Client, bucket: str, key: str) -> IO[bytes]:
