@@ -41,7 +41,7 @@ PLATFORMS = {
 PYARROW_UNUSED = ("include", "tests", "src", "*flight*", "*substrait*", "*.pxd", "*.pyx", "*.pxi")
 STDLIB_UNUSED = ("site-packages", "dist-packages", "test", "tests", "idlelib", "tkinter", "turtledemo", "ensurepip")
 # every lakepurge_jobs script: the purge (workflow), and what `--on emr-serverless` starts from the CLI
-SPARK_ENTRY_POINTS = ("purge.py", "build_index.py", "reconcile.py", "verify.py", "vacuum.py")
+SPARK_ENTRY_POINTS = ("purge.py", "build_index.py", "reconcile.py", "verify.py", "vacuum.py", "pseudonymise.py")
 # pyproject.toml's runtime dependencies, pinned with hashes (`make lock`; docs/DEPLOY.md, Reproducible builds)
 RUNTIME_LOCK = ROOT / "requirements" / "runtime.lock"
 SPARK_LOCK = ROOT / "requirements" / "spark.lock"  # runtime + the tables extra

@@ -17,7 +17,7 @@ output() {
 
 BUCKET=$(output ArtifactsBucketName)
 
-for file in lakepurge-env.tar.gz purge.py build_index.py reconcile.py verify.py vacuum.py; do
+for file in lakepurge-env.tar.gz purge.py build_index.py reconcile.py verify.py vacuum.py pseudonymise.py; do
     aws s3 cp "build/spark/$file" "s3://$BUCKET/spark/$file"
 done
 echo "published to s3://$BUCKET/spark/"

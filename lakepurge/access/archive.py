@@ -12,7 +12,7 @@ import io
 import re
 import tempfile
 import zipfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import IO, TYPE_CHECKING, Any
 
@@ -161,6 +161,18 @@ def write_object(
         chunks = _csv_bytes(_records(dataset, extract))
     name = f"{base}.{target}"
     return name, target, archive.write(name, chunks), records
+
+
+def write_revealed(
+    archive: Archive, dataset: DatasetConfig, extract: Extract, fmt: str, number: int, reveal: Callable[[list], list]
+) -> tuple[str, str, str, int]:
+    """Write one object of a crypto-shred dataset: its records decrypted by ``reveal`` (the vault), as JSON Lines (or
+    CSV when asked): the original bytes hold ciphertext only."""
+    target = "csv" if fmt == "csv" else "jsonl"
+    records = reveal(_records(dataset, extract))
+    name = f"datasets/{_safe(dataset.name)}/{number:05d}.{target}"
+    chunks = _csv_bytes(records) if target == "csv" else _jsonl_bytes(records)
+    return name, target, archive.write(name, chunks), len(records)
 
 
 # -- relational tables ------------------------------------------------------------------------------------------------

@@ -48,11 +48,12 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
-from lakepurge.access.archive import Archive, export_relational, write_object
+from lakepurge.access.archive import Archive, export_relational, write_object, write_revealed
 from lakepurge.access.extract import TABLE_VERSION, follow_tables, read_users_records, with_partition
 from lakepurge.access.sealing import EXPORT_CONTEXT_KEY, SEGMENT_BYTES, archive_header, seal, sealed_for, unseal
 from lakepurge.core import aws
@@ -61,8 +62,11 @@ from lakepurge.core.logs import get_logger, object_ref
 from lakepurge.core.privacy import Pseudonymizer
 from lakepurge.core.s3uri import S3Uri
 from lakepurge.index import open_store
-from lakepurge.index.base import Hits
+from lakepurge.index.base import Hits, ObjectHits
 from lakepurge.indexing.coverage import DatasetCoverage, of_index
+from lakepurge.protection.protect import Protection, reveal_for_person
+from lakepurge.protection.shred import protected_datasets
+from lakepurge.protection.vault import Vault
 from lakepurge.records.limits import IN_MEMORY_BYTES
 from lakepurge.reports import layout
 from lakepurge.tables.base import TableError
@@ -377,6 +381,7 @@ class _Found:
     gaps: list[DatasetCoverage]
     tables: dict[str, dict[str, Any]]
     hits: Hits
+    owners: dict[str, str] = field(default_factory=dict)  # pseudonym -> the user's id, for crypto-shred datasets
 
 
 def _look_up(s3: S3Client, settings: Settings, wanted: frozenset[str]) -> _Found:
@@ -390,9 +395,26 @@ def _look_up(s3: S3Client, settings: Settings, wanted: frozenset[str]) -> _Found
         except TableError as exc:
             raise ExportFailed(f"{exc}: nothing was exported") from None
         hits = store.lookup_objects(sorted(wanted))
+        owners: dict[str, str] = {}
+        if protected_datasets(settings):
+            # Crypto-shred datasets hold the users' pseudonyms: the vault names them, the index finds them.
+            with Vault.open(settings) as vault:
+                owners = {pseudonym: user for user, pseudonym in vault.pseudonyms_of(sorted(wanted)).items()}
+            hits = _with(hits, store.lookup_objects(sorted(owners)), len(wanted))
     finally:
         store.close()
-    return _Found(gaps, tables, hits)
+    return _Found(gaps, tables, hits, owners)
+
+
+def _with(hits: Hits, more: Hits, requested: int) -> Hits:
+    """Two look-ups' objects together (an object in both: the lines of both). A user found by id and by pseudonym
+    is counted by both look-ups: the users found are capped at the users requested."""
+    objects = dict(hits.objects)
+    for path, hit in more.objects.items():
+        known = objects.get(path)
+        lines = hit.lines if known is None else tuple(sorted(set(known.lines) | set(hit.lines)))
+        objects[path] = ObjectHits(path, hit.etag, lines)
+    return Hits(objects, min(requested, hits.users_found + more.users_found))
 
 
 @dataclass
@@ -418,6 +440,27 @@ def _extract(
     """Extract: each object's records of the users, read from the lake as it is now and written into the archive,
     then the users' rows of each relational table. An object that cannot be read fails the export."""
     taken = _Taken()
+    vault = Vault.open(settings, create=False) if found.owners else None
+    try:
+        _extract_objects(s3, settings, found, wanted, pseudonymizer, archive, fmt, taken, vault)
+    finally:
+        if vault is not None:
+            vault.close()
+    taken.relational = export_relational(settings, sorted(wanted), archive)
+    return taken
+
+
+def _extract_objects(
+    s3: S3Client,
+    settings: Settings,
+    found: _Found,
+    wanted: frozenset[str],
+    pseudonymizer: Pseudonymizer,
+    archive: Archive,
+    fmt: str,
+    taken: _Taken,
+    vault: Vault | None,
+) -> None:
     for number, s3path in enumerate(sorted(found.hits.objects)):
         uri = S3Uri.parse(s3path)
         dataset = settings.dataset_for(uri.bucket, uri.key)
@@ -431,14 +474,20 @@ def _extract(
                 continue  # a history holder's rows are not the table's
             fields, partition = found.tables[dataset.name][s3path]
             dataset = dataset.model_copy(update={"id_fields": fields})
+        protected = dataset.protection == "crypto-shred" and vault is not None
+        owned = wanted | frozenset(found.owners) if protected else wanted
         try:
-            extract = read_users_records(s3, settings, dataset, s3path, hit.etag, hit.lines, wanted)
+            extract = read_users_records(s3, settings, dataset, s3path, hit.etag, hit.lines, owned)
             if extract is not None and partition:
                 with_partition(extract, partition)
             if extract is None:
                 taken.gone.append(ref)
                 continue
-            name, written_as, digest, records = write_object(s3, archive, dataset, extract, fmt, number)
+            if protected and vault is not None:
+                reveal = partial(reveal_for_person, vault, protection=Protection.of(dataset), owners=found.owners)
+                name, written_as, digest, records = write_revealed(archive, dataset, extract, fmt, number, reveal)
+            else:
+                name, written_as, digest, records = write_object(s3, archive, dataset, extract, fmt, number)
         except Exception as exc:
             log.exception("object could not be exported", extra={"object": ref, "error": type(exc).__name__})
             raise ExportFailed(f"{ref}: {type(exc).__name__}: nothing was exported") from None
@@ -459,10 +508,9 @@ def _extract(
                 "lines": "whole-object" if dataset.per_object else extract.lines,
                 "records": records,
                 "stale_index": extract.stale,
+                **({"decrypted_through_the_vault": True} if protected else {}),
             }
         )
-    taken.relational = export_relational(settings, sorted(wanted), archive)
-    return taken
 
 
 def _manifest(

@@ -11,6 +11,7 @@ registers its subcommand(s), their options next to the function that runs them:
 - ``purge``: ``purge``; ``verify``: ``verify``, ``vacuum``
 - ``export``: ``export`` (and ``--link``, ``--open``)
 - ``datasets``: ``datasets import | check``
+- ``pseudonymise``: ``pseudonymise --dataset D --to S3URI``, ``pseudonymise --check D``
 
 What they share: ``arguments`` (output, common options, user ids, the configuration), ``errors`` (exit codes, the
 one-line errors that name the fix).
@@ -24,12 +25,12 @@ import os
 import sys
 from collections.abc import Sequence
 
-from lakepurge.cli import datasets, export, index, lookup, purge, request, start, status, verify
+from lakepurge.cli import datasets, export, index, lookup, pseudonymise, purge, request, start, status, verify
 from lakepurge.cli.arguments import DEFAULT_CONFIG, Commands, Output, Parser, Run, add_global_options
 from lakepurge.cli.errors import EXIT_INTERRUPTED, explain, one_line
 
 # The order of `lakepurge --help`.
-COMMAND_MODULES = (start, index, lookup, request, purge, export, verify, status, datasets)
+COMMAND_MODULES = (start, index, lookup, request, purge, export, verify, status, datasets, pseudonymise)
 
 
 def _version() -> str:

@@ -58,6 +58,32 @@ class IndexConfig(_Strict):
         return self
 
 
+class VaultConfig(IndexConfig):
+    """The key vault of pseudonymised datasets (lakepurge.protection.vault), configured like [index]: PostgreSQL
+    (``dsn``/``dsn_secret``; ``table`` is the prefix of its two tables) or DynamoDB (``table``, a table of its own).
+    It holds per person a random key, wrapped by ``kms_key_id`` (envelope encryption), and the person's pseudonyms."""
+
+    kms_key_id: Annotated[str, Field(min_length=1)]
+    # Unwrapped keys are kept this long in the memory of the process that asked for them (writers, readers, the
+    # access export): after a key is destroyed, a process that had it cached drops it within this time.
+    cache_seconds: Annotated[int, Field(ge=0, le=3600)] = 60
+    # How many days the vault's own copies keep a destroyed key: PostgreSQL, the database's backups, point-in-time
+    # recovery and WAL archive (RDS: BackupRetentionPeriod; required, 0 when there are none); DynamoDB, the retention
+    # of AWS Backup recovery points of the table, if any (its point-in-time recovery window is read from the table).
+    backup_retention_days: Annotated[int, Field(ge=0, le=3650)] | None = None
+    # The retention rule: a shred is verified only when every copy of the vault is gone within this many days.
+    max_copy_days: Annotated[int, Field(ge=0, le=3650)] = 35
+
+    @model_validator(mode="after")
+    def _postgres_declares_backups(self) -> VaultConfig:
+        if self.backend == "postgres" and self.backup_retention_days is None:
+            raise ValueError(
+                "a postgres vault needs 'backup_retention_days': how long the database's backups and point-in-time"
+                " recovery keep a destroyed key (RDS: BackupRetentionPeriod; 0 when there are none)"
+            )
+        return self
+
+
 class ReportsConfig(_Strict):
     location: str
     # Where erasure certificates go: an Object Lock bucket (compliance mode), so evidence cannot be rewritten;
@@ -134,6 +160,11 @@ class DatasetConfig(_Strict):
     # [catalogs.NAME] table. Not to be confused with catalog_table above (where a dataset was imported from).
     table: Annotated[str, Field(pattern=r"^[^.\s]+(\.[^.\s]+)+$")] | None = None
     catalog: Annotated[str, Field(min_length=1)] | None = None
+    # "crypto-shred": the dataset was written pseudonymised (lakepurge.protection): its id field holds each person's
+    # pseudonym and its personal_fields ciphertext under the person's key in the [vault]. A request erases it by
+    # destroying the person's key and vault entries; no object is rewritten (lakepurge.protection.shred).
+    protection: Literal["none", "crypto-shred"] = "none"
+    personal_fields: tuple[Annotated[str, Field(min_length=1)], ...] = ()
     # Set by Settings: the dataset's catalog, and its location once the catalog was asked
     # (lakepurge.core.table_catalogs).
     _catalog_config: CatalogConfig | None = PrivateAttr(default=None)
@@ -233,6 +264,16 @@ class DatasetConfig(_Strict):
                 )
         elif self.table is not None or self.catalog is not None:
             raise ValueError("'table' and 'catalog' name an Iceberg table: only for format = \"iceberg\"")
+        if self.protection == "crypto-shred":
+            if self.is_table or self.id_fields is None or len(self.id_fields) != 1 or "." in self.id_fields[0]:
+                raise ValueError(
+                    'protection = "crypto-shred" is for a jsonl, csv or parquet dataset with one top-level id field'
+                    " (the pseudonym), as lakepurge pseudonymise writes it"
+                )
+            if self.id_fields[0] in self.personal_fields:
+                raise ValueError("the id field holds the pseudonym: it cannot be one of personal_fields")
+        elif self.personal_fields:
+            raise ValueError('personal_fields are the encrypted fields of a dataset with protection = "crypto-shred"')
         return self
 
     @property
@@ -533,6 +574,8 @@ class Settings(_Strict):
     vacuum: VacuumConfig = VacuumConfig()
     privacy: PrivacyConfig = PrivacyConfig()
     workflow: WorkflowConfig | None = None
+    # The key vault of the crypto-shred datasets (lakepurge.protection); needed once a dataset is protected.
+    vault: VaultConfig | None = None
     # Iceberg catalogs by name ([catalogs.NAME]), which iceberg datasets name.
     catalogs: dict[Annotated[str, Field(min_length=1)], CatalogConfig] = {}
     _lookup_order: tuple[DatasetConfig, ...] = PrivateAttr(default=())
@@ -552,6 +595,9 @@ class Settings(_Strict):
                         f" [catalogs.{dataset.catalog}] table (configured: {known})"
                     )
                 dataset._catalog_config = self.catalogs[dataset.catalog]
+        protected = [d.name for d in self.datasets if d.protection == "crypto-shred"]
+        if protected and self.vault is None:
+            raise ValueError(f"dataset(s) {', '.join(protected)} are crypto-shred: configure their [vault]")
         # Only configured locations are compared: an Iceberg table's is asked of its catalog when first needed.
         placed = [d for d in self.datasets if d.configured_location is not None]
         self._lookup_order = (*placed, *(d for d in self.datasets if d.configured_location is None))

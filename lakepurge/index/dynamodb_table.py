@@ -81,6 +81,24 @@ def _chunks(items: Sequence[T], size: int) -> list[Sequence[T]]:
     return [items[start : start + size] for start in range(0, len(items), size)]
 
 
+def batch_get(client: DynamoDBClient, table: str, keys: Sequence[Item], **options: Any) -> list[Item]:
+    """Consistent BatchGetItem in calls of 100 keys on parallel threads, retrying unprocessed keys with _backoff."""
+
+    def fetch(batch: Sequence[Item]) -> list[Item]:
+        found: list[Item] = []
+        request: Any = {"Keys": list(batch), "ConsistentRead": True, **options}
+        for attempt in range(BATCH_ATTEMPTS):
+            response = client.batch_get_item(RequestItems={table: request})
+            found.extend(response.get("Responses", {}).get(table, []))
+            request = response.get("UnprocessedKeys", {}).get(table)
+            if not request or not request.get("Keys"):
+                return found
+            _backoff(attempt)
+        raise DynamoBatchError(f"keys still unprocessed after {BATCH_ATTEMPTS} BatchGetItem calls")
+
+    return [item for batch in parallel(fetch, _chunks(keys, BATCH_GET_KEYS)) for item in batch]
+
+
 class DynamoTable:
     """The index table: its client and name, its schema, and reads and writes of its items."""
 
@@ -333,17 +351,4 @@ class DynamoTable:
 
     def _batch_get(self, keys: Sequence[Item], **options: Any) -> list[Item]:
         """Consistent BatchGetItem in calls of 100 keys, retrying unprocessed keys with _backoff."""
-
-        def fetch(batch: Sequence[Item]) -> list[Item]:
-            found: list[Item] = []
-            request: Any = {"Keys": list(batch), "ConsistentRead": True, **options}
-            for attempt in range(BATCH_ATTEMPTS):
-                response = self._client.batch_get_item(RequestItems={self._table: request})
-                found.extend(response.get("Responses", {}).get(self._table, []))
-                request = response.get("UnprocessedKeys", {}).get(self._table)
-                if not request or not request.get("Keys"):
-                    return found
-                _backoff(attempt)
-            raise DynamoBatchError(f"keys still unprocessed after {BATCH_ATTEMPTS} BatchGetItem calls")
-
-        return [item for batch in parallel(fetch, _chunks(keys, BATCH_GET_KEYS)) for item in batch]
+        return batch_get(self._client, self._table, keys, **options)

@@ -22,6 +22,7 @@ from lakepurge.index import open_store
 from lakepurge.indexing import unindexable
 from lakepurge.indexing.coverage import IndexIncomplete, dead_letter_count
 from lakepurge.indexing.returning import record_erasure, resolve_hashes
+from lakepurge.protection import shred
 from lakepurge.purge.job import PurgeResult, purge_relational, run_purge, verify_everywhere
 from lakepurge.purge.launch import inline_fits
 from lakepurge.reports import layout
@@ -65,6 +66,7 @@ class OperatorRun:
                 "objects_failed": list(self.failed_objects),
                 "relational_rows_deleted": sum(int(t["rows_deleted"]) for t in self.result.relational),
                 **({"tables": list(self.result.tables)} if self.result.tables else {}),
+                **({"crypto_shred": self.result.shred} if self.result.shred else {}),
                 "verified": self.result.verified,
                 "certificate": self.result.certificate,
             }
@@ -94,7 +96,8 @@ def plan_lines(report: Report) -> list[str]:
             + (" metadata object(s) naming the users" if plan.format == "iceberg" else " log entr(y/ies)")
         )
         lines.append(f"    {plan.not_certifiable or plan.time_travel()}")
-    return lines + unindexable.plan_lines(unindexable.summary(report.unindexable))
+    shredded = shred.plan_lines(report.shred.summary(report.rewritten_datasets) if report.shred else None)
+    return lines + unindexable.plan_lines(unindexable.summary(report.unindexable)) + shredded
 
 
 def _reviewed_report(
@@ -197,6 +200,13 @@ def purge_users(
                 f"table {table['dataset']}: {table['status']}, {table['rows_erased']} row(s) erased,"
                 f" {len(table['files_replaced'])} file(s) replaced, {len(table['objects_deleted'])} object(s) deleted"
                 + (f"; {table['error']}" if table["error"] else "")
+            )
+        if result.shred is not None:
+            shredded, checked = result.shred, result.shred["verification"]
+            say(
+                f"crypto-shredded {', '.join(shredded['datasets'])}: {shredded['keys_destroyed']} key(s) destroyed,"
+                f" no object of theirs rewritten; the vault's copies are gone by {checked['copies_gone_by']}"
+                + "".join(f"; {problem}" for problem in checked["problems"])
             )
         say(
             f"erased {result.lines_erased} line(s) in {result.objects_rewritten} object(s) and"

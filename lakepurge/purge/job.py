@@ -32,6 +32,7 @@ from lakepurge.index.base import IndexStore
 from lakepurge.purge.engine import ObjectOutcome, PurgeTarget, purge_object, verify_object
 from lakepurge.purge.placeholders import recorded_from
 from lakepurge.purge.placeholders import write_batch as write_placeholder_batch
+from lakepurge.purge.shredding import shred_persons
 from lakepurge.purge.tables import purge_tables, verify_table
 from lakepurge.reports import layout
 from lakepurge.reports.report import Report, ReportTable, resolve_references, stored_name
@@ -51,6 +52,7 @@ class PurgeResult:
     relational: tuple[dict[str, Any], ...] = ()
     coverage_gaps: tuple[str, ...] = ()  # datasets the index did not fully cover: never certified as verified
     tables: tuple[dict[str, Any], ...] = ()  # each table dataset's erasure (lakepurge.purge.tables.TableOutcome)
+    shred: dict[str, Any] | None = None  # the crypto-shred datasets' erasure (lakepurge.purge.shredding)
 
     @property
     def failed(self) -> tuple[ObjectOutcome, ...]:
@@ -63,7 +65,8 @@ class PurgeResult:
     @property
     def verified(self) -> bool:
         tables = all(t["verified"] for t in self.tables)
-        return not self.remaining and not self.failed and not self.coverage_gaps and tables
+        shredded = self.shred is None or self.shred["verification"]["passed"]
+        return not self.remaining and not self.failed and not self.coverage_gaps and tables and shredded
 
     @property
     def lines_erased(self) -> int:
@@ -515,7 +518,10 @@ def run_purge(
     gaps = tuple(g.dataset for g in report.gaps)
     erased_tables = purge_tables(spark, settings, report.tables, pseudonymizer_key, hashes, report.request_id)
     tables = tuple(t.as_dict() for t in erased_tables)
-    result = PurgeResult(report.request_id, ordered, tuple(remaining), "", tuple(relational), gaps, tables)
+    shred = None
+    if report.shred is not None:
+        shred = shred_persons(s3, settings, report.shred, report.user_hashes, prefix, report.rewritten_datasets)
+    result = PurgeResult(report.request_id, ordered, tuple(remaining), "", tuple(relational), gaps, tables, shred)
     certificate = write_certificate(
         s3, settings, report, result, started, approved_by, report_sha256, approved_at, pseudonymizer
     )
@@ -575,6 +581,17 @@ def write_certificate(
             ],
             "relational": list(result.relational),
             "tables": list(result.tables),
+            **(
+                {
+                    "crypto_shred": result.shred,
+                    "erasure_methods": {
+                        "crypto-shred": result.shred["datasets"],
+                        "rewrite": result.shred["rewritten_datasets"],
+                    },
+                }
+                if result.shred is not None
+                else {}
+            ),
             "totals": {
                 "objects_rewritten": result.objects_rewritten,
                 "lines_erased": result.lines_erased,

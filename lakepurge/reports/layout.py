@@ -342,8 +342,20 @@ class CertificateDocument(Document):
     # Table datasets (lakepurge.purge.tables.TableOutcome.as_dict): versions read and committed, files replaced,
     # objects and S3 versions deleted (data and log), versions time travel can no longer read, the second reader.
     tables: list[dict[str, Any]] = []
+    # Crypto-shred datasets (lakepurge.purge.shredding): keys destroyed, what still holds ciphertext, the vault's
+    # copies checked, the legal statement; and which datasets each method erased. Absent without a protected dataset.
+    crypto_shred: dict[str, Any] | None = None
+    erasure_methods: dict[str, list[str]] | None = None
     totals: CertificateTotals
     verification: CertificateVerification
+
+    def to_json(self) -> dict[str, Any]:
+        """A certificate without crypto-shred datasets is written as it always was (no null fields for them)."""
+        document = self.model_dump(mode="json")
+        for name in ("crypto_shred", "erasure_methods"):
+            if document[name] is None:
+                del document[name]
+        return document
 
 
 class EtagRef(Document):

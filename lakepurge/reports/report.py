@@ -26,6 +26,7 @@ from lakepurge.index import relational_dsn
 from lakepurge.index.base import WHOLE_OBJECT, IndexStore
 from lakepurge.indexing import unindexable
 from lakepurge.indexing.coverage import DatasetCoverage, assess
+from lakepurge.protection.shred import ShredPlan, plan_shred
 from lakepurge.tables.plan import TablePlan, plan_table
 
 if TYPE_CHECKING:
@@ -105,6 +106,8 @@ class Report:
     unindexable: tuple[dict[str, Any], ...] = ()
     # Table datasets (format = "delta"): what the erasure does to each table and its history (lakepurge.tables).
     tables: tuple[TablePlan, ...] = ()
+    # Crypto-shred datasets (lakepurge.protection.shred): the persons' keys the purge destroys, what keeps ciphertext.
+    shred: ShredPlan | None = None
 
     @property
     def lines(self) -> int:
@@ -113,7 +116,20 @@ class Report:
     @property
     def empty(self) -> bool:
         tables_empty = all(t.empty for t in self.tables)
-        return not self.objects and not self.versions and not any(t.rows for t in self.relational) and tables_empty
+        shred_empty = self.shred is None or not self.shred.persons
+        return (
+            not self.objects
+            and not self.versions
+            and not any(t.rows for t in self.relational)
+            and tables_empty
+            and shred_empty
+        )
+
+    @property
+    def rewritten_datasets(self) -> list[str]:
+        """The datasets this report erases by rewriting objects (files, noncurrent versions, tables)."""
+        tables = {t.dataset for t in self.tables if not t.empty}
+        return sorted({o.dataset for o in self.objects} | {v.dataset for v in self.versions} | tables)
 
     @property
     def gaps(self) -> list[DatasetCoverage]:
@@ -152,6 +168,7 @@ class Report:
         document["coverage"] = tuple(document.get("coverage", ()))
         document["unindexable"] = tuple(document.get("unindexable", ()))
         document["tables"] = tuple(TablePlan.from_json(t) for t in document.get("tables", ()))
+        document["shred"] = ShredPlan.from_json(document["shred"]) if document.get("shred") else None
         return cls(**document)
 
     def summary(self) -> dict[str, Any]:
@@ -169,6 +186,7 @@ class Report:
             "coverage": {c["dataset"]: "complete" if c["complete"] else c["reason"] for c in self.coverage},
             "unindexable": unindexable.summary(self.unindexable),
             **({"tables": {t.dataset: t.summary() for t in self.tables}} if self.tables else {}),
+            **({"crypto_shred": self.shred.summary(self.rewritten_datasets)} if self.shred else {}),
         }
 
 
@@ -269,6 +287,7 @@ def build_report(
         coverage=tuple(with_table_gaps(c.to_dict(), tables) for c in coverage),
         unindexable=tuple(statement.to_dict() for statement in lines),
         tables=tables,
+        shred=plan_shred(store, settings, users),
     )
 
 

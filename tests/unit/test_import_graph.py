@@ -41,6 +41,7 @@ LAYERS: tuple[str, ...] = (
     "index",  # the IndexStore interface and its backends
     "tables",  # table formats: reading a table's log, files and history
     "indexing",  # keeping the index current, and how far it can be trusted
+    "protection",  # pseudonymised datasets: the key vault, the write and read sides, crypto-shredding
     "reports",  # the report and the evidence bucket's layout
     "purge",  # the erasure, its job and the vacuum
     "access",  # access requests (Art. 15)
