@@ -81,7 +81,7 @@ def lines_holding(
         held = candidates.found(data)
         if held is None:  # cannot be told in bulk
             return False
-        return (not len(held.plain) or none_of(held.plain)) and True not in wanted(held.decoded)
+        return none_of(held.plain) and True not in wanted(held.decoded)
 
     field = single_field(paths)
     get = operator.methodcaller("get", field)
