@@ -480,12 +480,14 @@ def test_given_a_lake_with_more_users_than_the_memo_when_ids_come_again_then_tho
     users = HashedUsers(counting.many(["alice"]), counting)  # type: ignore[arg-type]
     first = [f"u{n}" for n in range(MEMO_IDS * 3 // 4)]
     then = [f"v{n}" for n in range(MEMO_IDS // 2)]
+    more = [f"w{n}" for n in range(MEMO_IDS // 2)]
     assert True not in users.each_contained(first)
     assert True not in users.each_contained(then)  # past the limit now
+    assert True not in users.each_contained(more)  # more users than the memo holds: not remembered
     counting.hashed = 0
 
     assert True not in users.each_contained(first)
-    assert users.each_contained(["alice", "w"]) == [True, False]
+    assert users.each_contained(["alice", "x"]) == [True, False]
 
     assert counting.hashed == 2  # only the ids never seen
 
