@@ -9,7 +9,7 @@ import operator
 import os
 import threading
 from collections.abc import Iterable, Iterator
-from itertools import compress, filterfalse
+from itertools import compress
 from typing import Any
 
 from lakepurge.core import aws
@@ -100,15 +100,19 @@ class Pseudonymizer:
             return None
 
     def __call__(self, user_id: str) -> str:
+        return self.of_utf8(user_id.encode())
+
+    def of_utf8(self, user_id: bytes) -> str:
+        """The hash of an id given as its UTF-8 bytes."""
         inner = self._inner.copy()
-        inner.update(user_id.encode())
+        inner.update(user_id)
         outer = self._outer.copy()
         outer.update(inner.digest())
         return outer.hexdigest()
 
     def each(self, user_ids: Iterable[str]) -> Iterator[str]:
         """The hash of each id, in order."""
-        return map(self, user_ids)
+        return map(self.of_utf8, map(str.encode, user_ids))
 
     def many(self, user_ids: Iterable[str]) -> list[str]:
         return sorted({self(u) for u in user_ids})
@@ -219,12 +223,17 @@ class HashedUsers:
             user_ids = user_ids.to_pylist()
         memo = self._memo()
         # Each id once (a CSV column repeats its ids); a user found before is never clean.
-        unknown = list(dict.fromkeys(filterfalse(memo.clean.__contains__, user_ids)))
+        unknown = list(set(user_ids).difference(memo.clean))
         if not unknown:
             return True
         if not memo.wanted.isdisjoint(unknown):
             return False
-        owned = self.each_contained([user.decode("utf-8", "replace") for user in unknown])
+        try:  # valid UTF-8 each (a newline ends any broken sequence): hashed as they are, not decoded and encoded
+            b"\n".join(unknown).decode()
+        except UnicodeDecodeError:
+            owned = self.each_contained([user.decode("utf-8", "replace") for user in unknown])
+        else:
+            owned = list(map(self._hashes.__contains__, map(self._pseudonymizer.of_utf8, unknown)))
         if len(memo.clean) < MEMO_IDS:
             memo.clean.update(compress(unknown, map(operator.not_, owned)))
         memo.wanted.update(compress(unknown, owned))
