@@ -56,8 +56,9 @@ import statistics
 import sys
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -283,21 +284,12 @@ def check_before_write(fmt: str, staged: Any, users: Any, dataset: Any, settings
     return len(still_holding(staged, key, dataset, settings.indexing, users))
 
 
-def run_reference(fmt: str, bodies: dict[str, bytes], work: list[tuple[str, list[int]]]) -> float:
-    """CPU seconds of the reference splice over the objects, one at a time (each output dropped, as written)."""
+def cpu_seconds(calls: list[Callable[[], object]]) -> float:
+    """CPU seconds of the calls (one an object), one at a time, each output dropped as it is written."""
     seconds = 0.0
-    for key, lines in work:
+    for call in calls:
         start = time.process_time()
-        reference(fmt, bodies[key], lines)
-        seconds += time.process_time() - start
-    return seconds
-
-
-def run_regex(fmt: str, bodies: dict[str, bytes], work: list[tuple[str, list[int]]], wanted: frozenset[bytes]) -> float:
-    seconds = 0.0
-    for key, _ in work:
-        start = time.process_time()
-        regex_full_scan(fmt, bodies[key], wanted)
+        call()
         seconds += time.process_time() - start
     return seconds
 
@@ -405,10 +397,12 @@ def part_one(
                     passes: dict[str, list[EnginePass]] = {mode: [] for mode in modes}
                     for number in range(PASSES):  # interleaved; the minimum of each is its cost without interference
                         gc.collect()
-                        ref_passes.append(run_reference(fmt, bodies, work))
+                        ref_passes.append(cpu_seconds([partial(reference, fmt, bodies[k], lines) for k, lines in work]))
                         if scanned:
                             gc.collect()
-                            regex_passes.append(run_regex(fmt, bodies, work, raw))
+                            regex_passes.append(
+                                cpu_seconds([partial(regex_full_scan, fmt, bodies[k], raw) for k, _ in work])
+                            )
                         for mode in modes:
                             users = users_as(mode, hashes, ids, pseudonymizer)  # afresh: no memory of ids
                             gc.collect()
