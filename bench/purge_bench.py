@@ -277,19 +277,30 @@ def object_key(index: int) -> str:
     return f"reviews/dt=2026-{day // 28 % 12 + 1:02d}-{day % 28 + 1:02d}/part-{index:05d}.jsonl"
 
 
-def generate_lake(scale: Scale, seed: int = 20260) -> Lake:
+def generate_lake(scale: Scale, seed: int = 20260, style: str = "orjson") -> Lake:
     """JSON Lines review records (samples.review_record, mean ~257 bytes a line). A scattered user's records go
     round-robin over objects_per_user random objects; the last clustered_share of the users keep theirs in
     clustered_objects objects. Texts come from a pool of 20,000 generated records; the review id and the user id
-    are set per line."""
+    are set per line.
+
+    style "json.dumps" writes the lines as Python's json.dumps does by default (`", "` and `": "` between
+    items, every non-ASCII character as a \\uXXXX escape) and gives each review a longer body (~600 bytes a
+    line) holding escapes (line breaks, tabs, quotes): a lake that is hard on a bulk scan."""
     from lakepurge.local.samples import review_record, user_id
 
     rng = random.Random(seed)
     tails = []
+    spaced = style == "json.dumps"
     for n in range(20_000):
         record = review_record(rng, "", n)
         del record["review_id"], record["user_id"]
-        tails.append(b"," + orjson.dumps(record)[1:])
+        if spaced:
+            extra = review_record(rng, "", n)
+            record["body"] = f'{record["body"]}\n\t"{extra["title"]}"\n{extra["body"]} {extra["body"]}'
+            tails.append(b", " + json.dumps(record).encode()[1:])
+        else:
+            tails.append(b"," + orjson.dumps(record)[1:])
+    head, middle = (b'{"review_id": "r', b'", "user_id": "') if spaced else (b'{"review_id":"r', b'","user_id":"')
     per_user = scale.records_per_user
     homes: list[list[int]] = []
     owners: list[list[int]] = [[] for _ in range(scale.objects)]
@@ -309,14 +320,7 @@ def generate_lake(scale: Scale, seed: int = 20260) -> Lake:
         rng.shuffle(lines)
         out = []
         for user in lines:
-            out.append(
-                b'{"review_id":"r'
-                + str(number).encode()
-                + b'","user_id":"'
-                + encoded[user]
-                + b'"'
-                + tails[number % len(tails)]
-            )
+            out.append(head + str(number).encode() + middle + encoded[user] + b'"' + tails[number % len(tails)])
             number += 1
         bodies[keys[index]] = b"\n".join(out) + b"\n"
     return Lake(keys, bodies, owners, homes, ids)

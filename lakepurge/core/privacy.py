@@ -7,8 +7,10 @@ import functools
 import hashlib
 import operator
 import os
+import threading
 from collections.abc import Iterable, Iterator
-from itertools import compress, filterfalse
+from itertools import compress
+from typing import Any
 
 from lakepurge.core import aws
 from lakepurge.core.config import ConfigError, PrivacyConfig
@@ -98,43 +100,80 @@ class Pseudonymizer:
             return None
 
     def __call__(self, user_id: str) -> str:
+        return self.of_utf8(user_id.encode())
+
+    def of_utf8(self, user_id: bytes) -> str:
+        """The hash of an id given as its UTF-8 bytes."""
         inner = self._inner.copy()
-        inner.update(user_id.encode())
+        inner.update(user_id)
         outer = self._outer.copy()
         outer.update(inner.digest())
         return outer.hexdigest()
 
     def each(self, user_ids: Iterable[str]) -> Iterator[str]:
         """The hash of each id, in order."""
-        return map(self, user_ids)
+        return map(self.of_utf8, map(str.encode, user_ids))
 
     def many(self, user_ids: Iterable[str]) -> list[str]:
         return sorted({self(u) for u in user_ids})
 
 
-class HashedUsers:
-    """A set of users known only by their keyed hashes: `id in users` hashes the id and looks it up.
+# Ids each thread of a HashedUsers remembers the answer for (as str and, for none_of, as UTF-8 bytes). Past it a thread
+# remembers no more (it never forgets: a lake with more users than this cannot make it hash the same ids over and
+# over); new ids are then hashed each time they come. About 30 MB a thread when full.
+MEMO_IDS = 200_000
 
-    Executors of the purge job get this instead of raw ids, so raw ids never travel in job arguments.
+
+class _Memo:
+    """One thread's memory of ids it has answered for: nothing in it is shared, so no lock is needed."""
+
+    def __init__(self, known: frozenset[str]) -> None:
+        self.seen: dict[str, bool] = dict.fromkeys(known, True)
+        self.clean: set[bytes] = set()  # none_of's, by the ids' UTF-8 bytes (set operations over an object's ids)
+        self.wanted: set[bytes] = set()
+
+
+class HashedUsers:
+    """A set of users known by their keyed hashes: `id in users` hashes the id and looks it up.
+
+    Executors of the purge job get this instead of raw ids, so raw ids never travel in job arguments or task
+    closures. A process that already holds the users' raw ids (an inline purge: the operator's CLI, the workflow's
+    StartPurge, which opens the sealed request) passes them as ``known``: each is kept only if its hash is one of the
+    hashes, and when they stand for every hash an id is answered by a set lookup, never hashed (the check before a
+    write reads every id of an object). They are kept in memory only, never logged or written (``repr`` shows
+    counts). Each thread answers from its own memory of ids (a purge task's threads share one HashedUsers), so
+    nothing mutable is shared between threads.
     """
 
-    def __init__(self, hashes: Iterable[str], pseudonymizer: Pseudonymizer) -> None:
+    def __init__(self, hashes: Iterable[str], pseudonymizer: Pseudonymizer, known: Iterable[str] = ()) -> None:
         self._hashes = frozenset(hashes)
         self._pseudonymizer = pseudonymizer
-        self._seen: dict[str, bool] = {}
-        # none_of's memory, by the ids' UTF-8 bytes: sets, so that an object's ids are answered by set operations.
-        self._clean: set[bytes] = set()
-        self._wanted: set[bytes] = set()
+        held = {user: self._pseudonymizer(user) for user in dict.fromkeys(known) if _utf8(user)}
+        self._known = frozenset(user for user, hashed in held.items() if hashed in self._hashes)
+        # Every user is known by id: answered by lookups alone (a hash covered by no id would need hashing).
+        self._by_id = bool(self._hashes) and self._hashes <= set(held.values())
+        self._known_array: Any = None
+        if self._by_id:
+            import pyarrow as pa
+
+            self._known_array = pa.array(sorted(self._known), pa.large_string())
+        self._memos = threading.local()
+
+    def __repr__(self) -> str:
+        return f"HashedUsers({len(self._hashes)} hashes, {len(self._known)} known by id)"
+
+    def _memo(self) -> _Memo:
+        memo: _Memo | None = getattr(self._memos, "memo", None)
+        if memo is None:
+            memo = self._memos.memo = _Memo(self._known)
+        return memo
 
     def __contains__(self, user_id: object) -> bool:
         if not isinstance(user_id, str):
             return False
-        known = self._seen.get(user_id)
-        if known is None:
-            if len(self._seen) > 100_000:
-                self._seen.clear()
-            known = self._seen[user_id] = self._pseudonymizer(user_id) in self._hashes
-        return known
+        if self._by_id:
+            return user_id in self._known
+        return self.each_contained([user_id])[0]
 
     def __len__(self) -> int:
         return len(self._hashes)
@@ -145,37 +184,65 @@ class HashedUsers:
 
     def including(self, hashes: Iterable[str]) -> HashedUsers:
         """These users and the ids of these other hashes."""
-        return HashedUsers([*self._hashes, *hashes], self._pseudonymizer)
+        return HashedUsers([*self._hashes, *hashes], self._pseudonymizer, self._known)
 
     def each_contained(self, user_ids: list[str]) -> list[bool]:
-        """Whether each id is one of the users, in order: the ids of a batch of records checked at once. Ids seen
-        before are answered from memory; the others are hashed together, each once."""
-        # The memo is shared by a task's purge threads: another thread may clear it at any moment, so the answers of
-        # this call are read back from its own dict of new answers, never from the memo (each step is one C call).
-        seen = self._seen
+        """Whether each id is one of the users, in order: the ids of a batch of records checked at once. Known ids and
+        ids this thread has seen before are answered from memory; the others are hashed together, each once."""
+        if self._by_id:
+            return list(map(self._known.__contains__, user_ids))
+        seen = self._memo().seen
         known = list(map(seen.get, user_ids))
         if None in known:
             new = dict.fromkeys(compress(user_ids, map(_IS_NONE, known)))  # each once, in order
             answers = dict(zip(new, map(self._hashes.__contains__, self._pseudonymizer.each(new)), strict=True))
-            if len(seen) > 100_000:
-                seen.clear()
-            seen.update(answers)
+            if len(seen) < MEMO_IDS:
+                seen.update(answers)
             known = list(map(answers.get, user_ids, known))  # a new id's answer, else the one remembered
         return known  # type: ignore[return-value]
 
-    def none_of(self, user_ids: list[bytes]) -> bool:
-        """Whether none of these ids (UTF-8; an invalid sequence reads as U+FFFD, as a decoder would) is one of the
-        users: the answer verification wants for a whole object's ids. Ids seen before are answered from memory by
-        set lookups in C; the others are hashed, each once."""
+    def none_of(self, user_ids: Any) -> bool:
+        """Whether none of these ids (UTF-8 bytes: a list, or an Arrow binary array; an invalid sequence reads as
+        U+FFFD, as a decoder would) is one of the users: the answer verification wants for a whole object's ids.
+        Known users are looked up in C (an Arrow array without a step per id); other ids this thread has seen
+        before are answered by set operations; the others are hashed, each once."""
+        if self._by_id:
+            if not isinstance(user_ids, list):
+                import pyarrow as pa
+                import pyarrow.compute as pc
+
+                try:
+                    valid = user_ids.cast(pa.large_string())  # checks the UTF-8
+                except pa.ArrowInvalid:
+                    user_ids = user_ids.to_pylist()
+                else:
+                    return not pc.any(pc.is_in(valid, value_set=self._known_array)).as_py()
+            # Decoded together (no id read in bulk holds a newline): invalid UTF-8 becomes U+FFFD.
+            return not user_ids or self._known.isdisjoint(b"\n".join(user_ids).decode("utf-8", "replace").split("\n"))
+        if not isinstance(user_ids, list):
+            user_ids = user_ids.to_pylist()
+        memo = self._memo()
         # Each id once (a CSV column repeats its ids); a user found before is never clean.
-        unknown = list(dict.fromkeys(filterfalse(self._clean.__contains__, user_ids)))
+        unknown = list(set(user_ids).difference(memo.clean))
         if not unknown:
             return True
-        if not self._wanted.isdisjoint(unknown):
+        if not memo.wanted.isdisjoint(unknown):
             return False
-        if len(self._clean) > 100_000:
-            self._clean.clear()
-        owned = self.each_contained([user.decode("utf-8", "replace") for user in unknown])
-        self._clean.update(compress(unknown, map(operator.not_, owned)))
-        self._wanted.update(compress(unknown, owned))
+        try:  # valid UTF-8 each (a newline ends any broken sequence): hashed as they are, not decoded and encoded
+            b"\n".join(unknown).decode()
+        except UnicodeDecodeError:
+            owned = self.each_contained([user.decode("utf-8", "replace") for user in unknown])
+        else:
+            owned = list(map(self._hashes.__contains__, map(self._pseudonymizer.of_utf8, unknown)))
+        if len(memo.clean) < MEMO_IDS:
+            memo.clean.update(compress(unknown, map(operator.not_, owned)))
+        memo.wanted.update(compress(unknown, owned))
         return True not in owned
+
+
+def _utf8(user: str) -> bool:
+    try:
+        user.encode()
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -186,8 +186,8 @@ def purge_users(
         # this process: the engine needs milliseconds per object, Spark's start seconds. Nothing found never starts
         # Spark.
         inline = report.empty or (engine == "inline") or (engine == "auto" and inline_fits(settings, report, s3))
-        if inline:
-            result = run_purge(None, settings, report, key, relational, approved_by, digest)
+        if inline:  # this process holds the ids: its check before each write looks them up instead of hashing
+            result = run_purge(None, settings, report, key, relational, approved_by, digest, requested=users)
         else:
             with spark_session("lakepurge-purge") as spark:
                 result = run_purge(spark, settings, report, key, relational, approved_by, digest)

@@ -1,6 +1,8 @@
 """The purge as a Spark job: the report's objects on executors, verification, and the erasure certificate.
 
-Executors get the users as keyed hashes only (the report's), never raw ids. Each object's intent is recorded under
+Executors get the users as keyed hashes only (the report's), never raw ids; a purge run in this process (inline) is
+given the raw ids its caller holds, which make its check before each write a lookup instead of a hash per id. Each
+object's intent is recorded under
 the request's results prefix before its write, and finished outcomes in batches, so a job killed half-way and run
 again skips what was done, settles the rest from their intents, and ends in the same state, with the same
 certificate, as one clean run.
@@ -11,7 +13,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -297,9 +299,10 @@ def _purge_partition(
     prefix: S3Uri,
     intents: dict[str, ObjectOutcome],
     targets: Iterable[PurgeTarget],
+    known: tuple[str, ...] = (),
 ) -> Iterator[dict[str, Any]]:
     apply_job_environment(env)
-    yield from _PartitionPurge(settings, key, user_hashes, prefix, intents, list(targets)).run()
+    yield from _PartitionPurge(settings, key, user_hashes, prefix, intents, list(targets), known).run()
 
 
 class _PartitionPurge:
@@ -318,6 +321,7 @@ class _PartitionPurge:
         prefix: S3Uri,
         intents: dict[str, ObjectOutcome],
         targets: list[PurgeTarget],
+        known: tuple[str, ...] = (),
     ) -> None:
         self.settings = settings
         self.prefix = prefix
@@ -334,7 +338,7 @@ class _PartitionPurge:
             self.intents = {**intents, **{path: o for path, o in recorded.items() if not o.committed}}
             self.finished_before = {path: o for path, o in recorded.items() if o.committed}
         self.written = _found_its_write(self.s3)
-        self.users = HashedUsers(user_hashes, self.pseudonymizer)
+        self.users = HashedUsers(user_hashes, self.pseudonymizer, known)
         self.versioned = _bucket_versioning(self.s3)
         self.datasets = {t.s3path: t.dataset for t in targets}
         self.journal = IntentJournal(self._write_intents, INTENTS_LINGER_SECONDS)
@@ -442,12 +446,17 @@ def _bucket_versioning(s3: Any) -> Callable[[str], bool]:
 
 
 def _verify_partition(
-    settings: Settings, env: dict[str, str], key: bytes, user_hashes: tuple[str, ...], items: Iterable[VerifyItem]
+    settings: Settings,
+    env: dict[str, str],
+    key: bytes,
+    user_hashes: tuple[str, ...],
+    items: Iterable[VerifyItem],
+    known: tuple[str, ...] = (),
 ) -> Iterator[dict[str, Any]]:
     apply_job_environment(env)
     s3 = aws.client("s3")
     pseudonymizer = Pseudonymizer(key)
-    users = HashedUsers(user_hashes, pseudonymizer)
+    users = HashedUsers(user_hashes, pseudonymizer, known)
     versioned = _bucket_versioning(s3)
 
     def verify(item: VerifyItem) -> list[dict[str, Any]]:
@@ -480,10 +489,13 @@ def run_purge(
     approved_by: str | None = None,
     report_sha256: str = "",
     approved_at: str | None = None,
+    requested: Sequence[str] = (),
 ) -> PurgeResult:
     """Erase every object of the report, verify every touched object, and write the certificate.
 
-    ``spark`` None runs the same work in this process (the inline purge of a small report)."""
+    ``spark`` None runs the same work in this process (the inline purge of a small report). ``requested``: the
+    users' raw ids, when the caller holds them (the operator's CLI, the workflow's inline purge); used only in this
+    process, never handed to Spark (in_process_ids)."""
     started = datetime.now(UTC)
     s3 = aws.client("s3")
     pseudonymizer = Pseudonymizer(pseudonymizer_key)
@@ -497,10 +509,11 @@ def run_purge(
     relational = tuple(relational) or recorded_relational(s3, settings, report.request_id)
     env = job_environment(settings)
     hashes = report.user_hashes
+    known = in_process_ids(spark, requested)
     fresh = on_executors(
         spark,
         pending,
-        lambda items: _purge_partition(settings, env, pseudonymizer_key, hashes, prefix, intents, items),
+        lambda items: _purge_partition(settings, env, pseudonymizer_key, hashes, prefix, intents, items, known),
         label="objects purged",
     )
     outcomes = {**done, **{d["s3path"]: ObjectOutcome(**d) for d in fresh}}
@@ -514,7 +527,7 @@ def run_purge(
         for t in targets
         if not t.s3path.startswith(OBJECT_REFERENCE)
     ]
-    remaining = _verify_on_executors(spark, settings, checks, pseudonymizer_key, hashes)
+    remaining = _verify_on_executors(spark, settings, checks, pseudonymizer_key, hashes, known)
     gaps = tuple(g.dataset for g in report.gaps)
     erased_tables = purge_tables(spark, settings, report.tables, pseudonymizer_key, hashes, report.request_id)
     tables = tuple(t.as_dict() for t in erased_tables)
@@ -664,9 +677,25 @@ def verify_everywhere(
 
 
 def _verify_on_executors(
-    spark: Any, settings: Settings, items: list[VerifyItem], key: bytes, user_hashes: tuple[str, ...]
+    spark: Any,
+    settings: Settings,
+    items: list[VerifyItem],
+    key: bytes,
+    user_hashes: tuple[str, ...],
+    known: tuple[str, ...] = (),
 ) -> list[dict[str, Any]]:
     env = job_environment(settings)
     return on_executors(
-        spark, items, lambda part: _verify_partition(settings, env, key, user_hashes, part), label="objects verified"
+        spark,
+        items,
+        lambda part: _verify_partition(settings, env, key, user_hashes, part, known),
+        label="objects verified",
     )
+
+
+def in_process_ids(spark: Any, requested: Sequence[str]) -> tuple[str, ...]:
+    """The raw ids the purge's own work may hold: those its caller holds when the work runs in this process, none
+    when it runs on Spark. Executors get the keyed hashes only: task closures are serialized, may be broadcast and
+    spilled to an executor's disk, and a failed task's error travels to the driver's log; raw ids in them would be
+    personal data in places lakepurge does not control."""
+    return tuple(requested) if spark is None else ()

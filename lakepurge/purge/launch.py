@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -156,11 +156,14 @@ def bytes_to_read(s3: S3Client, settings: Settings, report: Report, stop_above: 
     return total
 
 
-def run_inline(settings: Settings, spec: PurgeJobSpec, report: Report | None = None) -> PurgeResult:
+def run_inline(
+    settings: Settings, spec: PurgeJobSpec, report: Report | None = None, requested: Sequence[str] = ()
+) -> PurgeResult:
     """The Spark job's purge, in this process: the report is read and its hash checked first (ReportTampered),
     then each object goes through the same engine on a few threads, every touched object is verified and the
     certificate written, exactly as lakepurge_jobs/purge.py does on executors. A caller that has just read the
-    spec's report with layout.load_report (hash checked) passes it as ``report`` instead of having it read again."""
+    spec's report with layout.load_report (hash checked) passes it as ``report`` instead of having it read again;
+    one that holds the users' raw ids passes them as ``requested`` (job.run_purge)."""
     key = hash_key(settings.privacy)
     if report is None:
         report, _ = layout.load_report(aws.client("s3"), spec.report_uri, spec.report_sha256)
@@ -173,6 +176,7 @@ def run_inline(settings: Settings, spec: PurgeJobSpec, report: Report | None = N
         spec.approved_by,
         spec.report_sha256,
         approved_at=spec.approved_at,
+        requested=requested,
     )
     log.info(
         "inline purge finished",

@@ -13,16 +13,17 @@ from typing import Any
 
 
 @functools.cache
-def _arrow() -> tuple[Any, Any]:
+def arrow() -> tuple[Any, Any]:
+    """pyarrow and pyarrow.compute, imported on first use."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     return pa, pc
 
 
-def _one_value(data: bytes, start: int) -> Any:
+def whole(data: bytes, start: int = 0) -> Any:
     """data[start:] as a one-element binary array, without a copy."""
-    pa, _ = _arrow()
+    pa, _ = arrow()
     offsets = pa.py_buffer(struct.pack("<2q", start, len(data)))
     return pa.Array.from_buffers(pa.large_binary(), 1, [None, offsets, pa.py_buffer(data)])
 
@@ -30,27 +31,16 @@ def _one_value(data: bytes, start: int) -> Any:
 def pieces_after(data: bytes, token: str) -> Any:
     """What follows each occurrence of the token in data, up to the next occurrence or the end (an Arrow binary
     array; the bytes before the first occurrence are not in it)."""
-    _, pc = _arrow()
-    return pc.list_flatten(pc.split_pattern(_one_value(data, 0), token)).slice(1)
-
-
-def leading_matches(pieces: Any, pattern: str) -> list[bytes] | None:
-    """What the one (named) group of `pattern` matches in the pieces, each value once, or None if some piece does not
-    match. RE2, anchored with ^; binary is read as Latin-1, so a negated class matches any other byte."""
-    _, pc = _arrow()
-    matched = pc.extract_regex(pieces, pattern)
-    if matched.null_count:
-        return None
-    values: list[bytes] = pc.unique(matched.field(0)).to_pylist()
-    return values
+    _, pc = arrow()
+    return pc.list_flatten(pc.split_pattern(whole(data, 0), token)).slice(1)
 
 
 class LineStarts:
     """Where each line of data[start:] begins, found in one pass: the line `n` lines after the one at `start`."""
 
     def __init__(self, data: bytes, start: int) -> None:
-        pa, pc = _arrow()
-        lines = pc.split_pattern(_one_value(data, start), "\n").values  # the lines, without their '\n'
+        pa, pc = arrow()
+        lines = pc.split_pattern(whole(data, start), "\n").values  # the lines, without their '\n'
         # Line k starts at start + offsets[k] + k (the k newlines before it are not in the lines' bytes).
         self._offsets = pa.Array.from_buffers(pa.int64(), len(lines) + 1, [None, lines.buffers()[1]], 0, lines.offset)
         self._start = start

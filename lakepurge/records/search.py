@@ -10,15 +10,15 @@ import functools
 import operator
 import zlib
 from collections.abc import Callable, Iterable, Sequence
-from typing import IO
+from typing import IO, Any
 
 import orjson
 
-from lakepurge.records.arrow_scan import leading_matches, pieces_after
+from lakepurge.records.candidates import IdCandidates
 from lakepurge.records.csv_records import one_width_column, read_csv
 from lakepurge.records.formats import read_records
 from lakepurge.records.gc_pause import collector_paused
-from lakepurge.records.ids import PLAIN_FIELD, IdKeys, Record, Unindexable, parse_paths, plain_ids
+from lakepurge.records.ids import IdKeys, Record, Unindexable, parse_paths, plain_ids
 from lakepurge.records.jsonl_records import jsonl_items, single_field
 from lakepurge.records.limits import IN_MEMORY_BYTES
 from lakepurge.records.lines import (
@@ -40,17 +40,17 @@ def lines_holding(
     max_bytes: int,
     inflation: Inflation,
     wanted: Callable[[list[str]], list[bool]],
-    none_of: Callable[[list[bytes]], bool] | None = None,
+    none_of: Callable[[Any], bool] | None = None,
 ) -> list[int]:
     """The lines (records, rows) of an object whose ids include one of the wanted users, as read_records reads
-    them. wanted answers for a list of ids at once; none_of, if given, whether none of a list of ids (UTF-8 bytes)
-    is wanted (HashedUsers.none_of: by set operations). For JSON Lines with one top-level id field, an object (or,
-    past IN_MEMORY_BYTES, a chunk) whose field holds a plain id or nothing (`{}` placeholders, records without it: no
-    user) is answered without a Python step per line: what verifying a freshly rewritten object needs."""
+    them. wanted answers for a list of ids at once; none_of, if given, whether none of a list of ids (UTF-8 bytes,
+    a list or an Arrow array) is wanted (HashedUsers.none_of: by set operations). For JSON Lines whose id fields
+    have plain names, an object (or, past IN_MEMORY_BYTES, a chunk) is first answered in bulk from every id it could
+    hold (records.candidates): when none is wanted, no line is parsed. What verifying a freshly rewritten object
+    needs; anything the bulk answer cannot clear is parsed line by line."""
     if none_of is None:
         none_of = functools.partial(_none_of, wanted)
     paths = parse_paths(id_fields)
-    field = single_field(paths) if fmt == "jsonl" else None
     found: list[int] = []
 
     def from_items(items: Iterable[Record | Unindexable]) -> None:
@@ -70,12 +70,22 @@ def lines_holding(
         except TruncatedObject as exc:
             raise ValueError(f"the object could not be read to its end: {exc.reason}") from None
         return found
-    if field is None:
+    if fmt != "jsonl":
         from_items(read_records(raw, key, fmt, id_fields, max_bytes, inflation))
         return found
+    candidates = IdCandidates.of(paths)
+
+    def none_wanted(data: bytes) -> bool:
+        if candidates is None:
+            return False
+        held = candidates.found(data)
+        if held is None:  # cannot be told in bulk
+            return False
+        return none_of(held.plain) and True not in wanted(held.decoded)
+
+    field = single_field(paths)
     get = operator.methodcaller("get", field)
     is_a_value = functools.partial(operator.is_not, None)
-    candidates = _IdCandidates.of(field)
     keys = IdKeys.of(paths)
     with collector_paused():
         try:
@@ -83,12 +93,13 @@ def lines_holding(
             if candidates is not None:
                 # The whole object at once, when it fits: no line split, and one pass over its ids.
                 whole, source = _in_memory(source)
-                if whole is not None and candidates.none_wanted(whole, none_of):
+                if whole is not None and none_wanted(whole):
                     return found
             for first, lines in iter_line_batches(source, max_bytes):
-                if (
-                    candidates is not None and None not in lines and candidates.none_wanted(b"\n".join(lines), none_of)  # type: ignore[arg-type]
-                ):
+                if None not in lines and none_wanted(b"\n".join(lines)):  # type: ignore[arg-type]
+                    continue
+                if field is None:
+                    from_items(jsonl_items(first, lines, paths, max_bytes))
                     continue
                 try:
                     if None in lines:
@@ -112,47 +123,11 @@ def lines_holding(
     return found
 
 
-class _IdCandidates:
-    """Every value a stretch of JSON Lines could hold in one top-level id field, found without parsing each line: what
-    lets verification read a rewritten object at about the speed of a scan. The values found are a superset of the
-    lines' ids, so "none of them is wanted" proves no line holds a wanted user (a line over max_record_bytes, which
-    the exact read takes as unindexable, only adds candidates); anything else is left to the exact parse.
-
-    Why a superset: the field's name is plain ASCII, so a line can write that key only as the token `"name"`, or
-    with a \\u escape (a stretch with any `\\u` is not answered here). A JSON string cannot hold a bare `"`, so
-    every occurrence of the token in a valid line is a key (at any depth). The stretch is answered only when each
-    occurrence of the token is followed by `:` (blanks around it allowed) and a string without any escape, so the
-    top-level key's value, if the line is a record, is among the strings found, exactly as a parser reads it (each
-    value of a key the line writes twice too: parse_record's reading).
-    Integers, lists, nulls and escaped strings are no such string, and their stretch is parsed.
-
-    The stretch is split at every occurrence of the token and the start of each piece matched, by Arrow's kernels
-    (lakepurge.records.arrow_scan), which release the interpreter lock: the purge's other threads go on meanwhile."""
-
-    def __init__(self, token: str) -> None:
-        self._token = token
-
-    @classmethod
-    def of(cls, field: str) -> _IdCandidates | None:
-        return cls(f'"{field}"') if PLAIN_FIELD.fullmatch(field) else None
-
-    def none_wanted(self, data: bytes, none_of: Callable[[list[bytes]], bool]) -> bool:
-        if b"\\" in data and b"\\u" in data:  # the first by memchr: most objects hold no backslash at all
-            return False
-        values = leading_matches(pieces_after(data, self._token), _PLAIN_STRING_VALUE)
-        if values is None:  # an occurrence of the token not followed by a plain string
-            return False
-        return not values or none_of(values)
-
-
-# `:` and a string without escape or newline after the key. Arrow reads binary as Latin-1: one byte a character.
-_PLAIN_STRING_VALUE = r'^[ \t\r]*:[ \t\r]*"(?P<value>[^"\\\n]*)"'
-
-
-def _none_of(wanted: Callable[[list[str]], list[bool]], user_ids: list[bytes]) -> bool:
+def _none_of(wanted: Callable[[list[str]], list[bool]], user_ids: Any) -> bool:
     # Decoded together (no id read in bulk holds a newline): invalid UTF-8 becomes U+FFFD, which no id of a valid
     # record holds.
-    return True not in wanted(b"\n".join(user_ids).decode("utf-8", "replace").split("\n"))
+    listed: list[bytes] = user_ids if isinstance(user_ids, list) else user_ids.to_pylist()
+    return not listed or True not in wanted(b"\n".join(listed).decode("utf-8", "replace").split("\n"))
 
 
 # A CSV object up to this size (decompressed) is rewritten and verified in memory; a JSON Lines one is verified so.

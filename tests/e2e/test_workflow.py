@@ -622,8 +622,8 @@ def test_an_inline_purge_whose_invocation_dies_half_way_ends_failed_counting_wha
     users = _users_with_data(case, 3)
     purge = steps.run_inline
 
-    def dies_after_two_objects(settings: Any, spec: Any, report: Any) -> Any:
-        purge(settings, spec, replace(report, objects=report.objects[:2], versions=()))
+    def dies_after_two_objects(settings: Any, spec: Any, report: Any, requested: Any) -> Any:
+        purge(settings, spec, replace(report, objects=report.objects[:2], versions=()), requested)
         raise TimeoutError("the invocation ran out of time")
 
     monkeypatch.setattr(steps, "run_inline", dies_after_two_objects)

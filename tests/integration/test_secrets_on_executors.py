@@ -61,3 +61,71 @@ def test_given_a_hash_key_secret_when_executors_hash_then_they_use_the_drivers_k
     assert sorted((u, h) for u, h, _ in rows) == sorted((u, expected(u)) for u in users)
     assert not any(in_environment for _, _, in_environment in rows)
     assert KEY not in json.dumps({k: v for k, v in env.items() if not k.startswith("lakepurge.")})
+
+
+def test_given_a_purge_on_spark_whose_caller_holds_the_raw_ids_when_its_tasks_are_shipped_then_none_holds_one(
+    aws: object, pg_dsn: str, spark: object, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The operator's CLI holds the users' ids and may run the purge on Spark: the ids serve only work done in its own
+    # process. What Spark ships to executors (task closures, which it may broadcast and spill to an executor's disk;
+    # the tasks' items, written to a file the JVM reads) holds the keyed hashes and the key, never an id; so neither
+    # can an executor's log, a failed task's error (the driver's log, the Spark UI, the event log) or its heap.
+    import tomllib
+    import uuid
+
+    import orjson
+    from pyspark.serializers import CloudPickleSerializer, CPickleSerializer
+
+    from lakepurge.core.config import parse_settings
+    from lakepurge.index import open_store
+    from lakepurge.indexing.backfill import run_reconcile
+    from lakepurge.indexing.indexer import index_object
+    from lakepurge.purge.job import run_purge
+    from lakepurge.reports.report import build_report
+
+    users = ["alice.secret@example.com", "bob.secret@example.com"]
+    monkeypatch.setenv("LAKEPURGE_HASH_KEY", KEY)
+    bucket = f"ship-{uuid.uuid4().hex[:10]}"
+    s3 = lakepurge_aws.client("s3")
+    s3.create_bucket(Bucket=bucket)
+    s3.create_bucket(Bucket=f"{bucket}-reports")
+    toml = (
+        f'[index]\n{index_toml("postgres", pg_dsn)}\n\n[reports]\nlocation = "s3://{bucket}-reports/"\n\n'
+        "[purge]\nmax_dataset_fraction = 1.0\nmax_object_fraction = 1.0\n\n"
+        f'[[datasets]]\nname = "events"\nlocation = "s3://{bucket}/events/"\nformat = "jsonl"\n'
+        'id_fields = ["user_id"]\n'
+    )
+    settings = parse_settings(tomllib.loads(toml))
+    store = open_store(settings.index)
+    for n in range(4):
+        lines = [{"user_id": user, "n": n} for user in [*users, "carol"]]
+        s3.put_object(Bucket=bucket, Key=f"events/{n}.jsonl", Body=b"\n".join(map(orjson.dumps, lines)) + b"\n")
+        index_object(s3, store, settings, bucket, f"events/{n}.jsonl")
+    run_reconcile(None, settings)
+    report = build_report(store, settings, users, "req-shipped", Pseudonymizer(KEY.encode()), force=True)
+    store.close()
+    shipped: dict[str, list[bytes]] = {"closures": [], "items": []}
+
+    def recording(serializer: type[CloudPickleSerializer | CPickleSerializer], what: str) -> None:
+        dumps = serializer.dumps
+
+        def record(self: object, obj: object) -> bytes:
+            pickled: bytes = dumps(self, obj)  # type: ignore[arg-type]
+            shipped[what].append(pickled)
+            return pickled
+
+        monkeypatch.setattr(serializer, "dumps", record)
+
+    recording(CloudPickleSerializer, "closures")  # pyspark pickles each task's function with it
+    recording(CPickleSerializer, "items")  # and parallelize the items
+    caplog.set_level("DEBUG")
+
+    result = run_purge(spark, settings, report, KEY.encode(), requested=users)
+
+    assert result.verified and result.lines_erased == 8
+    assert shipped["closures"] and shipped["items"]  # the purge's and the verification's tasks
+    assert any(KEY.encode() in pickled for pickled in shipped["closures"])  # what the closures carry, as designed
+    for pickled in [*shipped["closures"], *shipped["items"]]:
+        for user in users:
+            assert user.encode() not in pickled
+    assert not any(user in caplog.text for user in users)

@@ -413,6 +413,121 @@ def test_given_four_purge_threads_sharing_the_memo_past_its_limit_when_checking_
     assert found == wanted
 
 
+@pytest.mark.parametrize("known", ["none", "some"], ids=["hashes only", "some ids in memory"])
+def test_given_four_threads_asking_in_bulk_past_the_memo_limit_when_checking_objects_then_each_answer_is_right(
+    known, monkeypatch
+) -> None:
+    # The check before a write asks, for a whole object's ids (UTF-8 bytes), whether none is wanted, on the task's
+    # threads at once; each thread's memory of ids is its own, so whatever the others ask, each answer is right.
+    from concurrent.futures import ThreadPoolExecutor
+
+    from lakepurge.core import privacy
+    from lakepurge.core.privacy import HashedUsers, Pseudonymizer
+
+    monkeypatch.setattr(privacy, "MEMO_IDS", 10_000)  # the memory fills up part-way, at a twentieth of the cost
+    pseudonymizer = Pseudonymizer(b"0123456789abcdef")
+    wanted = [f"t{thread}-b{batch}-0" for thread in range(4) for batch in range(0, 30, 7)]
+    users = HashedUsers(pseudonymizer.many(wanted), pseudonymizer, wanted[::2] if known == "some" else ())
+    per_batch = 1_000
+
+    def check(thread: int) -> list[bool]:
+        answers = []
+        for batch in range(30):
+            ids = [f"t{thread}-b{batch}-{i}".encode() for i in range(per_batch)]
+            answers.append(users.none_of(ids))
+            answers.append(users.none_of(ids[1:]))  # the same ids again, from memory, without the wanted one
+        return answers
+
+    with ThreadPoolExecutor(4) as threads:
+        answers = list(threads.map(check, range(4)))
+
+    expected = [answer for batch in range(30) for answer in (batch % 7 != 0, True)]
+    assert answers == [expected] * 4
+
+
+class CountingPseudonymizer:
+    """The keyed hash, counting the ids it hashes."""
+
+    def __init__(self, key: bytes) -> None:
+        from lakepurge.core.privacy import Pseudonymizer
+
+        self.hashed = 0
+        self._hash = Pseudonymizer(key)
+
+    def __call__(self, user_id: str) -> str:
+        self.hashed += 1
+        return self._hash(user_id)
+
+    def each(self, user_ids):
+        return map(self, user_ids)
+
+    def many(self, user_ids):
+        return sorted({self(u) for u in user_ids})
+
+
+def test_given_a_lake_with_more_users_than_the_memo_when_ids_come_again_then_those_remembered_are_not_hashed_again(
+    monkeypatch,
+) -> None:
+    # The memory of ids fills up and stays: a lake with more users than it holds makes new ids hashed each time, never
+    # the ones remembered forgotten and hashed over and over (it was cleared past 100,000 ids: every object of a
+    # 200,000-user lake then hashed most of its ids again).
+    from lakepurge.core import privacy
+    from lakepurge.core.privacy import HashedUsers
+
+    monkeypatch.setattr(privacy, "MEMO_IDS", 20_000)
+    MEMO_IDS = privacy.MEMO_IDS
+    counting = CountingPseudonymizer(b"0123456789abcdef")
+    users = HashedUsers(counting.many(["alice"]), counting)  # type: ignore[arg-type]
+    first = [f"u{n}" for n in range(MEMO_IDS * 3 // 4)]
+    then = [f"v{n}" for n in range(MEMO_IDS // 2)]
+    more = [f"w{n}" for n in range(MEMO_IDS // 2)]
+    assert True not in users.each_contained(first)
+    assert True not in users.each_contained(then)  # past the limit now
+    assert True not in users.each_contained(more)  # more users than the memo holds: not remembered
+    counting.hashed = 0
+
+    assert True not in users.each_contained(first)
+    assert users.each_contained(["alice", "x"]) == [True, False]
+
+    assert counting.hashed == 2  # only the ids never seen
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    wanted=st.lists(st.text(max_size=6), min_size=1, max_size=5),
+    known=st.lists(st.text(max_size=6), max_size=6),
+    batch=st.lists(st.binary(max_size=6) | st.text(max_size=6).map(str.encode), max_size=10),
+)
+def test_given_users_with_their_ids_in_memory_when_asked_then_the_answers_are_those_of_their_hashes(
+    wanted, known, batch
+) -> None:
+    # An inline purge gives the users' raw ids with their hashes; an id given that is not one of the hashes counts for
+    # nothing, a hash no id stands for is still hashed for: the answers never change, only how they are found.
+    import pyarrow as pa
+
+    from lakepurge.core.privacy import HashedUsers, Pseudonymizer
+
+    pseudonymizer = Pseudonymizer(b"0123456789abcdef")
+    hashes = pseudonymizer.many(wanted)
+    by_hash = HashedUsers(hashes, pseudonymizer)
+    by_id = HashedUsers(hashes, pseudonymizer, known=[*known, *wanted][: len(known) + len(wanted) // 2 + 1])
+    everyone = HashedUsers(hashes, pseudonymizer, known=[*wanted, *known])
+    texts = [b.decode("utf-8", "replace") for b in batch]
+    for users in (by_id, everyone):
+        assert users.each_contained(texts) == by_hash.each_contained(texts)
+        assert [t in users for t in texts] == [t in by_hash for t in texts]
+        assert users.none_of(batch) is by_hash.none_of(batch)
+        assert users.none_of(pa.array(batch, pa.large_binary())) is by_hash.none_of(batch)
+
+
+def test_given_users_with_their_ids_in_memory_when_shown_then_no_id_is_in_the_text() -> None:
+    from lakepurge.core.privacy import HashedUsers, Pseudonymizer
+
+    pseudonymizer = Pseudonymizer(b"0123456789abcdef")
+    users = HashedUsers(pseudonymizer.many(["alice.secret@example.com"]), pseudonymizer, ["alice.secret@example.com"])
+    assert "alice" not in repr(users) and "alice" not in str(users)
+
+
 @pytest.mark.parametrize("quoted", [True, False], ids=["with quotes", "without quotes"])
 def test_given_a_csv_without_final_newline_when_its_last_record_is_dropped_then_it_still_has_none(quoted) -> None:
     note = b'"a, b"' if quoted else b"plain"

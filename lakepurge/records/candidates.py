@@ -1,0 +1,157 @@
+"""Every user id a stretch of JSON Lines could hold, found in bulk: the check before a purge writes an object reads
+its bytes this way, at about the speed of a scan, and parses lines one by one only where this cannot answer.
+
+What is found is a superset of the ids the indexer's reader (records.ids) gives the stretch's lines, whatever the
+writer's spacing, escapes, nesting or arrays, so "none of them is wanted" proves that no line holds a wanted user:
+
+- The id fields' names are plain ASCII (ids.PLAIN_FIELD). A line writes such a key as the token `"name"`, each
+  character of the name as itself or as its `\\u00XX` escape (no other JSON escape gives a letter, digit, `_`, `.` or
+  `-`). One regular expression matches every such spelling of every name, so the object is read once, escapes or
+  not (one that holds no backslash at all is split at the plain token, which is faster).
+- A JSON string cannot hold a bare `"`, so in a valid line every occurrence of a spelling is a key or a string value
+  (the whole of it). The stretch is split at every occurrence (of the last name of each field's path: a nested
+  field's key, at any depth, or a top-level one) and the start of each piece matched: a key's value, after `:` and
+  any blanks, is a string, an integer, an array or something that is no id (an object, whose keys are pieces of
+  their own, `null`, `true`, a fraction); a piece that ends after the `:` is a key whose value is a name itself.
+  A string value (the piece does not start with `:`) names nobody.
+- Strings without a backslash are taken as they are (their bytes are the id's UTF-8); integers as Python writes
+  them (`-0` is 0, as the reader reads it); strings with escapes and arrays are decoded in Python, each once. An
+  array that does not decode on its own is not answered here.
+- Every value of a key a line writes twice is found (each occurrence is a piece), as parse_record keeps them all;
+  values the reader would refuse (an empty string, a line that is not JSON) only add candidates.
+
+The splits and matches run in Arrow's kernels (lakepurge.records.arrow_scan), outside the interpreter lock.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from lakepurge.records.arrow_scan import arrow, pieces_after, whole
+from lakepurge.records.ids import PLAIN_FIELD
+
+# After the key: `:`, blanks, then the start of its value: a string (up to its first quote or the line's end: a
+# string with an escaped quote holds a backslash and is decoded in Python), an integer, or an array's bracket. A
+# piece that does not match is a string value, or a key whose value is no id, or (_BARE) a key whose value is the
+# token itself (`"user_id":"user_id"`: the next piece starts there). Binary is read as Latin-1 by RE2.
+_VALUE = r'^[ \t\r]*:[ \t\r]*(?:"(?P<string>[^"\n]*)|(?P<integer>-?[0-9]+)|(?P<array>\[))'
+_BARE = r"^[ \t\r]*:[ \t\r]*$"
+_DECODER = json.JSONDecoder()
+_BRACKET = b"["
+
+
+@dataclass(frozen=True, slots=True)
+class Candidates:
+    """The ids a stretch could hold: `plain`, an Arrow array of UTF-8 bytes (an empty one is no id), and `decoded`,
+    the ids read from escaped strings and arrays."""
+
+    plain: Any
+    decoded: list[str]
+
+
+class IdCandidates:
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self._names = names
+        self._tokens = tuple(json.dumps(name) for name in names)
+        # Each name as a key may spell it: every character as itself or as its \u00XX escape (hex digits in either
+        # case). One pattern for all the names: the object is read once, whatever its escapes.
+        spellings = ["".join(f"(?:{re.escape(char)}|{_escape_of(char)})" for char in name) for name in names]
+        self._keys = '"(?:' + "|".join(spellings) + ')"'
+
+    @classmethod
+    def of(cls, paths: tuple[tuple[str, ...], ...]) -> IdCandidates | None:
+        """For a dataset's id field paths, or None when a name is not plain (then every line is parsed)."""
+        # Only the last names are looked for: a key on the way to them, however spelled, holds them as keys.
+        names = tuple(sorted({path[-1] for path in paths}))
+        if not names or not all(PLAIN_FIELD.fullmatch(name) for name in names):
+            return None
+        return cls(names)
+
+    def found(self, data: bytes) -> Candidates | None:
+        """The candidates of a stretch of lines (None when an array does not decode on its own: the stretch is then
+        parsed line by line)."""
+        pa, pc = arrow()
+        if b"\\" not in data and len(self._tokens) == 1:  # memchr: without escapes a key is spelled one way
+            pieces = pieces_after(data, self._tokens[0])
+        else:
+            pieces = pc.list_flatten(pc.split_pattern_regex(whole(data), self._keys)).slice(1)
+        values = pc.extract_regex(pieces, _VALUE)
+        strings = values.field("string")
+        plain = [strings]
+        decoded: list[str] = []
+        escaped = pc.match_substring(strings, "\\")
+        if pc.any(escaped).as_py():
+            decoded += _strings(pieces.filter(escaped).to_pylist())
+            plain = [strings.filter(pc.invert(escaped))]
+        integers = values.field("integer")
+        if pc.any(pc.greater(pc.binary_length(integers), 0)).as_py():
+            plain.append(pc.replace_substring_regex(integers, "^-0$", "0"))  # -0 is read as 0
+        unmatched = pieces.filter(pc.is_null(values))  # few: keys holding no id, a name as a string value
+        if len(unmatched) and pc.any(pc.match_substring_regex(unmatched, _BARE)).as_py():
+            decoded += self._names  # a key whose value is a name's token (which one is not known: each)
+        arrays = pc.equal(values.field("array"), _BRACKET)
+        if pc.any(arrays).as_py():
+            read = _arrays(pieces.filter(arrays).to_pylist())
+            if read is None:
+                return None
+            decoded += read
+        # Not made unique here: a lookup of every value costs less than that, and hashing dedupes its own.
+        found = plain[0] if len(plain) == 1 else pa.chunked_array(plain, pa.large_binary()).combine_chunks()
+        return Candidates(pc.drop_null(found), decoded)
+
+
+def _escape_of(char: str) -> str:
+    """The pattern of a character's \\u00XX escape, its hex digits in either case."""
+    hex_digits = f"{ord(char):02x}"
+    return r"\\u00" + "".join(f"[{digit}{digit.upper()}]" if digit.isalpha() else digit for digit in hex_digits)
+
+
+def _strings(pieces: list[bytes]) -> list[str]:
+    """The strings at the start of these pieces (after the key's `:`), decoded as JSON; one that does not decode (the
+    line is not JSON) names nobody."""
+    found = []
+    for piece in dict.fromkeys(pieces):
+        try:
+            found.append(_value_of(piece))
+        except ValueError:
+            continue
+    return _ids(found)
+
+
+def _arrays(pieces: list[bytes]) -> list[str] | None:
+    """The strings and integers of the arrays at the start of these pieces; None when one does not decode on its own
+    (it holds objects writing the same key, which split it, or is not JSON)."""
+    found = []
+    for piece in dict.fromkeys(pieces):
+        try:
+            value = _value_of(piece)
+        except ValueError:
+            return None
+        found += value
+    return _ids(found)
+
+
+def _value_of(piece: bytes) -> Any:
+    text = piece.decode("utf-8", "surrogateescape")
+    start = text.index(":") + 1
+    start += len(text[start:]) - len(text[start:].lstrip(" \t\r"))
+    return _DECODER.raw_decode(text, start)[0]
+
+
+def _ids(values: list[Any]) -> list[str]:
+    """The values the reader could take as ids: strings (as UTF-8 can hold them: the reader refuses a lone surrogate
+    or invalid UTF-8) and integers, as it writes them."""
+    found = []
+    for value in values:
+        if type(value) is int:
+            found.append(str(value))
+        elif type(value) is str:
+            try:
+                value.encode()
+            except UnicodeEncodeError:
+                continue
+            found.append(value)
+    return found
