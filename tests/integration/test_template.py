@@ -19,7 +19,8 @@ Everything the data path and the workflow run on is created: the KMS keys and al
 parameter holding the stack's part of the configuration, the DynamoDB index, the queues, the topic, the IAM roles
 and policies, the layer, the ten functions with their SQS event source mapping and EventBridge rules, the operations
 dashboard, and the state machine, whose definition must be the ASL file with
-CloudFormation's DefinitionSubstitutions applied.
+CloudFormation's DefinitionSubstitutions applied. A second stack with the key vault (VaultBackend dynamodb) is
+created too: its published [vault] must open the table and key it made.
 """
 
 from __future__ import annotations
@@ -1645,3 +1646,18 @@ def test_given_a_vault_stack_on_moto_then_its_published_configuration_creates_an
         assert vault.store.entries([person])[person].kms_key_id == outputs["VaultKeyArn"]
         assert vault.destroy([person]) == [person]
         assert vault.store.entries([person]) == {} and vault.store.persons_of([pseudonym]) == {}
+
+
+def test_given_pipeline_roles_then_the_vault_key_lets_them_create_and_unwrap_person_keys_only(
+    localized: dict[str, Any], with_vault: dict[str, Any]
+) -> None:
+    """VaultKeyUserArns (ingestion pipelines using lakepurge.protection) may create and unwrap a person's key, with
+    the person in the encryption context only; without the parameter the key names no principal outside the stack."""
+    assert not _kms_allows(with_vault, "VaultKeyUserArns", "VaultKey", "kms:Decrypt", PERSON_CONTEXT)
+    pipelines = {**VAULT, "VaultKeyUserArns": f"arn:aws:iam::{ACCOUNT}:role/ingest"}
+    translated = translate.translate(localized, {**translate.SAMPLE_PARAMETERS, **pipelines})
+    deployed = _resolve_conditions(translated, pipelines)
+    for action in ("kms:GenerateDataKey", "kms:Decrypt"):
+        assert _kms_allows(deployed, "VaultKeyUserArns", "VaultKey", action, PERSON_CONTEXT), action
+        assert not _kms_allows(deployed, "VaultKeyUserArns", "VaultKey", action, {"request_id": "r-1"}), action
+    assert _vault_grants(deployed) == VAULT_GRANTS  # the stack's roles get nothing more for it
