@@ -1568,6 +1568,9 @@ def test_given_the_default_parameters_then_no_vault_is_created_granted_or_config
     assert {k for k, r in resources.items() if r["Type"] == "AWS::KMS::Key"} == {"Key", "SealingKey", "ExportKey"}
     assert _vault_grants(deployed) == {}
     assert _vault_section(deployed) == ""
+    # the stack's settings are the text they were (a republished configuration keeps its pinned SHA-256)
+    text = deployed["Resources"]["StackSettingsParameter"]["Properties"]["Value"]["Fn::Sub"][0]
+    assert text.replace("${VaultSettings}", "").endswith('log_uri = "s3://${ArtifactsBucket}/emr-logs/"\n')
     assert not {"VaultTableArn", "VaultKeyArn"} & set(deployed["Outputs"])
 
 
