@@ -1,8 +1,9 @@
 #!/bin/sh
 # Publish lakepurge's configuration: DATASETS_FILE (your [[datasets]], and any section the stack does not write,
 # such as [purge] or [[relational]]) followed by the stack's settings (the SSM parameter StackSettingsParameter:
-# [index], [indexing], [reports], [privacy], [workflow], [workflow.launcher]), validated, then uploaded to the
-# object every function (LAKEPURGE_CONFIG_URI) and Spark job (launcher.config_uri) reads: the stack's ConfigUri.
+# [index], [indexing], [reports], [privacy], [workflow], [workflow.launcher], and [vault] with VaultBackend
+# dynamodb), validated, then uploaded to the object every function (LAKEPURGE_CONFIG_URI) and Spark job
+# (launcher.config_uri) reads: the stack's ConfigUri.
 #
 # Run it after each `sam deploy` (the stack's settings may have changed) and after each change of DATASETS_FILE.
 # Warm functions read the new version within the stack's ConfigMaxAgeSeconds (300 s by default); with the stack's

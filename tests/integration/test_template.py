@@ -19,7 +19,8 @@ Everything the data path and the workflow run on is created: the KMS keys and al
 parameter holding the stack's part of the configuration, the DynamoDB index, the queues, the topic, the IAM roles
 and policies, the layer, the ten functions with their SQS event source mapping and EventBridge rules, the operations
 dashboard, and the state machine, whose definition must be the ASL file with
-CloudFormation's DefinitionSubstitutions applied.
+CloudFormation's DefinitionSubstitutions applied. A second stack with the key vault (VaultBackend dynamodb) is
+created too: its published [vault] must open the table and key it made.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import json
 import re
 import tomllib
 import zipfile
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +42,10 @@ import boto3
 import pytest
 import requests
 
-from lakepurge.core.config import parse_settings
+from lakepurge.core.config import VaultConfig, parse_settings
+from lakepurge.core.privacy import Pseudonymizer
+from lakepurge.protection.shred import _copies_gone_by
+from lakepurge.protection.vault import CONTEXT_KEY, Vault, VaultCopies, open_store
 from lakepurge.workflow.deployment import (
     ASL_RESOURCE,
     EXPORT_ASL_RESOURCE,
@@ -121,6 +126,22 @@ def localized(sam_template: dict[str, Any]) -> dict[str, Any]:
 def translated(localized: dict[str, Any]) -> dict[str, Any]:
     translated: dict[str, Any] = translate.translate(localized)
     return translated
+
+
+# A deployment with the key vault of crypto-shred datasets (off by default).
+VAULT = {"VaultBackend": "dynamodb", "VaultMaxCopyDays": "14"}
+
+
+@pytest.fixture(scope="module")
+def vault_translated(localized: dict[str, Any]) -> dict[str, Any]:
+    translated: dict[str, Any] = translate.translate(localized, {**translate.SAMPLE_PARAMETERS, **VAULT})
+    return translated
+
+
+@pytest.fixture(scope="module")
+def with_vault(vault_translated: dict[str, Any]) -> dict[str, Any]:
+    """The vault deployment as CloudFormation creates it (its conditions resolved)."""
+    return _resolve_conditions(vault_translated, VAULT)
 
 
 # -- (c) the ASL's substitutions -----------------------------------------------------------------------------------
@@ -233,13 +254,17 @@ def test_no_statement_grants_a_wildcard_action(translated: dict[str, Any]) -> No
             assert statement["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}, path
 
 
-def test_wildcard_resources_only_where_iam_has_no_resource_level_permission(translated: dict[str, Any]) -> None:
-    for path, statement in _statements(translated):
+def test_wildcard_resources_only_where_iam_has_no_resource_level_permission(
+    translated: dict[str, Any], with_vault: dict[str, Any]
+) -> None:
+    for path, statement in _statements(translated) + _statements(with_vault):
         if statement.get("Effect", "Allow") != "Allow" or "*" not in _as_list(statement.get("Resource")):
             continue
-        in_key_policy = path.startswith(("/Resources/Key/", "/Resources/SealingKey/", "/Resources/ExportKey/"))
-        describe_only = all(a.startswith("ec2:Describe") for a in _as_list(statement["Action"]))
-        assert in_key_policy or describe_only, path
+        keys = ("/Resources/Key/", "/Resources/SealingKey/", "/Resources/ExportKey/", "/Resources/VaultKey/")
+        in_key_policy = path.startswith(keys)
+        actions = _as_list(statement["Action"])
+        describe_only = all(a.startswith("ec2:Describe") for a in actions)
+        assert in_key_policy or describe_only or actions == ["dynamodb:ListBackups"], path
 
 
 def test_every_function_has_its_own_role(translated: dict[str, Any]) -> None:
@@ -1287,12 +1312,14 @@ def _resolve_conditions(template: dict[str, Any], overrides: dict[str, str] | No
     return result
 
 
-def _creatable_subset(translated: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+def _creatable_subset(
+    translated: dict[str, Any], overrides: dict[str, str] | None = None
+) -> tuple[dict[str, Any], dict[str, str]]:
     """The template without the resource types moto cannot create; returns it and the excluded ids -> types."""
     from moto.cloudformation.parsing import get_model_map
 
     supported = set(get_model_map())
-    template = _resolve_conditions(translated)
+    template = _resolve_conditions(translated, overrides)
     excluded = {k: r["Type"] for k, r in template["Resources"].items() if r["Type"] not in supported}
     for logical_id in excluded:
         del template["Resources"][logical_id]
@@ -1329,13 +1356,16 @@ def _zip() -> bytes:
     return buffer.getvalue()
 
 
-def test_stack_creates_on_moto(aws: object, translated: dict[str, Any]) -> None:
+def _create_on_moto(
+    aws: Any, translated: dict[str, Any], name: str, overrides: dict[str, str] | None = None
+) -> tuple[dict[str, str], dict[str, str]]:
+    """Create the stack on moto's CloudFormation; returns its resources' physical ids and its outputs."""
     # moto's CloudFormation creates state machines in its plain Step Functions backend, which the server only
     # answers from while execution is off (the workflow tests turn it on).
     requests.post(
         f"{aws.endpoint}/moto-api/config", json={"stepfunctions": {"execute_state_machine": False}}, timeout=30
     )
-    template, excluded = _creatable_subset(translated)
+    template, excluded = _creatable_subset(translated, overrides)
     assert set(excluded.values()) == EXCLUDED_TYPES, "moto's CloudFormation coverage changed: update the docstring"
 
     s3 = boto3.client("s3")
@@ -1346,20 +1376,26 @@ def test_stack_creates_on_moto(aws: object, translated: dict[str, Any]) -> None:
         s3.put_object(Bucket=bucket, Key=key, Body=_zip())
 
     cloudformation = boto3.client("cloudformation")
+    parameters = {**translate.SAMPLE_PARAMETERS, **(overrides or {})}
     cloudformation.create_stack(
-        StackName=STACK,
+        StackName=name,
         TemplateBody=json.dumps(template),
-        Parameters=[{"ParameterKey": k, "ParameterValue": v} for k, v in translate.SAMPLE_PARAMETERS.items()],
+        Parameters=[{"ParameterKey": k, "ParameterValue": v} for k, v in parameters.items()],
         Capabilities=["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"],
     )
-    stack = cloudformation.describe_stacks(StackName=STACK)["Stacks"][0]
+    stack = cloudformation.describe_stacks(StackName=name)["Stacks"][0]
     assert stack["StackStatus"] == "CREATE_COMPLETE", stack.get("StackStatusReason")
     physical = {
         r["LogicalResourceId"]: r["PhysicalResourceId"]
-        for r in cloudformation.list_stack_resources(StackName=STACK)["StackResourceSummaries"]
+        for r in cloudformation.list_stack_resources(StackName=name)["StackResourceSummaries"]
     }
     assert set(physical) == set(template["Resources"])
-    outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
+    return physical, {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
+
+
+def test_stack_creates_on_moto(aws: object, translated: dict[str, Any]) -> None:
+    physical, outputs = _create_on_moto(aws, translated, STACK)
+    s3 = boto3.client("s3")
 
     # functions: one per handler, each with its own role
     lam = boto3.client("lambda")
@@ -1485,3 +1521,146 @@ FUNCTIONS_BY_VARIABLE = {
     "VerifyPurgeFunctionArn": "VerifyPurgeFunction",
     "NotifyFunctionArn": "NotifyFunction",
 }
+
+
+# -- the key vault of crypto-shred datasets (VaultBackend dynamodb) ------------------------------------------------
+
+PERSON_CONTEXT = {CONTEXT_KEY: "keyed-hash-of-a-person"}
+VAULT_READ = {"dynamodb:DescribeTable", "dynamodb:BatchGetItem"}
+VAULT_DESTROY = {"dynamodb:DeleteItem", "dynamodb:DescribeContinuousBackups", "dynamodb:ListBackups"}
+# What each role's code does with the vault: GenerateReport plans the shred (which persons have an entry), the
+# inline purge (StartPurge) and the Spark purge destroy entries and check the vault's copies, ExportArchive unwraps
+# keys to decrypt, the Spark pseudonymise job creates keys. No other role: VerifyPurge reads the certificate only.
+VAULT_GRANTS = {
+    "GenerateReportRole": VAULT_READ,
+    "StartPurgeRole": VAULT_READ | VAULT_DESTROY,
+    "ExportArchiveRole": VAULT_READ | {"kms:Decrypt"},
+    "SparkJobRole": VAULT_READ | VAULT_DESTROY | {"dynamodb:PutItem", "kms:GenerateDataKey", "kms:Decrypt"},
+}
+
+
+def _vault_grants(template: dict[str, Any]) -> dict[str, set[str]]:
+    """role -> the actions it is granted on the vault's table and key (ListBackups names no table)."""
+    granted: dict[str, set[str]] = {}
+    for role, statements in _role_statements(template).items():
+        for statement in statements:
+            actions = set(_as_list(statement["Action"]))
+            if _names(statement["Resource"]) & {"VaultTable", "VaultKey"} or "dynamodb:ListBackups" in actions:
+                granted.setdefault(role, set()).update(actions)
+    return granted
+
+
+def _vault_section(template: dict[str, Any]) -> Any:
+    """What the stack's settings put where ${VaultSettings} stands: a Fn::Sub of the [vault] section, or ""."""
+    text, variables = template["Resources"]["StackSettingsParameter"]["Properties"]["Value"]["Fn::Sub"]
+    assert "${VaultSettings}" in text
+    return variables["VaultSettings"]
+
+
+def test_given_the_default_parameters_then_no_vault_is_created_granted_or_configured(
+    translated: dict[str, Any],
+) -> None:
+    """Existing deployments do not change: without VaultBackend, no table, key, grant or [vault] section."""
+    assert translated["Parameters"]["VaultBackend"]["Default"] == "none"
+    deployed = _resolve_conditions(translated)
+    resources = deployed["Resources"]
+    assert {k for k, r in resources.items() if r["Type"] == "AWS::DynamoDB::Table"} == {"IndexTable"}
+    assert {k for k, r in resources.items() if r["Type"] == "AWS::KMS::Key"} == {"Key", "SealingKey", "ExportKey"}
+    assert _vault_grants(deployed) == {}
+    assert _vault_section(deployed) == ""
+    # the stack's settings are the text they were (a republished configuration keeps its pinned SHA-256)
+    text = deployed["Resources"]["StackSettingsParameter"]["Properties"]["Value"]["Fn::Sub"][0]
+    assert text.replace("${VaultSettings}", "").endswith('log_uri = "s3://${ArtifactsBucket}/emr-logs/"\n')
+    assert not {"VaultTableArn", "VaultKeyArn"} & set(deployed["Outputs"])
+
+
+def test_given_a_vault_then_its_table_is_encrypted_retained_and_its_recovery_window_meets_max_copy_days(
+    with_vault: dict[str, Any],
+) -> None:
+    """The purge verifies a shred only when every copy of the vault is gone within [vault] max_copy_days: the
+    table's point-in-time recovery window is the deployed max_copy_days, so a shred on this stack verifies."""
+    table = with_vault["Resources"]["VaultTable"]
+    assert table["DeletionPolicy"] == table["UpdateReplacePolicy"] == "Retain"
+    properties = table["Properties"]
+    assert properties["DeletionProtectionEnabled"] is True
+    assert properties["SSESpecification"] == {
+        "SSEEnabled": True,
+        "SSEType": "KMS",
+        "KMSMasterKeyId": {"Fn::GetAtt": ["Key", "Arn"]},
+    }
+    recovery = properties["PointInTimeRecoverySpecification"]
+    assert recovery["PointInTimeRecoveryEnabled"] is True
+    parameters = _parameter_values(with_vault, VAULT)
+    window = int(parameters[recovery["RecoveryPeriodInDays"]["Ref"]])
+    assert window == 14
+    section = _vault_section(with_vault)["Fn::Sub"]
+    stand_ins = {"VaultTable": "vault-table", "VaultKey.Arn": f"arn:aws:kms:{REGION}:{ACCOUNT}:key/vault"}
+    rendered = re.sub(r"\$\{([\w.]+)\}", lambda m: str(stand_ins.get(m.group(1), parameters.get(m.group(1)))), section)
+    config = VaultConfig.model_validate(tomllib.loads(rendered)["vault"])
+    assert (config.backend, config.table, config.max_copy_days) == ("dynamodb", "vault-table", window)
+    shredded_at = datetime(2026, 1, 1, tzinfo=UTC)
+    gone_by, problems = _copies_gone_by(VaultCopies(recovery_days=window), shredded_at, config.max_copy_days)
+    assert problems == [] and gone_by == shredded_at + timedelta(days=window)
+    # DynamoDB keeps 1 to 35 days: the parameter cannot ask for a window the rule could not bound
+    assert with_vault["Parameters"]["VaultMaxCopyDays"]["MaxValue"] == 35
+
+
+def test_given_a_vault_then_only_the_roles_whose_code_uses_it_get_what_it_does_and_kms_only_for_a_person(
+    with_vault: dict[str, Any],
+) -> None:
+    assert _vault_grants(with_vault) == VAULT_GRANTS
+    roles = {k for k, r in with_vault["Resources"].items() if r["Type"] == "AWS::IAM::Role"}
+    for role in roles:
+        for action in ("kms:GenerateDataKey", "kms:Decrypt"):
+            # the key policy and the role's policies agree, and only with a person's key in the context
+            expected = action in VAULT_GRANTS.get(role, set())
+            assert _kms_allows(with_vault, role, "VaultKey", action, PERSON_CONTEXT) == expected, (role, action)
+            assert not _kms_allows(with_vault, role, "VaultKey", action, {"request_id": "r-1"}), (role, action)
+            in_roles = any(
+                action in _as_list(s["Action"])
+                and "VaultKey" in _names(s["Resource"])
+                and _context_holds(s.get("Condition", {}), PERSON_CONTEXT)
+                and not _context_holds(s.get("Condition", {}), {"request_id": "r-1"})
+                for s in _role_statements(with_vault)[role]
+            )
+            assert in_roles == expected, (role, action)
+    key = with_vault["Resources"]["VaultKey"]
+    assert key["DeletionPolicy"] == "Retain" and key["Properties"]["EnableKeyRotation"] is True
+    section = _vault_section(with_vault)["Fn::Sub"]
+    assert 'kms_key_id = "${VaultKey.Arn}"' in section and 'table = "${VaultTable}"' in section
+
+
+def test_given_a_vault_stack_on_moto_then_its_published_configuration_creates_and_destroys_a_persons_key(
+    aws: object, vault_translated: dict[str, Any]
+) -> None:
+    """The stack's [vault] opens the table it created (the key schema the vault code checks) and the key it
+    created wraps a person's key; destroying the person leaves no entry and no resolving pseudonym."""
+    physical, outputs = _create_on_moto(aws, vault_translated, f"{STACK}-vault", VAULT)
+    stack_settings = boto3.client("ssm").get_parameter(Name=physical["StackSettingsParameter"])["Parameter"]["Value"]
+    assert len(stack_settings.encode()) < 4096
+    settings = parse_settings(tomllib.loads(SAMPLE_DATASETS_TOML + "\n" + stack_settings), "published")
+    config = settings.vault
+    assert config is not None
+    assert (config.backend, config.table) == ("dynamodb", physical["VaultTable"])
+    assert config.kms_key_id == outputs["VaultKeyArn"] and config.max_copy_days == 14
+    with Vault(open_store(config), config, Pseudonymizer(b"synthetic-hash-key-of-32-bytes!!")) as vault:
+        [(_, pseudonym)] = vault.keys_for(["alice"], create=True).values()
+        person = vault.person_of("alice")
+        assert vault.store.entries([person])[person].kms_key_id == outputs["VaultKeyArn"]
+        assert vault.destroy([person]) == [person]
+        assert vault.store.entries([person]) == {} and vault.store.persons_of([pseudonym]) == {}
+
+
+def test_given_pipeline_roles_then_the_vault_key_lets_them_create_and_unwrap_person_keys_only(
+    localized: dict[str, Any], with_vault: dict[str, Any]
+) -> None:
+    """VaultKeyUserArns (ingestion pipelines using lakepurge.protection) may create and unwrap a person's key, with
+    the person in the encryption context only; without the parameter the key names no principal outside the stack."""
+    assert not _kms_allows(with_vault, "VaultKeyUserArns", "VaultKey", "kms:Decrypt", PERSON_CONTEXT)
+    pipelines = {**VAULT, "VaultKeyUserArns": f"arn:aws:iam::{ACCOUNT}:role/ingest"}
+    translated = translate.translate(localized, {**translate.SAMPLE_PARAMETERS, **pipelines})
+    deployed = _resolve_conditions(translated, pipelines)
+    for action in ("kms:GenerateDataKey", "kms:Decrypt"):
+        assert _kms_allows(deployed, "VaultKeyUserArns", "VaultKey", action, PERSON_CONTEXT), action
+        assert not _kms_allows(deployed, "VaultKeyUserArns", "VaultKey", action, {"request_id": "r-1"}), action
+    assert _vault_grants(deployed) == VAULT_GRANTS  # the stack's roles get nothing more for it
