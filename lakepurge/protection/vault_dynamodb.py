@@ -156,7 +156,8 @@ class DynamoVault(VaultStore):
         pages: list[list[Any]] = []
         start: dict[str, Any] = {}
         while True:
-            answer = self._client.list_backups(TableName=self.name, **start)
+            # ALL: without it ListBackups lists on-demand (USER) backups only, not AWS Backup's recovery points
+            answer = self._client.list_backups(TableName=self.name, BackupType="ALL", **start)
             pages.append(list(answer.get("BackupSummaries", [])))
             if not answer.get("LastEvaluatedBackupArn"):
                 return pages

@@ -347,6 +347,12 @@ def verify(
         return NoCertificate(reason="no certificate was written")
     planned, _ = layout.load_report(clients.s3, report.uri, report.sha256)
     verified = certificate.verification.passed and certificate.report_sha256 == report.sha256
+    reason = "" if verified else "the certificate's verification did not pass"
+    shred = certificate.crypto_shred
+    if verified and planned.shred is not None and not (shred and shred["verification"]["passed"]):
+        # The approved report planned to destroy keys: a certificate that does not show them destroyed and checked
+        # gone from every vault copy has erased less than was approved, whatever its objects' verification says.
+        verified, reason = False, "the approved crypto-shred is not in the certificate, verified"
     if verified:
         record_erasure(index, pseudonymizer, planned.user_hashes, request_id)
     totals = certificate.totals
@@ -357,7 +363,7 @@ def verify(
         objects_rewritten=totals.objects_rewritten,
         lines_erased=totals.lines_erased,
         relational_rows_deleted=totals.relational_rows_deleted,
-        reason="" if verified else "the certificate's verification did not pass",
+        reason=reason,
     )
 
 

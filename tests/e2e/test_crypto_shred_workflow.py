@@ -14,7 +14,7 @@ from lakepurge.core.s3uri import S3Uri
 from lakepurge.protection.protect import Protection, protect_records, reveal_records
 from lakepurge.protection.vault import Vault
 from tests.support.purging import index_keys
-from tests.support.workflow import WorkflowCase
+from tests.support.workflow import WorkflowCase, call_approval, link_in
 
 pytestmark = pytest.mark.e2e
 
@@ -104,3 +104,31 @@ def test_given_a_mixed_lake_when_an_approved_request_erases_a_user_then_raw_line
     for s3path in {p for u, p, _ in case.lake.lake.truth if u == user}:
         uri = S3Uri.parse(s3path)
         assert user.encode() not in s3.get_object(Bucket=uri.bucket, Key=uri.key)["Body"].read(), s3path
+
+
+def test_given_a_purge_that_skipped_the_approved_shred_when_verified_then_the_request_is_not_certified(
+    workflow_case: Callable[..., WorkflowCase], monkeypatch
+) -> None:
+    import lakepurge.purge.job as purge_job
+
+    kms_key = aws.client("kms").create_key(Description="lakepurge vault (workflow test)")["KeyMetadata"]["Arn"]
+    case = workflow_case(extra_toml=_contacts_toml("lake", kms_key))
+    user, other, _raw = _rewritable_user_and_another(case)
+    records = [{"user_id": who, "email": f"{n}@example.com", "plan": "pro"} for n, who in enumerate([user, other])]
+    with Vault.open(case.settings) as vault:
+        protected = protect_records(vault, records, CONTACTS)
+    key = f"{PROTECTED_PREFIX}part-0.jsonl"
+    aws.client("s3").put_object(Bucket="lake", Key=key, Body=b"".join(orjson.dumps(r) + b"\n" for r in protected))
+    index_keys(case.settings, "lake", [key])
+    # a purge that erased the raw lines but never destroyed the key (a bug, a build without the step)
+    monkeypatch.setattr(purge_job, "shred_persons", lambda *args, **kwargs: None)
+
+    request_id = case.file([user], "req-shred-skipped")
+    decided = call_approval("POST", link_in(case.emails(request_id)[0]), "approve")
+    assert decided["statusCode"] == 200
+    assert case.finish(request_id)["status"] == "FAILED"
+
+    [note] = case.notifications()
+    assert note["outcome"] == "VERIFICATION_FAILED", note
+    with Vault.open(case.settings) as vault:
+        assert vault.pseudonyms_of([user])  # the key the approver was told would go is still there
