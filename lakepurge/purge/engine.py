@@ -209,9 +209,14 @@ class _PurgeStep:
                 outcome.status = "versions-deleted"
             return outcome
         # Line-based objects are read with one GET whose response is also the head (ETag, attributes, tag
-        # count); Parquet needs ranged reads and owned objects no body, so those start from a HEAD.
+        # count); Parquet needs ranged reads, owned objects no body, and an object the index mapped for a splice
+        # only its windows, so those start from a HEAD.
         body: IO[bytes] | None = None
-        if self.dataset.format == "parquet" or self.dataset.erase == "delete-object":
+        if (
+            self.dataset.format == "parquet"
+            or self.dataset.erase == "delete-object"
+            or self.store.record_map(target.s3path) is not None
+        ):
             head = head_object(self.s3, self.uri.bucket, self.uri.key)
         else:
             current = get_current(self.s3, self.uri.bucket, self.uri.key)

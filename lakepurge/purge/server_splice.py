@@ -25,7 +25,7 @@ from lakepurge.core.config import DatasetConfig, Settings
 from lakepurge.core.s3io import ObjectHead, open_range
 from lakepurge.purge.ownership import Ownership
 from lakepurge.purge.rewrite import rewrite_csv, rewrite_jsonl
-from lakepurge.purge.spliced_write import Fresh, Kept, NotWorthSplicing, Segment
+from lakepurge.purge.spliced_write import MIN_PART_BYTES, Fresh, Kept, NotWorthSplicing, Segment
 from lakepurge.purge.streams import LinesLost, Staged, gzip_chunks
 from lakepurge.records.csv_records import csv_records
 from lakepurge.records.lines import GzipReader
@@ -69,6 +69,24 @@ def windows_of(record_map: RecordMap, lines: list[int]) -> list[tuple[int, int]]
     return windows
 
 
+# Windows that would move more than this share of an object through the purge (each at least one 5 MiB part, read
+# and sent) save little on a whole rewrite, which reads it in one GET, and cost a request each (100 lines scattered
+# over a 1 GiB object: bench/README.md, "Server-side splice"): the object is rewritten whole.
+MAX_WINDOW_SHARE = 0.75
+
+
+def worth_splicing(record_map: RecordMap, windows: list[tuple[int, int]]) -> bool:
+    """Whether the windows (windows_of), each widened to S3's smallest part as the part plan widens them
+    (spliced_write.plan_parts), move at most MAX_WINDOW_SHARE of the object's stored bytes."""
+    moved, reach = 0, 0  # bytes moved so far, and the end of the last widened window
+    for first, last in windows:
+        start = max(record_map.offsets[first], reach)
+        end = min(max(record_map.end_of(last), record_map.offsets[first] + MIN_PART_BYTES), record_map.size)
+        moved += max(end - start, 0)
+        reach = max(reach, end)
+    return moved <= MAX_WINDOW_SHARE * record_map.size
+
+
 def splice_lines(
     s3: S3Client,
     head: ObjectHead,
@@ -84,6 +102,8 @@ def splice_lines(
     if gz != record_map.gzip:
         raise NotWorthSplicing("the record map was made for another compression")
     windows = windows_of(record_map, lines)
+    if not worth_splicing(record_map, windows):
+        raise NotWorthSplicing(f"{len(windows)} windows would move most of the object")
     spliced = Spliced(segments=[])
     plain_key = head.key[:-3] if gz else head.key
     header = b""

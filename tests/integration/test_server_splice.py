@@ -358,7 +358,7 @@ def csv_source() -> tuple[bytes, list[int], int]:
         note = base64.b64encode(rnd.randbytes(rnd.randrange(500, 1000)))
         if crossing < 0 and size > MiB - 300:
             user, note, crossing = ALICE, b'"spans\n""quoted""\n\n,,lines ' + note + b'"', line
-        elif n % 6_000 == 17:
+        elif n % 12_000 == 17:
             user = ALICE
         elif n % 51 == 0:
             note = b'"a note\nof two lines"'

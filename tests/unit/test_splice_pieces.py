@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lakepurge.purge.crc_combine import crc64nvme_combine, crc64nvme_of_parts
+from lakepurge.purge.server_splice import windows_of, worth_splicing
 from lakepurge.purge.spliced_write import (
     MIN_PART_BYTES,
     CopyPart,
@@ -147,6 +148,19 @@ def test_given_windows_rewritten_when_the_map_moves_then_it_maps_the_new_bytes()
     assert shifted.describes('"new"', "v2") and shifted.size == len(rewritten)
     assert all(starts[offset] == line for line, offset in zip(shifted.lines, shifted.offsets, strict=True))
     assert len(shifted.offsets) == len(found.offsets)  # windows start and end on checkpoints: none is lost
+
+
+def test_given_scattered_targets_when_their_windows_would_move_over_half_the_object_then_it_is_rewritten_whole():
+    # 64 MiB, a checkpoint every MiB (line n*1000 at n MiB): each window, however small, costs a 5 MiB part
+    record_map = RecordMap('"e"', None, 64 * MiB, False, tuple(range(0, 64_000, 1000)), tuple(range(0, 64 * MiB, MiB)))
+
+    def worth(lines: list[int]) -> bool:
+        return worth_splicing(record_map, windows_of(record_map, lines))
+
+    assert worth([10]) and worth([n * 6000 + 5 for n in range(9)])  # 9 windows: 45 MiB of 64
+    assert not worth([n * 6000 + 5 for n in range(10)])  # 10 windows: 50 MiB, over three quarters
+    assert worth([n * 3000 + 5 for n in range(14)])  # 14 windows 3 MiB apart, widened into each other: 44 MiB
+    assert worth(list(range(0, 48_000, 7)))  # 48 adjacent intervals are one window of 48 MiB
 
 
 @given(pieces=st.lists(st.binary(max_size=3000), min_size=1, max_size=8))
