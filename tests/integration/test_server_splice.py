@@ -46,13 +46,15 @@ ALICE, BOB = "alice-01", "bob-0002"  # as wide as every other id: a target chose
 MIN_BYTES = 16 * MiB
 
 
-def settings_for(bucket: str, pg_dsn: str, verify: str = "changed-ranges", fmt: str = "jsonl") -> Settings:
+def settings_for(
+    bucket: str, pg_dsn: str, verify: str = "changed-ranges", fmt: str = "jsonl", erase: str | None = None
+) -> Settings:
     toml = (
         f'[index]\n{index_toml("postgres", pg_dsn)}\n\n[reports]\nlocation = "s3://{bucket}-reports/"\n\n'
         "[purge]\nmax_dataset_fraction = 1.0\nmax_object_fraction = 1.0\n\n"
         f'[purge.splice]\nmin_bytes = {MIN_BYTES}\nverify = "{verify}"\n\n'
         f'[[datasets]]\nname = "events"\nlocation = "s3://{bucket}/events/"\nformat = "{fmt}"\n'
-        'id_fields = ["user_id"]\n'
+        'id_fields = ["user_id"]\n' + (f'erase = "{erase}"\n' if erase else "")
     )
     return parse_settings(tomllib.loads(toml))
 
@@ -67,10 +69,10 @@ def lake(aws, pg_dsn, monkeypatch):
     s3.create_bucket(Bucket=f"{bucket}-reports")
     stores = []
 
-    def make(verify: str = "changed-ranges", versioned: bool = False, fmt: str = "jsonl"):
+    def make(verify: str = "changed-ranges", versioned: bool = False, fmt: str = "jsonl", erase: str | None = None):
         if versioned:
             s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
-        cfg = settings_for(bucket, pg_dsn, verify, fmt)
+        cfg = settings_for(bucket, pg_dsn, verify, fmt, erase)
         store = open_store(cfg.index)
         stores.append(store)
         return s3, bucket, cfg, store
@@ -122,8 +124,9 @@ def line_at(data: bytes, offset: int) -> int:
 
 def whole_rewrite_jsonl(cfg: Settings, data: bytes, lines: list[int], users: set[str]) -> bytes:
     """Today's whole-object rewrite of the same bytes (the reference a splice must equal)."""
-    owner = Ownership(cfg.dataset_named("events"), users)
-    return rewrite_jsonl(io.BytesIO(data), False, lines, owner, drop=False).reader().read()
+    dataset = cfg.dataset_named("events")
+    owner = Ownership(dataset, users)
+    return rewrite_jsonl(io.BytesIO(data), False, lines, owner, drop=dataset.erase == "drop").reader().read()
 
 
 def purge(cfg: Settings, store, users: list[str], covered: bool = True) -> tuple[job.PurgeResult, list[str], dict]:
@@ -301,6 +304,26 @@ def test_given_the_index_missed_a_record_in_a_window_when_spliced_then_the_objec
     body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
     assert body == whole_rewrite_jsonl(cfg, data, sorted([named, *missed]), {ALICE})
     index_matches_a_fresh_read(s3, cfg, store, bucket, key)
+
+
+def test_given_a_dataset_that_drops_records_when_spliced_then_later_lines_move_up_in_the_object_and_the_index(lake):
+    s3, bucket, cfg, store = lake(erase="drop")
+    data, record_map = jsonl_source(24 * MiB)
+    targets = [record_map.lines[2] + 5, record_map.lines[2] + 6, record_map.lines[-3] + 1]
+    data = with_user(data, targets, ALICE)
+    key = "events/big.jsonl"
+    s3.put_object(Bucket=bucket, Key=key, Body=data)
+    index_object(s3, store, cfg, bucket, key)
+    held = store.get_object(f"s3://{bucket}/{key}")
+
+    outcome = purge_object(s3, store, cfg, PurgeTarget(held.s3path, "events", held.etag, tuple(targets)), {ALICE})
+
+    assert outcome.status == "erased" and outcome.splice is not None and outcome.erased_lines == targets
+    body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    assert body == whole_rewrite_jsonl(cfg, data, targets, {ALICE})
+    assert body.count(b"\n") == data.count(b"\n") - 3
+    index_matches_a_fresh_read(s3, cfg, store, bucket, key)
+    map_fits(store, held.s3path, body, s3.head_object(Bucket=bucket, Key=key)["ETag"])
 
 
 class _WriterDuringCopy:
