@@ -57,7 +57,8 @@ def pg_dsn(postgres_server: object) -> Iterator[str]:
             "DO $$ BEGIN IF to_regclass('user_rows') IS NOT NULL THEN"
             " TRUNCATE user_rows, indexed_objects, unindexable_lines, erased_users; END IF;"
             " IF to_regclass('noncurrent_versions') IS NOT NULL THEN"
-            " TRUNCATE noncurrent_versions, dataset_coverage; END IF; END $$"
+            " TRUNCATE noncurrent_versions, dataset_coverage; END IF;"
+            " IF to_regclass('record_maps') IS NOT NULL THEN TRUNCATE record_maps; END IF; END $$"
         )
     yield dsn
 

@@ -389,6 +389,21 @@ Fraction = Annotated[float, Field(gt=0, le=1)]
 SENTINEL_IDS = ("0", "null", "none", "nil", "unknown", "n/a", "na", "-", "undefined", "anonymous")
 
 
+class SpliceConfig(_Strict):
+    """Rewriting a large object at the cost of the bytes that change (docs/ARCHITECTURE.md, "Server-side splice"):
+    only the windows around the erased records go through the purge, the rest is copied inside S3."""
+
+    # Objects of at least this many stored bytes are spliced (JSON Lines and CSV, plain or gzip of several members;
+    # Parquet by row group); smaller ones are rewritten whole. S3's parts are at least 5 MiB, so an object under
+    # about 16 MiB has little to copy; bench/README.md ("Server-side splice") measures where it pays.
+    min_bytes: Annotated[int, Field(ge=16 * 1024 * 1024)] = 64 * 1024 * 1024
+    # What proves that a spliced object's copied ranges hold none of the users. "changed-ranges": the rewritten
+    # windows are read for the users before the write, and the copied ranges are byte ranges of the version the
+    # index had fully read (the dataset's coverage complete in the report), which named no record of the users there;
+    # without that coverage the object is read again in full. "full": verification reads every spliced object again.
+    verify: Literal["changed-ranges", "full"] = "changed-ranges"
+
+
 class PurgeConfig(_Strict):
     # A request that would erase more than these fractions of an object's or a dataset's records, or of a relational
     # table's rows, is refused unless forced: a wrong id (an empty string, a test account shared by everyone, a
@@ -414,6 +429,8 @@ class PurgeConfig(_Strict):
     # when a report is made, for the requested ids' bytes (lakepurge.indexing.unindexable): a request is certified
     # only when none may hold them. At most this many lines are read per report; beyond, the request is not certifiable.
     max_unindexable_lines_checked: Annotated[int, Field(ge=0)] = 10_000
+    # Large objects rewritten at the cost of the bytes that change ([purge.splice]).
+    splice: SpliceConfig = SpliceConfig()
 
 
 class VacuumConfig(_Strict):

@@ -150,6 +150,17 @@ def open_body(s3: S3Client, head: ObjectHead) -> IO[bytes]:
     return body
 
 
+def open_range(s3: S3Client, head: ObjectHead, start: int, end: int) -> IO[bytes]:
+    """A streaming body of bytes [start, end) of exactly the version described by head."""
+    try:
+        response = s3.get_object(Bucket=head.bucket, Key=head.key, Range=f"bytes={start}-{end - 1}", **head.pinned())
+    except ClientError as exc:
+        if error_code(exc) in ("PreconditionFailed", "412", "NoSuchKey", "NoSuchVersion"):
+            raise ObjectChanged(head.s3path) from None
+        raise
+    return cast("IO[bytes]", response["Body"])
+
+
 class RangeReader(io.RawIOBase):
     """A seekable view of one object version through ranged GETs (Parquet readers need the footer first)."""
 

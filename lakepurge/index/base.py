@@ -36,6 +36,9 @@ class ObjectIndex:
     # Users of this object who were erased before (on the suppression list): a restored backup or a replayed
     # pipeline brought them back.
     returning_users: int = 0
+    # Where the records of this version start (lakepurge.records.record_map, encoded), read with it for objects a
+    # purge would splice: stored with set_record_maps once the rows are written, not by replace_objects.
+    record_map: bytes | None = None
 
     def rows(self) -> Iterable[tuple[str, int]]:
         for user, lines in self.lines_by_user.items():
@@ -265,6 +268,14 @@ class IndexStore(Protocol):
 
     def coverage(self) -> dict[str, Coverage]:
         """The recorded coverage of every dataset ever fully listed, by dataset name."""
+
+    def set_record_maps(self, maps: Sequence[tuple[str, bytes]]) -> None:
+        """Store each object's record map (s3path, lakepurge.records.record_map.RecordMap's bytes), replacing the one
+        held: where the records of its last version read start, for a server-side splice. Each map names its version
+        itself, so a map left behind by a later version is never taken for that version's."""
+
+    def record_map(self, s3path: str) -> bytes | None:
+        """The record map last stored for the object, or None."""
 
     def status(self) -> IndexStatus: ...
 

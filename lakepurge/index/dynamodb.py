@@ -57,6 +57,8 @@ from lakepurge.index.dynamodb_items import (
     parse_row,
     problem_item,
     problem_prefix,
+    record_map_item,
+    record_map_key,
     row_items_of,
     timestamp,
 )
@@ -600,6 +602,13 @@ class DynamoIndexStore(DynamoTable):
 
     def record_coverage(self, coverage: Coverage) -> None:
         self._client.put_item(TableName=self._table, Item=coverage_item(coverage))
+
+    def set_record_maps(self, maps: Sequence[tuple[str, bytes]]) -> None:
+        self._batch_write([{"PutRequest": {"Item": record_map_item(s3path, blob)}} for s3path, blob in maps])
+
+    def record_map(self, s3path: str) -> bytes | None:
+        item = self._client.get_item(TableName=self._table, Key=record_map_key(s3path), ConsistentRead=True)
+        return bytes(item["Item"]["map"]["B"]) if "Item" in item else None
 
     def coverage(self) -> dict[str, Coverage]:
         """Every coverage item: one Query of their partition (never a scan of the table)."""

@@ -26,9 +26,11 @@ NONCURRENT_SORT_PREFIX = "#nc\x1f"
 COVERAGE_PARTITION = "#coverage"
 COVERAGE_SORT_PREFIX = "#dataset#"
 PROBLEM_PARTITION = "#unindexable"
+RECORD_MAP_PREFIX = "#map#"
+RECORD_MAP_SORT_KEY = "#map"
 PROBLEM_SORT_PREFIX = "#dataset#"
 # Sort keys of items that are not index rows (a row's sort key always holds SEPARATOR).
-RESERVED_SORT_KEYS = frozenset({META_SORT_KEY, ERASED_SORT_KEY})
+RESERVED_SORT_KEYS = frozenset({META_SORT_KEY, ERASED_SORT_KEY, RECORD_MAP_SORT_KEY})
 SEPARATOR = "\x1f"
 MAX_SORT_KEY_BYTES = 1024
 MAX_PARTITION_KEY_BYTES = 2048
@@ -178,6 +180,18 @@ def parse_coverage(item: Item) -> Coverage:
         failed=int(item["failed"]["N"]),
         drift=int(item["drift"]["N"]),
     )
+
+
+def record_map_key(s3path: str) -> Item:
+    """An object's record map item (lakepurge.records.record_map): a partition of its own, never read with rows."""
+    userid = RECORD_MAP_PREFIX + s3path
+    if len(userid.encode()) > MAX_PARTITION_KEY_BYTES:
+        userid = f"{RECORD_MAP_PREFIX}#sha256:{_sha256(s3path)}"
+    return item_key(userid, RECORD_MAP_SORT_KEY)
+
+
+def record_map_item(s3path: str, blob: bytes) -> Item:
+    return {**record_map_key(s3path), "kind": {"S": "record_map"}, "map": {"B": blob}}
 
 
 def problem_prefix(dataset: str, s3path: str) -> str:

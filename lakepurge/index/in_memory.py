@@ -56,6 +56,7 @@ class MemoryIndexStore:
         self._noncurrent: dict[tuple[str, str], tuple[str, set[str]]] = {}
         self._coverage: dict[str, Coverage] = {}
         self._erased: dict[str, str] = {}  # keyed hash -> the first request that erased it
+        self._record_maps: dict[str, bytes] = {}
 
     def ensure_schema(self) -> None:
         """Nothing to create."""
@@ -153,12 +154,17 @@ class MemoryIndexStore:
                 coverage, started_at=_utc(coverage.started_at), finished_at=_utc(coverage.finished_at)
             )
 
+    def set_record_maps(self, maps: Sequence[tuple[str, bytes]]) -> None:
+        with self._lock:
+            self._record_maps.update(maps)
+
     def truncate(self) -> None:
         with self._lock:
             self._objects.clear()
             self._noncurrent.clear()
             self._coverage.clear()
             self._erased.clear()
+            self._record_maps.clear()
 
     # -- reads ----------------------------------------------------------------------------------------------------
 
@@ -282,6 +288,10 @@ class MemoryIndexStore:
     def coverage(self) -> dict[str, Coverage]:
         with self._lock:
             return dict(self._coverage)
+
+    def record_map(self, s3path: str) -> bytes | None:
+        with self._lock:
+            return self._record_maps.get(s3path)
 
     def status(self) -> IndexStatus:
         with self._lock:

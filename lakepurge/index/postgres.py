@@ -42,6 +42,7 @@ from lakepurge.index.postgres_sql import (
     LOOKUP,
     LOOKUP_OBJECTS,
     SCHEMA,
+    SET_RECORD_MAP,
     SMALL_LOOKUP,
     USER_ROWS,
     VIEW,
@@ -649,6 +650,16 @@ class PostgresIndexStore:
         )
 
     @_reconnecting
+    def set_record_maps(self, maps: Sequence[tuple[str, bytes]]) -> None:
+        with self._conn.cursor() as cur:
+            cur.executemany(SET_RECORD_MAP, list(maps))
+
+    @_reconnecting
+    def record_map(self, s3path: str) -> bytes | None:
+        row = self._conn.execute("SELECT map FROM record_maps WHERE s3path = %s", (s3path,)).fetchone()
+        return bytes(row[0]) if row else None
+
+    @_reconnecting
     def coverage(self) -> dict[str, Coverage]:
         with self._conn.cursor() as cur:
             cur.execute(
@@ -671,7 +682,7 @@ class PostgresIndexStore:
         with self._conn.transaction(), self._conn.cursor() as cur:
             cur.execute(
                 "TRUNCATE user_rows, indexed_objects, unindexable_lines, erased_users, noncurrent_versions,"
-                " dataset_coverage"
+                " dataset_coverage, record_maps"
             )
 
     def close(self) -> None:

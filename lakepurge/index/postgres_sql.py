@@ -63,7 +63,17 @@ CREATE TABLE IF NOT EXISTS dataset_coverage (
     failed      INTEGER     NOT NULL,
     drift       INTEGER     NOT NULL
 );
+-- Where the records of an object's last version read start (lakepurge.records.record_map): a purge splices a large
+-- object at these offsets. The map names its version itself.
+CREATE TABLE IF NOT EXISTS record_maps (
+    s3path TEXT PRIMARY KEY,
+    map    BYTEA NOT NULL
+);
 """
+
+SET_RECORD_MAP = (
+    "INSERT INTO record_maps (s3path, map) VALUES (%s, %s) ON CONFLICT (s3path) DO UPDATE SET map = EXCLUDED.map"
+)
 
 # Keeps the users of object versions that stop being current (object id, path, version id, dataset per version).
 KEEP_AS_NONCURRENT = """

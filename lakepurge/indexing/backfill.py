@@ -25,7 +25,14 @@ from lakepurge.core.s3uri import S3Uri
 from lakepurge.core.sparkutil import apply_job_environment, job_environment, on_executors
 from lakepurge.index import open_store
 from lakepurge.index.base import Coverage, IndexStore, NoncurrentVersion, ObjectIndex
-from lakepurge.indexing.indexer import failed_object, failure_reason, flag_erased_users, scan_object, tag_owners
+from lakepurge.indexing.indexer import (
+    failed_object,
+    failure_reason,
+    flag_erased_users,
+    keep_record_maps,
+    scan_object,
+    tag_owners,
+)
 from lakepurge.indexing.table_backfill import TableIndexed, index_tables
 from lakepurge.tables.detect import refuse_table_formats
 
@@ -131,11 +138,13 @@ def _write_batch(
             extra={"objects": len(pending), "error": type(exc).__name__},
         )
     else:
+        keep_record_maps(store, [(obj.s3path, obj.record_map) for obj, _ in pending])
         yield from (row for _, row in pending)
         return
     for obj, row in pending:
         try:
             store.replace_objects([obj], force=force)
+            keep_record_maps(store, [(obj.s3path, obj.record_map)])
         except Exception as exc:
             reason = failure_reason(exc)
             ref = object_ref(obj.s3path, settings.dataset_named(obj.dataset))

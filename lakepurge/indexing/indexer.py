@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import re
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -22,6 +23,7 @@ from lakepurge.core.s3io import ObjectChanged, ObjectHead, head_object, head_ver
 from lakepurge.index.base import WHOLE_OBJECT, IndexStore, NoncurrentVersion, ObjectIndex, UnindexableLine
 from lakepurge.records.formats import group_records
 from lakepurge.records.ids import IdFieldError, IdKeys, extract_ids, id_problem, parse_paths, parse_record
+from lakepurge.records.record_map import RecordMapBuilder
 from lakepurge.tables.detect import TableFormatError, detect_cached, key_table_format
 from lakepurge.tables.iceberg import is_metadata_file
 from lakepurge.tables.index import NotIndexed, follow_table, open_table
@@ -100,17 +102,34 @@ def scan_object(s3: S3Client, settings: Settings, dataset: DatasetConfig, head: 
         return result
     assert dataset.id_fields is not None
     raw = open_seekable(s3, head) if dataset.format == "parquet" else open_body(s3, head)
+    # Where a purge would splice the object, where its records start is noted as they are read.
+    mapped = dataset.format != "parquet" and head.size >= settings.purge.splice.min_bytes
+    builder = RecordMapBuilder(head.size) if mapped else None
     try:
         indexing = settings.indexing
         grouped = group_records(
-            raw, head.key, dataset.format, dataset.id_fields, indexing.max_record_bytes, indexing.inflation
+            raw, head.key, dataset.format, dataset.id_fields, indexing.max_record_bytes, indexing.inflation, builder
         )
     finally:
         raw.close()
     result.lines_by_user = grouped.lines_by_user
     result.records = grouped.records
     result.unindexable.extend(UnindexableLine(item.line, item.reason) for item in grouped.unindexable)
+    if builder is not None:
+        result.record_map = builder.build(head.etag, head.version_id).encode()
     return result
+
+
+def keep_record_maps(store: IndexStore, maps: Iterable[tuple[str, bytes | None]]) -> None:
+    """Store the record maps (s3path, map) of objects whose rows were just written. A map only saves a later purge a
+    read of the object: one that cannot be stored is logged and left out, it fails nothing."""
+    present = [(s3path, blob) for s3path, blob in maps if blob is not None]
+    if not present:
+        return
+    try:
+        store.set_record_maps(present)
+    except Exception as exc:
+        log.warning("record maps could not be stored", extra={"objects": len(present), "error": type(exc).__name__})
 
 
 def _scan_owner(s3: S3Client, dataset: DatasetConfig, head: ObjectHead, result: ObjectIndex) -> None:
@@ -277,6 +296,8 @@ def _index_current(
             return _record_failure(store, dataset, head, exc, force)
         flag_erased_users(store, scanned, pseudonymizer)
         written = store.replace_objects([scanned], force=force)
+        if written:
+            keep_record_maps(store, [(s3path, scanned.record_map)])
         now = head_object(s3, bucket, key) if written else head
         if now is None or now.etag != head.etag:
             # Replaced or deleted since our HEAD: a newer version written in the same second (S3 times have whole

@@ -43,6 +43,7 @@ from lakepurge.indexing.indexer import index_object, scan_object
 from lakepurge.purge.ownership import Ownership
 from lakepurge.purge.rewrite import rewrite_csv, rewrite_jsonl, rewrite_parquet
 from lakepurge.purge.s3write import WriteConflict, Written, delete_in_place, preserved_attributes, write_in_place
+from lakepurge.purge.spliced_write import NotWorthSplicing
 from lakepurge.purge.streams import Staged
 from lakepurge.records.ids import IdKeys, extract_ids, parse_paths, parse_record
 from lakepurge.records.lines import InflationLimitExceeded
@@ -94,6 +95,9 @@ class ObjectOutcome:
     # A blanking write's placeholders (first line, number of lines): what the vacuum may remove later and nothing
     # else, recorded by the job with the outcomes (lakepurge.purge.placeholders.recorded_from). None: no record.
     placeholder_spans: list[tuple[int, int]] | None = None
+    # A spliced object (lakepurge.purge.splice_step): what was read, sent and copied, and what proves its copied
+    # ranges (verify, basis). None: rewritten whole.
+    splice: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The outcome as plain data (what the executors return and the results hold): dataclasses.asdict's
@@ -205,9 +209,14 @@ class _PurgeStep:
                 outcome.status = "versions-deleted"
             return outcome
         # Line-based objects are read with one GET whose response is also the head (ETag, attributes, tag
-        # count); Parquet needs ranged reads and owned objects no body, so those start from a HEAD.
+        # count); Parquet needs ranged reads, owned objects no body, and an object the index mapped for a splice
+        # only its windows, so those start from a HEAD.
         body: IO[bytes] | None = None
-        if self.dataset.format == "parquet" or self.dataset.erase == "delete-object":
+        if (
+            self.dataset.format == "parquet"
+            or self.dataset.erase == "delete-object"
+            or self.store.record_map(target.s3path) is not None
+        ):
             head = head_object(self.s3, self.uri.bucket, self.uri.key)
         else:
             current = get_current(self.s3, self.uri.bucket, self.uri.key)
@@ -245,14 +254,22 @@ class _PurgeStep:
                 index_object(s3, store, self.settings, self.uri.bucket, self.uri.key)
             return outcome
 
+        scanned = None
         if stale:
-            _, lines = find_user_lines(s3, self.settings, dataset, head, users)
+            scanned, lines = find_user_lines(s3, self.settings, dataset, head, users)
             if body is not None:
                 body.close()  # read past by the rescan's own GET: read this version afresh
                 body = None
         else:
             lines = sorted(set(target.lines))
-        written = self._rewrite(head, body, lines, outcome) if lines else None
+        written, spliced = None, False
+        if lines and _splice().spliceable(self, head):
+            if body is not None:
+                body.close()  # its bytes are not read: only the windows that change are
+                body = None
+            written, spliced = self._spliced(head, lines, outcome, scanned)
+        if not spliced:
+            written = self._rewrite(head, body, lines, outcome) if lines else None
         if written is None:
             # Nothing of the users' is in the current version (already erased, or a stale index): re-index it so
             # the index stops naming them here.
@@ -261,9 +278,23 @@ class _PurgeStep:
             outcome.status = "erased"
             outcome.after_etag, outcome.after_version = written.etag, written.version_id
             self.written = True
-            self._reindex_written(head, written, outcome, stale)
-        self._delete_noncurrent(written, outcome, target.version_ids)
+            if not spliced:  # a splice moved the index itself
+                self._reindex_written(head, written, outcome, stale)
+        # The version just rewritten held the users (its erased records were checked to be theirs): deleted unread.
+        holding = head.version_id if written is not None else None
+        self._delete_noncurrent(written, outcome, target.version_ids, holding)
         return outcome
+
+    def _spliced(
+        self, head: ObjectHead, lines: list[int], outcome: ObjectOutcome, scanned: ObjectIndex | None
+    ) -> tuple[Written | None, bool]:
+        """A large object erased by server-side splice (lakepurge.purge.splice_step): what was written, and whether
+        it was spliced (False: rewrite it whole)."""
+        try:
+            return _splice().SpliceStep(self, head, lines, outcome, scanned).run(), True
+        except NotWorthSplicing as exc:
+            log.info("object rewritten whole", extra={"object": object_ref(head.s3path, self.dataset), "why": str(exc)})
+            return None, False
 
     def _rewrite(
         self, head: ObjectHead, body: IO[bytes] | None, lines: list[int], outcome: ObjectOutcome
@@ -358,10 +389,13 @@ class _PurgeStep:
                 self.s3.delete_object(Bucket=version.bucket, Key=version.key)
             outcome.sidecar_versions_deleted.append(version.version_id or "null")
 
-    def _delete_noncurrent(self, written: Written | None, outcome: ObjectOutcome, named: Sequence[str] = ()) -> None:
+    def _delete_noncurrent(
+        self, written: Written | None, outcome: ObjectOutcome, named: Sequence[str] = (), holding: str | None = None
+    ) -> None:
         """Delete the noncurrent versions that still hold any of the users' records (every one of the key, not only
         those the index named); other versions stay. The index forgets the deleted versions, and those it named
-        that no longer exist (expired by a lifecycle rule, deleted by someone else)."""
+        that no longer exist (expired by a lifecycle rule, deleted by someone else). `holding`: a version known to
+        hold them (the one this purge rewrote), deleted without being read again."""
         if not self.versioned:
             return
         listed = set()
@@ -372,10 +406,10 @@ class _PurgeStep:
             if not self.settings.purge.delete_noncurrent_versions:
                 continue  # left to a lifecycle rule: verification reports them, the request is not certified
             try:
-                _, lines = find_user_lines(self.s3, self.settings, self.dataset, version, self.users)
+                holds = version.version_id == holding or self._holds_users(version)
             except ObjectChanged:
                 continue  # deleted since listed
-            if not lines:
+            if not holds:
                 outcome.clean_versions.append(str(version.version_id))
             else:
                 # Recorded first: a run killed right after the delete still lists the version on its rerun.
@@ -387,6 +421,16 @@ class _PurgeStep:
         forget = [*outcome.deleted_versions, *(v for v in named if v not in listed)]
         if forget:
             self.store.forget_noncurrent(outcome.s3path, forget)
+
+    def _holds_users(self, version: ObjectHead) -> bool:
+        return bool(find_user_lines(self.s3, self.settings, self.dataset, version, self.users)[1])
+
+
+def _splice() -> Any:
+    """lakepurge.purge.splice_step, imported when first needed: it builds on this module."""
+    from lakepurge.purge import splice_step
+
+    return splice_step
 
 
 def _nothing(outcome: ObjectOutcome) -> None:

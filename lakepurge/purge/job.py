@@ -522,8 +522,9 @@ def run_purge(
     # verify = "checksum", proven by what this purge verified and S3 confirms (engine.verify_object). A reference
     # that resolved to nothing has no version to check (the listing found none).
     by_checksum = settings.purge.verify == "checksum"
+    covered = {g.dataset for g in report.gaps}.isdisjoint
     checks: list[VerifyItem] = [
-        (t.s3path, t.dataset, outcomes[t.s3path].as_dict() if by_checksum else None)
+        (t.s3path, t.dataset, _proof(outcomes[t.s3path], covered([t.dataset])) if by_checksum else None)
         for t in targets
         if not t.s3path.startswith(OBJECT_REFERENCE)
     ]
@@ -539,6 +540,37 @@ def run_purge(
         s3, settings, report, result, started, approved_by, report_sha256, approved_at, pseudonymizer
     )
     return replace(result, certificate=certificate)
+
+
+def _proof(outcome: ObjectOutcome, covered: bool) -> dict[str, Any] | None:
+    """What verification may take instead of reading an object again: the purge's outcome, unless the object was
+    spliced and its copied ranges are not proven (docs/ARCHITECTURE.md, "Server-side splice"): with verify = "full",
+    or when that proof rests on the index and the report found the dataset's coverage incomplete."""
+    if outcome.splice is not None and proven_by(outcome.splice, covered) == READ_AGAIN:
+        return None
+    return outcome.as_dict()
+
+
+READ_AGAIN = "verification's full read of the new version"
+
+
+def proven_by(splice: dict[str, Any], covered: bool) -> str:
+    """How a spliced object's copied ranges are shown to hold none of the users, as the certificate states it."""
+    if splice.get("verify") == "changed-ranges":
+        if splice.get("basis") == "read":
+            return "changed-ranges: this purge read the version whole (the users' lines found by the indexer's reader)"
+        if covered:
+            return "changed-ranges: the index read the version whole (the dataset's coverage, stated above)"
+    return READ_AGAIN
+
+
+def _splice_statement(outcome: ObjectOutcome, covered: bool, by_checksum: bool) -> dict[str, Any]:
+    """A spliced object in the certificate: what moved, and what proves the ranges copied inside S3 (nothing for an
+    object rewritten whole)."""
+    if outcome.splice is None:
+        return {}
+    proof = proven_by(outcome.splice, covered) if by_checksum else READ_AGAIN
+    return {"splice": {**outcome.splice, "copied_ranges_proven_by": proof}}
 
 
 def recorded_relational(s3: Any, settings: Settings, request_id: str) -> tuple[dict[str, Any], ...]:
@@ -563,6 +595,7 @@ def write_certificate(
     name their user are named by their keyed reference (logs.object_ref): the certificate is kept for years."""
     datasets = {d.name: d for d in settings.datasets}
     targets = purge_targets(report)
+    gaps = {g.dataset for g in report.gaps}
     certificate = layout.CertificateDocument.model_validate(
         {
             "certificate_version": 1,
@@ -589,6 +622,7 @@ def write_certificate(
                     "deleted_version_ids": o.deleted_versions,
                     "sidecar_versions_deleted": o.sidecar_versions_deleted,
                     "error": o.error,
+                    **_splice_statement(o, r.dataset not in gaps, settings.purge.verify == "checksum"),
                 }
                 for o, r in zip(result.outcomes, targets, strict=True)
             ],

@@ -353,7 +353,9 @@ def rewrite_parquet(
     if metadata.num_row_groups:
         group = metadata.row_group(0)
         for i in range(group.num_columns):
-            compression[group.column(i).path_in_schema] = group.column(i).compression.lower()
+            codec = group.column(i).compression.lower()
+            # the metadata says UNCOMPRESSED where the writer takes "none"
+            compression[group.column(i).path_in_schema] = "none" if codec == "uncompressed" else codec
     staged = Staged()
     writer = pq.ParquetWriter(
         _StagedFile(staged),

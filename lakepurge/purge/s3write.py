@@ -66,7 +66,7 @@ def preserved_attributes(s3: S3Client, head: ObjectHead) -> dict[str, Any]:
     return args
 
 
-def _conflict(exc: ClientError) -> bool:
+def is_conflict(exc: ClientError) -> bool:
     return error_code(exc) in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409", "NoSuchKey")
 
 
@@ -105,11 +105,7 @@ def write_in_place(
                 **attributes,
             )["UploadId"]
             parts = _upload_parts(s3, head, upload_id, staged, concurrency)
-            # S3 checks If-Match on completion atomically; stores that ignore it (moto, some S3-compatible ones)
-            # are still refused a write over an object changed while the parts went up.
-            current = head_object(s3, head.bucket, head.key)
-            if current is None or current.etag != head.etag:
-                raise WriteConflict(head.s3path)
+            refuse_if_changed(s3, head)
             response = s3.complete_multipart_upload(
                 Bucket=head.bucket,
                 Key=head.key,
@@ -121,19 +117,10 @@ def write_in_place(
             )
             upload_id = None
     except (ClientError, BotoCoreError) as exc:
-        if upload_id is not None:
-            _abort(s3, head, upload_id)
-        # The write may have been applied and its answer lost: the retry (botocore's) then meets its own write (412,
-        # or NoSuchUpload for a completion), or every retry failed. Its own write is the erasure it made.
-        mine = _own_write(s3, head, staged.checksum)
-        if mine is not None:
-            return mine
-        if isinstance(exc, ClientError) and _conflict(exc):
-            raise WriteConflict(head.s3path) from None
-        raise
+        return failed_write(s3, head, upload_id, exc, staged.checksum)
     except BaseException:
         if upload_id is not None:
-            _abort(s3, head, upload_id)
+            abort_upload(s3, head, upload_id)
         raise
     version = response.get("VersionId")
     written = Written(response["ETag"], None if version in (None, "null") else version, staged.checksum)
@@ -144,7 +131,33 @@ def write_in_place(
     return written
 
 
-def _abort(s3: S3Client, head: ObjectHead, upload_id: str) -> None:
+def refuse_if_changed(s3: S3Client, head: ObjectHead) -> None:
+    """WriteConflict unless the object is still the version read. S3 checks If-Match on a multipart completion
+    atomically; stores that ignore it (moto, some S3-compatible ones) are still refused a write over an object changed
+    while the parts went up."""
+    current = head_object(s3, head.bucket, head.key)
+    if current is None or current.etag != head.etag:
+        raise WriteConflict(head.s3path)
+
+
+def failed_write(
+    s3: S3Client, head: ObjectHead, upload_id: str | None, exc: ClientError | BotoCoreError, checksum: str | None
+) -> Written:
+    """After a write's request failed: its upload aborted, and the write itself if S3 applied it and the answer was
+    lost (the retry, botocore's, then meets its own write: 412, or NoSuchUpload for a completion; or every retry
+    failed), found by its checksum (None: it cannot be told). WriteConflict when the condition refused it; else the
+    error again. Must be called while `exc` is being handled."""
+    if upload_id is not None:
+        abort_upload(s3, head, upload_id)
+    mine = own_write(s3, head, checksum) if checksum is not None else None
+    if mine is not None:
+        return mine
+    if isinstance(exc, ClientError) and is_conflict(exc):
+        raise WriteConflict(head.s3path) from None
+    raise exc
+
+
+def abort_upload(s3: S3Client, head: ObjectHead, upload_id: str) -> None:
     """Abort an upload that failed; one already completed (its answer lost) or aborted is gone already."""
     try:
         s3.abort_multipart_upload(Bucket=head.bucket, Key=head.key, UploadId=upload_id)
@@ -153,7 +166,7 @@ def _abort(s3: S3Client, head: ObjectHead, upload_id: str) -> None:
             raise
 
 
-def _own_write(s3: S3Client, head: ObjectHead, checksum: str) -> Written | None:
+def own_write(s3: S3Client, head: ObjectHead, checksum: str) -> Written | None:
     """The current version, if it is this write's: S3 states for it the CRC64NVME of the bytes staged and, in a
     versioned bucket, the version just before it is the one read (so it replaced exactly that version, as the
     conditional write would). None when it is not, or when that cannot be asked now."""
@@ -208,7 +221,7 @@ def delete_in_place(s3: S3Client, head: ObjectHead) -> None:
     except (ClientError, BotoCoreError) as exc:
         if _own_delete(s3, head):
             return
-        if isinstance(exc, ClientError) and _conflict(exc):
+        if isinstance(exc, ClientError) and is_conflict(exc):
             raise WriteConflict(head.s3path) from None
         raise
 

@@ -74,7 +74,12 @@ def unquoted_row(line: bytes) -> list[str]:
     return text.split(",") if text else []
 
 
-def csv_records(stream: ByteSource, max_bytes: int, rows_for: Container[int] | None = None) -> Iterator[CsvRecord]:
+def csv_records(
+    stream: ByteSource,
+    max_bytes: int,
+    rows_for: Container[int] | None = None,
+    spans: list[tuple[int, int]] | None = None,
+) -> Iterator[CsvRecord]:
     """The CSV record grammar the indexer and the purge share (so they agree on every record boundary): Python's
     csv reader, default dialect, fed one physical line at a time. A quoted field may span lines (an empty line or a
     line of commas inside it belongs to it); a '"' inside an unquoted field is taken literally.
@@ -85,7 +90,8 @@ def csv_records(stream: ByteSource, max_bytes: int, rows_for: Container[int] | N
     while a quoted field is open, so memory stays within about max_record_bytes.
 
     rows_for, when given, names the lines whose fields are wanted (the purge's targets and the header): a record
-    of one line without quotes that is not among them is given with row [] unparsed.
+    of one line without quotes that is not among them is given with row [] unparsed. spans, when given, receives
+    (first line, lines) of each record of more than one line: where no record starts (lakepurge.records.record_map).
     """
     allow_csv_fields(max_bytes)
     source = iter_lines(stream, max_bytes)
@@ -114,7 +120,10 @@ def csv_records(stream: ByteSource, max_bytes: int, rows_for: Container[int] | N
             # reads them; where it succeeds it gives the same fields).
             row = next(csv.reader((text + "\n",), strict=True))
         except csv.Error:
-            yield _quoted_record(source, replay, number, line, max_bytes)
+            record = _quoted_record(source, replay, number, line, max_bytes)
+            if spans is not None and len(record.lines) > 1:
+                spans.append((number, len(record.lines)))
+            yield record
         else:
             yield CsvRecord(number, [line], row, None)
 
@@ -209,11 +218,13 @@ def csv_ids(row: Sequence[str], positions: Sequence[tuple[str, int | None]]) -> 
     return tuple(dict.fromkeys(ids)), None
 
 
-def read_csv(stream: IO[bytes], columns: Sequence[str], max_bytes: int) -> Iterator[Record | Unindexable]:
+def read_csv(
+    stream: IO[bytes], columns: Sequence[str], max_bytes: int, spans: list[tuple[int, int]] | None = None
+) -> Iterator[Record | Unindexable]:
     """CSV with a header row (line 0). A record's position is the line it starts on (quoted fields may span
-    lines); records are those of csv_records. Invalid UTF-8 outside the id columns does not stop a row from being
-    indexed."""
-    records = csv_records(stream, max_bytes)
+    lines); records are those of csv_records (spans: as there). Invalid UTF-8 outside the id columns does not stop
+    a row from being indexed."""
+    records = csv_records(stream, max_bytes, spans=spans)
     header = next(records, None)
     if header is None:
         return

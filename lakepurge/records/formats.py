@@ -22,11 +22,13 @@ from lakepurge.records.ids import IdFieldError, Record, Unindexable, extract_ids
 from lakepurge.records.jsonl_records import bulk_ids, jsonl_items, read_jsonl, single_field
 from lakepurge.records.lines import (
     DEFAULT_INFLATION,
+    ByteSource,
     Inflation,
     TruncatedObject,
     iter_line_batches,
     open_decompressed,
 )
+from lakepurge.records.record_map import RecordMapBuilder
 
 
 class Grouped(NamedTuple):
@@ -44,10 +46,11 @@ def group_records(
     id_fields: Sequence[str],
     max_bytes: int,
     inflation: Inflation = DEFAULT_INFLATION,
+    record_map: RecordMapBuilder | None = None,
 ) -> Grouped:
     """read_records, grouped by user id. The same answer as grouping read_records' items; for JSON Lines with one
     top-level id field, chunks of well-formed lines take a path without a Python step per line (the indexer's
-    throughput is per line)."""
+    throughput is per line). record_map, when given, collects where records start as the bytes go by."""
     lines_by_user: dict[str, list[int]] = defaultdict(list)
     unindexable: list[Unindexable] = []
     records = 0
@@ -65,13 +68,16 @@ def group_records(
                 unindexable.append(item)  # type: ignore[arg-type]
 
     if field is None:
-        add(read_records(raw, key, fmt, id_fields, max_bytes, inflation))
+        add(read_records(raw, key, fmt, id_fields, max_bytes, inflation, record_map))
         return Grouped(dict(lines_by_user), records, unindexable)
     # Thousands of new lists and, per line, a parsed record that is freed at once: none can form a cycle, and the
     # cyclic collector would otherwise run every few hundred lines (a fifth of the time).
     with collector_paused():
         try:
-            for first, lines in iter_line_batches(open_decompressed(raw, key, inflation), max_bytes):
+            stream: ByteSource = open_decompressed(raw, key, inflation)
+            if record_map is not None:
+                stream = record_map.watch(stream)
+            for first, lines in iter_line_batches(stream, max_bytes):
                 ids = bulk_ids(lines, field)
                 if ids is None:
                     add(jsonl_items(first, lines, paths, max_bytes))
@@ -114,16 +120,23 @@ def read_records(
     id_fields: Sequence[str],
     max_bytes: int,
     inflation: Inflation = DEFAULT_INFLATION,
+    record_map: RecordMapBuilder | None = None,
 ) -> Iterator[Record | Unindexable]:
     """Dispatch on format and compression. A truncated or corrupt gzip stream ends the iteration with an
-    Unindexable at the line where the readable data stopped (the rest of the object cannot be located)."""
+    Unindexable at the line where the readable data stopped (the rest of the object cannot be located). record_map,
+    when given, collects where the records of a JSON Lines or CSV object start."""
     paths = parse_paths(id_fields)
     if fmt == "parquet":
         yield from read_parquet(raw, paths)
         return
-    stream = open_decompressed(raw, key, inflation)
+    stream: ByteSource = open_decompressed(raw, key, inflation)
+    spans = None
+    if record_map is not None:
+        stream, spans = record_map.watch(stream), record_map.spans
     items: Iterable[Record | Unindexable] = (
-        read_jsonl(stream, paths, max_bytes) if fmt == "jsonl" else read_csv(stream, id_fields, max_bytes)
+        read_jsonl(stream, paths, max_bytes)  # type: ignore[arg-type]
+        if fmt == "jsonl"
+        else read_csv(stream, id_fields, max_bytes, spans)  # type: ignore[arg-type]
     )
     try:
         yield from items

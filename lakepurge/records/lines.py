@@ -140,6 +140,9 @@ class GzipReader(io.RawIOBase):
         self._inflation = inflation
         self._read_in = 0
         self._given_out = 0
+        # (compressed offset, decompressed offset) where each gzip member starts: where an object of several members
+        # can be spliced (lakepurge.records.record_map), found at no cost while reading.
+        self.members: list[tuple[int, int]] = [(0, 0)]
 
     def readable(self) -> bool:
         return True
@@ -170,6 +173,7 @@ class GzipReader(io.RawIOBase):
                 return
             self._inflate = zlib.decompressobj(wbits=31)  # the next member of a concatenated stream
             self._input = following
+            self.members.append((self._read_in - len(following), self._given_out))
         if not self._input:
             self._input = self._read_raw()
             if not self._input:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from botocore.exceptions import ClientError
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from lakepurge.core.config import Settings
 from lakepurge.core.s3io import condition_failed, error_code
@@ -304,6 +304,9 @@ class CertificateObject(Document):
     deleted_version_ids: list[str]
     sidecar_versions_deleted: list[str]
     error: str
+    # A large object spliced in S3 (docs/ARCHITECTURE.md, "Server-side splice"): bytes read, sent and copied, and what
+    # proves the copied ranges hold none of the users. Absent for an object rewritten whole.
+    splice: dict[str, Any] | None = Field(default=None, exclude_if=lambda value: value is None)
 
 
 class CertificateTotals(Document):

@@ -718,6 +718,21 @@ def test_given_rows_noncurrent_versions_coverage_and_erased_users_when_truncatin
     assert store.status() == IndexStatus(0, 0, 0, 0, 0, 0, 0)
 
 
+def test_given_record_maps_stored_when_read_then_each_object_has_its_last_one_and_rows_are_untouched(store):
+    store.replace_objects([version(A, '"a1"', T0, {"alice": [0, 7]})])
+    long_path = "s3://lake/events/" + "k" * 1000 + ".jsonl"  # a key near S3's limit still has its map
+    store.set_record_maps([(A, b"map of a1"), (long_path, b"\x00binary\xff")])
+    store.set_record_maps([(A, b"map of a2")])
+
+    assert store.record_map(A) == b"map of a2"
+    assert store.record_map(long_path) == b"\x00binary\xff"
+    assert store.record_map(B) is None
+    assert store.dump() == {("alice", A, 0), ("alice", A, 7)}  # a map is no row, no object
+    assert store.status().objects == 1
+    store.truncate()
+    assert store.record_map(A) is None
+
+
 def test_given_objects_with_unindexable_lines_when_asked_then_only_their_current_versions_are_counted(store):
     failed = "s3://lake/events/failed.parquet"
     whole = [UnindexableLine(WHOLE_OBJECT, "object could not be indexed: ArrowInvalid")]

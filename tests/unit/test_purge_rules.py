@@ -8,6 +8,8 @@ import operator
 import threading
 import time
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,7 +18,7 @@ from lakepurge.core.config import DatasetConfig
 from lakepurge.purge.engine import ObjectOutcome
 from lakepurge.purge.job import IntentJournal, _settle
 from lakepurge.purge.ownership import Ownership
-from lakepurge.purge.rewrite import rewrite_csv, rewrite_jsonl
+from lakepurge.purge.rewrite import rewrite_csv, rewrite_jsonl, rewrite_parquet
 from lakepurge.purge.streams import LastByte
 from lakepurge.purge.vacuum import PlaceholderMismatch, _is_placeholder, _placeholder_lines, _without
 from lakepurge.records.formats import read_records
@@ -729,3 +731,18 @@ def test_given_any_csv_rewrite_when_its_lines_are_counted_then_only_the_dropped_
     staged = rewrite_csv(io.BytesIO(raw), gz, targets, owner, drop, MAX)
     dropped = sum(owner.lines_of.get(line, 1) for line in owner.erased) if drop else 0
     _counted_lines_hold(staged, raw, gz, drop, dropped)
+
+
+def test_given_a_parquet_column_stored_uncompressed_when_rewritten_then_it_stays_uncompressed():
+    # the footer says UNCOMPRESSED where pyarrow's writer takes "none": the rewrite used to refuse such a file
+    table = pa.table({"user_id": ["a", "b", "c"], "blob": [b"1", b"2", b"3"]})
+    sink = io.BytesIO()
+    pq.write_table(table, sink, compression={"user_id": "snappy", "blob": "none"})
+    dataset = DatasetConfig(name="d", location="s3://b/p/", format="parquet", id_fields=["user_id"])
+
+    staged, erased = rewrite_parquet(io.BytesIO(sink.getvalue()), [1], {"b"}, dataset)
+
+    out = pq.ParquetFile(staged.reader())
+    assert erased == [1]
+    assert out.read().column("user_id").to_pylist() == ["a", "c"]
+    assert out.metadata.row_group(0).column(1).compression == "UNCOMPRESSED"
