@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from lakepurge.core.config import ConfigError
+from lakepurge.index.base import IndexMissing
 
 # Every exit code of `lakepurge` (README.md, Command line): scripts branch on these.
 EXIT_OK = 0  # done (a dry run, a rejected request and "in sync" are done too)
@@ -182,6 +183,12 @@ def explain(exc: BaseException, config: str = "the configuration file") -> CliEr
         return exc
     if isinstance(exc, ConfigError):
         return CliError("config", f"configuration error: {exc}")
+    if isinstance(exc, IndexMissing):
+        return CliError(
+            "index_missing",
+            f"{exc}: nothing was created (commands that only read never do): build the index with `lakepurge index"
+            f" reconcile` (or `index backfill`), or fix [index] in {config}",
+        )
     if isinstance(exc, Exception):
         known = _local_error(exc, config)
         if known is None and "botocore" in sys.modules:

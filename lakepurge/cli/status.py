@@ -25,13 +25,13 @@ def register(commands: Commands) -> None:
 def cmd_status(args: argparse.Namespace, out: Output) -> int:
     from lakepurge.core import aws
     from lakepurge.core.privacy import Pseudonymizer
-    from lakepurge.index import open_store
+    from lakepurge.index import open_existing
     from lakepurge.indexing.coverage import dead_letter_count, of_index
     from lakepurge.indexing.returning import purge_again_command, returning_users
 
     settings = read_settings(args)
     pseudonymizer = Pseudonymizer.optional(settings.privacy)
-    store = open_store(settings.index)
+    store = open_existing(settings.index)
     try:
         status = store.status()
         problems = store.unindexable(limit=args.limit)

@@ -65,6 +65,17 @@ CREATE TABLE IF NOT EXISTS dataset_coverage (
 );
 """
 
+# What ensure_schema creates and check_schema looks for (a reader creates nothing).
+SCHEMA_RELATIONS = (
+    "indexed_objects",
+    "user_rows",
+    "unindexable_lines",
+    "erased_users",
+    "noncurrent_versions",
+    "dataset_coverage",
+    "user_objects",
+)
+
 # Keeps the users of object versions that stop being current (object id, path, version id, dataset per version).
 KEEP_AS_NONCURRENT = """
 INSERT INTO noncurrent_versions (userid, s3path, version_id, dataset)

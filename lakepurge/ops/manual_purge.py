@@ -18,7 +18,7 @@ from lakepurge.core.logs import object_ref
 from lakepurge.core.privacy import Pseudonymizer, hash_key
 from lakepurge.core.s3uri import S3Uri
 from lakepurge.core.sparkutil import spark_session
-from lakepurge.index import open_store
+from lakepurge.index import open_existing
 from lakepurge.indexing import unindexable
 from lakepurge.indexing.coverage import IndexIncomplete, dead_letter_count
 from lakepurge.indexing.returning import record_erasure, resolve_hashes
@@ -135,7 +135,7 @@ def purge_users(
     pseudonymizer = Pseudonymizer.from_config(settings.privacy)
     key = hash_key(settings.privacy)
     s3 = aws.client("s3")
-    store = open_store(settings.index)
+    store = open_existing(settings.index)
     try:
         if returning:
             found = resolve_hashes(store, pseudonymizer, returning)
@@ -223,7 +223,7 @@ def verify_users(
     the users' keyed hashes only): an independent check that does not trust the index."""
     pseudonymizer = Pseudonymizer.from_config(settings.privacy)
     hashes = tuple(pseudonymizer.many(users))
-    store = open_store(settings.index)
+    store = open_existing(settings.index)
     try:
         indexed = store.lookup(users)
         old_versions = store.noncurrent_of(users)

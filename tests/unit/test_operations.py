@@ -128,7 +128,7 @@ def test_given_request_counts_when_the_metrics_handler_runs_then_emf_carries_ope
     from tests.support.events import LambdaContext
 
     monkeypatch.setattr(request_metrics.runtime, "settings", lambda: None)
-    monkeypatch.setattr(request_metrics.runtime, "index_store", lambda: None)
+    monkeypatch.setattr(request_metrics.runtime, "index_store", lambda create=True: None)
     monkeypatch.setattr(request_metrics.aws, "client", lambda name: None)
     view = assemble(RECORDS, STATUS, COVERAGE, returning_users=2, now=NOW)
     monkeypatch.setattr(request_metrics, "refresh_view", lambda settings, s3, store, sqs: view)
