@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import orjson
@@ -33,6 +33,13 @@ class Output:
 
     def say(self, text: str) -> None:
         print(text, file=sys.stderr)
+
+    def table(self, header: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "  ") -> None:
+        """Rows under a header row, each column as wide as its widest cell (the last one left ragged)."""
+        widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header) - 1)]
+        for row in [header, *rows]:
+            cells = [str(cell).ljust(width) for cell, width in zip(row, widths, strict=False)] + [str(row[-1])]
+            self.say((indent + "  ".join(cells)).rstrip())
 
     def result(self, document: Any) -> None:
         if self.as_json:

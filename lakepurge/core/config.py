@@ -373,6 +373,9 @@ class PurgeConfig(_Strict):
     # when a report is made, for the requested ids' bytes (lakepurge.indexing.unindexable): a request is certified
     # only when none may hold them. At most this many lines are read per report; beyond, the request is not certifiable.
     max_unindexable_lines_checked: Annotated[int, Field(ge=0)] = 10_000
+    # A reviewed report (`purge --report ID --yes`) older than this many minutes, or naming an object that changed
+    # since it was made, is refused unless --force: the lake it planned for is no longer the lake it would erase.
+    max_report_age_minutes: Annotated[int, Field(ge=1)] = 60
 
 
 class VacuumConfig(_Strict):
