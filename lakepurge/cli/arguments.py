@@ -161,16 +161,25 @@ def read_settings(args: argparse.Namespace) -> Settings:
 
 
 def need_spark() -> None:
-    """A command that runs local Spark fails before touching anything when pyspark or Java is missing."""
+    """A command that runs local Spark fails before touching anything when pyspark or Java is missing (a JAVA_HOME
+    without bin/java included: sparkutil.check_java)."""
     import importlib
-    import shutil
+
+    from lakepurge.core.sparkutil import check_java
 
     importlib.import_module("pyspark")  # an ImportError names the extra to install (errors.explain)
-    java_home = os.environ.get("JAVA_HOME")
-    if not (java_home and os.path.exists(os.path.join(java_home, "bin", "java"))) and not shutil.which("java"):
-        raise CliError(
-            "missing_dependency", "Java is not installed and Spark needs it: install Java 17 (or set JAVA_HOME)"
-        )
+    check_java()
+
+
+def add_engine(command: argparse.ArgumentParser) -> None:
+    """--engine of verify, vacuum and backfill: in this process below [jobs]' thresholds, else local Spark."""
+    command.add_argument(
+        "--engine",
+        choices=("auto", "inline", "spark"),
+        default="auto",
+        help="auto: in this process (no JVM) when the work is at most [jobs] in_process_max_objects objects (500)"
+        " and in_process_max_bytes bytes (1 GiB), else local Spark; inline or spark: that one, whatever the size",
+    )
 
 
 def read_lake_settings(args: argparse.Namespace, spark: bool = False) -> Settings:

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from lakepurge.core.config import ConfigError
+from lakepurge.core.sparkutil import JavaMissing
 from lakepurge.index.base import IndexMissing
 
 # Every exit code of `lakepurge` (README.md, Command line): scripts branch on these.
@@ -183,6 +184,8 @@ def explain(exc: BaseException, config: str = "the configuration file") -> CliEr
         return exc
     if isinstance(exc, ConfigError):
         return CliError("config", f"configuration error: {exc}")
+    if isinstance(exc, JavaMissing):
+        return CliError("missing_dependency", str(exc))
     if isinstance(exc, IndexMissing):
         return CliError(
             "index_missing",

@@ -385,6 +385,16 @@ class VacuumConfig(_Strict):
     delete_versions: Literal["erased-users", "none"] = "erased-users"
 
 
+class JobsConfig(_Strict):
+    # `verify`, `vacuum` and `index backfill` run in this process, without a JVM, when their work is at most this many
+    # objects (and noncurrent versions) and bytes; above either, on local Spark (`--engine` chooses; `--on
+    # emr-serverless` sends the job to the cluster whatever its size). Starting Spark costs 10-20 s; this process
+    # reads a few hundred small objects in that time. The vacuum counts objects only (it rewrites those purges
+    # rewrote).
+    in_process_max_objects: Annotated[int, Field(ge=0)] = 500
+    in_process_max_bytes: Annotated[int, Field(ge=0)] = 1024**3
+
+
 class PrivacyConfig(_Strict):
     """Where the secret key of the keyed hashes (HMAC-SHA256) that stand in for user ids in reports, certificates
     and the suppression list comes from: exactly one of hash_key_env and hash_key_secret. Keep the key stable:
@@ -534,6 +544,7 @@ class Settings(_Strict):
     indexing: IndexingConfig = IndexingConfig()
     purge: PurgeConfig = PurgeConfig()
     vacuum: VacuumConfig = VacuumConfig()
+    jobs: JobsConfig = JobsConfig()
     privacy: PrivacyConfig = PrivacyConfig()
     workflow: WorkflowConfig | None = None
     # Iceberg catalogs by name ([catalogs.NAME]), which iceberg datasets name.

@@ -215,8 +215,13 @@ def _index_listed(
     # Largest objects first: dealt round-robin, no task ends up with all the big ones.
     objects = sorted(objects, key=lambda item: -item[3])
     ordered = [(name, bucket, key) for name, bucket, key, _ in objects]
+    sizes = {(bucket, key): size for _, bucket, key, size in objects}
     rows = on_executors(
-        spark, ordered, lambda items: index_partition(settings, env, force, items), label="objects indexed"
+        spark,
+        ordered,
+        lambda items: index_partition(settings, env, force, items),
+        label="objects indexed",
+        size=lambda item: sizes[item[1], item[2]],
     )
     if versions:
         names = {(v.bucket, v.key): settings.dataset_for(v.bucket, v.key) for v in versions}
@@ -229,6 +234,7 @@ def _index_listed(
             version_items,
             lambda items: index_versions_partition(settings, env, items),
             label="noncurrent versions indexed",
+            size=lambda item: item[6],
         )
     return rows
 

@@ -17,7 +17,7 @@ from lakepurge.core.config import Settings
 from lakepurge.core.logs import object_ref
 from lakepurge.core.privacy import Pseudonymizer, hash_key
 from lakepurge.core.s3uri import S3Uri
-from lakepurge.core.sparkutil import spark_session
+from lakepurge.core.sparkutil import spark_on_demand, spark_session
 from lakepurge.index import open_existing
 from lakepurge.index.base import WHOLE_OBJECT
 from lakepurge.indexing import unindexable
@@ -323,11 +323,16 @@ def _named(settings: Settings, s3path: str, pseudonymizer: Pseudonymizer) -> str
 
 
 def verify_users(
-    settings: Settings, users: list[str], on: str = "local", say: Callable[[str], None] = print
+    settings: Settings,
+    users: list[str],
+    on: str = "local",
+    say: Callable[[str], None] = print,
+    engine: Engine = "auto",
 ) -> dict[str, Any]:
     """Is any of these users still anywhere? The index is asked, and every object of every dataset is read,
-    with its noncurrent versions, on Spark (local, or ``on="emr-serverless"``: lakepurge_jobs/verify.py, given
-    the users' keyed hashes only): an independent check that does not trust the index."""
+    with its noncurrent versions: in this process when that is within [jobs]' thresholds, else on local Spark
+    (``engine`` forces either), or ``on="emr-serverless"`` (lakepurge_jobs/verify.py, given the users' keyed hashes
+    only): an independent check that does not trust the index."""
     pseudonymizer = Pseudonymizer.from_config(settings.privacy)
     hashes = tuple(pseudonymizer.many(users))
     store = open_existing(settings.index)
@@ -337,6 +342,7 @@ def verify_users(
     finally:
         store.close()
     job: dict[str, Any] = {}
+    ran: dict[str, Any] = {"engine": "emr-serverless"}
     if on == "emr-serverless":
         from lakepurge.ops.remote_jobs import verify_remote
 
@@ -349,9 +355,10 @@ def verify_users(
             )
         checked, remaining = answer["objects_checked"], answer["remaining"]
     else:
-        with spark_session("lakepurge-verify") as spark:
+        with spark_on_demand("lakepurge-verify", settings, engine) as executors:
             bound = tuple(pseudonymizer.many(f for user in users for f in bound_forms(user)))
-            checked, remaining = verify_everywhere(spark, settings, hashes, hash_key(settings.privacy), bound)
+            checked, remaining = verify_everywhere(executors, settings, hashes, hash_key(settings.privacy), bound)
+        ran = {"engine": executors.engine_used, "ran": executors.decisions}
     return {
         "users": len(hashes),
         "index_locations": sum(len(v) for v in indexed.values()),
@@ -359,6 +366,7 @@ def verify_users(
         "objects_checked": checked,
         "remaining": remaining,
         "verified": not remaining and not indexed and not old_versions,
+        **ran,
         **({"job": job} if job else {}),
     }
 

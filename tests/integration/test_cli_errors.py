@@ -147,12 +147,12 @@ def test_given_a_bucket_that_does_not_exist_when_running_then_the_bucket_is_name
     assert_json_error(result, "no_such_bucket")
 
 
-def test_given_pyspark_missing_when_backfilling_then_the_extra_to_install_is_named(workdir):
+def test_given_pyspark_missing_when_backfilling_on_spark_then_the_extra_to_install_is_named(workdir):
     fake = workdir / "no-pyspark" / "pyspark"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'pyspark'\", name='pyspark')\n")
     env = {**REGION, "PYTHONPATH": str(fake.parent)}
-    result = run(workdir, "index", "backfill", "--json", env=env)
+    result = run(workdir, "index", "backfill", "--engine", "spark", "--json", env=env)
     assert_one_line(result, "pyspark", "pip install 'lakepurge[spark]'")
     assert_json_error(result, "missing_dependency")
 
