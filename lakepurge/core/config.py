@@ -356,6 +356,9 @@ class PurgeConfig(_Strict):
     max_object_fraction: Fraction = 0.5
     min_records_for_object_fraction: Annotated[int, Field(ge=1)] = 20
     max_dataset_fraction: Fraction = 0.05
+    # The dataset limit applies to datasets of at least this many records: in a smaller one an ordinary user's few
+    # records are more than 5% (there the object limit and the sentinel ids still guard).
+    min_records_for_dataset_fraction: Annotated[int, Field(ge=1)] = 100
     max_table_fraction: Fraction = 0.05
     # Requests naming any of these ids (case-insensitive), or an empty id, are refused unless forced.
     sentinel_ids: tuple[str, ...] = SENTINEL_IDS
