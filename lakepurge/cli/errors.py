@@ -15,7 +15,7 @@ from lakepurge.core.config import ConfigError
 from lakepurge.core.sparkutil import JavaMissing
 from lakepurge.index.base import IndexMissing
 
-# Every exit code of `lakepurge` (README.md, Command line): scripts branch on these.
+# Every exit code of `lakepurge` (docs/COMMANDS.md): scripts branch on these.
 EXIT_OK = 0  # done (a dry run, a rejected request and "in sync" are done too)
 EXIT_FAILED = 1  # something failed, is not verified or drifted; or an unexpected error (--debug shows it)
 EXIT_USAGE = 2  # a fault of the environment, the configuration or the arguments: one line names the fix

@@ -97,7 +97,7 @@ def _table_format_refusal(table: Mapping[str, Any]) -> str | None:
         kind = "a Hudi table"
     else:
         return None
-    return f"{kind}: rewriting its files would corrupt it; delete through the table format instead (README.md)"
+    return f"{kind}: rewriting its files would corrupt it; delete through the table format instead (docs/DATASETS.md)"
 
 
 def _delimiter(serde_params: Mapping[str, Any] | None, *keys: str, default: str) -> str:
