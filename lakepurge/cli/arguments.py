@@ -70,7 +70,10 @@ class Commands:
     --debug after its name too; SUPPRESS keeps a subcommand's unset option from overwriting the value given before
     it."""
 
-    def __init__(self, parser: argparse.ArgumentParser, dest: str, common: argparse.ArgumentParser | None = None):
+    def __init__(
+        self, parser: argparse.ArgumentParser, dest: str, common: argparse.ArgumentParser | None = None, path: str = ""
+    ):
+        self._path = path  # the words before this group's subcommands ("index "), for their examples
         self._subparsers = parser.add_subparsers(dest=dest, required=True)
         if common is None:
             common = Parser(add_help=False)
@@ -87,13 +90,23 @@ class Commands:
 
     def add(self, name: str, run: Run, help: str) -> argparse.ArgumentParser:
         """The subcommand ``name``, run by ``run(args, out)``; its options are added to the parser returned."""
-        command = self._subparsers.add_parser(name, parents=[self._common], help=help)
+        from lakepurge.cli.examples import epilog
+
+        command = self._subparsers.add_parser(
+            name,
+            parents=[self._common],
+            help=help,
+            epilog=epilog(self._path + name),
+            formatter_class=argparse.RawDescriptionHelpFormatter,  # the examples' lines as written
+        )
         command.set_defaults(run=run)
         return command
 
     def group(self, name: str, help: str) -> Commands:
         """A command made of subcommands (``lakepurge index backfill``)."""
-        return Commands(self._subparsers.add_parser(name, help=help), f"{name}_command", self._common)
+        return Commands(
+            self._subparsers.add_parser(name, help=help), f"{name}_command", self._common, f"{self._path}{name} "
+        )
 
 
 def add_users(command: argparse.ArgumentParser) -> None:

@@ -50,6 +50,11 @@ def register(commands: Commands) -> None:
         help="where reports and certificates go (default: %(default)s; a prefix outside the datasets)",
     )
 
+    completion = commands.add("completion", cmd_completion, help="print a shell completion script")
+    completion.add_argument(
+        "shell", choices=("bash",), help="bash (zsh too, after: autoload bashcompinit; bashcompinit)"
+    )
+
     demo = commands.add("demo", cmd_demo, help="the whole pipeline on an embedded local stack")
     demo.add_argument("--objects", type=int, default=100, help="objects in the sample lake (default: %(default)s)")
     # Not args.users: that is the user ids of other commands, which the error boundary masks in its messages.
@@ -129,6 +134,14 @@ def cmd_init(args: argparse.Namespace, out: Output) -> int:
     for line in steps:
         out.say(line)
     out.result({"written": path, "next": [line.strip() for line in steps[1:]]})
+    return EXIT_OK
+
+
+def cmd_completion(args: argparse.Namespace, out: Output) -> int:
+    from lakepurge.cli import _version, build_parser
+    from lakepurge.cli.examples import bash_completion
+
+    sys.stdout.write(bash_completion(build_parser(), _version()))
     return EXIT_OK
 
 
