@@ -90,5 +90,11 @@ package: $(STAMP) requirements/runtime.lock requirements/spark.lock ## build/lam
 	$(BIN)/python infra/package.py lambda --arch $(LAMBDA_ARCH)
 	$(BIN)/python infra/package.py spark --python $(SPARK_PYTHON)
 
+# `sam build` at the repository root builds the template's DependenciesLayer with this target (BuildMethod makefile,
+# samconfig.toml: build in source): build/lambda/{code,layer}, then the layer into SAM's ARTIFACTS_DIR.
+build-DependenciesLayer: $(STAMP) requirements/runtime.lock
+	$(BIN)/python infra/package.py lambda --arch $(LAMBDA_ARCH)
+	cp -R build/lambda/layer/. "$(ARTIFACTS_DIR)"
+
 clean: ## remove the virtualenv and caches
-	rm -rf $(VENV) $(TOOLS) $(LOCK_TOOLS) .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info
+	rm -rf $(VENV) $(TOOLS) $(LOCK_TOOLS) .aws-sam .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info
