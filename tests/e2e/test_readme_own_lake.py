@@ -84,6 +84,7 @@ def test_given_a_fresh_shell_when_the_readme_block_is_pasted_then_every_command_
     def printed(command: str) -> str:  # what the block's line starting with this command printed
         return next(steps[str(n)] for n, line in enumerate(commands) if line.split("#")[0].strip() == command)
 
+    assert "reviews: objects indexed" in printed("lakepurge index reconcile")  # its progress names the dataset
     assert "reviews: covered" in printed("lakepurge status")
     dry_run = printed(f"lakepurge purge {USER}")
     assert "dry run: nothing erased" in dry_run and "lakepurge purge --users-file " in dry_run  # a command to paste

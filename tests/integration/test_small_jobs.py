@@ -78,6 +78,9 @@ def test_given_a_small_lake_when_backfill_verify_and_vacuum_run_then_each_runs_i
     )
     assert "indexed in this process" in err
     assert _index_rows(case) == case.lake.truth  # the in-process backfill indexed exactly the lake
+    one = case.settings.datasets[0].name
+    code, _, err = run("index", "backfill", "--dataset", one)
+    assert code == 0 and f"backfilling 1 dataset(s): {one}" in err  # the datasets it backfills, not all of them
 
     erased, kept = case.lake.users[0], case.lake.users[1]
     code, purged, err = run("purge", erased, "--yes", "--engine", "inline")
