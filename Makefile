@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
 
 .DEFAULT_GOAL := help
-.PHONY: help install lock demo test unit lint audit format bench package wheel-check clean
+.PHONY: help install lock demo test unit lint audit format bench package wheel-check spark35 clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -70,6 +70,13 @@ test: lint ## lint, then unit, integration and e2e tests (starts its own Postgre
 unit: $(STAMP) ## the unit tier only: domain rules on an in-memory index, no network, in seconds
 	$(BIN)/pytest -q tests/unit -p no:cacheprovider -n 0
 
+# The EMR release's Spark (3.5) runs the jobs on AWS; the tests run the locked pyspark (4.x). This runs the tests that
+# start Spark (the session's, or spark-submit of a job script) again on pyspark 3.5, put first on PYTHONPATH.
+PYSPARK35 := build/pyspark35
+spark35: $(STAMP) requirements/pyspark35.lock ## the Spark-touching tests again on pyspark 3.5, the Spark of the template's EMR release
+	$(BIN)/pip install --quiet --no-deps --require-hashes --upgrade --target $(PYSPARK35) -r requirements/pyspark35.lock
+	PYTHONPATH=$(CURDIR)/$(PYSPARK35) LAKEPURGE_SPARK_ONLY=1 $(BIN)/pytest -q
+
 wheel-check: $(STAMP) ## build the wheel, install it in a fresh venv outside the checkout, run `lakepurge demo --json` there
 	$(BIN)/python infra/wheel_check.py
 
@@ -90,5 +97,11 @@ package: $(STAMP) requirements/runtime.lock requirements/spark.lock ## build/lam
 	$(BIN)/python infra/package.py lambda --arch $(LAMBDA_ARCH)
 	$(BIN)/python infra/package.py spark --python $(SPARK_PYTHON)
 
+# `sam build` at the repository root builds the template's DependenciesLayer with this target (BuildMethod makefile,
+# samconfig.toml: build in source): build/lambda/{code,layer}, then the layer into SAM's ARTIFACTS_DIR.
+build-DependenciesLayer: $(STAMP) requirements/runtime.lock
+	$(BIN)/python infra/package.py lambda --arch $(LAMBDA_ARCH)
+	cp -R build/lambda/layer/. "$(ARTIFACTS_DIR)"
+
 clean: ## remove the virtualenv and caches
-	rm -rf $(VENV) $(TOOLS) $(LOCK_TOOLS) .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info
+	rm -rf $(VENV) $(TOOLS) $(LOCK_TOOLS) .aws-sam .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -91,6 +92,36 @@ def build_lambda(arch: str) -> None:
         raise SystemExit("build/lambda is over Lambda's 250 MiB limit")
 
 
+# The cluster's PySpark runs the archive's interpreter: each EMR release line's Spark, and the Pythons its PySpark
+# supports (Spark 3.5: 3.8 to 3.11; 3.12 came with Spark 4.0). An archive of another Python is refused here, not
+# at the first job on the cluster.
+EMR_SPARK = {"emr-7": "3.5"}
+PYSPARK_PYTHONS = {"3.5": ((3, 8), (3, 11))}
+
+
+def template_emr_release() -> str:
+    """The EMR release infra/template.yaml deploys by default (its EmrReleaseLabel parameter)."""
+    text = (ROOT / "infra" / "template.yaml").read_text(encoding="utf-8")
+    match = re.search(r"^  EmrReleaseLabel:\n(?:    .*\n)*?    Default: (emr-[0-9.]+)$", text, re.M)
+    if not match:
+        raise SystemExit("infra/template.yaml: no EmrReleaseLabel default found")
+    return match.group(1)
+
+
+def check_cluster_python(version: str, release: str) -> None:
+    """Refuse a Python the Spark of this EMR release cannot run (or a release whose Spark is not known here)."""
+    spark = EMR_SPARK.get(release.rsplit(".", 2)[0])
+    if spark is None:
+        raise SystemExit(f"{release}: which Spark it runs is not known to infra/package.py (EMR_SPARK): add it")
+    low, high = PYSPARK_PYTHONS[spark]
+    if not low <= tuple(int(part) for part in version.split(".")) <= high:
+        supported = f"{low[0]}.{low[1]} to {high[0]}.{high[1]}"
+        raise SystemExit(
+            f"Python {version}: {release}'s Spark {spark} runs PySpark on Python {supported} only: package with"
+            f" --python python{high[0]}.{high[1]} (or move EmrReleaseLabel to a release whose Spark supports it)"
+        )
+
+
 def interpreter_layout(python: str) -> dict[str, str]:
     probe = (
         "import json, os, sys, sysconfig\n"
@@ -111,12 +142,13 @@ def interpreter_layout(python: str) -> dict[str, str]:
     return layout
 
 
-def build_spark(python: str) -> None:
+def build_spark(python: str, release: str) -> None:
+    layout = interpreter_layout(python)
+    base, version = Path(layout["base"]), layout["version"]
+    check_cluster_python(version, release)
     out = BUILD / "spark"
     shutil.rmtree(out, ignore_errors=True)
     env = out / "environment"
-    layout = interpreter_layout(python)
-    base, version = Path(layout["base"]), layout["version"]
 
     # the interpreter, its standard library (same layout relative to the prefix, which Python finds from the
     # executable's location) and libpython
@@ -173,11 +205,14 @@ def main(argv: list[str] | None = None) -> int:
     lam.add_argument("--arch", choices=sorted(PLATFORMS), default=os.environ.get("LAMBDA_ARCH", "x86_64"))
     spark = sub.add_parser("spark", help="build/spark: the EMR Serverless environment archive and entry points")
     spark.add_argument("--python", default=sys.executable, help="the interpreter to package (3.11+)")
+    spark.add_argument(
+        "--emr-release", help="the EMR release the archive runs on (default: infra/template.yaml's EmrReleaseLabel)"
+    )
     args = parser.parse_args(argv)
     if args.part == "lambda":
         build_lambda(args.arch)
     else:
-        build_spark(args.python)
+        build_spark(args.python, args.emr_release or template_emr_release())
     return 0
 
 

@@ -30,7 +30,7 @@ from typing import Any
 from lakepurge.core import configsource
 from lakepurge.core.config import ConfigError, Settings, load_settings, parse_settings
 from lakepurge.core.privacy import Pseudonymizer
-from lakepurge.index import open_store
+from lakepurge.index import open_existing, open_store
 from lakepurge.index.base import IndexStore
 
 URI_VARIABLE = configsource.URI_VARIABLE
@@ -130,10 +130,14 @@ def require_pseudonymizer() -> Pseudonymizer:
     return found
 
 
-def index_store() -> IndexStore:
-    """One index connection per process, reused across warm invocations (reopened if [index] changed)."""
+def index_store(create: bool = True) -> IndexStore:
+    """One index connection per process, reused across warm invocations (reopened if [index] changed). A function
+    that only reads the index passes create=False: nothing is created (its role may be read-only), and an index
+    never built is IndexMissing."""
     index = settings().index
-    store: IndexStore = _kept("index_store", index, lambda: open_store(index), lambda old: old.close())
+    store: IndexStore = _kept(
+        "index_store", index, lambda: open_store(index) if create else open_existing(index), lambda old: old.close()
+    )
     return store
 
 

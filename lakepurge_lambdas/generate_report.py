@@ -24,7 +24,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     report = steps.generate_report(
         runtime.settings(),
         Clients.from_environment(),
-        runtime.index_store(),
+        runtime.index_store(create=False),
         runtime.require_pseudonymizer(),
         task.request_id,
     )

@@ -26,7 +26,7 @@ metrics = Metrics(namespace="lakepurge", service="lakepurge")
 @metrics.log_metrics
 @logger.inject_lambda_context(clear_state=True)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, int]:
-    view = refresh_view(runtime.settings(), aws.client("s3"), runtime.index_store(), aws.client("sqs"))
+    view = refresh_view(runtime.settings(), aws.client("s3"), runtime.index_store(create=False), aws.client("sqs"))
     metrics.add_metric(name="RequestsOpen", unit=MetricUnit.Count, value=view.open)
     metrics.add_metric(name="RequestsOverdue", unit=MetricUnit.Count, value=view.overdue)
     if view.overdue:

@@ -18,6 +18,23 @@ for leaked in ("AWS_PROFILE", "AWS_ENDPOINT_URL"):
     os.environ.pop(leaked, None)
 
 
+# `make spark35`: the tests that run Spark, again on the Spark of the template's EMR release (PYTHONPATH puts
+# pyspark 3.5 first): those using the session's Spark, and those marked spark_job (spark-submit of a job script).
+SPARK_ONLY = os.environ.get("LAKEPURGE_SPARK_ONLY") == "1"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not SPARK_ONLY:
+        return
+    import pyspark
+
+    if not pyspark.__version__.startswith("3.5."):  # else the step would pass on the locked Spark, proving nothing
+        raise pytest.UsageError(f"LAKEPURGE_SPARK_ONLY=1 runs on pyspark 3.5, not {pyspark.__version__}")
+    kept = [i for i in items if "spark" in getattr(i, "fixturenames", ()) or i.get_closest_marker("spark_job")]
+    config.hook.pytest_deselected(items=[i for i in items if i not in kept])
+    items[:] = kept
+
+
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[object]:
     from lakepurge.local.moto import start_moto

@@ -61,7 +61,7 @@ from lakepurge.core.config import Settings
 from lakepurge.core.logs import get_logger, object_ref
 from lakepurge.core.privacy import Pseudonymizer
 from lakepurge.core.s3uri import S3Uri
-from lakepurge.index import open_store
+from lakepurge.index import open_existing
 from lakepurge.index.base import Hits, ObjectHits
 from lakepurge.indexing.coverage import DatasetCoverage, of_index
 from lakepurge.protection.protect import Protection, reveal_for_person
@@ -387,7 +387,7 @@ class _Found:
 def _look_up(s3: S3Client, settings: Settings, wanted: frozenset[str]) -> _Found:
     """Look-up: the index's coverage, the tables followed to their newest version (a table's rows are those of its
     newest version; one that cannot be followed fails the export), and the objects holding the users."""
-    store = open_store(settings.index)
+    store = open_existing(settings.index)
     try:
         gaps = [c for c in of_index(settings, store) if not c.complete]
         try:

@@ -54,13 +54,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     # Commands talk to people on stderr, so logs stay quiet unless asked for (POWERTOOLS_LOG_LEVEL=INFO).
-    from lakepurge.core.logs import SERVICE, STDERR, root_logger
+    from lakepurge.core.logs import SERVICE, STDERR, human_logs, root_logger
 
     log_level = os.environ.get("POWERTOOLS_LOG_LEVEL") or "WARNING"
     level_before = logging.getLogger(SERVICE).level
     words = list(sys.argv[1:] if argv is None else argv)
     out = Output("--json" in words)
     args: argparse.Namespace | None = None
+    json_logs = None
     from lakepurge.core import aws
 
     was_cli = aws.configure(cli=True)  # fast connect timeout, few retries: a person is waiting
@@ -70,7 +71,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(words)
         out = Output(args.json)
         run: Run = args.run
-        root_logger(level=log_level, stream=STDERR)
+        logger = root_logger(level=log_level, stream=STDERR)
+        json_logs = human_logs(logger)  # warnings read as lines among the command's output, not JSON documents
         _show_progress_and_keep_spark_quiet()
         return run(args, out)
     except KeyboardInterrupt:
@@ -84,7 +86,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from lakepurge.core import progress
 
         progress.show_on(None)  # main() called in-process (tests) leaves the process's clients as they were
-        logging.getLogger(SERVICE).setLevel(level_before)  # and its service logger's level
+        logging.getLogger(SERVICE).setLevel(level_before)  # and its service logger's level and form
+        if json_logs is not None:
+            logger.registered_handler.setFormatter(json_logs)
 
 
 def _show_progress_and_keep_spark_quiet() -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import orjson
@@ -33,6 +33,13 @@ class Output:
 
     def say(self, text: str) -> None:
         print(text, file=sys.stderr)
+
+    def table(self, header: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "  ") -> None:
+        """Rows under a header row, each column as wide as its widest cell (the last one left ragged)."""
+        widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header) - 1)]
+        for row in [header, *rows]:
+            cells = [str(cell).ljust(width) for cell, width in zip(row, widths, strict=False)] + [str(row[-1])]
+            self.say((indent + "  ".join(cells)).rstrip())
 
     def result(self, document: Any) -> None:
         if self.as_json:
@@ -63,7 +70,10 @@ class Commands:
     --debug after its name too; SUPPRESS keeps a subcommand's unset option from overwriting the value given before
     it."""
 
-    def __init__(self, parser: argparse.ArgumentParser, dest: str, common: argparse.ArgumentParser | None = None):
+    def __init__(
+        self, parser: argparse.ArgumentParser, dest: str, common: argparse.ArgumentParser | None = None, path: str = ""
+    ):
+        self._path = path  # the words before this group's subcommands ("index "), for their examples
         self._subparsers = parser.add_subparsers(dest=dest, required=True)
         if common is None:
             common = Parser(add_help=False)
@@ -80,13 +90,23 @@ class Commands:
 
     def add(self, name: str, run: Run, help: str) -> argparse.ArgumentParser:
         """The subcommand ``name``, run by ``run(args, out)``; its options are added to the parser returned."""
-        command = self._subparsers.add_parser(name, parents=[self._common], help=help)
+        from lakepurge.cli.examples import epilog
+
+        command = self._subparsers.add_parser(
+            name,
+            parents=[self._common],
+            help=help,
+            epilog=epilog(self._path + name),
+            formatter_class=argparse.RawDescriptionHelpFormatter,  # the examples' lines as written
+        )
         command.set_defaults(run=run)
         return command
 
     def group(self, name: str, help: str) -> Commands:
         """A command made of subcommands (``lakepurge index backfill``)."""
-        return Commands(self._subparsers.add_parser(name, help=help), f"{name}_command", self._common)
+        return Commands(
+            self._subparsers.add_parser(name, help=help), f"{name}_command", self._common, f"{self._path}{name} "
+        )
 
 
 def add_users(command: argparse.ArgumentParser) -> None:
@@ -154,16 +174,25 @@ def read_settings(args: argparse.Namespace) -> Settings:
 
 
 def need_spark() -> None:
-    """A command that runs local Spark fails before touching anything when pyspark or Java is missing."""
+    """A command that runs local Spark fails before touching anything when pyspark or Java is missing (a JAVA_HOME
+    without bin/java included: sparkutil.check_java)."""
     import importlib
-    import shutil
+
+    from lakepurge.core.sparkutil import check_java
 
     importlib.import_module("pyspark")  # an ImportError names the extra to install (errors.explain)
-    java_home = os.environ.get("JAVA_HOME")
-    if not (java_home and os.path.exists(os.path.join(java_home, "bin", "java"))) and not shutil.which("java"):
-        raise CliError(
-            "missing_dependency", "Java is not installed and Spark needs it: install Java 17 (or set JAVA_HOME)"
-        )
+    check_java()
+
+
+def add_engine(command: argparse.ArgumentParser) -> None:
+    """--engine of verify, vacuum and backfill: in this process below [jobs]' thresholds, else local Spark."""
+    command.add_argument(
+        "--engine",
+        choices=("auto", "inline", "spark"),
+        default="auto",
+        help="auto: in this process (no JVM) when the work is at most [jobs] in_process_max_objects objects (500)"
+        " and in_process_max_bytes bytes (1 GiB), else local Spark; inline or spark: that one, whatever the size",
+    )
 
 
 def read_lake_settings(args: argparse.Namespace, spark: bool = False) -> Settings:

@@ -12,8 +12,10 @@ import sys
 from collections.abc import Sequence
 
 from lakepurge.core.config import ConfigError
+from lakepurge.core.sparkutil import JavaMissing
+from lakepurge.index.base import IndexMissing
 
-# Every exit code of `lakepurge` (README.md, Command line): scripts branch on these.
+# Every exit code of `lakepurge` (docs/COMMANDS.md): scripts branch on these.
 EXIT_OK = 0  # done (a dry run, a rejected request and "in sync" are done too)
 EXIT_FAILED = 1  # something failed, is not verified or drifted; or an unexpected error (--debug shows it)
 EXIT_USAGE = 2  # a fault of the environment, the configuration or the arguments: one line names the fix
@@ -182,6 +184,14 @@ def explain(exc: BaseException, config: str = "the configuration file") -> CliEr
         return exc
     if isinstance(exc, ConfigError):
         return CliError("config", f"configuration error: {exc}")
+    if isinstance(exc, JavaMissing):
+        return CliError("missing_dependency", str(exc))
+    if isinstance(exc, IndexMissing):
+        return CliError(
+            "index_missing",
+            f"{exc}: nothing was created (commands that only read never do): build the index with `lakepurge index"
+            f" reconcile` (or `index backfill`), or fix [index] in {config}",
+        )
     if isinstance(exc, Exception):
         known = _local_error(exc, config)
         if known is None and "botocore" in sys.modules:

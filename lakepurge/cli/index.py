@@ -10,6 +10,7 @@ from lakepurge.cli.arguments import (
     Commands,
     Output,
     add_dataset_filter,
+    add_engine,
     add_on,
     read_lake_settings,
     run_remote,
@@ -25,6 +26,7 @@ def register(commands: Commands) -> None:
     backfill.add_argument("--force", action="store_true", help="re-index objects already indexed at this ETag")
     add_dataset_filter(backfill)
     add_on(backfill)
+    add_engine(backfill)
 
     reconcile = index.add(
         "reconcile",
@@ -44,23 +46,26 @@ def register(commands: Commands) -> None:
 
 
 def cmd_index_backfill(args: argparse.Namespace, out: Output) -> int:
-    from lakepurge.core.sparkutil import spark_session
+    from lakepurge.core.sparkutil import spark_on_demand
     from lakepurge.indexing.backfill import run_backfill
     from lakepurge.ops.remote_jobs import backfill_job
 
     if args.on == "emr-serverless":
         return run_remote(args, out, backfill_job(args.dataset, args.force))
-    settings = read_lake_settings(args, spark=True)
-    out.say(f"backfilling {len(settings.datasets)} dataset(s) on local Spark ...")
-    with spark_session("lakepurge-backfill") as spark:
-        result = run_backfill(spark, settings, force=args.force, datasets=args.dataset)
+    settings = read_lake_settings(args, spark=args.engine == "spark")
+    chosen = args.dataset or [d.name for d in settings.datasets]
+    out.say(f"backfilling {len(chosen)} dataset(s): {', '.join(chosen)}")
+    with spark_on_demand("lakepurge-backfill", settings, args.engine) as executors:
+        result = run_backfill(executors, settings, force=args.force, datasets=args.dataset)
+    if executors.decisions:
+        out.say(f"indexed {', then '.join(executors.decisions)}")
     out.say(
         f"objects {result.objects}  read {result.scanned}  noncurrent versions {result.versions}  records"
         f" {result.records}  rows {result.rows}  unindexable lines {result.unindexable}  failed {len(result.failed)}"
     )
     for path, error in result.failed:
         out.say(f"  FAILED {path}: {error}")
-    out.result(asdict(result))
+    out.result(asdict(result) | {"engine": executors.engine_used})
     return EXIT_FAILED if result.failed else EXIT_OK
 
 

@@ -21,12 +21,12 @@ def register(commands: Commands) -> None:
 
 
 def cmd_lookup(args: argparse.Namespace, out: Output) -> int:
-    from lakepurge.index import open_store
+    from lakepurge.index import open_existing
     from lakepurge.indexing.coverage import of_index
 
     settings = read_settings(args)
     users = read_users(args)
-    store = open_store(settings.index)
+    store = open_existing(settings.index)
     try:
         tables = tables_status(settings, store, follow=True)  # rows of each table's current version
         found = store.lookup(users)

@@ -4,8 +4,11 @@ workflow (lakepurge.ops.manual_purge). A dry run unless --yes."""
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
+from pathlib import Path
 
-from lakepurge.cli.arguments import Commands, Output, add_users, read_lake_settings, read_users
+from lakepurge.cli.arguments import DEFAULT_CONFIG, Commands, Output, add_users, read_lake_settings, read_users
 from lakepurge.cli.errors import EXIT_FAILED, EXIT_NOT_CERTIFIABLE, EXIT_OK, EXIT_REFUSED, CliError
 
 
@@ -47,7 +50,7 @@ def register(commands: Commands) -> None:
 def cmd_purge(args: argparse.Namespace, out: Output) -> int:
     from lakepurge.indexing.coverage import IndexIncomplete
     from lakepurge.indexing.returning import UnknownHashes
-    from lakepurge.ops.manual_purge import ReviewedReportMismatch, purge_users
+    from lakepurge.ops.manual_purge import ReviewedReportMismatch, StaleReport, purge_users
     from lakepurge.reports.report import ReportTampered, SafetyLimitExceeded
 
     hashes = _user_hashes(args)
@@ -76,7 +79,7 @@ def cmd_purge(args: argparse.Namespace, out: Output) -> int:
         out.say("  check the user ids; the dry run (without --yes) prints the whole plan; to erase anyway, add --force")
         out.result({"status": "REFUSED", "reason": str(exc)})
         return EXIT_REFUSED
-    except (ReportTampered, ReviewedReportMismatch) as exc:
+    except (ReportTampered, ReviewedReportMismatch, StaleReport) as exc:
         out.say(f"lakepurge purge: refused, nothing erased: {exc}")
         out.result({"status": "REFUSED", "reason": str(exc)})
         return EXIT_REFUSED
@@ -91,10 +94,63 @@ def cmd_purge(args: argparse.Namespace, out: Output) -> int:
         )
         return EXIT_NOT_CERTIFIABLE
     document = run.summary()
-    out.result(document)
     if run.result is None:
+        forced = bool(run.refused) or args.force  # a report made with --force is executed with --force only
+        command = execute_command(args, users, hashes, run.request_id, run.report_sha256, forced)
+        if run.refused:
+            out.say("dry run: nothing erased. Check the plan and the user ids; to execute exactly this plan anyway:")
+        else:
+            out.say("dry run: nothing erased. To erase exactly this plan:")
+        out.say(f"  {command}")
+        out.result(document | {"execute": command})
         return EXIT_REFUSED if run.refused else EXIT_OK
+    if args.report:
+        forget_users_file(args.users_file, args.report)
+    out.result(document)
     return EXIT_OK if run.result.verified else EXIT_FAILED
+
+
+def users_file_of(request_id: str) -> Path:
+    """Where a dry run keeps the ids given on its command line for the command it prints: a directory of this user's
+    own (0700), the file 0600, removed once that command ran."""
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / f"lakepurge-{os.getuid()}" / f"{request_id}.users"
+
+
+def execute_command(
+    args: argparse.Namespace, users: list[str], hashes: list[str], request_id: str, sha256: str, forced: bool
+) -> str:
+    """The command that executes exactly the report a dry run wrote, to paste as it is: the ids come from the
+    --users-file given, or from a file the dry run writes (users_file_of), never printed and never a placeholder."""
+    words = ["lakepurge", "purge"]
+    if args.users and any("\n" in user or user.endswith("\r") for user in users):
+        # such an id cannot be a line of a file: the operator gives the ids again as they gave them
+        words.append("<the same user ids>")
+    elif args.users:
+        path = users_file_of(request_id)
+        path.parent.mkdir(mode=0o700, exist_ok=True)
+        path.parent.chmod(0o700)
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w", encoding="utf-8", newline="") as handle:
+            handle.write("".join(f"{user}\n" for user in users))
+        words += ["--users-file", str(path)]
+    elif args.users_file:
+        words += ["--users-file", str(Path(args.users_file).resolve())]
+    for user_hash in hashes:
+        words += ["--user-hash", user_hash]
+    words += ["--report", request_id, "--sha256", sha256, "--yes"]
+    if forced:
+        words.append("--force")
+    if args.config != DEFAULT_CONFIG:
+        words += ["--config", str(Path(args.config).resolve())]
+    return shlex.join(words)
+
+
+def forget_users_file(users_file: str | None, request_id: str) -> None:
+    """The ids file a dry run wrote for this report goes once the report was executed (a file of the user's stays)."""
+    if users_file and Path(users_file).resolve() == users_file_of(request_id).resolve():
+        Path(users_file).unlink(missing_ok=True)
 
 
 def _user_hashes(args: argparse.Namespace) -> list[str]:

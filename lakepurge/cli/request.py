@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 from lakepurge.cli.arguments import Commands, Output, add_users, read_lake_settings, read_settings, read_users
 from lakepurge.cli.errors import EXIT_OK, CliError, check_aws_environment
+
+if TYPE_CHECKING:
+    from lakepurge.ops.history import RequestRecord
 
 
 def register(commands: Commands) -> None:
@@ -25,6 +29,11 @@ def register(commands: Commands) -> None:
         "requests", cmd_requests, help="every request, workflow and operator: state, deadline, certificate"
     )
     history.add_argument("--limit", type=int, default=50, help="how many to list (default: %(default)s)")
+    history.add_argument(
+        "--all",
+        action="store_true",
+        help="also list the dry runs never executed (plans: nothing was erased), apart from the requests",
+    )
 
 
 def cmd_request(args: argparse.Namespace, out: Output) -> int:
@@ -59,22 +68,47 @@ def cmd_request(args: argparse.Namespace, out: Output) -> int:
 
 def cmd_requests(args: argparse.Namespace, out: Output) -> int:
     from lakepurge.core import aws
-    from lakepurge.ops.history import list_history
+    from lakepurge.ops.history import list_history, split_plans
 
     settings = read_settings(args)
     check_aws_environment()
-    records = list_history(settings, aws.client("s3"), aws.client("kms"))
+    records, plans = split_plans(list_history(settings, aws.client("s3"), aws.client("kms")))
     shown = records[: args.limit]
     out.say(
         f"requests {len(records)}  open {sum(r.open for r in records)}  overdue {sum(r.overdue for r in records)}"
         + (f"  (showing {len(shown)}; --limit N for more)" if len(shown) < len(records) else "")
     )
-    for r in shown:
-        due = f"due {r.deadline[:10]} ({r.days_left:+d} days)" if r.deadline and r.days_left is not None else ""
-        erased = f"{r.lines_erased} line(s) erased" if r.lines_erased is not None else ""
-        flag = "  !! OVERDUE" if r.overdue else ""
-        out.say(f"  {r.request_id:<44} {r.kind:<8} {r.state:<20} {r.created_at[:16]:<16} {due} {erased}{flag}")
-        if r.certificate:
-            out.say(f"      certificate {r.certificate}")
-    out.result({"requests": [asdict(r) | {"open": r.open} for r in shown], "total": len(records)})
+    if shown:
+        out.table(REQUEST_COLUMNS, [_request_row(r) for r in shown])
+    if plans and args.all:
+        out.say(f"dry runs never executed (plans: nothing was erased) {len(plans)}")
+        out.table(PLAN_COLUMNS, [(p.request_id, p.created_at[:16], _count(p.users), _count(p.objects)) for p in plans])
+    elif plans:
+        out.say(f"{len(plans)} dry run(s) never executed are not listed (plans, nothing erased): --all lists them")
+    document = {"requests": [asdict(r) | {"open": r.open} for r in shown], "total": len(records)}
+    document |= {"plans": [asdict(p) for p in plans]} if args.all else {"plans_not_listed": len(plans)}
+    out.result(document)
     return EXIT_OK
+
+
+REQUEST_COLUMNS = ("REQUEST", "KIND", "STATE", "CREATED", "DUE", "DAYS LEFT", "LINES ERASED", "CERTIFICATE")
+PLAN_COLUMNS = ("PLAN", "CREATED", "USERS", "OBJECTS")
+
+
+def _request_row(r: RequestRecord) -> tuple[str, ...]:
+    return (
+        r.request_id,
+        r.kind,
+        r.state + (" !! OVERDUE" if r.overdue else ""),
+        r.created_at[:16],
+        (r.deadline or "")[:10] or "-",
+        _count(r.days_left, signed=True),
+        _count(r.lines_erased),
+        r.certificate or "-",
+    )
+
+
+def _count(value: int | None, signed: bool = False) -> str:
+    if value is None:
+        return "-"
+    return f"{value:+d}" if signed else str(value)

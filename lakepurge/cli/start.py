@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tomllib
 from typing import Any
 
 from lakepurge.cli.arguments import DEFAULT_CONFIG, Commands, Output
@@ -25,6 +26,34 @@ def register(commands: Commands) -> None:
     init = commands.add("init", cmd_init, help="write a commented lakepurge.toml to start from")
     init.add_argument("--path", default=DEFAULT_CONFIG, help="where to write it (default: %(default)s)")
     init.add_argument("--force", action="store_true", help="overwrite an existing file")
+    init.add_argument(
+        "--dataset",
+        action="append",
+        default=[],
+        metavar="NAME=S3PREFIX",
+        help="a dataset to write, e.g. reviews=s3://my-lake/reviews/ (repeatable; default: one example to edit)",
+    )
+    init.add_argument(
+        "--format", choices=("jsonl", "csv", "parquet"), default="jsonl", help="the datasets' format (%(default)s)"
+    )
+    init.add_argument(
+        "--id-field",
+        action="append",
+        default=[],
+        metavar="FIELD",
+        help="the field holding the user id, a dotted path for a nested one (repeatable; default: user_id)",
+    )
+    init.add_argument(
+        "--reports",
+        default="s3://lakepurge-reports/",
+        metavar="S3PREFIX",
+        help="where reports and certificates go (default: %(default)s; a prefix outside the datasets)",
+    )
+
+    completion = commands.add("completion", cmd_completion, help="print a shell completion script")
+    completion.add_argument(
+        "shell", choices=("bash",), help="bash (zsh too, after: autoload bashcompinit; bashcompinit)"
+    )
 
     demo = commands.add("demo", cmd_demo, help="the whole pipeline on an embedded local stack")
     demo.add_argument("--objects", type=int, default=100, help="objects in the sample lake (default: %(default)s)")
@@ -71,16 +100,30 @@ def cmd_init(args: argparse.Namespace, out: Output) -> int:
     path = args.path
     if os.path.exists(path) and not args.force:
         raise CliError("file_exists", f"{path} exists already: keep it, or run again with --force to overwrite it")
-    text = init_text(endpoint(), boto3.session.Session().region_name)
+    datasets = [_dataset_argument(value) for value in args.dataset]
+    region = boto3.session.Session().region_name
+    text = init_text(
+        endpoint(),
+        region,
+        dynamodb=_answers_dynamodb() if endpoint() and region else None,
+        datasets=datasets,
+        format=args.format,
+        id_fields=args.id_field or ["user_id"],
+        reports=args.reports,
+    )
+    from lakepurge.core.config import parse_settings
+
+    parse_settings(tomllib.loads(text), "the configuration init would write")  # a bad --dataset is named here
     try:
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(text)
     except FileNotFoundError:
         raise CliError("missing_file", f"{path}: its directory does not exist: create it first") from None
     config = "" if path == DEFAULT_CONFIG else f" --config {path}"
+    edit = "check" if datasets else "edit"
     steps = [
         f"wrote {path}. Next:",
-        "  1. edit [index] (a PostgreSQL you can reach, or a DynamoDB table), [reports] and [[datasets]]",
+        f"  1. {edit} [index] (a PostgreSQL you can reach, or a DynamoDB table), [reports] and [[datasets]]",
         "  2. export LAKEPURGE_HASH_KEY=<a long random secret, kept stable>   (the keyed hashes of user ids)",
         f"  3. lakepurge index reconcile{config}     index the lake and record its coverage (or: index backfill)",
         f"  4. lakepurge status{config}              objects, users, coverage of every dataset",
@@ -92,6 +135,35 @@ def cmd_init(args: argparse.Namespace, out: Output) -> int:
         out.say(line)
     out.result({"written": path, "next": [line.strip() for line in steps[1:]]})
     return EXIT_OK
+
+
+def cmd_completion(args: argparse.Namespace, out: Output) -> int:
+    from lakepurge.cli import _version, build_parser
+    from lakepurge.cli.examples import bash_completion
+
+    sys.stdout.write(bash_completion(build_parser(), _version()))
+    return EXIT_OK
+
+
+def _dataset_argument(value: str) -> tuple[str, str]:
+    name, _, location = value.partition("=")
+    if not name or not location.startswith("s3://"):
+        raise CliError(
+            "usage", f"--dataset {value!r}: write NAME=s3://bucket/prefix/ (e.g. reviews=s3://lake/reviews/)"
+        )
+    return name, location if location.endswith("/") else location + "/"
+
+
+def _answers_dynamodb() -> bool:
+    """Whether AWS_ENDPOINT_URL serves DynamoDB too (moto, LocalStack): then the index can be a table there, and no
+    PostgreSQL is needed. One quick call; any failure means no."""
+    from lakepurge.core import aws
+
+    try:
+        aws.client("dynamodb").list_tables(Limit=1)
+    except Exception:  # an S3-only endpoint answers with anything from a 404 to a closed socket
+        return False
+    return True
 
 
 def cmd_demo(args: argparse.Namespace, out: Output) -> int:

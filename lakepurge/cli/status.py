@@ -25,13 +25,13 @@ def register(commands: Commands) -> None:
 def cmd_status(args: argparse.Namespace, out: Output) -> int:
     from lakepurge.core import aws
     from lakepurge.core.privacy import Pseudonymizer
-    from lakepurge.index import open_store
+    from lakepurge.index import open_existing
     from lakepurge.indexing.coverage import dead_letter_count, of_index
     from lakepurge.indexing.returning import purge_again_command, returning_users
 
     settings = read_settings(args)
     pseudonymizer = Pseudonymizer.optional(settings.privacy)
-    store = open_store(settings.index)
+    store = open_existing(settings.index)
     try:
         status = store.status()
         problems = store.unindexable(limit=args.limit)
@@ -114,7 +114,12 @@ def _requests_status(settings: Settings, out: Output) -> list[dict[str, Any]]:
     views = list_requests(RequestStore(settings, aws.client("s3"), aws.client("kms")))
     overdue = [v for v in views if v.overdue]
     out.say(f"requests {len(views)}  open {sum(v.open for v in views)}  overdue {len(overdue)}")
-    for view in views:
-        flag = "  !! OVERDUE" if view.overdue else ""
-        out.say(f"  {view.request_id:<44} {view.state:<20} due {view.deadline[:10]} ({view.days_left:+d} days){flag}")
+    if views:
+        out.table(
+            ("REQUEST", "STATE", "DUE", "DAYS LEFT"),
+            [
+                (v.request_id, v.state + ("  !! OVERDUE" if v.overdue else ""), v.deadline[:10], f"{v.days_left:+d}")
+                for v in views
+            ],
+        )
     return [asdict(v) for v in views]

@@ -9,6 +9,7 @@ from lakepurge.cli.arguments import (
     Commands,
     Output,
     add_dataset_filter,
+    add_engine,
     add_on,
     add_users,
     read_lake_settings,
@@ -23,6 +24,7 @@ def register(commands: Commands) -> None:
     verify = commands.add("verify", cmd_verify, help="is any of these users still anywhere?")
     add_users(verify)
     add_on(verify)
+    add_engine(verify)
 
     vacuum = commands.add(
         "vacuum", cmd_vacuum, help="remove the placeholders purges wrote, re-index (dry run unless --yes)"
@@ -30,6 +32,7 @@ def register(commands: Commands) -> None:
     add_dataset_filter(vacuum)
     vacuum.add_argument("--yes", action="store_true", help="apply (the default is a dry run that prints the plan)")
     add_on(vacuum)
+    add_engine(vacuum)
 
 
 def cmd_verify(args: argparse.Namespace, out: Output) -> int:
@@ -44,7 +47,8 @@ def cmd_verify(args: argparse.Namespace, out: Output) -> int:
         except RemoteJobFailed as exc:
             raise CliError("job_failed", str(exc), EXIT_FAILED) from exc
     else:
-        document = verify_users(read_lake_settings(args, spark=True), users)
+        document = verify_users(read_lake_settings(args, spark=args.engine == "spark"), users, engine=args.engine)
+        out.say(f"read {', then '.join(document['ran']) or 'nothing'}")
     out.say(
         f"checked {document['objects_checked']} object(s) and their noncurrent versions:"
         f" {len(document['remaining'])} still hold the users; index locations left: {document['index_locations']}"
@@ -57,15 +61,17 @@ def cmd_verify(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_vacuum(args: argparse.Namespace, out: Output) -> int:
-    from lakepurge.core.sparkutil import spark_session
+    from lakepurge.core.sparkutil import spark_on_demand
     from lakepurge.ops.remote_jobs import vacuum_job
     from lakepurge.purge.vacuum import run_vacuum
 
     if args.on == "emr-serverless":
         return run_remote(args, out, vacuum_job(args.dataset, args.yes))
-    settings = read_lake_settings(args, spark=True)
-    with spark_session("lakepurge-vacuum") as spark:
-        run = run_vacuum(spark, settings, args.dataset, apply=args.yes)
+    settings = read_lake_settings(args, spark=args.engine == "spark")
+    with spark_on_demand("lakepurge-vacuum", settings, args.engine) as executors:
+        run = run_vacuum(executors, settings, args.dataset, apply=args.yes)
+    if executors.decisions:
+        out.say(f"vacuumed {', then '.join(executors.decisions)}")
     verb = "removed" if run.applied else "would remove"
     for outcome in run.outcomes:
         if outcome.error and outcome.error != "gone":
@@ -84,5 +90,5 @@ def cmd_vacuum(args: argparse.Namespace, out: Output) -> int:
         out.say("dry run: nothing changed (run again with --yes to apply)")
     elif run.record:
         out.say(f"record {run.record}")
-    out.result(run.summary())
+    out.result(run.summary() | {"engine": executors.engine_used})
     return EXIT_FAILED if run.failed else EXIT_OK

@@ -63,6 +63,7 @@ class VaultConfig(IndexConfig):
     (``dsn``/``dsn_secret``; ``table`` is the prefix of its two tables) or DynamoDB (``table``, a table of its own).
     It holds per person a random key, wrapped by ``kms_key_id`` (envelope encryption), and the person's pseudonyms."""
 
+    # The KMS key (id, ARN or alias) that wraps each person's key; its use needs the person's encryption context.
     kms_key_id: Annotated[str, Field(min_length=1)]
     # Unwrapped keys are kept this long in the memory of the process that asked for them (writers, readers, the
     # access export): after a key is destroyed, a process that had it cached drops it within this time.
@@ -412,6 +413,9 @@ class PurgeConfig(_Strict):
     max_object_fraction: Fraction = 0.5
     min_records_for_object_fraction: Annotated[int, Field(ge=1)] = 20
     max_dataset_fraction: Fraction = 0.05
+    # The dataset limit applies to datasets of at least this many records: in a smaller one an ordinary user's few
+    # records are more than 5% (there the object limit and the sentinel ids still guard).
+    min_records_for_dataset_fraction: Annotated[int, Field(ge=1)] = 100
     max_table_fraction: Fraction = 0.05
     # Requests naming any of these ids (case-insensitive), or an empty id, are refused unless forced.
     sentinel_ids: tuple[str, ...] = SENTINEL_IDS
@@ -431,6 +435,9 @@ class PurgeConfig(_Strict):
     max_unindexable_lines_checked: Annotated[int, Field(ge=0)] = 10_000
     # Large objects rewritten at the cost of the bytes that change ([purge.splice]).
     splice: SpliceConfig = SpliceConfig()
+    # A reviewed report (`purge --report ID --yes`) older than this many minutes, or naming an object that changed
+    # since it was made, is refused unless --force: the lake it planned for is no longer the lake it would erase.
+    max_report_age_minutes: Annotated[int, Field(ge=1)] = 60
 
 
 class VacuumConfig(_Strict):
@@ -438,6 +445,16 @@ class VacuumConfig(_Strict):
     # version left by a purge with delete_noncurrent_versions = false) are deleted; "none" keeps every version.
     # A version holding only other people's data is never deleted.
     delete_versions: Literal["erased-users", "none"] = "erased-users"
+
+
+class JobsConfig(_Strict):
+    # `verify`, `vacuum` and `index backfill` run in this process, without a JVM, when their work is at most this many
+    # objects (and noncurrent versions) and bytes; above either, on local Spark (`--engine` chooses; `--on
+    # emr-serverless` sends the job to the cluster whatever its size). Starting Spark costs 10-20 s; this process
+    # reads a few hundred small objects in that time. The vacuum counts objects only (it rewrites those purges
+    # rewrote).
+    in_process_max_objects: Annotated[int, Field(ge=0)] = 500
+    in_process_max_bytes: Annotated[int, Field(ge=0)] = 1024**3
 
 
 class PrivacyConfig(_Strict):
@@ -589,6 +606,7 @@ class Settings(_Strict):
     indexing: IndexingConfig = IndexingConfig()
     purge: PurgeConfig = PurgeConfig()
     vacuum: VacuumConfig = VacuumConfig()
+    jobs: JobsConfig = JobsConfig()
     privacy: PrivacyConfig = PrivacyConfig()
     workflow: WorkflowConfig | None = None
     # The key vault of the crypto-shred datasets (lakepurge.protection); needed once a dataset is protected.

@@ -10,9 +10,10 @@ from __future__ import annotations
 import logging
 import re
 import sys
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger
+from aws_lambda_powertools.logging.formatter import LambdaPowertoolsFormatter
 
 if TYPE_CHECKING:
     from lakepurge.core.config import DatasetConfig
@@ -36,6 +37,48 @@ def root_logger(level: str = "INFO", stream: IO[str] | None = None) -> Logger:
     logger = Logger(service=SERVICE, level=level, stream=stream)
     logger.setLevel(level)  # Powertools configures a service once per process; a second entry point sets its level
     return logger
+
+
+# What every Powertools record carries: the human form prints only the level, the message and the record's own keys.
+_STANDARD_KEYS = frozenset(
+    {
+        "level",
+        "location",
+        "message",
+        "timestamp",
+        "service",
+        "sampling_rate",
+        "xray_trace_id",
+        "cold_start",
+        "function_name",
+        "function_memory_size",
+        "function_arn",
+        "function_request_id",
+        "correlation_id",
+        "exception",
+        "exception_notes",
+        "stack_trace",
+    }
+)
+
+
+class HumanFormatter(LambdaPowertoolsFormatter):
+    """The command line's form of a record: ``lakepurge: warning: message (key=value, ...)`` on one line, among the
+    command's own human output (Powertools' JSON is for CloudWatch). Same keys, same masking: only the form changes."""
+
+    def serialize(self, log: dict[str, Any]) -> str:  # type: ignore[override]
+        extra = ", ".join(f"{key}={value}" for key, value in log.items() if key not in _STANDARD_KEYS)
+        text = f"lakepurge: {str(log.get('level', '')).lower()}: {log.get('message', '')}"
+        return text + (f" ({extra})" if extra else "")
+
+
+def human_logs(logger: Logger) -> LambdaPowertoolsFormatter | None:
+    """Print the service's records in the human form (:class:`HumanFormatter`); returns the formatter it replaced,
+    for the CLI to put back when it returns (main() runs more than once in a test process)."""
+    handler = logger.registered_handler
+    previous = handler.formatter
+    handler.setFormatter(HumanFormatter())
+    return previous if isinstance(previous, LambdaPowertoolsFormatter) else None
 
 
 class _CurrentStderr:

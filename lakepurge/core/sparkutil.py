@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from lakepurge.core.progress import Progress, spark_tasks, track
 
@@ -92,7 +92,9 @@ def spark_log_file() -> Path | None:
 
 
 def local_session(app_name: str, cores: int = 2) -> Any:
-    """A Spark session in local mode whose Python workers run this interpreter."""
+    """A Spark session in local mode whose Python workers run this interpreter (JavaMissing first when Java is not
+    there: spark-submit would print shell errors before failing)."""
+    check_java()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -117,18 +119,100 @@ def local_session(app_name: str, cores: int = 2) -> Any:
     )
 
 
+Engine = Literal["auto", "inline", "spark"]
+
+
+class JavaMissing(Exception):
+    """Spark cannot start its JVM here: no Java, or a JAVA_HOME without bin/java (the message names the fix)."""
+
+
+def check_java() -> None:
+    """Java is there for Spark: a JAVA_HOME set must hold bin/java (else spark-submit prints shell errors before it
+    fails), and without one, java must be on PATH. Checked before a session is started, never after."""
+    import shutil
+
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home:
+        java = Path(java_home) / "bin" / "java"
+        if not (java.is_file() and os.access(java, os.X_OK)):
+            raise JavaMissing(
+                f"JAVA_HOME={java_home} holds no bin/java, and Spark starts Java from there: point JAVA_HOME at a"
+                " Java 17 installation, or unset it to use the java on PATH"
+            )
+    elif shutil.which("java") is None:
+        raise JavaMissing("Java is not installed and Spark needs it: install Java 17 (or set JAVA_HOME)")
+
+
+class SparkOnDemand:
+    """Where a command's work runs, decided once the work is listed: in this process (no JVM) when it is at most
+    ``max_objects`` items and ``max_bytes`` bytes (as a small purge is), else on a local Spark session started then
+    (and stopped by :func:`spark_on_demand`). ``engine`` "inline" or "spark" decides without looking. Passed to
+    :func:`on_executors` in place of a session."""
+
+    def __init__(self, app_name: str, max_objects: int, max_bytes: int, engine: Engine = "auto") -> None:
+        self.app_name = app_name
+        self.max_objects = max_objects
+        self.max_bytes = max_bytes
+        self.engine = engine
+        self.session: Any = None
+        self.started = False  # the session is this object's own (stopped by spark_on_demand)
+        self.decisions: list[str] = []  # one line per batch of work: where it ran and why
+
+    def choose(self, items: int, size: int | None) -> Any:
+        """The session for this much work, or None to run it in this process."""
+        amount = f"{items} item(s)" + (f", {size / 1e6:.1f} MB" if size is not None else "")
+        small = items <= self.max_objects and (size is None or size <= self.max_bytes)
+        if self.engine == "inline" or (self.engine == "auto" and small):
+            self.decisions.append(f"in this process ({amount})")
+            return None
+        if self.session is None:
+            from pyspark.sql import SparkSession
+
+            active = SparkSession.getActiveSession()  # spark-submit's, or a notebook's: used, left running
+            self.session = active if active is not None else local_session(self.app_name)
+            self.started = active is None
+            self.session.sparkContext.setLogLevel("ERROR")
+        self.decisions.append(f"on local Spark ({amount})")
+        return self.session
+
+    @property
+    def engine_used(self) -> str:
+        return "spark" if self.session is not None else "in-process"
+
+
+@contextmanager
+def spark_on_demand(app_name: str, settings: Settings, engine: Engine = "auto") -> Iterator[SparkOnDemand]:
+    """A :class:`SparkOnDemand` within [jobs]' thresholds; the session it started (if any) stops with the block."""
+    jobs = settings.jobs
+    executors = SparkOnDemand(app_name, jobs.in_process_max_objects, jobs.in_process_max_bytes, engine)
+    if engine == "spark":
+        check_java()  # before anything is listed or touched
+    try:
+        yield executors
+    finally:
+        if executors.started:
+            executors.session.stop()
+
+
 def on_executors(
-    spark: Any, items: Sequence[T], work: Callable[[Iterable[T]], Iterator[R]], label: str = "objects done"
+    spark: Any,
+    items: Sequence[T],
+    work: Callable[[Iterable[T]], Iterator[R]],
+    label: str = "objects done",
+    size: Callable[[T], int] | None = None,
 ) -> list[R]:
     """Run work over items on the executors, a few tasks per core, and collect what it yields.
 
     Items are dealt round-robin to the tasks, so a list sorted by size (largest first) spreads the big objects
     over all tasks instead of giving them to the first one. Without a session (``spark=None``) work runs over all
-    the items in this process, as one task: the inline purge of a small report, no JVM. Progress (``label``)
-    shows where the process shows it (:mod:`lakepurge.core.progress`).
+    the items in this process, as one task: the inline purge of a small report, no JVM. A :class:`SparkOnDemand`
+    decides between the two from the items' count and, with ``size``, their bytes. Progress (``label``) shows where
+    the process shows it (:mod:`lakepurge.core.progress`).
     """
     if not items:
         return []
+    if isinstance(spark, SparkOnDemand):
+        spark = spark.choose(len(items), sum(map(size, items)) if size is not None else None)
     with track(label, len(items)) as bar:
         if spark is None:
             return list(work(_counted(items, bar)))

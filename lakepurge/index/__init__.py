@@ -58,7 +58,8 @@ def secret_dsn(secret: str) -> str:
 
 
 def open_store(config: IndexConfig, create: bool = True) -> IndexStore:
-    """The configured backend, with its schema/table created on first use."""
+    """The configured backend, with its schema/table created on first use (create=False: as it is, unchecked; what
+    executors use once their driver opened it)."""
     store: IndexStore
     if config.backend == "postgres":
         from lakepurge.index.postgres import PostgresIndexStore
@@ -71,4 +72,17 @@ def open_store(config: IndexConfig, create: bool = True) -> IndexStore:
         store = DynamoIndexStore(config.table)
     if create:
         store.ensure_schema()
+    return store
+
+
+def open_existing(config: IndexConfig) -> IndexStore:
+    """The configured backend for a command that only reads the index (lookup, status, a report, the operations
+    view): nothing is created, and an index never built is IndexMissing (naming what is missing), never an empty
+    table made by a typo in [index] or a permission error of a read-only role."""
+    store = open_store(config, create=False)
+    try:
+        store.check_schema()
+    except BaseException:
+        store.close()
+        raise
     return store

@@ -173,11 +173,20 @@ class IndexStatus:
     objects_with_returning_users: int = 0
 
 
+class IndexMissing(Exception):
+    """The index was never built where [index] points (a new table name, an empty database): commands that only
+    read it create nothing and say so; `lakepurge index backfill` or `reconcile` builds it."""
+
+
 class IndexStore(Protocol):
     """What the rest of lakepurge needs from an index backend."""
 
     def ensure_schema(self) -> None:
         """Create tables/indexes if they do not exist (safe to call at every start)."""
+
+    def check_schema(self) -> None:
+        """The index exists as ensure_schema leaves it, or IndexMissing naming what is missing. Creates nothing:
+        readers (lookup, status, the reports, the operations view) may hold read-only credentials."""
 
     def replace_objects(self, objects: Sequence[ObjectIndex], force: bool = False) -> int:
         """Replace each object's rows with the given ones, atomically per object.

@@ -17,6 +17,7 @@ from botocore.exceptions import ClientError
 
 from lakepurge.core import aws
 from lakepurge.core.logs import get_logger
+from lakepurge.index.base import IndexMissing
 from lakepurge.index.dynamodb_items import (
     GSI_NAME,
     NONCURRENT_PREFIX,
@@ -118,6 +119,15 @@ class DynamoTable:
         self._client.get_waiter("table_exists").wait(
             TableName=self._table, WaiterConfig={"Delay": 2, "MaxAttempts": 150}
         )
+        self._check_schema()
+
+    def check_schema(self) -> None:
+        try:
+            self._client.describe_table(TableName=self._table)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ResourceNotFoundException":
+                raise
+            raise IndexMissing(f"the DynamoDB index table {self._table} does not exist") from None
         self._check_schema()
 
     def _create_table(self) -> None:

@@ -61,6 +61,9 @@ class MemoryIndexStore:
     def ensure_schema(self) -> None:
         """Nothing to create."""
 
+    def check_schema(self) -> None:
+        """Always there."""
+
     # -- writes ---------------------------------------------------------------------------------------------------
 
     def replace_objects(self, objects: Sequence[ObjectIndex], force: bool = False) -> int:

@@ -21,6 +21,7 @@ from lakepurge.index.base import (
     Coverage,
     DatasetProblems,
     Hits,
+    IndexMissing,
     IndexStatus,
     Location,
     NewVersion,
@@ -42,6 +43,7 @@ from lakepurge.index.postgres_sql import (
     LOOKUP,
     LOOKUP_OBJECTS,
     SCHEMA,
+    SCHEMA_RELATIONS,
     SET_RECORD_MAP,
     SMALL_LOOKUP,
     USER_ROWS,
@@ -169,6 +171,16 @@ class PostgresIndexStore:
             cur.execute(SCHEMA)
             cur.execute(INDEXES)
             cur.execute(VIEW)
+
+    @_reconnecting
+    def check_schema(self) -> None:
+        with self._conn.cursor() as cur:
+            cur.execute(
+                "SELECT name FROM unnest(%s::text[]) AS name WHERE to_regclass(name) IS NULL", (list(SCHEMA_RELATIONS),)
+            )
+            missing = [name for (name,) in cur.fetchall()]
+        if missing:
+            raise IndexMissing(f"the PostgreSQL index has no {', '.join(missing)} (an empty database, or another one)")
 
     @_reconnecting
     def replace_objects(self, objects: Sequence[ObjectIndex], force: bool = False) -> int:

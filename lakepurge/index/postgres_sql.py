@@ -75,6 +75,18 @@ SET_RECORD_MAP = (
     "INSERT INTO record_maps (s3path, map) VALUES (%s, %s) ON CONFLICT (s3path) DO UPDATE SET map = EXCLUDED.map"
 )
 
+# What ensure_schema creates and check_schema looks for (a reader creates nothing).
+SCHEMA_RELATIONS = (
+    "indexed_objects",
+    "user_rows",
+    "unindexable_lines",
+    "erased_users",
+    "noncurrent_versions",
+    "dataset_coverage",
+    "user_objects",
+    "record_maps",
+)
+
 # Keeps the users of object versions that stop being current (object id, path, version id, dataset per version).
 KEEP_AS_NONCURRENT = """
 INSERT INTO noncurrent_versions (userid, s3path, version_id, dataset)

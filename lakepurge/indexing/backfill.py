@@ -217,15 +217,27 @@ def _list_dataset(s3: S3Client, dataset: DatasetConfig, versioned: bool) -> _Lis
 
 
 def _index_listed(
-    spark: Any, settings: Settings, force: bool, objects: list[tuple[str, str, str, int]], versions: list[ObjectHead]
+    spark: Any,
+    settings: Settings,
+    force: bool,
+    objects: list[tuple[str, str, str, int]],
+    versions: list[ObjectHead],
+    dataset: str | None = None,
 ) -> list[Row]:
-    """Index current objects (dataset, bucket, key, size) and noncurrent versions on the executors."""
+    """Index current objects (dataset, bucket, key, size) and noncurrent versions on the executors; the progress bars
+    name the dataset when there is one."""
+    named = f"{dataset}: " if dataset else ""
     env = job_environment(settings)
     # Largest objects first: dealt round-robin, no task ends up with all the big ones.
     objects = sorted(objects, key=lambda item: -item[3])
     ordered = [(name, bucket, key) for name, bucket, key, _ in objects]
+    sizes = {(bucket, key): size for _, bucket, key, size in objects}
     rows = on_executors(
-        spark, ordered, lambda items: index_partition(settings, env, force, items), label="objects indexed"
+        spark,
+        ordered,
+        lambda items: index_partition(settings, env, force, items),
+        label=f"{named}objects indexed",
+        size=lambda item: sizes[item[1], item[2]],
     )
     if versions:
         names = {(v.bucket, v.key): settings.dataset_for(v.bucket, v.key) for v in versions}
@@ -237,7 +249,8 @@ def _index_listed(
             spark,
             version_items,
             lambda items: index_versions_partition(settings, env, items),
-            label="noncurrent versions indexed",
+            label=f"{named}noncurrent versions indexed",
+            size=lambda item: item[6],
         )
     return rows
 
@@ -388,11 +401,11 @@ def run_reconcile(
                 for key in gone:
                     store.remove_object(f"s3://{bucket}/{key}")
                 objects = [(dataset.name, bucket, key, listing.current[key][1]) for key in [*missing, *changed]]
-                failures = _result(_index_listed(spark, settings, False, objects, versions)).failed
+                failures = _result(_index_listed(spark, settings, False, objects, versions, dataset.name)).failed
                 again = [*retagged, *(k for k in _unowned(store, dataset) if k in listing.current and k not in drifted)]
                 if again:
                     forced = [(dataset.name, bucket, key, listing.current[key][1]) for key in again]
-                    failures += _result(_index_listed(spark, settings, True, forced, [])).failed
+                    failures += _result(_index_listed(spark, settings, True, forced, [], dataset.name)).failed
             left = len(failures) if fix else len(drifted)
             store.record_coverage(
                 Coverage(

@@ -167,7 +167,7 @@ def _table_format_refusal(table: Mapping[str, Any]) -> str | None:
         kind = "a Hudi table"
     else:
         return None
-    return f"{kind}: rewriting its files would corrupt it; delete through the table format instead (README.md)"
+    return f"{kind}: rewriting its files would corrupt it; delete through the table format instead (docs/DATASETS.md)"
 
 
 def _delimiter(serde_params: Mapping[str, Any] | None, *keys: str, default: str, numeric: bool = False) -> str:
@@ -388,7 +388,8 @@ def describe_table(
     try:
         location = normalise_location(_delta_root(table) if delta else storage.get("Location"))
     except Unmappable as exc:
-        problems.append(str(exc))
+        if not is_iceberg(table):  # an Iceberg dataset has no location: its catalog's metadata states it
+            problems.append(str(exc))
     try:
         fmt = table_format(table)
     except Unmappable as exc:
@@ -674,7 +675,10 @@ def _compare(dataset: DatasetConfig, item: Mapping[str, Any], table: CatalogTabl
     def drift(kind: DriftKind, detail: str) -> Drift:
         return Drift(kind, table.name, dataset.name, detail)
 
-    if table.location != dataset.location:
+    # An Iceberg dataset is its table (table = "namespace.table"): where its files are is its metadata's to say, and
+    # a Glue entry may state no location at all.
+    stated = table.location is not None or dataset.format != "iceberg"
+    if stated and table.location != dataset.location:
         where = table.location or next((p for p in table.problems if "location" in p), "no S3 location")
         yield drift("moved", f"configured at {dataset.location}, the catalog says {where}")
     try:
@@ -749,7 +753,9 @@ def check_catalog(source: TableSource, database: str, settings: Settings) -> Che
         if name in matched or by_name[name].get("TableType") == "VIRTUAL_VIEW":
             continue
         importable = "; cannot be imported: " + "; ".join(table.problems) if table.problems else ""
-        where = table.location or "no S3 location"
+        where = table.location or (
+            "an Iceberg table: its catalog holds its location" if table.format == "iceberg" else "no S3 location"
+        )
         drift.append(Drift("new_table", name, None, f"not configured ({where}){importable}"))
     order = {kind: i for i, kind in enumerate(get_args(DriftKind))}
     drift.sort(key=lambda d: (order[d.kind], d.table))

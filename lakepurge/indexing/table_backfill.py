@@ -125,7 +125,13 @@ def _index_table(
     items: list[TableItem] = [(dataset.name, f) for f in sorted(to_read, key=lambda f: -f.size)]
     items += [(dataset.name, h) for h in sorted(history, key=lambda h: -h.size)]
     env = job_environment(settings)
-    done = on_executors(spark, items, lambda part: _index_partition(settings, env, part), label="table files indexed")
+    done = on_executors(
+        spark,
+        items,
+        lambda part: _index_partition(settings, env, part),
+        label="table files indexed",
+        size=lambda item: item[1].size,
+    )
     failed = [(path, error) for path, kind, _, _, error in done if kind == "failed"]
     records = sum(store.object_records(list(state.files)).values()) if state.files else 0
     record_version(store, dataset, state, records)

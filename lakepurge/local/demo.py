@@ -179,7 +179,8 @@ def run_demo(
         )
         queue_url = _subscribe_lake_events(s3, aws.client("sqs"))
         toml = settings_toml(LAKE_BUCKET, 'backend = "dynamodb"\ntable = "lakepurge-index"', f"s3://{REPORTS_BUCKET}/")
-        # A sample lake is small: three users are a large share of a dataset, so the dataset limit is relaxed.
+        # A sample lake of few users (--users 20): three of them are a large share of a dataset, so the dataset limit
+        # is relaxed (the object limit and the sentinel ids still apply).
         toml += "\n[purge]\nmax_dataset_fraction = 0.5\n\n" + workflow_toml
         # Events in the DLQ were never indexed: no request is certified while it holds any.
         dlq_url = aws.client("sqs").get_queue_url(QueueName=EVENTS_DLQ)["QueueUrl"]

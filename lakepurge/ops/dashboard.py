@@ -30,7 +30,7 @@ from lakepurge.core.config import Settings
 from lakepurge.index.base import IndexStatus, IndexStore
 from lakepurge.indexing.coverage import DatasetCoverage, dead_letter_count, of_index
 from lakepurge.indexing.returning import DEFAULT_LIMIT
-from lakepurge.ops.history import RequestRecord, list_history
+from lakepurge.ops.history import RequestRecord, list_history, split_plans
 from lakepurge.reports import layout
 
 if TYPE_CHECKING:
@@ -93,6 +93,7 @@ class OperationsView:
     returning_users: int  # erased users found again, counted per object holding them
     objects_with_returning: int
     coverage: tuple[DatasetRow, ...]
+    plans: int = 0  # dry runs never executed: plans, not requests (counted, not listed)
 
     @property
     def datasets_covered(self) -> int:
@@ -137,8 +138,10 @@ def assemble(
     returning_users: int,
     now: datetime | None = None,
 ) -> OperationsView:
-    """The view from what was read (pure: the unit tests build it from plain values)."""
+    """The view from what was read (pure: the unit tests build it from plain values). Dry runs never executed are
+    plans, not requests: counted apart, never among the requests and their states."""
     now = now or datetime.now(UTC)
+    records, plans = split_plans(records)
     rows = ordered([_row(r) for r in records])
     days: dict[str, list[RequestRow]] = {}
     for row in rows:
@@ -172,6 +175,7 @@ def assemble(
         coverage=tuple(
             DatasetRow(c.dataset, c.complete, c.reason, c.method, c.indexed_at, c.objects, c.versions) for c in coverage
         ),
+        plans=len(plans),
     )
 
 

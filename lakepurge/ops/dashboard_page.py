@@ -107,7 +107,14 @@ def operations_page(view: OperationsView) -> str:
         f"<div class='tiles'>{tiles}</div>"
         "<h2>Requests by state</h2>"
         + bar_chart("state-chart", list(view.by_state.items()))
-        + "<h2>Deadlines</h2><p class='note'>Overdue first, then open requests by deadline, then ended ones.</p>"
+        + "<h2>Deadlines</h2><p class='note'>Overdue first, then open requests by deadline, then ended ones."
+        + (
+            f" <span id='plans'>{view.plans} dry run(s) never executed (plans: nothing erased) are not listed"
+            " (`lakepurge requests --all`).</span>"
+            if view.plans
+            else ""
+        )
+        + "</p>"
         + _requests_table(view)
         + f"<h2>Erased over time</h2><p class='note'>Lines erased by verified requests, by day received:"
         f" {view.lines_erased} line(s) in {view.objects_erased} object(s).</p>"

@@ -23,6 +23,7 @@ Kind = Literal["workflow", "operator"]
 # An operator purge that ran but did not end certified is still to be finished; a report never purged (PLANNED, a dry
 # run) asks nothing of anyone.
 OPERATOR_UNFINISHED: tuple[str, ...] = ("NOT_VERIFIED", "INCOMPLETE")
+PLANNED = "PLANNED"
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,16 @@ class RequestRecord:
         if self.kind == "workflow":
             return is_open(self.state)
         return self.state in OPERATOR_UNFINISHED
+
+    @property
+    def plan(self) -> bool:
+        """A dry run's report that was never executed: a plan, not a request (listed apart, `requests --all`)."""
+        return self.kind == "operator" and self.state == PLANNED
+
+
+def split_plans(records: list[RequestRecord]) -> tuple[list[RequestRecord], list[RequestRecord]]:
+    """(requests, plans): the dry runs that were never executed, apart from the requests and purges."""
+    return [r for r in records if not r.plan], [r for r in records if r.plan]
 
 
 def list_history(settings: Settings, s3: S3Client, kms: Any = None, now: datetime | None = None) -> list[RequestRecord]:
@@ -106,4 +117,4 @@ def _operator_state(
         return "NOTHING_FOUND" if report is not None and report.empty else "ERASED"
     results = layout.results_prefix(settings, request_id)
     started = s3.list_objects_v2(Bucket=results.bucket, Prefix=results.key, MaxKeys=1).get("KeyCount", 0)
-    return "INCOMPLETE" if started else "PLANNED"
+    return "INCOMPLETE" if started else PLANNED

@@ -17,8 +17,9 @@ from lakepurge.core.config import Settings
 from lakepurge.core.logs import object_ref
 from lakepurge.core.privacy import Pseudonymizer, hash_key
 from lakepurge.core.s3uri import S3Uri
-from lakepurge.core.sparkutil import spark_session
-from lakepurge.index import open_store
+from lakepurge.core.sparkutil import spark_on_demand, spark_session
+from lakepurge.index import open_existing
+from lakepurge.index.base import WHOLE_OBJECT
 from lakepurge.indexing import unindexable
 from lakepurge.indexing.coverage import IndexIncomplete, dead_letter_count
 from lakepurge.indexing.returning import record_erasure, resolve_hashes
@@ -27,7 +28,7 @@ from lakepurge.purge.job import PurgeResult, purge_relational, run_purge, verify
 from lakepurge.purge.launch import inline_fits
 from lakepurge.reports import layout
 from lakepurge.reports.layout import load_report, write_report
-from lakepurge.reports.report import Report, SafetyLimitExceeded, build_report
+from lakepurge.reports.report import Report, ReportObject, SafetyLimitExceeded, build_report
 from lakepurge.tables.iceberg import bound_forms
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ class OperatorRun:
     seconds: float
     refused: str = ""  # a dry run the [purge] limits would refuse: why (its plan is shown all the same)
     failed_objects: tuple[str, ...] = ()  # as the certificate names them (logs.object_ref: keyed references)
+    replaced_versions: int = 0  # the report's objects in versioned buckets: their version read becomes noncurrent
 
     def summary(self) -> dict[str, Any]:
         document: dict[str, Any] = {
@@ -53,9 +55,32 @@ class OperatorRun:
             "dry_run": self.result is None,
             "report": self.report_uri,
             "report_sha256": self.report_sha256,
-            "plan": self.report.summary(),
+            "plan": self.report.summary()
+            | {
+                "noncurrent_versions_explained": {
+                    "named_by_index": self.report.version_count,
+                    "replaced_by_rewrite": self.replaced_versions,
+                }
+            },
             "seconds": round(self.seconds, 2),
         }
+        if self.result is None:
+            # The whole plan, as the report holds it: every object with its lines, every noncurrent version.
+            document |= {
+                "objects": [
+                    {
+                        "object": o.s3path,
+                        "dataset": o.dataset,
+                        "etag": o.etag,
+                        "lines": "whole-object" if o.lines == (WHOLE_OBJECT,) else list(o.lines),
+                    }
+                    for o in self.report.objects
+                ],
+                "noncurrent_versions": [
+                    {"object": v.s3path, "dataset": v.dataset, "version_ids": list(v.version_ids)}
+                    for v in self.report.versions
+                ],
+            }
         if self.refused:
             document |= {"status": "REFUSED", "reason": self.refused}
         if self.result is not None:
@@ -63,6 +88,7 @@ class OperatorRun:
                 "objects_rewritten": self.result.objects_rewritten,
                 "lines_erased": self.result.lines_erased,
                 "noncurrent_versions_deleted": self.result.versions_deleted,
+                "noncurrent_versions_deleted_by_cause": deleted_versions_by_cause(self.report, self.result),
                 "objects_failed": list(self.failed_objects),
                 "relational_rows_deleted": sum(int(t["rows_deleted"]) for t in self.result.relational),
                 **({"tables": list(self.result.tables)} if self.result.tables else {}),
@@ -77,11 +103,45 @@ class ReviewedReportMismatch(Exception):
     """`purge --report ID` was given other user ids than the report was made for."""
 
 
-def plan_lines(report: Report) -> list[str]:
-    """The whole plan, as an operator reviews it before --yes: counts per dataset and table, never an id."""
+class StaleReport(Exception):
+    """`purge --report ID --yes` on a report older than [purge] max_report_age_minutes, or naming an object that
+    changed since it was made (without --force)."""
+
+
+def versions_explained(named: int, replaced: int) -> str:
+    """What the noncurrent versions of a plan are, in the words the result uses (deleted_versions_by_cause)."""
+    text = f"noncurrent versions: {named} named by the index as holding the users"
+    if replaced:
+        text += (
+            f"; in a versioned bucket the version read of each of the {replaced} object(s) becomes noncurrent when it"
+            " is rewritten, and is deleted too, with any other old version found holding the users"
+        )
+    return text
+
+
+def deleted_versions_by_cause(report: Report, result: PurgeResult) -> dict[str, int]:
+    """The versions a purge deleted, by why: the versions its rewrites replaced, those the report named (the index),
+    and others it found holding the users while listing each key's versions."""
+    named = {v.s3path: set(v.version_ids) for v in report.versions}
+    causes = {"replaced_by_rewrite": 0, "named_by_index": 0, "found_holding_users": 0}
+    for outcome in result.outcomes:
+        for version in outcome.deleted_versions:
+            if outcome.before_version is not None and version == outcome.before_version:
+                causes["replaced_by_rewrite"] += 1
+            elif version in named.get(outcome.s3path, ()):
+                causes["named_by_index"] += 1
+            else:
+                causes["found_holding_users"] += 1
+    return causes
+
+
+def plan_lines(report: Report, replaced: int = 0) -> list[str]:
+    """The whole plan, as an operator reviews it before --yes: counts per dataset and table, never an id. replaced:
+    the objects in versioned buckets, whose version read the rewrite turns into a noncurrent version to delete."""
     lines = [
         f"  {report.users_found} of {len(report.user_hashes)} user(s) found in the index;"
-        f" {len(report.objects)} object(s), {report.lines} line(s), {report.version_count} noncurrent version(s)"
+        f" {len(report.objects)} object(s), {report.lines} line(s), {report.version_count} noncurrent version(s)",
+        f"  {versions_explained(report.version_count, replaced)}",
     ]
     for name, counts in sorted(report.datasets.items()):
         lines.append(f"  dataset {name}: {counts['records']} record(s) in {counts['objects']} object(s)")
@@ -107,14 +167,51 @@ def _reviewed_report(
     sha256: str | None,
     users: list[str],
     pseudonymizer: Pseudonymizer,
+    force: bool = False,
 ) -> tuple[Report, str, str]:
     """The report a dry run wrote, checked: its bytes hash to the reviewed SHA-256 (or the one recorded when it was
-    written) and it was made for exactly these users."""
+    written), it was made for exactly these users and, unless forced, it is still fresh (:func:`_check_fresh`)."""
     uri = layout.report(settings, request_id)
     report, expected = load_report(s3, uri, sha256 or None)  # ReportTampered when it changed
     if sorted(report.user_hashes) != sorted(pseudonymizer.many(users)):
         raise ReviewedReportMismatch(f"report {request_id} was made for other user ids than the ones given")
+    if not force:
+        _check_fresh(s3, settings, report, pseudonymizer)
     return report, str(uri), expected
+
+
+def _check_fresh(s3: S3Client, settings: Settings, report: Report, pseudonymizer: Pseudonymizer) -> None:
+    """A reviewed report still describes the lake: made at most [purge] max_report_age_minutes ago, and every object
+    it names (by path: those named by reference are resolved at purge time) still at the ETag it planned for."""
+    from concurrent.futures import ThreadPoolExecutor
+    from datetime import UTC, datetime
+
+    from lakepurge.core.privacy import OBJECT_REFERENCE
+    from lakepurge.core.s3io import head_object
+
+    limit = settings.purge.max_report_age_minutes
+    minutes = (datetime.now(UTC) - datetime.fromisoformat(report.created_at)).total_seconds() / 60
+    again = "make a new dry run, or add --force to execute it anyway"
+    if minutes > limit:
+        raise StaleReport(
+            f"report {report.request_id} was made {minutes:.0f} minute(s) ago, more than [purge]"
+            f" max_report_age_minutes = {limit}: {again}"
+        )
+    named = [o for o in report.objects if not o.s3path.startswith(OBJECT_REFERENCE)]
+
+    def changed(obj: ReportObject) -> bool:
+        uri = S3Uri.parse(obj.s3path)
+        head = head_object(s3, uri.bucket, uri.key)
+        return head is None or head.etag != obj.etag
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        moved = [obj for obj, differs in zip(named, pool.map(changed, named), strict=True) if differs]
+    if moved:
+        first = _named(settings, moved[0].s3path, pseudonymizer)
+        raise StaleReport(
+            f"{len(moved)} of the {len(named)} object(s) of report {report.request_id} changed since it was made"
+            f" (first: {first}): the users' lines may have moved, or been erased another way; {again}"
+        )
 
 
 def purge_users(
@@ -138,14 +235,14 @@ def purge_users(
     pseudonymizer = Pseudonymizer.from_config(settings.privacy)
     key = hash_key(settings.privacy)
     s3 = aws.client("s3")
-    store = open_store(settings.index)
+    store = open_existing(settings.index)
     try:
         if returning:
             found = resolve_hashes(store, pseudonymizer, returning)
             say(f"{len(found)} returning user(s) found by hash")
             users = list(dict.fromkeys([*users, *found]))
         if report_id is not None:
-            report, uri, digest = _reviewed_report(s3, settings, report_id, report_sha256, users, pseudonymizer)
+            report, uri, digest = _reviewed_report(s3, settings, report_id, report_sha256, users, pseudonymizer, force)
             if report.forced and not force:
                 raise SafetyLimitExceeded(f"report {report_id} was made with --force: execute it with --force too")
             request_id = report.request_id
@@ -165,22 +262,18 @@ def purge_users(
                     store, settings, users, request_id, pseudonymizer, force=True, dead_letters=dead_letters, s3=s3
                 )
             uri, digest = write_report(s3, settings, report)
+        replaced = _in_versioned_buckets(s3, settings, report)
         say(f"report {uri} (sha256 {digest}):")
-        for line in plan_lines(report):
+        for line in plan_lines(report, replaced):
             say(line)
         if report.gaps:
             # The index cannot vouch for these datasets: "nothing found" there may be "never looked".
             raise IndexIncomplete(report.gaps)
         if dry_run:
-            execute = f"  lakepurge purge USER... --report {request_id} --sha256 {digest} --yes"
             if refused:
                 say(f"REFUSED by the safety limits ([purge] in the configuration): {refused}")
-                say("dry run: nothing erased. Check the plan and the user ids; to execute exactly this plan anyway:")
-                say(execute + " --force")
-            else:
-                say("dry run: nothing erased. To erase exactly this plan, run with the same user ids:")
-                say(execute)
-            return OperatorRun(request_id, report, uri, digest, None, time.monotonic() - started, refused)
+            seconds = time.monotonic() - started
+            return OperatorRun(request_id, report, uri, digest, None, seconds, refused, replaced_versions=replaced)
         relational = purge_relational(settings, users, report.relational)
         # A small report (workflow.inline_max_objects and inline_max_bytes, the workflow's own rule) is purged in
         # this process: the engine needs milliseconds per object, Spark's start seconds. Nothing found never starts
@@ -208,15 +301,29 @@ def purge_users(
                 f" no object of theirs rewritten; the vault's copies are gone by {checked['copies_gone_by']}"
                 + "".join(f"; {problem}" for problem in checked["problems"])
             )
+        causes = deleted_versions_by_cause(report, result)
         say(
-            f"erased {result.lines_erased} line(s) in {result.objects_rewritten} object(s) and"
-            f" {result.versions_deleted} noncurrent version(s); verification"
-            f" {'passed' if result.verified else 'FAILED'}; certificate {result.certificate}"
+            f"erased {result.lines_erased} line(s) in {result.objects_rewritten} object(s); deleted"
+            f" {result.versions_deleted} noncurrent version(s): {causes['replaced_by_rewrite']} replaced by the"
+            f" rewrites, {causes['named_by_index']} named by the index, {causes['found_holding_users']} more found"
+            f" holding the users; verification {'passed' if result.verified else 'FAILED'}; certificate"
+            f" {result.certificate}"
         )
         failed = tuple(_named(settings, o.s3path, pseudonymizer) for o in result.failed)
-        return OperatorRun(request_id, report, uri, digest, result, time.monotonic() - started, "", failed)
+        seconds = time.monotonic() - started
+        return OperatorRun(request_id, report, uri, digest, result, seconds, "", failed, replaced)
     finally:
         store.close()
+
+
+def _in_versioned_buckets(s3: S3Client, settings: Settings, report: Report) -> int:
+    """How many of the report's objects are in a bucket that has had versioning on (one question per bucket)."""
+    from lakepurge.core.s3io import ever_versioned
+
+    names = {d.name: d for d in settings.datasets}
+    buckets = {o.dataset: names[o.dataset].uri.bucket for o in report.objects if o.dataset in names}
+    versioned = {bucket: ever_versioned(s3, bucket) for bucket in set(buckets.values())}
+    return sum(versioned[buckets[o.dataset]] for o in report.objects if o.dataset in buckets)
 
 
 def _named(settings: Settings, s3path: str, pseudonymizer: Pseudonymizer) -> str:
@@ -226,20 +333,26 @@ def _named(settings: Settings, s3path: str, pseudonymizer: Pseudonymizer) -> str
 
 
 def verify_users(
-    settings: Settings, users: list[str], on: str = "local", say: Callable[[str], None] = print
+    settings: Settings,
+    users: list[str],
+    on: str = "local",
+    say: Callable[[str], None] = print,
+    engine: Engine = "auto",
 ) -> dict[str, Any]:
     """Is any of these users still anywhere? The index is asked, and every object of every dataset is read,
-    with its noncurrent versions, on Spark (local, or ``on="emr-serverless"``: lakepurge_jobs/verify.py, given
-    the users' keyed hashes only): an independent check that does not trust the index."""
+    with its noncurrent versions: in this process when that is within [jobs]' thresholds, else on local Spark
+    (``engine`` forces either), or ``on="emr-serverless"`` (lakepurge_jobs/verify.py, given the users' keyed hashes
+    only): an independent check that does not trust the index."""
     pseudonymizer = Pseudonymizer.from_config(settings.privacy)
     hashes = tuple(pseudonymizer.many(users))
-    store = open_store(settings.index)
+    store = open_existing(settings.index)
     try:
         indexed = store.lookup(users)
         old_versions = store.noncurrent_of(users)
     finally:
         store.close()
     job: dict[str, Any] = {}
+    ran: dict[str, Any] = {"engine": "emr-serverless"}
     if on == "emr-serverless":
         from lakepurge.ops.remote_jobs import verify_remote
 
@@ -252,9 +365,10 @@ def verify_users(
             )
         checked, remaining = answer["objects_checked"], answer["remaining"]
     else:
-        with spark_session("lakepurge-verify") as spark:
+        with spark_on_demand("lakepurge-verify", settings, engine) as executors:
             bound = tuple(pseudonymizer.many(f for user in users for f in bound_forms(user)))
-            checked, remaining = verify_everywhere(spark, settings, hashes, hash_key(settings.privacy), bound)
+            checked, remaining = verify_everywhere(executors, settings, hashes, hash_key(settings.privacy), bound)
+        ran = {"engine": executors.engine_used, "ran": executors.decisions}
     return {
         "users": len(hashes),
         "index_locations": sum(len(v) for v in indexed.values()),
@@ -262,6 +376,7 @@ def verify_users(
         "objects_checked": checked,
         "remaining": remaining,
         "verified": not remaining and not indexed and not old_versions,
+        **ran,
         **({"job": job} if job else {}),
     }
 

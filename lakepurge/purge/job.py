@@ -693,6 +693,7 @@ def verify_everywhere(
     places where any of them remains)."""
     s3 = aws.client("s3")
     items: dict[str, str] = {}
+    sizes: dict[str, int] = {}
     remaining: list[dict[str, Any]] = []
     checked = 0
     for dataset in settings.datasets:
@@ -701,13 +702,16 @@ def verify_everywhere(
             checked += table.objects_checked
             remaining += [{"dataset": dataset.name, **place} for place in table.remaining]
             continue
-        for bucket, k, _ in list_objects(s3, dataset):
+        for bucket, k, size in list_objects(s3, dataset):
             items[f"s3://{bucket}/{k}"] = dataset.name
+            sizes[f"s3://{bucket}/{k}"] = size
         if ever_versioned(s3, dataset.uri.bucket):  # deleted keys: only noncurrent versions, behind a marker
             for version in list_noncurrent(s3, dataset):
                 items.setdefault(version.s3path, dataset.name)
+                sizes[version.s3path] = sizes.get(version.s3path, 0) + version.size  # every version is read
     checks: list[VerifyItem] = [(s3path, name, None) for s3path, name in items.items()]
-    return len(items) + checked, remaining + _verify_on_executors(spark, settings, checks, key, user_hashes)
+    found = _verify_on_executors(spark, settings, checks, key, user_hashes, sizes=sizes)
+    return len(items) + checked, remaining + found
 
 
 def _verify_on_executors(
@@ -717,6 +721,7 @@ def _verify_on_executors(
     key: bytes,
     user_hashes: tuple[str, ...],
     known: tuple[str, ...] = (),
+    sizes: dict[str, int] | None = None,
 ) -> list[dict[str, Any]]:
     env = job_environment(settings)
     return on_executors(
@@ -724,6 +729,7 @@ def _verify_on_executors(
         items,
         lambda part: _verify_partition(settings, env, key, user_hashes, part, known),
         label="objects verified",
+        size=(lambda item: sizes.get(item[0], 0)) if sizes is not None else None,
     )
 
 

@@ -346,7 +346,8 @@ def _check_limits(
     totals = store.dataset_records()
     for name, counts in per_dataset.items():
         total = totals.get(name, 0)
-        if total and counts["records"] / total > limits.max_dataset_fraction:
+        big_enough = total >= limits.min_records_for_dataset_fraction  # one person is a large share of a small one
+        if total and big_enough and counts["records"] / total > limits.max_dataset_fraction:
             problems.append(
                 f"dataset {name}: {counts['records']} of {total} records"
                 f" (max_dataset_fraction {limits.max_dataset_fraction})"

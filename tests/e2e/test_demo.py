@@ -13,7 +13,7 @@ import orjson
 import pytest
 import requests
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.spark_job]  # its purge job runs with spark-submit
 
 ROOT = Path(__file__).resolve().parents[2]
 

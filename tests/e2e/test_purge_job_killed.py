@@ -28,7 +28,7 @@ from lakepurge.reports.report import build_report
 from tests.support.lakes import an_attachment, index_toml
 from tests.support.purging import HASH_KEY, index_lake
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.spark_job]  # the purge job runs with spark-submit
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -90,3 +90,23 @@ def test_given_a_command_ran_in_this_process_when_the_library_logs_later_then_th
     with caplog.at_level(logging.INFO, logger=SERVICE):
         loaded_later.info("a library record after the command")
     assert [r.getMessage() for r in caplog.records] == ["a library record after the command"]
+
+
+def test_given_an_object_with_an_unindexable_line_when_indexing_it_then_the_warning_is_a_line_not_json(
+    indexed_lake, capsys
+):
+    _, config = indexed_lake
+    key = "reviews/dt=2026-01/part-broken.jsonl"
+    aws.client("s3").put_object(Bucket="lake", Key=key, Body=b'{"user_id": "u1", "rating": 4}\n{"user_id": \n')
+
+    assert main(["index", "object", f"s3://lake/{key}", "--config", config]) == 0
+
+    lines = capsys.readouterr().err.splitlines()
+    assert not [line for line in lines if line.lstrip().startswith("{")], "no Powertools JSON among the output"
+    warning = next(line for line in lines if line.startswith("lakepurge: warning: "))
+    assert f"object=s3://lake/{key}" in warning and "unindexable" in warning
+    # and the service logger is JSON again for whatever else runs in this process (a Lambda handler, a notebook)
+    from aws_lambda_powertools.logging.formatter import LambdaPowertoolsFormatter
+
+    handler = get_logger().registered_handler
+    assert type(handler.formatter) is LambdaPowertoolsFormatter

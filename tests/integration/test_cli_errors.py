@@ -147,12 +147,12 @@ def test_given_a_bucket_that_does_not_exist_when_running_then_the_bucket_is_name
     assert_json_error(result, "no_such_bucket")
 
 
-def test_given_pyspark_missing_when_backfilling_then_the_extra_to_install_is_named(workdir):
+def test_given_pyspark_missing_when_backfilling_on_spark_then_the_extra_to_install_is_named(workdir):
     fake = workdir / "no-pyspark" / "pyspark"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'pyspark'\", name='pyspark')\n")
     env = {**REGION, "PYTHONPATH": str(fake.parent)}
-    result = run(workdir, "index", "backfill", "--json", env=env)
+    result = run(workdir, "index", "backfill", "--engine", "spark", "--json", env=env)
     assert_one_line(result, "pyspark", "pip install 'lakepurge[spark]'")
     assert_json_error(result, "missing_dependency")
 
@@ -231,3 +231,26 @@ def test_given_no_config_when_init_then_a_loadable_file_is_written_and_never_ove
     on_aws = run(tmp_path, "init", "--path", "aws.toml", env=REGION)
     assert on_aws.returncode == 0, on_aws.stderr
     assert load_settings(tmp_path / "aws.toml").index.backend == "dynamodb"
+
+
+def test_given_a_local_s3_that_answers_dynamodb_when_init_with_datasets_then_the_file_indexes_there_and_names_them(
+    tmp_path, aws
+):
+    env = {**CREDENTIALS, **REGION, "AWS_ENDPOINT_URL": aws.endpoint}
+    result = run(
+        tmp_path, "init", "--dataset", "reviews=s3://my-lake/reviews/", "--dataset", "orders=s3://my-lake/orders",
+        "--format", "csv", "--id-field", "customer_id", "--reports", "s3://my-reports/", env=env,
+    )  # fmt: skip
+
+    assert result.returncode == 0, result.stderr
+    settings = load_settings(tmp_path / "lakepurge.toml")
+    assert settings.index.backend == "dynamodb"  # moto answers DynamoDB: no PostgreSQL to install
+    assert [(d.name, d.location, d.format, d.id_fields) for d in settings.datasets] == [
+        ("reviews", "s3://my-lake/reviews/", "csv", ("customer_id",)),
+        ("orders", "s3://my-lake/orders/", "csv", ("customer_id",)),
+    ]
+    assert settings.reports.location == "s3://my-reports/"
+    assert "1. check [index]" in result.stderr
+
+    wrong = run(tmp_path, "init", "--force", "--dataset", "reviews", env=env)
+    assert_one_line(wrong, "--dataset 'reviews'", "NAME=s3://")

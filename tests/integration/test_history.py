@@ -39,11 +39,21 @@ def test_given_operator_purges_and_a_dry_run_when_listing_requests_then_each_sho
     _, done = cli(capsys, "purge", erased, "--yes", *args)
     _, dry = cli(capsys, "purge", planned, *args)
     _, nothing = cli(capsys, "purge", "nobody-at-all", "--yes", *args)
+    code = main(["requests", "--config", str(config)])
+    table = capsys.readouterr().err.splitlines()
+    assert code == 0
+    assert table[1].split()[:3] == ["REQUEST", "KIND", "STATE"], "the table has its header row"
+    assert dry["request_id"] not in "\n".join(table), "a dry run is a plan, not a request"
+    assert table[-1] == "1 dry run(s) never executed are not listed (plans, nothing erased): --all lists them"
     code, listed = cli(capsys, "requests", "--config", str(config))
 
     assert code == 0
     by_id = {r["request_id"]: r for r in listed["requests"]}
-    assert listed["total"] == 3 == len(by_id)
+    assert listed["total"] == 2 == len(by_id) and listed["plans_not_listed"] == 1
+    _, everything = cli(capsys, "requests", "--all", "--config", str(config))
+    plans = {p["request_id"]: p for p in everything["plans"]}
+    assert list(plans) == [dry["request_id"]]
+    assert dry["request_id"] not in {r["request_id"] for r in everything["requests"]}
     assert by_id[done["request_id"]]["state"] == "ERASED"
     assert by_id[done["request_id"]]["kind"] == "operator"
     assert by_id[done["request_id"]]["verified"] is True
@@ -53,8 +63,8 @@ def test_given_operator_purges_and_a_dry_run_when_listing_requests_then_each_sho
     if evidence:
         listed_reports = aws.client("s3").list_objects_v2(Bucket="lake-reports", Prefix="certificates/")
         assert listed_reports.get("KeyCount", 0) == 0, "no certificate in the rewritable reports bucket"
-    assert by_id[dry["request_id"]]["state"] == "PLANNED"
-    assert by_id[dry["request_id"]]["certificate"] is None
+    assert plans[dry["request_id"]]["state"] == "PLANNED"
+    assert plans[dry["request_id"]]["certificate"] is None
     assert by_id[nothing["request_id"]]["state"] == "NOTHING_FOUND"
     assert by_id[nothing["request_id"]]["open"] is False
     assert erased not in json.dumps(listed) and planned not in json.dumps(listed)

@@ -327,6 +327,27 @@ def test_given_iceberg_tables_in_glue_when_imported_then_they_become_iceberg_dat
     capsys.readouterr()
     code, found = cli(capsys, "lookup", "alice@example.com", "--config", str(configured))
     assert [e["lines"] for e in found["users"]["alice@example.com"]] == [[0]]
+    # and the catalog check compares the table it was imported from, whose location is the catalog's own
+    code, checked = cli(capsys, "datasets", "check", "--glue-database", I.NAMESPACE, "--config", str(configured))
+    assert (code, checked["drift"], checked["checked"]) == (0, [], ["events"])
+    # a table whose Glue entry states no location (the Iceberg metadata does): not "moved", not "no S3 location"
+    table = _glue_table()
+    storage = {k: v for k, v in table["StorageDescriptor"].items() if k != "Location"}
+    client("glue").update_table(
+        DatabaseName=I.NAMESPACE,
+        TableInput={
+            **{k: v for k, v in table.items() if k in ("Name", "TableType", "Parameters")},
+            "StorageDescriptor": storage,
+        },
+    )
+    code, checked = cli(capsys, "datasets", "check", "--glue-database", I.NAMESPACE, "--config", str(configured))
+    assert (code, checked["drift"]) == (0, []), checked["drift"]
+    bare = tmp_path / "bare.toml"  # no dataset: the table is new to it
+    bare.write_text(Path(config).read_text().split("[[datasets]]")[0])
+    code, unconfigured = cli(capsys, "datasets", "check", "--glue-database", I.NAMESPACE, "--config", str(bare))
+    assert [d["detail"] for d in unconfigured["drift"]] == [
+        "not configured (an Iceberg table: its catalog holds its location)"
+    ]
 
 
 def _glue_table() -> dict:

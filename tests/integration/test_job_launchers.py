@@ -122,6 +122,7 @@ def assert_no_user_id(text: str, case: LakeCase) -> None:
 # -- local spark-submit ------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.spark_job
 def test_given_an_approved_report_when_the_local_launcher_runs_it_then_spark_submit_erases_exactly_the_users(
     small_lake, tmp_path
 ):
@@ -167,6 +168,7 @@ def test_given_an_approved_report_when_the_local_launcher_runs_it_then_spark_sub
     assert_no_user_id((tmp_path / "jobs" / job_id / "job.log").read_text(), case)
 
 
+@pytest.mark.spark_job
 def test_given_a_report_changed_after_approval_when_the_local_job_runs_then_it_fails_and_nothing_is_erased(
     small_lake, tmp_path
 ):
@@ -185,6 +187,7 @@ def test_given_a_report_changed_after_approval_when_the_local_job_runs_then_it_f
     assert "certificates/req-local-tampered.json" not in snapshot(s3, "lake-reports")
 
 
+@pytest.mark.spark_job
 def test_given_a_running_local_job_when_its_process_is_killed_then_the_status_is_failed_and_nothing_is_left_running(
     small_lake, tmp_path
 ):

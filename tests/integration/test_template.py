@@ -144,6 +144,28 @@ def with_vault(vault_translated: dict[str, Any]) -> dict[str, Any]:
     return _resolve_conditions(vault_translated, VAULT)
 
 
+# -- SAM by convention: `sam validate --lint`, `sam build` and `sam deploy --guided` at the repository root --------
+
+
+def test_sam_at_the_repository_root_finds_the_template_and_builds_the_layer_with_the_makefile(
+    sam_template: dict[str, Any],
+) -> None:
+    samconfig = tomllib.loads((ROOT / "samconfig.toml").read_text(encoding="utf-8"))["default"]
+    assert (ROOT / samconfig["global"]["parameters"]["template_file"]) == ROOT / "infra" / "template.yaml"
+    assert samconfig["build"]["parameters"]["build_in_source"] is True  # else sam copies the checkout to build it
+    assert samconfig["deploy"]["parameters"]["capabilities"] == "CAPABILITY_IAM"
+    # Every resource sam builds with a Makefile has its target in the root Makefile (make build-<LogicalId>), and
+    # the code it builds is what the functions' CodeUri names (the layer is built before the functions).
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    built = [name for name, r in sam_template["Resources"].items() if r.get("Metadata", {}).get("BuildMethod")]
+    assert built == ["DependenciesLayer"]
+    for name in built:
+        assert (ROOT / "infra" / sam_template["Resources"][name]["Properties"]["ContentUri"]).resolve() == ROOT
+        target = re.search(rf"^build-{name}:.*\n((?:\t.*\n)+)", makefile, re.M)
+        assert target and "infra/package.py lambda" in target.group(1) and "$(ARTIFACTS_DIR)" in target.group(1)
+    assert sam_template["Globals"]["Function"]["CodeUri"] == "../build/lambda/code/"  # what package.py lambda writes
+
+
 # -- (c) the ASL's substitutions -----------------------------------------------------------------------------------
 
 

@@ -82,6 +82,19 @@ def test_given_requests_in_several_states_when_assembled_then_overdue_comes_firs
     assert view.by_state == {"AWAITING_APPROVAL": 2, "ERASED": 3, "INDEX_INCOMPLETE": 1, "REJECTED": 1}
 
 
+def test_given_dry_runs_never_executed_when_assembled_then_they_are_counted_apart_not_listed_as_requests() -> None:
+    plans = [_record(f"op-plan-{i}", "PLANNED", "2026-11-22T12:00:00+00:00", None) for i in range(3)]
+
+    view = assemble([*RECORDS, *plans], STATUS, COVERAGE, returning_users=2, now=NOW)
+
+    assert view.plans == 3
+    assert not any(r.request_id.startswith("op-plan") for r in view.requests)
+    assert "PLANNED" not in view.by_state
+    html = operations_page(view)
+    assert "op-plan" not in html
+    assert "3 dry run(s) never executed (plans: nothing erased) are not listed" in html
+
+
 def test_given_an_answered_access_request_when_counted_then_it_is_closed_as_status_counts_each_workflow_state() -> None:
     exported = _record("req-exported", "EXPORTED", "2026-11-22T12:00:00+00:00", "2026-12-22T12:00:00+00:00")
 
@@ -128,7 +141,7 @@ def test_given_request_counts_when_the_metrics_handler_runs_then_emf_carries_ope
     from tests.support.events import LambdaContext
 
     monkeypatch.setattr(request_metrics.runtime, "settings", lambda: None)
-    monkeypatch.setattr(request_metrics.runtime, "index_store", lambda: None)
+    monkeypatch.setattr(request_metrics.runtime, "index_store", lambda create=True: None)
     monkeypatch.setattr(request_metrics.aws, "client", lambda name: None)
     view = assemble(RECORDS, STATUS, COVERAGE, returning_users=2, now=NOW)
     monkeypatch.setattr(request_metrics, "refresh_view", lambda settings, s3, store, sqs: view)

@@ -135,9 +135,17 @@ def test_given_a_one_user_object_when_reporting_then_it_counts_as_one_record_of_
     assert [(o.s3path, o.erase, o.lines) for o in planned.objects] == [(reference, "delete-object", (WHOLE_OBJECT,))]
     assert planned.lines == 0  # no line is blanked: the object is deleted
     assert planned.datasets == {"clicks": {"objects": 1, "records": 1}}  # 1 of 40: 2.5 %
-    # A one-user object is its owner's whole object, yet a dataset of few owners is still protected.
+    # A one-user object is its owner's whole object, and a dataset of few owners is protected once it is big enough.
     with pytest.raises(SafetyLimitExceeded, match=r"dataset clicks: 3 of 40 records"):
-        report(["erin", "c00", "c01"])
+        report(["erin", "c00", "c01"], min_records_for_dataset_fraction=40)
+
+
+def test_given_a_small_dataset_when_ordinary_users_hold_more_than_5_percent_then_the_dataset_limit_does_not_apply() -> (
+    None
+):
+    # 3 of clicks' 40 records (7.5 %): below min_records_for_dataset_fraction (100) a person is a large share
+    assert report(["erin", "c00", "c01"]).datasets == {"clicks": {"objects": 3, "records": 3}}
+    # reviews has 200 records: there the fraction still decides (12 of 200 is refused above)
 
 
 @pytest.mark.parametrize("sentinel", ["", "   ", "0", "NULL", "None", " n/a ", "Anonymous", "undefined"])

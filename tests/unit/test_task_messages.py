@@ -229,7 +229,7 @@ class Lambdas:
 def lambdas(monkeypatch: pytest.MonkeyPatch) -> Iterator[Lambdas]:
     faked = Lambdas({}, {})
     monkeypatch.setattr(runtime, "settings", lambda: SimpleNamespace(privacy=None))
-    monkeypatch.setattr(runtime, "index_store", lambda: "index")
+    monkeypatch.setattr(runtime, "index_store", lambda create=True: "index")
     monkeypatch.setattr(runtime, "require_pseudonymizer", lambda: "pseudonymizer")
     for function in FUNCTIONS.values():
         module = importlib.import_module(function.handler)
