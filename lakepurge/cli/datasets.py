@@ -15,7 +15,7 @@ from lakepurge.cli.errors import EXIT_FAILED, EXIT_OK, CliError, check_aws_envir
 from lakepurge.core.config import Settings
 
 if TYPE_CHECKING:
-    from lakepurge.indexing.catalog import TableSource
+    from lakepurge.indexing.catalog_sources import TableSource
 
 
 def _add_catalog_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
@@ -71,7 +71,7 @@ def _catalog_settings(args: argparse.Namespace, required: bool) -> Settings | No
 def _catalog(args: argparse.Namespace) -> Iterator[tuple[TableSource, str]]:
     """The catalog the arguments name and its database; its faults as one line that says what to check."""
     from lakepurge.core.hive_metastore import BadUri, HiveMetastore, MetastoreError
-    from lakepurge.indexing.catalog import CatalogError, GlueTables, HiveTables
+    from lakepurge.indexing.catalog_sources import CatalogError, GlueTables, HiveTables
 
     try:
         if args.hive_metastore is None:

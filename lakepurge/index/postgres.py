@@ -48,6 +48,8 @@ from lakepurge.index.postgres_sql import (
     SMALL_LOOKUP,
     USER_ROWS,
     VIEW,
+    copy_text,
+    needs_copy_escape,
 )
 from lakepurge.records.gc_pause import collector_paused
 
@@ -64,17 +66,6 @@ _LOOKUP_SLICES = 10
 _LOOKUP_OBJECTS_SLICES = 2
 
 _BY_PATH = attrgetter("s3path")
-
-_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
-
-
-def _needs_copy_escape(value: str) -> bool:
-    return "\\" in value or "\t" in value or "\n" in value or "\r" in value
-
-
-def _copy_text(value: str) -> str:
-    """Escape a value for COPY's text format (only when needed: ids and paths rarely hold these)."""
-    return value.translate(_COPY_ESCAPES) if _needs_copy_escape(value) else value
 
 
 def _splittable(user_ids: Sequence[str]) -> list[str] | None:
@@ -233,9 +224,9 @@ class PostgresIndexStore:
                 for obj in claimed:
                     prefix = f"{ids[obj.s3path]}\t"
                     # Ids needing an escape are rare: one scan of them all decides whether to look at each.
-                    escape = _needs_copy_escape("".join(obj.lines_by_user))
+                    escape = needs_copy_escape("".join(obj.lines_by_user))
                     for user, lines in obj.lines_by_user.items():
-                        value = _copy_text(user) if escape else user
+                        value = copy_text(user) if escape else user
                         if len(lines) == 1:  # most users have one record in an object
                             buffer.append(f"{prefix}{lines[0]}\t{value}\n")
                         else:

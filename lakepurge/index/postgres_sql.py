@@ -190,3 +190,14 @@ SELECT r.userid, o.s3path, o.etag, array_agg(r.recordline ORDER BY r.recordline)
 FROM user_rows r JOIN indexed_objects o USING (object_id)
 WHERE r.userid = ANY(%(ids)s) GROUP BY r.userid, o.s3path, o.etag
 """
+
+_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+def needs_copy_escape(value: str) -> bool:
+    return "\\" in value or "\t" in value or "\n" in value or "\r" in value
+
+
+def copy_text(value: str) -> str:
+    """Escape a value for COPY's text format (only when needed: ids and paths rarely hold these)."""
+    return value.translate(_COPY_ESCAPES) if needs_copy_escape(value) else value

@@ -24,7 +24,8 @@ from lakepurge.indexing import unindexable
 from lakepurge.indexing.coverage import IndexIncomplete, dead_letter_count
 from lakepurge.indexing.returning import record_erasure, resolve_hashes
 from lakepurge.protection import shred
-from lakepurge.purge.job import PurgeResult, purge_relational, run_purge, verify_everywhere
+from lakepurge.purge.certificate import PurgeResult
+from lakepurge.purge.job import purge_relational, run_purge, verify_everywhere
 from lakepurge.purge.launch import inline_fits
 from lakepurge.reports import layout
 from lakepurge.reports.layout import load_report, write_report

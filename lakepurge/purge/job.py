@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +31,7 @@ from lakepurge.core.s3uri import S3Uri
 from lakepurge.core.sparkutil import apply_job_environment, job_environment, on_executors
 from lakepurge.index import open_store, relational_dsn
 from lakepurge.index.base import IndexStore
+from lakepurge.purge.certificate import PurgeResult, purge_targets, verification_proof, write_certificate
 from lakepurge.purge.engine import ObjectOutcome, PurgeTarget, purge_object, verify_object
 from lakepurge.purge.placeholders import recorded_from
 from lakepurge.purge.placeholders import write_batch as write_placeholder_batch
@@ -45,80 +46,12 @@ if TYPE_CHECKING:
 log = get_logger()
 
 
-@dataclass(frozen=True)
-class PurgeResult:
-    request_id: str
-    outcomes: tuple[ObjectOutcome, ...]
-    remaining: tuple[dict[str, Any], ...]
-    certificate: str
-    relational: tuple[dict[str, Any], ...] = ()
-    coverage_gaps: tuple[str, ...] = ()  # datasets the index did not fully cover: never certified as verified
-    tables: tuple[dict[str, Any], ...] = ()  # each table dataset's erasure (lakepurge.purge.tables.TableOutcome)
-    shred: dict[str, Any] | None = None  # the crypto-shred datasets' erasure (lakepurge.purge.shredding)
-
-    @property
-    def failed(self) -> tuple[ObjectOutcome, ...]:
-        return tuple(o for o in self.outcomes if o.status == "failed")
-
-    @property
-    def tables_failed(self) -> tuple[str, ...]:
-        return tuple(t["dataset"] for t in self.tables if t["status"] == "failed")
-
-    @property
-    def verified(self) -> bool:
-        tables = all(t["verified"] for t in self.tables)
-        shredded = self.shred is None or self.shred["verification"]["passed"]
-        return not self.remaining and not self.failed and not self.coverage_gaps and tables and shredded
-
-    @property
-    def lines_erased(self) -> int:
-        return sum(o.lines_erased for o in self.outcomes)
-
-    @property
-    def objects_rewritten(self) -> int:
-        # A failed object counts when its rewrite or delete happened before the failure (engine._failed).
-        return sum(o.status in ("erased", "deleted") or o.lines_erased > 0 for o in self.outcomes)
-
-    @property
-    def versions_deleted(self) -> int:
-        return sum(len(o.deleted_versions) for o in self.outcomes)
-
-
 RESULTS_PER_BATCH = 50
-
-VERSIONS_CHECKED = {
-    "checksum": "every current and noncurrent version of each object: those this purge wrote by their CRC64NVME and"
-    " version id (the bytes were read for the users before the write), those it read by version id, the others"
-    " read again",
-    "full": "every current and noncurrent version of each object, read again",
-}
 
 UNRESOLVED = (
     "no object or version of its dataset resolves its reference: deleted since the report by something other than"
     " this purge, or the hash key changed; check with lakepurge verify"
 )
-
-
-def purge_targets(report: Report) -> list[PurgeTarget]:
-    """The report's objects, then the keys of which only noncurrent versions hold the users (each key once)."""
-    versions = {v.s3path: v for v in report.versions}
-    targets = [
-        PurgeTarget(
-            o.s3path,
-            o.dataset,
-            o.etag,
-            o.lines,
-            version_ids=versions[o.s3path].version_ids if o.s3path in versions else (),
-        )
-        for o in report.objects
-    ]
-    current = {o.s3path for o in report.objects}
-    targets += [
-        PurgeTarget(v.s3path, v.dataset, "", (), versions_only=True, version_ids=v.version_ids)
-        for v in report.versions
-        if v.s3path not in current
-    ]
-    return targets
 
 
 # The longest the first of a task's threads to reach a write waits for the other objects in progress to reach theirs,
@@ -524,7 +457,7 @@ def run_purge(
     by_checksum = settings.purge.verify == "checksum"
     covered = {g.dataset for g in report.gaps}.isdisjoint
     checks: list[VerifyItem] = [
-        (t.s3path, t.dataset, _proof(outcomes[t.s3path], covered([t.dataset])) if by_checksum else None)
+        (t.s3path, t.dataset, verification_proof(outcomes[t.s3path], covered([t.dataset])) if by_checksum else None)
         for t in targets
         if not t.s3path.startswith(OBJECT_REFERENCE)
     ]
@@ -542,127 +475,11 @@ def run_purge(
     return replace(result, certificate=certificate)
 
 
-def _proof(outcome: ObjectOutcome, covered: bool) -> dict[str, Any] | None:
-    """What verification may take instead of reading an object again: the purge's outcome, unless the object was
-    spliced and its copied ranges are not proven (docs/ARCHITECTURE.md, "Server-side splice"): with verify = "full",
-    or when that proof rests on the index and the report found the dataset's coverage incomplete."""
-    if outcome.splice is not None and proven_by(outcome.splice, covered) == READ_AGAIN:
-        return None
-    return outcome.as_dict()
-
-
-READ_AGAIN = "verification's full read of the new version"
-
-
-def proven_by(splice: dict[str, Any], covered: bool) -> str:
-    """How a spliced object's copied ranges are shown to hold none of the users, as the certificate states it."""
-    if splice.get("verify") == "changed-ranges":
-        if splice.get("basis") == "read":
-            return "changed-ranges: this purge read the version whole (the users' lines found by the indexer's reader)"
-        if covered:
-            return "changed-ranges: the index read the version whole (the dataset's coverage, stated above)"
-    return READ_AGAIN
-
-
-def _splice_statement(outcome: ObjectOutcome, covered: bool, by_checksum: bool) -> dict[str, Any]:
-    """A spliced object in the certificate: what moved, and what proves the ranges copied inside S3 (nothing for an
-    object rewritten whole)."""
-    if outcome.splice is None:
-        return {}
-    proof = proven_by(outcome.splice, covered) if by_checksum else READ_AGAIN
-    return {"splice": {**outcome.splice, "copied_ranges_proven_by": proof}}
-
-
 def recorded_relational(s3: Any, settings: Settings, request_id: str) -> tuple[dict[str, Any], ...]:
     """The relational DELETEs the workflow ran before starting this job (it holds the raw ids; the job does not),
     written by lakepurge.workflow.steps (layout.relational)."""
     recorded = layout.read_relational(s3, settings, request_id)
     return () if recorded is None else tuple(t.to_json() for t in recorded.tables)
-
-
-def write_certificate(
-    s3: Any,
-    settings: Settings,
-    report: Report,
-    result: PurgeResult,
-    started: datetime,
-    approved_by: str | None,
-    report_sha256: str,
-    approved_at: str | None = None,
-    pseudonymizer: Pseudonymizer | None = None,
-) -> str:
-    """The erasure certificate: what was erased, where, when, verified how; hashed ids only. Objects whose key may
-    name their user are named by their keyed reference (logs.object_ref): the certificate is kept for years."""
-    datasets = {d.name: d for d in settings.datasets}
-    targets = purge_targets(report)
-    gaps = {g.dataset for g in report.gaps}
-    certificate = layout.CertificateDocument.model_validate(
-        {
-            "certificate_version": 1,
-            "request_id": report.request_id,
-            "user_hashes": list(report.user_hashes),
-            "report_sha256": report_sha256,
-            "approved_by": approved_by,
-            "approved_at": approved_at,
-            "started_at": started.isoformat(timespec="seconds"),
-            "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "coverage": list(report.coverage),
-            "unindexable": list(report.unindexable),
-            "objects": [
-                {
-                    "object": object_ref(o.s3path, datasets[r.dataset], pseudonymizer),
-                    "dataset": r.dataset,
-                    "erase": "noncurrent-versions" if r.versions_only else datasets[r.dataset].erase,
-                    "status": o.status,
-                    "before": {"etag": o.before_etag, "version_id": o.before_version},
-                    "after": {"etag": o.after_etag, "version_id": o.after_version},
-                    "lines_erased": o.lines_erased,
-                    "stale_index": o.stale_index,
-                    "noncurrent_versions_deleted": o.noncurrent_versions_deleted,
-                    "deleted_version_ids": o.deleted_versions,
-                    "sidecar_versions_deleted": o.sidecar_versions_deleted,
-                    "error": o.error,
-                    **_splice_statement(o, r.dataset not in gaps, settings.purge.verify == "checksum"),
-                }
-                for o, r in zip(result.outcomes, targets, strict=True)
-            ],
-            "relational": list(result.relational),
-            "tables": list(result.tables),
-            **(
-                {
-                    "crypto_shred": result.shred,
-                    "erasure_methods": {
-                        "crypto-shred": result.shred["datasets"],
-                        "rewrite": result.shred["rewritten_datasets"],
-                    },
-                }
-                if result.shred is not None
-                else {}
-            ),
-            "totals": {
-                "objects_rewritten": result.objects_rewritten,
-                "lines_erased": result.lines_erased,
-                "objects_failed": len(result.failed),
-                "noncurrent_versions_deleted": result.versions_deleted,
-                "relational_rows_deleted": sum(int(t.get("rows_deleted", 0)) for t in result.relational),
-            },
-            "verification": {
-                "passed": result.verified,
-                "objects_checked": len(targets),
-                "versions_checked": VERSIONS_CHECKED[settings.purge.verify],
-                "remaining": list(result.remaining),
-                "coverage_gaps": list(result.coverage_gaps),
-            },
-        }
-    )
-    uri = layout.certificate(settings, report.request_id)
-    s3.put_object(
-        Bucket=uri.bucket,
-        Key=uri.key,
-        Body=orjson.dumps(certificate.to_json(), option=orjson.OPT_INDENT_2),
-        ContentType="application/json",
-    )
-    return str(uri)
 
 
 def purge_relational(settings: Settings, users: list[str], tables: Iterable[ReportTable]) -> list[dict[str, Any]]:

@@ -41,7 +41,8 @@ from lakepurge.core.logs import get_logger
 from lakepurge.core.privacy import hash_key
 from lakepurge.core.s3io import ever_versioned, head_object, object_versions
 from lakepurge.core.s3uri import S3Uri
-from lakepurge.purge.job import PurgeResult, run_purge
+from lakepurge.purge.certificate import PurgeResult
+from lakepurge.purge.job import run_purge
 from lakepurge.reports import layout
 from lakepurge.reports.report import OBJECT_REFERENCE, Report
 

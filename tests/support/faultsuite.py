@@ -38,7 +38,8 @@ from lakepurge.core.privacy import Pseudonymizer
 from lakepurge.index import open_store
 from lakepurge.local.postgres import LocalPostgres
 from lakepurge.local.samples import SampleLake, generate_lake, settings_toml
-from lakepurge.purge.job import PurgeResult, purge_targets, run_purge
+from lakepurge.purge.certificate import PurgeResult, purge_targets
+from lakepurge.purge.job import run_purge
 from lakepurge.purge.placeholders import file_batches, placeholder_spans
 from lakepurge.reports import layout
 from lakepurge.reports.report import Report, build_report, resolve_references

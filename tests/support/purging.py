@@ -13,8 +13,8 @@ from lakepurge.index.base import IndexStore
 from lakepurge.indexing.backfill import run_reconcile
 from lakepurge.indexing.indexer import index_object
 from lakepurge.local.samples import SampleLake
+from lakepurge.purge.certificate import purge_targets
 from lakepurge.purge.engine import ObjectOutcome, purge_object
-from lakepurge.purge.job import purge_targets
 from lakepurge.purge.placeholders import recorded_from, write_batch
 from lakepurge.reports.report import Report, build_report, resolve_references
 

@@ -176,8 +176,8 @@ def a_report(s: Settings) -> Report:
 
 
 def test_given_a_purge_result_when_the_certificate_is_written_then_its_model_reads_it_back_unchanged() -> None:
+    from lakepurge.purge.certificate import PurgeResult, write_certificate
     from lakepurge.purge.engine import ObjectOutcome
-    from lakepurge.purge.job import PurgeResult, write_certificate
 
     s = settings()
     report = a_report(s)
