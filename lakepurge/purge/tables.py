@@ -58,15 +58,15 @@ from lakepurge.index import open_store
 from lakepurge.index.base import IndexStore, ObjectIndex
 from lakepurge.purge import iceberg as iceberg_erasure
 from lakepurge.purge.table_commit import CommitConflict, checkpoint, commit_replacement
-from lakepurge.purge.table_history import DeleteFailed, delete_versions, delete_written, needed_log
+from lakepurge.purge.table_history import DeleteFailed, delete_versions, delete_written
 from lakepurge.purge.table_rewrite import RewriteFailed, RewriteItem, rewrite_partition
-from lakepurge.purge.table_second_reader import normal_path, second_reader
+from lakepurge.purge.table_second_reader import KeyedUsers, live_files, normal_path, read_files, scan_table
 from lakepurge.tables.base import LakeTable, TableError, TableState
-from lakepurge.tables.delta import READ_THREADS, DeltaLog
+from lakepurge.tables.delta import READ_THREADS, DeltaLog, needed_log
 from lakepurge.tables.iceberg import IcebergTable
 from lakepurge.tables.index import follow_table, indexed_version, open_table
 from lakepurge.tables.plan import TablePlan
-from lakepurge.tables.scan import contained, data_file_users, object_names
+from lakepurge.tables.scan import contained, data_file_users, object_names, strings
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -154,6 +154,7 @@ class _TablePurge:
         # Metadata (an Iceberg manifest's bounds) is read for the users' ids and the forms bounds truncate them to.
         self.metadata_hashes = (*hashes, *plan.bound_hashes)
         self.iceberg: iceberg_erasure.IcebergErasure | None = None
+        self.committed: set[int] = set()  # the versions this erasure committed
 
     def run(self) -> TableOutcome:
         if self.plan.not_certifiable:
@@ -188,6 +189,7 @@ class _TablePurge:
                 break  # nothing to commit after all
             self.outcome.status = "erased"
             self.outcome.version_committed = committed
+            self.committed.add(committed)
             self.outcome.files_replaced += [_replaced(r) for r in rewritten]
             self.replaced |= {r["before"] for r in rewritten}
             self.new_entries += [r for r in rewritten if r.get("after")]
@@ -199,15 +201,16 @@ class _TablePurge:
             self.outcome.status = "failed"
             self.outcome.error = f"the table kept changing: no commit in {COMMIT_ATTEMPTS} attempts"
             return self.outcome
+        # A table that holds none of the users gets no commit, checkpoint or deletion: only the checks below.
         erasing = self.outcome.version_committed is not None or not self.plan.empty
-        if erasing and self.iceberg is None:
+        if erasing and self.iceberg is None and (self.plan.new_checkpoint or self._commits_since_name_users(table)):
             # Log entries before a checkpoint are not needed to read the current version: they can go.
             self.outcome.checkpoint_version = checkpoint(self.dataset)
         state = table.state()
-        deleted: dict[str, list[str]] = {}
+        # One listing of the location after the commit: what names the users and the current version does not need
+        # is deleted, what it needs is reported (the request is then not certified).
+        deleted = self._history(table, state, trusted, delete=erasing)
         if erasing:
-            # A table that holds none of the users gets no commit, checkpoint or deletion: only the checks below.
-            deleted = self._history(table, state, trusted, delete=True)
             self.outcome.versions_cut = list(self.plan.versions_cut)
             if self.iceberg is not None:
                 self._iceberg_outcome(self.iceberg)
@@ -217,7 +220,6 @@ class _TablePurge:
         finally:
             store.close()
         self._second_reader(table, state, trusted)
-        self._history(table, state, trusted, delete=False)  # what is left, listed again
         if self.outcome.remaining and self.outcome.status != "failed":
             log.warning("a table still holds the users", extra={"dataset": self.dataset.name})
         return self.outcome
@@ -248,6 +250,15 @@ class _TablePurge:
         if erasure.commits:
             self.outcome.status = "erased"
             self.outcome.version_committed = erasure.commits[-1].version
+
+    def _commits_since_name_users(self, table: LakeTable) -> bool:
+        """Whether a commit after the plan, not this erasure's, names the users (its statistics): the current version
+        is read through it until a checkpoint, which the plan did not foresee."""
+        assert isinstance(table, DeltaLog)
+        latest = table.latest_version() or self.plan.version
+        others = [v for v in range(self.plan.version + 1, latest + 1) if v not in self.committed]
+        table.prefetch(others)
+        return any(contained(self._thread_users(), strings(table.commit_actions(v))) for v in others)
 
     # what to rewrite
 
@@ -407,8 +418,7 @@ class _TablePurge:
             what = "log" if table.is_metadata(S3Uri.parse(path).key) else "data"
             self.outcome.objects_deleted.append({"object": path, "version_ids": versions, "what": what})
         self.outcome.objects_checked += checked
-        if not delete:
-            self.outcome.remaining = remaining
+        self.outcome.remaining += remaining
         return deleted
 
     def _thread_users(self, metadata: bool = False) -> HashedUsers:
@@ -457,7 +467,8 @@ class _TablePurge:
             entries.append(entry)
         if entries:
             store.replace_objects(entries, force=True)
-        followed = follow_table(self.s3, store, self.settings, self.dataset, table=table)
+        fresh = frozenset(entry.s3path for entry in entries)
+        followed = follow_table(self.s3, store, self.settings, self.dataset, table=table, fresh=fresh)
         for path, versions in deleted.items():
             store.forget_noncurrent(path, [*versions, "null"])
         return table.state(followed.version)
@@ -465,27 +476,37 @@ class _TablePurge:
     # verification
 
     def _second_reader(self, table: LakeTable, state: TableState, trusted: set[str]) -> None:
-        """DuckDB's delta extension reads the current version with its own log replay. What changed is read: the
-        files replaced are gone from it, the files written hold the rows the rewrite kept, and none of the users'
-        ids is in them (nor in any file not vouched for). With verify = "full" (and for `verify`), every file: the
-        same live files as the log reader, each with the rows its log entry states, and no id of the users."""
+        """DuckDB reads the current version with readers of its own. With verify = "full" (and for `verify`): its
+        extension's scan of every live file (its own log replay): the same live files as the log reader, each with
+        the rows its log entry states, and none of the users' ids. Otherwise what changed, and a proof of the rest:
+        the extension lists the live files (its own log replay, no data read), which must be the log reader's, the
+        replaced ones gone; the files written and any live file the index does not vouch for (the rest the index
+        read and found without the users) are read with DuckDB's Parquet reader: the rows the rewrite kept, none of
+        the users' ids."""
         full = self.settings.purge.verify == "full" or not self.request_id
+        users = KeyedUsers(self.key, self.hashes)
         replaced = {normal_path(f["before"]): f for f in self.outcome.files_replaced}
         written = {normal_path(f["after"]): f for f in self.outcome.files_replaced if f.get("after")}
-        reading = set(state.files) if full else (set(state.files) - trusted) | self.written
         pointer = table.pointer(refresh=False) if isinstance(table, IcebergTable) else None
-        found = second_reader(self.dataset, None if full else set(replaced) | set(written) | reading, pointer)
+        reading = _normal_set(state) if full else {normal_path(p) for p in set(state.files) - trusted} | set(written)
+        found = None if full else read_files(self.dataset, reading, table.physical_id_fields(), users)
+        if found is None:
+            found = scan_table(self.dataset, pointer, users)
+            live = set(found.counts)
+        else:
+            live = live_files(self.dataset, pointer)
         self.outcome.second_reader = {
             "files_counted": len(found.counts),
             "rows_counted": sum(found.counts.values()),
             "files_read_for_ids": len(reading),
+            "live_files_listed": len(live),
         }
-        gone = sorted(set(replaced) & set(found.counts))
+        gone = sorted(set(replaced) & live)
         if gone:
             self.outcome.remaining.append(
                 {"object": gone[0], "reason": "the second reader still reads a replaced file"}
             )
-        if full and set(found.counts) != {normal_path(p) for p in state.files}:
+        if live != _normal_set(state):
             self.outcome.remaining.append(
                 {
                     "object": self.dataset.location,
@@ -497,13 +518,12 @@ class _TablePurge:
             expected |= {
                 normal_path(p): f.records for p, f in state.files.items() if f.records is not None and not f.deletes
             }
-        live = _normal_set(state)
         differing = sorted(p for p, n in expected.items() if found.counts.get(p) != n and p in live)
         if differing:
             self.outcome.remaining.append(
                 {"object": differing[0], "reason": f"{len(differing)} file(s) read with other row counts than stated"}
             )
-        if contained(self.users, found.ids):
+        if found.users_found:
             self.outcome.remaining.append(
                 {"object": self.dataset.location, "reason": "the second reader finds the users"}
             )
@@ -541,7 +561,5 @@ def verify_table(
     state = table.state()
     check.outcome.version_read = state.version
     check._second_reader(table, state, set())
-    found = list(check.outcome.remaining)
     check._history(table, state, set(), delete=False)
-    check.outcome.remaining = found + check.outcome.remaining
     return check.outcome
