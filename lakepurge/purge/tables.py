@@ -19,9 +19,13 @@ For each table the report plans (lakepurge.tables.plan), on the driver:
    versions that name them: replaced files, files removed earlier, change data, orphans, log entries (commits and
    checkpoints before the new checkpoint). A log entry the current version still needs is never deleted: it is
    reported, and the request is not certified.
-5. Verify: DuckDB's delta extension reads the current version (its own log replay): the same files as the log
-   reader, each with the rows the index expects, and none of the users' ids in the files it reads; then the location
-   is listed again and every version not read yet is read.
+5. Verify: DuckDB reads the current version with readers of its own (its extension's log replay lists the live
+   files: the same as the log reader's; its Parquet reader reads the files written and those the index does not
+   vouch for: the rows expected and none of the users' ids; verify = "full": its extension's scan of every file).
+   What step 4 could not delete is reported.
+
+The new files' index rows (from what the rewrite read of them) are written while steps 4 and 5 run; then the index
+follows the table to the erasure's commit.
 
 This module runs the steps and keeps the outcome; step 2 is lakepurge.purge.table_rewrite, step 3
 lakepurge.purge.table_commit, step 4's deletions lakepurge.purge.table_history and step 5's second reader
@@ -73,6 +77,8 @@ if TYPE_CHECKING:
 
 log = get_logger()
 
+# Connections the new files' index rows are written on at once.
+INDEX_WRITERS = 2
 COMMIT_ATTEMPTS = 3
 
 
@@ -201,25 +207,31 @@ class _TablePurge:
             self.outcome.status = "failed"
             self.outcome.error = f"the table kept changing: no commit in {COMMIT_ATTEMPTS} attempts"
             return self.outcome
-        # A table that holds none of the users gets no commit, checkpoint or deletion: only the checks below.
-        erasing = self.outcome.version_committed is not None or not self.plan.empty
-        if erasing and self.iceberg is None and (self.plan.new_checkpoint or self._commits_since_name_users(table)):
-            # Log entries before a checkpoint are not needed to read the current version: they can go.
-            self.outcome.checkpoint_version = checkpoint(self.dataset)
-        state = table.state()
-        # One listing of the location after the commit: what names the users and the current version does not need
-        # is deleted, what it needs is reported (the request is then not certified).
-        deleted = self._history(table, state, trusted, delete=erasing)
-        if erasing:
-            self.outcome.versions_cut = list(self.plan.versions_cut)
-            if self.iceberg is not None:
-                self._iceberg_outcome(self.iceberg)
-        store = open_store(self.settings.index, create=False)
-        try:
-            state = self._reindex(store, table, deleted) or table.state()
-        finally:
-            store.close()
-        self._second_reader(table, state, trusted)
+        # The new files' rows go into the index (the index's server busy, this process mostly waiting) while the
+        # history is erased and the second reader reads: the steps below need none of it.
+        with ThreadPoolExecutor(1) as indexing:
+            indexed = indexing.submit(self._index_written)
+            # A table that holds none of the users gets no commit, checkpoint or deletion: only the checks below.
+            erasing = self.outcome.version_committed is not None or not self.plan.empty
+            if erasing and self.iceberg is None and (self.plan.new_checkpoint or self._commits_since_name_users(table)):
+                # Log entries before a checkpoint are not needed to read the current version: they can go.
+                self.outcome.checkpoint_version = checkpoint(self.dataset)
+            state = table.state()
+            # One listing of the location after the commit: what names the users and the current version does not
+            # need is deleted, what it needs is reported (the request is then not certified).
+            deleted = self._history(table, state, trusted, delete=erasing)
+            if erasing:
+                self.outcome.versions_cut = list(self.plan.versions_cut)
+                if self.iceberg is not None:
+                    self._iceberg_outcome(self.iceberg)
+            self._second_reader(table, state, trusted)
+            fresh = indexed.result()
+        if fresh is not None:
+            store = open_store(self.settings.index, create=False)
+            try:
+                self._follow(store, table, deleted, fresh)
+            finally:
+                store.close()
         if self.outcome.remaining and self.outcome.status != "failed":
             log.warning("a table still holds the users", extra={"dataset": self.dataset.name})
         return self.outcome
@@ -452,12 +464,16 @@ class _TablePurge:
             users = self._thread_users(metadata=True)
         return object_names(body, key, users, (), False, max_bytes)
 
-    def _reindex(self, store: IndexStore, table: LakeTable, deleted: dict[str, list[str]]) -> TableState | None:
-        """The index follows the table to the erasure's commit (the replaced files leave it, the new ones come in:
-        indexed from what the rewrite read of them, not read again), then forgets every version deleted (the index
-        keeps a removed file's version in a versioned bucket)."""
-        if indexed_version(store, self.dataset) is None:
-            return None
+    def _index_written(self) -> frozenset[str] | None:
+        """The new files into the index, from what the rewrite read of them (not read again), on INDEX_WRITERS
+        connections (each file atomically, on one of them: a server inserts on one core per connection): their
+        paths, or None when the table was never indexed (nothing to follow)."""
+        store = open_store(self.settings.index, create=False)
+        try:
+            if indexed_version(store, self.dataset) is None:
+                return None
+        finally:
+            store.close()
         now = datetime.now(UTC)
         entries = []
         for result in self.new_entries:
@@ -465,13 +481,28 @@ class _TablePurge:
             entry.lines_by_user = result["rows_by_user"]  # lists already (a copy cost 3 s for a million rows)
             entry.records = result["rows_after"]
             entries.append(entry)
-        if entries:
-            store.replace_objects(entries, force=True)
-        fresh = frozenset(entry.s3path for entry in entries)
-        followed = follow_table(self.s3, store, self.settings, self.dataset, table=table, fresh=fresh)
+
+        def write(share: list[ObjectIndex]) -> None:
+            writer = open_store(self.settings.index, create=False)
+            try:
+                writer.replace_objects(share, force=True)
+            finally:
+                writer.close()
+
+        shares = [entries[i::INDEX_WRITERS] for i in range(INDEX_WRITERS) if entries[i::INDEX_WRITERS]]
+        with ThreadPoolExecutor(INDEX_WRITERS) as pool:
+            list(pool.map(write, shares))
+        return frozenset(entry.s3path for entry in entries)
+
+    def _follow(
+        self, store: IndexStore, table: LakeTable, deleted: dict[str, list[str]], fresh: frozenset[str]
+    ) -> None:
+        """The index follows the table to the erasure's commit (the replaced files leave it, the new ones, indexed
+        already, are not read), then forgets every version deleted (the index keeps a removed file's version in a
+        versioned bucket)."""
+        follow_table(self.s3, store, self.settings, self.dataset, table=table, fresh=fresh)
         for path, versions in deleted.items():
             store.forget_noncurrent(path, [*versions, "null"])
-        return table.state(followed.version)
 
     # verification
 
