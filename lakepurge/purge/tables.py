@@ -208,15 +208,24 @@ class _TablePurge:
             self.outcome.error = f"the table kept changing: no commit in {COMMIT_ATTEMPTS} attempts"
             return self.outcome
         # The new files' rows go into the index (the index's server busy, this process mostly waiting) while the
-        # history is erased and the second reader reads: the steps below need none of it.
-        with ThreadPoolExecutor(1) as indexing:
+        # history is erased and the second reader reads: neither needs the index.
+        with ThreadPoolExecutor(2) as indexing:
             indexed = indexing.submit(self._index_written)
             # A table that holds none of the users gets no commit, checkpoint or deletion: only the checks below.
             erasing = self.outcome.version_committed is not None or not self.plan.empty
-            if erasing and self.iceberg is None and (self.plan.new_checkpoint or self._commits_since_name_users(table)):
+            state = table.state()
+            if (
+                erasing
+                and isinstance(table, DeltaLog)
+                and (self.plan.new_checkpoint or self._commits_since_name_users(table, state.version))
+            ):
                 # Log entries before a checkpoint are not needed to read the current version: they can go.
                 self.outcome.checkpoint_version = checkpoint(self.dataset)
-            state = table.state()
+                table.listing(refresh=True)
+            # The second reader reads the current version while its history goes: nothing it reads is deleted (only
+            # what the current version does not need).
+            pointer = table.pointer(refresh=False) if isinstance(table, IcebergTable) else None
+            reading = indexing.submit(self._second_reader, state, trusted, table.physical_id_fields(), pointer)
             # One listing of the location after the commit: what names the users and the current version does not
             # need is deleted, what it needs is reported (the request is then not certified).
             deleted = self._history(table, state, trusted, delete=erasing)
@@ -224,7 +233,7 @@ class _TablePurge:
                 self.outcome.versions_cut = list(self.plan.versions_cut)
                 if self.iceberg is not None:
                     self._iceberg_outcome(self.iceberg)
-            self._second_reader(table, state, trusted)
+            self.outcome.remaining += reading.result()
             fresh = indexed.result()
         if fresh is not None:
             store = open_store(self.settings.index, create=False)
@@ -263,11 +272,9 @@ class _TablePurge:
             self.outcome.status = "erased"
             self.outcome.version_committed = erasure.commits[-1].version
 
-    def _commits_since_name_users(self, table: LakeTable) -> bool:
+    def _commits_since_name_users(self, table: DeltaLog, latest: int) -> bool:
         """Whether a commit after the plan, not this erasure's, names the users (its statistics): the current version
         is read through it until a checkpoint, which the plan did not foresee."""
-        assert isinstance(table, DeltaLog)
-        latest = table.latest_version() or self.plan.version
         others = [v for v in range(self.plan.version + 1, latest + 1) if v not in self.committed]
         table.prefetch(others)
         return any(contained(self._thread_users(), strings(table.commit_actions(v))) for v in others)
@@ -377,7 +384,7 @@ class _TablePurge:
         uri = self.dataset.uri
         needed_from, needed_keys = 0, set()
         if isinstance(table, DeltaLog):
-            checkpoint = table.listing(refresh=True).complete_checkpoint(state.version)
+            checkpoint = table.listing().complete_checkpoint(state.version)  # as listed for the state (or since)
             needed_from = checkpoint.version if checkpoint is not None else 0
             needed_keys = set(checkpoint.keys) if checkpoint is not None else set()
         garbage = self.iceberg.garbage if self.iceberg is not None and delete else set()
@@ -506,21 +513,24 @@ class _TablePurge:
 
     # verification
 
-    def _second_reader(self, table: LakeTable, state: TableState, trusted: set[str]) -> None:
+    def _second_reader(
+        self, state: TableState, trusted: set[str], physical: tuple[str, ...], pointer: str | None
+    ) -> list[dict[str, Any]]:
         """DuckDB reads the current version with readers of its own. With verify = "full" (and for `verify`): its
         extension's scan of every live file (its own log replay): the same live files as the log reader, each with
         the rows its log entry states, and none of the users' ids. Otherwise what changed, and a proof of the rest:
         the extension lists the live files (its own log replay, no data read), which must be the log reader's, the
         replaced ones gone; the files written and any live file the index does not vouch for (the rest the index
         read and found without the users) are read with DuckDB's Parquet reader: the rows the rewrite kept, none of
-        the users' ids."""
+        the users' ids. physical: the id fields as the files name them; pointer: an Iceberg table's metadata file.
+        Returns what it finds still there."""
+        remaining: list[dict[str, Any]] = []
         full = self.settings.purge.verify == "full" or not self.request_id
         users = KeyedUsers(self.key, self.hashes)
         replaced = {normal_path(f["before"]): f for f in self.outcome.files_replaced}
         written = {normal_path(f["after"]): f for f in self.outcome.files_replaced if f.get("after")}
-        pointer = table.pointer(refresh=False) if isinstance(table, IcebergTable) else None
         reading = _normal_set(state) if full else {normal_path(p) for p in set(state.files) - trusted} | set(written)
-        found = None if full else read_files(self.dataset, reading, table.physical_id_fields(), users)
+        found = None if full else read_files(self.dataset, reading, physical, users)
         if found is None:
             found = scan_table(self.dataset, pointer, users)
             live = set(found.counts)
@@ -534,11 +544,9 @@ class _TablePurge:
         }
         gone = sorted(set(replaced) & live)
         if gone:
-            self.outcome.remaining.append(
-                {"object": gone[0], "reason": "the second reader still reads a replaced file"}
-            )
+            remaining.append({"object": gone[0], "reason": "the second reader still reads a replaced file"})
         if live != _normal_set(state):
-            self.outcome.remaining.append(
+            remaining.append(
                 {
                     "object": self.dataset.location,
                     "reason": "the second reader sees other live files than the table's log",
@@ -551,13 +559,12 @@ class _TablePurge:
             }
         differing = sorted(p for p, n in expected.items() if found.counts.get(p) != n and p in live)
         if differing:
-            self.outcome.remaining.append(
+            remaining.append(
                 {"object": differing[0], "reason": f"{len(differing)} file(s) read with other row counts than stated"}
             )
         if found.users_found:
-            self.outcome.remaining.append(
-                {"object": self.dataset.location, "reason": "the second reader finds the users"}
-            )
+            remaining.append({"object": self.dataset.location, "reason": "the second reader finds the users"})
+        return remaining
 
 
 def _planned_deletes(table: IcebergTable, version: int) -> frozenset[str]:
@@ -591,6 +598,8 @@ def verify_table(
         check.iceberg = check._iceberg(table)
     state = table.state()
     check.outcome.version_read = state.version
-    check._second_reader(table, state, set())
+    pointer = table.pointer(refresh=False) if isinstance(table, IcebergTable) else None
+    # A check without a request reads every file by the extension's scan, which names the columns itself.
+    check.outcome.remaining += check._second_reader(state, set(), (), pointer)
     check._history(table, state, set(), delete=False)
     return check.outcome
