@@ -233,14 +233,14 @@ class _TablePurge:
                 self.outcome.versions_cut = list(self.plan.versions_cut)
                 if self.iceberg is not None:
                     self._iceberg_outcome(self.iceberg)
-            self.outcome.remaining += reading.result()
             fresh = indexed.result()
-        if fresh is not None:
-            store = open_store(self.settings.index, create=False)
-            try:
-                self._follow(store, table, deleted, fresh)
-            finally:
-                store.close()
+            if fresh is not None:  # the index follows the table while the second reader may still read
+                store = open_store(self.settings.index, create=False)
+                try:
+                    self._follow(store, table, deleted, fresh)
+                finally:
+                    store.close()
+            self.outcome.remaining += reading.result()
         if self.outcome.remaining and self.outcome.status != "failed":
             log.warning("a table still holds the users", extra={"dataset": self.dataset.name})
         return self.outcome
