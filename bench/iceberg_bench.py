@@ -45,7 +45,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.delta_bench import reset_index, start_moto, traffic, user  # noqa: E402
+from bench.delta_bench import LAYOUTS, file_users, reset_index, start_moto, traffic, user  # noqa: E402
 
 BUCKET = "bench-lake"
 HASH_KEY = "iceberg-bench-hash-key-0123456789abcdef"
@@ -61,8 +61,11 @@ def catalog_config(dsn: str) -> Any:
     return CatalogConfig(type="sql", uri=uri, warehouse=f"s3://{BUCKET}/warehouse")
 
 
-def write_table(catalog: Any, name: str, files: int, rows_per_file: int, users: int, seed: int = 7) -> None:
-    """`files` files in LOADS appends (DAYS partitions each), the same rows for the same seed."""
+def write_table(
+    catalog: Any, name: str, files: int, rows_per_file: int, users: int, layout: str = "scattered", seed: int = 7
+) -> None:
+    """`files` files in LOADS appends (DAYS partitions each), the same rows for the same seed and layout
+    (delta_bench.file_users: scattered or clustered)."""
     import pyarrow as pa
     from pyiceberg.partitioning import PartitionField, PartitionSpec
     from pyiceberg.schema import Schema
@@ -81,17 +84,18 @@ def write_table(catalog: Any, name: str, files: int, rows_per_file: int, users: 
     rng = random.Random(seed)
     days = min(DAYS, files)
     loads = max(files // days, 1)
+    per_file = file_users(layout, loads * days, rows_per_file, users, rng)
     event = 0
-    for _ in range(loads):
+    for load in range(loads):
         count = rows_per_file * days
-        ids = [user(rng.randrange(users)) for _ in range(count)]
+        ids = [u for d in range(days) for u in per_file[load * days + d]]
         batch = pa.table(
             {
                 "user_id": pa.array(ids, pa.string()),
                 "event_id": pa.array(range(event, event + count), pa.int64()),
                 "amount": pa.array([rng.random() * 100 for _ in ids], pa.float64()),
                 "note": pa.array([f"note {rng.randrange(1_000_000):06d} of event" for _ in ids], pa.string()),
-                "day": pa.array([f"2026-11-{1 + i % days:02d}" for i in range(count)], pa.string()),
+                "day": pa.array([f"2026-11-{1 + i // rows_per_file:02d}" for i in range(count)], pa.string()),
             }
         )
         event += count
@@ -261,6 +265,7 @@ def main() -> int:
     parser.add_argument("--rows", type=int, help="rows per file instead of 5,000")
     parser.add_argument("--users", type=int, help="distinct users instead of 200,000")
     parser.add_argument("--only", action="append", default=[], help="only this user set (1, 100, 1%%)")
+    parser.add_argument("--layout", choices=[*LAYOUTS, "both"], default="both", help="the table's layout (both)")
     args = parser.parse_args()
     files, rows, users = (40, 1_000, 10_000) if args.quick else (200, 5_000, 200_000)
     files, rows, users = args.files or files, args.rows or rows, args.users or users
@@ -278,33 +283,37 @@ def main() -> int:
     catalog.create_namespace_if_not_exists(NAMESPACE)
     tmp = Path(tempfile.mkdtemp(prefix="lakepurge-iceberg-bench-"))
     try:
-        rng = random.Random(3)
         sets = {"1 user": 1, "100 users": 100, "1% of users": users // 100}
         short = {"1 user": "1", "100 users": "100", "1% of users": "1%"}
         sets = {label: n for label, n in sets.items() if not args.only or short[label] in args.only}
         results = []
-        for label, count in sets.items():
-            chosen = [user(n) for n in rng.sample(range(users), count)]
-            mine, theirs = f"lp{len(results)}", f"pi{len(results)}"
-            started = time.perf_counter()
-            write_table(catalog, mine, files, rows, users)
-            write_table(catalog, theirs, files, rows, users)
-            print(f"tables: 2 x {files} files, {files * rows:,} rows ({time.perf_counter() - started:.0f} s)")
-            ours = run_lakepurge(tmp, postgres.dsn, endpoint, mine, chosen)
-            iceberg = run_pyiceberg(catalog, endpoint, theirs, chosen)
-            assert still_holding(catalog, mine, chosen) == 0 and still_holding(catalog, theirs, chosen) == 0
-            ours["objects_naming_users"] = objects_naming(s3, mine, chosen)
-            iceberg["objects_naming_users"] = objects_naming(s3, theirs, chosen)
-            results.append((label, ours, iceberg))
-            print(f"{label}: lakepurge {ours}  pyiceberg {iceberg}", flush=True)
+        for layout in LAYOUTS if args.layout == "both" else (args.layout,):
+            rng = random.Random(3)
+            for label, count in sets.items():
+                chosen = [user(n) for n in rng.sample(range(users), count)]
+                mine, theirs = f"lp{len(results)}", f"pi{len(results)}"
+                started = time.perf_counter()
+                write_table(catalog, mine, files, rows, users, layout)
+                write_table(catalog, theirs, files, rows, users, layout)
+                print(
+                    f"{layout} tables: 2 x {files} files, {files * rows:,} rows ({time.perf_counter() - started:.0f} s)"
+                )
+                ours = run_lakepurge(tmp, postgres.dsn, endpoint, mine, chosen)
+                iceberg = run_pyiceberg(catalog, endpoint, theirs, chosen)
+                assert still_holding(catalog, mine, chosen) == 0 and still_holding(catalog, theirs, chosen) == 0
+                ours["objects_naming_users"] = objects_naming(s3, mine, chosen)
+                iceberg["objects_naming_users"] = objects_naming(s3, theirs, chosen)
+                results.append((f"{layout} {label}", ours, iceberg))
+                print(f"{layout} {label}: lakepurge {ours}  pyiceberg {iceberg}", flush=True)
         print()
         print(
-            f"{'users':<14}{'lakepurge s':>12}{'read MB':>9}{'written MB':>11}{'left':>6}{'pyiceberg s':>13}"
-            f"{'read MB':>9}{'written MB':>11}{'left':>6}{'speed-up':>10}  verified"
+            f"{'users':<24}{'files':>6}{'lakepurge s':>12}{'read MB':>9}{'written MB':>11}{'left':>6}"
+            f"{'pyiceberg s':>13}{'read MB':>9}{'written MB':>11}{'left':>6}{'speed-up':>10}  verified"
         )
         for label, ours, iceberg in results:
             print(
-                f"{label:<14}{ours['wall']:>12.2f}{ours['read'] / 1e6:>9.1f}{ours['written'] / 1e6:>11.1f}"
+                f"{label:<24}{ours['files_replaced']:>6}{ours['wall']:>12.2f}{ours['read'] / 1e6:>9.1f}"
+                f"{ours['written'] / 1e6:>11.1f}"
                 f"{ours['objects_naming_users']:>6}{iceberg['wall']:>13.2f}{iceberg['read'] / 1e6:>9.1f}"
                 f"{iceberg['written'] / 1e6:>11.1f}{iceberg['objects_naming_users']:>6}"
                 f"{iceberg['wall'] / ours['wall']:>9.1f}x  {ours['verified']}"

@@ -71,6 +71,14 @@ _BLOCK = 64  # SHA-256's block size
 _IS_NONE = functools.partial(operator.is_, None)
 
 
+def hmac_pads(key: bytes) -> tuple[bytes, bytes]:
+    """HMAC-SHA256's inner and outer padded keys (RFC 2104): a user id's keyed hash is
+    sha256(outer + sha256(inner + id)), computed so wherever the ids are (DuckDB's second reader hashes there)."""
+    block = hashlib.sha256(key).digest() if len(key) > _BLOCK else key
+    padded = block.ljust(_BLOCK, b"\0")
+    return bytes(byte ^ 0x36 for byte in padded), bytes(byte ^ 0x5C for byte in padded)
+
+
 class Pseudonymizer:
     def __init__(self, key: bytes) -> None:
         if len(key) < 16:
@@ -79,10 +87,9 @@ class Pseudonymizer:
         # HMAC-SHA256 (RFC 2104) from the key's two padded blocks, hashed once: each id then costs two copies of a
         # hash state, not the key schedule OpenSSL's one-shot HMAC redoes on every call (three times slower). The
         # purge hashes the id of every target line with it.
-        block = hashlib.sha256(key).digest() if len(key) > _BLOCK else key
-        padded = block.ljust(_BLOCK, b"\0")
-        self._inner = hashlib.sha256(bytes(byte ^ 0x36 for byte in padded))
-        self._outer = hashlib.sha256(bytes(byte ^ 0x5C for byte in padded))
+        inner, outer = hmac_pads(key)
+        self._inner = hashlib.sha256(inner)
+        self._outer = hashlib.sha256(outer)
 
     @classmethod
     def from_config(cls, config: PrivacyConfig) -> Pseudonymizer:

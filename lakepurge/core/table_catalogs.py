@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import sqlite3
+import threading
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -114,17 +116,37 @@ def _sql_pointer(catalog: CatalogConfig, name: str, table: str) -> str | None:
                     return None
                 raise
     elif dialect in ("postgresql", "postgres"):
-        import psycopg
-
-        with psycopg.connect(_conninfo(url), autocommit=True) as connection:
-            if connection.execute("SELECT to_regclass('iceberg_tables')").fetchone() == (None,):
-                return None
-            row = connection.execute(query.format(p="%s"), (name, namespace, table_name)).fetchone()
+        row = _postgres_pointer(_conninfo(url), query.format(p="%s"), (name, namespace, table_name))
     else:
         raise CatalogError(
             f"catalog '{name}': a SQL catalog's uri must be postgresql+psycopg2://, postgresql+psycopg:// or sqlite:///"
         )
     return None if row is None else str(row[0])
+
+
+# (process, connection string) -> a connection to a SQL catalog's PostgreSQL, kept for the process: a table is asked
+# for its metadata file several times per request (a connection costs more than the query).
+_CONNECTIONS: dict[tuple[int, str], Any] = {}
+_CONNECTING = threading.Lock()
+
+
+def _postgres_pointer(conninfo: str, query: str, parameters: tuple[str, str, str]) -> Any:
+    import psycopg
+
+    for attempt in range(2):
+        with _CONNECTING:
+            connection = _CONNECTIONS.get((os.getpid(), conninfo))
+            if connection is None or connection.closed:
+                connection = _CONNECTIONS[os.getpid(), conninfo] = psycopg.connect(conninfo, autocommit=True)
+        try:
+            if connection.execute("SELECT to_regclass('iceberg_tables')").fetchone() == (None,):
+                return None
+            return connection.execute(query, parameters).fetchone()
+        except psycopg.OperationalError:
+            connection.close()  # a restart or failover broke it: once more on a new connection
+            if attempt:
+                raise
+    return None
 
 
 def _conninfo(url: Any) -> str:

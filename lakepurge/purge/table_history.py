@@ -1,6 +1,6 @@
-"""A table's history, for the erasure from a table: which log objects the current version is read through (never
-deleted), and deleting object versions for good (those that name the users, the files of an attempt that was not
-committed).
+"""A table's history, for the erasure from a table: deleting object versions for good (those that name the users,
+the files of an attempt that was not committed). Which log objects the current version is read through (never
+deleted) is lakepurge.tables.delta.needed_log.
 """
 
 from __future__ import annotations
@@ -13,23 +13,10 @@ from lakepurge.core.s3io import (
     ever_versioned,
 )
 from lakepurge.core.s3uri import S3Uri
-from lakepurge.tables.delta import LOG
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_s3.type_defs import ObjectIdentifierTypeDef
-
-
-def needed_log(key: str, root: str, needed_from: int, checkpoint_keys: set[str]) -> bool:
-    """Whether the current version is read through this log object: the newest checkpoint (its parts and
-    sidecars), the commits after it, and _last_checkpoint."""
-    if not key.startswith(root + LOG):
-        return False
-    name = key[len(root + LOG) :]
-    if key in checkpoint_keys or name == "_last_checkpoint" or name.startswith("_sidecars/"):
-        return True
-    number = name.split(".", 1)[0]
-    return number.isdigit() and int(number) >= needed_from and name.endswith(".json") and ".checkpoint" not in name
 
 
 def delete_versions(s3: S3Client, bucket: str, versions: list[tuple[str, str]]) -> None:

@@ -19,9 +19,13 @@ For each table the report plans (lakepurge.tables.plan), on the driver:
    versions that name them: replaced files, files removed earlier, change data, orphans, log entries (commits and
    checkpoints before the new checkpoint). A log entry the current version still needs is never deleted: it is
    reported, and the request is not certified.
-5. Verify: DuckDB's delta extension reads the current version (its own log replay): the same files as the log
-   reader, each with the rows the index expects, and none of the users' ids in the files it reads; then the location
-   is listed again and every version not read yet is read.
+5. Verify: DuckDB reads the current version with readers of its own (its extension's log replay lists the live
+   files: the same as the log reader's; its Parquet reader reads the files written and those the index does not
+   vouch for: the rows expected and none of the users' ids; verify = "full": its extension's scan of every file).
+   What step 4 could not delete is reported.
+
+The new files' index rows (from what the rewrite read of them) are written while steps 4 and 5 run; then the index
+follows the table to the erasure's commit.
 
 This module runs the steps and keeps the outcome; step 2 is lakepurge.purge.table_rewrite, step 3
 lakepurge.purge.table_commit, step 4's deletions lakepurge.purge.table_history and step 5's second reader
@@ -58,21 +62,23 @@ from lakepurge.index import open_store
 from lakepurge.index.base import IndexStore, ObjectIndex
 from lakepurge.purge import iceberg as iceberg_erasure
 from lakepurge.purge.table_commit import CommitConflict, checkpoint, commit_replacement
-from lakepurge.purge.table_history import DeleteFailed, delete_versions, delete_written, needed_log
+from lakepurge.purge.table_history import DeleteFailed, delete_versions, delete_written
 from lakepurge.purge.table_rewrite import RewriteFailed, RewriteItem, rewrite_partition
-from lakepurge.purge.table_second_reader import normal_path, second_reader
+from lakepurge.purge.table_second_reader import KeyedUsers, live_files, normal_path, read_files, scan_table
 from lakepurge.tables.base import LakeTable, TableError, TableState
-from lakepurge.tables.delta import READ_THREADS, DeltaLog
+from lakepurge.tables.delta import READ_THREADS, DeltaLog, needed_log
 from lakepurge.tables.iceberg import IcebergTable
 from lakepurge.tables.index import follow_table, indexed_version, open_table
 from lakepurge.tables.plan import TablePlan
-from lakepurge.tables.scan import contained, data_file_users, object_names
+from lakepurge.tables.scan import contained, data_file_users, object_names, strings
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
 log = get_logger()
 
+# Connections the new files' index rows are written on at once.
+INDEX_WRITERS = 2
 COMMIT_ATTEMPTS = 3
 
 
@@ -154,6 +160,7 @@ class _TablePurge:
         # Metadata (an Iceberg manifest's bounds) is read for the users' ids and the forms bounds truncate them to.
         self.metadata_hashes = (*hashes, *plan.bound_hashes)
         self.iceberg: iceberg_erasure.IcebergErasure | None = None
+        self.committed: set[int] = set()  # the versions this erasure committed
 
     def run(self) -> TableOutcome:
         if self.plan.not_certifiable:
@@ -188,6 +195,7 @@ class _TablePurge:
                 break  # nothing to commit after all
             self.outcome.status = "erased"
             self.outcome.version_committed = committed
+            self.committed.add(committed)
             self.outcome.files_replaced += [_replaced(r) for r in rewritten]
             self.replaced |= {r["before"] for r in rewritten}
             self.new_entries += [r for r in rewritten if r.get("after")]
@@ -199,25 +207,40 @@ class _TablePurge:
             self.outcome.status = "failed"
             self.outcome.error = f"the table kept changing: no commit in {COMMIT_ATTEMPTS} attempts"
             return self.outcome
-        erasing = self.outcome.version_committed is not None or not self.plan.empty
-        if erasing and self.iceberg is None:
-            # Log entries before a checkpoint are not needed to read the current version: they can go.
-            self.outcome.checkpoint_version = checkpoint(self.dataset)
-        state = table.state()
-        deleted: dict[str, list[str]] = {}
-        if erasing:
+        # The new files' rows go into the index (the index's server busy, this process mostly waiting) while the
+        # history is erased and the second reader reads: neither needs the index.
+        with ThreadPoolExecutor(2) as indexing:
+            indexed = indexing.submit(self._index_written)
             # A table that holds none of the users gets no commit, checkpoint or deletion: only the checks below.
-            deleted = self._history(table, state, trusted, delete=True)
-            self.outcome.versions_cut = list(self.plan.versions_cut)
-            if self.iceberg is not None:
-                self._iceberg_outcome(self.iceberg)
-        store = open_store(self.settings.index, create=False)
-        try:
-            state = self._reindex(store, table, deleted) or table.state()
-        finally:
-            store.close()
-        self._second_reader(table, state, trusted)
-        self._history(table, state, trusted, delete=False)  # what is left, listed again
+            erasing = self.outcome.version_committed is not None or not self.plan.empty
+            state = table.state()
+            if (
+                erasing
+                and isinstance(table, DeltaLog)
+                and (self.plan.new_checkpoint or self._commits_since_name_users(table, state.version))
+            ):
+                # Log entries before a checkpoint are not needed to read the current version: they can go.
+                self.outcome.checkpoint_version = checkpoint(self.dataset)
+                table.listing(refresh=True)
+            # The second reader reads the current version while its history goes: nothing it reads is deleted (only
+            # what the current version does not need).
+            pointer = table.pointer(refresh=False) if isinstance(table, IcebergTable) else None
+            reading = indexing.submit(self._second_reader, state, trusted, table.physical_id_fields(), pointer)
+            # One listing of the location after the commit: what names the users and the current version does not
+            # need is deleted, what it needs is reported (the request is then not certified).
+            deleted = self._history(table, state, trusted, delete=erasing)
+            if erasing:
+                self.outcome.versions_cut = list(self.plan.versions_cut)
+                if self.iceberg is not None:
+                    self._iceberg_outcome(self.iceberg)
+            fresh = indexed.result()
+            if fresh is not None:  # the index follows the table while the second reader may still read
+                store = open_store(self.settings.index, create=False)
+                try:
+                    self._follow(store, table, deleted, fresh)
+                finally:
+                    store.close()
+            self.outcome.remaining += reading.result()
         if self.outcome.remaining and self.outcome.status != "failed":
             log.warning("a table still holds the users", extra={"dataset": self.dataset.name})
         return self.outcome
@@ -248,6 +271,13 @@ class _TablePurge:
         if erasure.commits:
             self.outcome.status = "erased"
             self.outcome.version_committed = erasure.commits[-1].version
+
+    def _commits_since_name_users(self, table: DeltaLog, latest: int) -> bool:
+        """Whether a commit after the plan, not this erasure's, names the users (its statistics): the current version
+        is read through it until a checkpoint, which the plan did not foresee."""
+        others = [v for v in range(self.plan.version + 1, latest + 1) if v not in self.committed]
+        table.prefetch(others)
+        return any(contained(self._thread_users(), strings(table.commit_actions(v))) for v in others)
 
     # what to rewrite
 
@@ -348,7 +378,7 @@ class _TablePurge:
         uri = self.dataset.uri
         needed_from, needed_keys = 0, set()
         if isinstance(table, DeltaLog):
-            checkpoint = table.listing(refresh=True).complete_checkpoint(state.version)
+            checkpoint = table.listing().complete_checkpoint(state.version)  # as listed for the state (or since)
             needed_from = checkpoint.version if checkpoint is not None else 0
             needed_keys = set(checkpoint.keys) if checkpoint is not None else set()
         garbage = self.iceberg.garbage if self.iceberg is not None and delete else set()
@@ -401,8 +431,7 @@ class _TablePurge:
             what = "log" if table.is_metadata(S3Uri.parse(path).key) else "data"
             self.outcome.objects_deleted.append({"object": path, "version_ids": versions, "what": what})
         self.outcome.objects_checked += checked
-        if not delete:
-            self.outcome.remaining = remaining
+        self.outcome.remaining += remaining
         return deleted
 
     def _thread_users(self, metadata: bool = False) -> HashedUsers:
@@ -436,12 +465,16 @@ class _TablePurge:
             users = self._thread_users(metadata=True)
         return object_names(body, key, users, (), False, max_bytes)
 
-    def _reindex(self, store: IndexStore, table: LakeTable, deleted: dict[str, list[str]]) -> TableState | None:
-        """The index follows the table to the erasure's commit (the replaced files leave it, the new ones come in:
-        indexed from what the rewrite read of them, not read again), then forgets every version deleted (the index
-        keeps a removed file's version in a versioned bucket)."""
-        if indexed_version(store, self.dataset) is None:
-            return None
+    def _index_written(self) -> frozenset[str] | None:
+        """The new files into the index, from what the rewrite read of them (not read again), on INDEX_WRITERS
+        connections (each file atomically, on one of them: a server inserts on one core per connection): their
+        paths, or None when the table was never indexed (nothing to follow)."""
+        store = open_store(self.settings.index, create=False)
+        try:
+            if indexed_version(store, self.dataset) is None:
+                return None
+        finally:
+            store.close()
         now = datetime.now(UTC)
         entries = []
         for result in self.new_entries:
@@ -449,38 +482,65 @@ class _TablePurge:
             entry.lines_by_user = result["rows_by_user"]  # lists already (a copy cost 3 s for a million rows)
             entry.records = result["rows_after"]
             entries.append(entry)
-        if entries:
-            store.replace_objects(entries, force=True)
-        followed = follow_table(self.s3, store, self.settings, self.dataset, table=table)
+
+        def write(share: list[ObjectIndex]) -> None:
+            writer = open_store(self.settings.index, create=False)
+            try:
+                writer.replace_objects(share, force=True)
+            finally:
+                writer.close()
+
+        shares = [entries[i::INDEX_WRITERS] for i in range(INDEX_WRITERS) if entries[i::INDEX_WRITERS]]
+        with ThreadPoolExecutor(INDEX_WRITERS) as pool:
+            list(pool.map(write, shares))
+        return frozenset(entry.s3path for entry in entries)
+
+    def _follow(
+        self, store: IndexStore, table: LakeTable, deleted: dict[str, list[str]], fresh: frozenset[str]
+    ) -> None:
+        """The index follows the table to the erasure's commit (the replaced files leave it, the new ones, indexed
+        already, are not read), then forgets every version deleted (the index keeps a removed file's version in a
+        versioned bucket)."""
+        follow_table(self.s3, store, self.settings, self.dataset, table=table, fresh=fresh)
         for path, versions in deleted.items():
             store.forget_noncurrent(path, [*versions, "null"])
-        return table.state(followed.version)
 
     # verification
 
-    def _second_reader(self, table: LakeTable, state: TableState, trusted: set[str]) -> None:
-        """DuckDB's delta extension reads the current version with its own log replay. What changed is read: the
-        files replaced are gone from it, the files written hold the rows the rewrite kept, and none of the users'
-        ids is in them (nor in any file not vouched for). With verify = "full" (and for `verify`), every file: the
-        same live files as the log reader, each with the rows its log entry states, and no id of the users."""
+    def _second_reader(
+        self, state: TableState, trusted: set[str], physical: tuple[str, ...], pointer: str | None
+    ) -> list[dict[str, Any]]:
+        """DuckDB reads the current version with readers of its own. With verify = "full" (and for `verify`): its
+        extension's scan of every live file (its own log replay): the same live files as the log reader, each with
+        the rows its log entry states, and none of the users' ids. Otherwise what changed, and a proof of the rest:
+        the extension lists the live files (its own log replay, no data read), which must be the log reader's, the
+        replaced ones gone; the files written and any live file the index does not vouch for (the rest the index
+        read and found without the users) are read with DuckDB's Parquet reader: the rows the rewrite kept, none of
+        the users' ids. physical: the id fields as the files name them; pointer: an Iceberg table's metadata file.
+        Returns what it finds still there."""
+        remaining: list[dict[str, Any]] = []
         full = self.settings.purge.verify == "full" or not self.request_id
+        users = KeyedUsers(self.key, self.hashes)
         replaced = {normal_path(f["before"]): f for f in self.outcome.files_replaced}
         written = {normal_path(f["after"]): f for f in self.outcome.files_replaced if f.get("after")}
-        reading = set(state.files) if full else (set(state.files) - trusted) | self.written
-        pointer = table.pointer(refresh=False) if isinstance(table, IcebergTable) else None
-        found = second_reader(self.dataset, None if full else set(replaced) | set(written) | reading, pointer)
+        reading = _normal_set(state) if full else {normal_path(p) for p in set(state.files) - trusted} | set(written)
+        found = None if full else read_files(self.dataset, reading, physical, users)
+        if found is None:
+            found = scan_table(self.dataset, pointer, users)
+            live = set(found.counts)
+        else:
+            live = live_files(self.dataset, pointer)
         self.outcome.second_reader = {
             "files_counted": len(found.counts),
             "rows_counted": sum(found.counts.values()),
             "files_read_for_ids": len(reading),
+            "live_files_listed": len(live),
         }
-        gone = sorted(set(replaced) & set(found.counts))
+        gone = sorted(set(replaced) & live)
         if gone:
-            self.outcome.remaining.append(
-                {"object": gone[0], "reason": "the second reader still reads a replaced file"}
-            )
-        if full and set(found.counts) != {normal_path(p) for p in state.files}:
-            self.outcome.remaining.append(
+            remaining.append({"object": gone[0], "reason": "the second reader still reads a replaced file"})
+        if live != _normal_set(state):
+            remaining.append(
                 {
                     "object": self.dataset.location,
                     "reason": "the second reader sees other live files than the table's log",
@@ -491,16 +551,14 @@ class _TablePurge:
             expected |= {
                 normal_path(p): f.records for p, f in state.files.items() if f.records is not None and not f.deletes
             }
-        live = _normal_set(state)
         differing = sorted(p for p, n in expected.items() if found.counts.get(p) != n and p in live)
         if differing:
-            self.outcome.remaining.append(
+            remaining.append(
                 {"object": differing[0], "reason": f"{len(differing)} file(s) read with other row counts than stated"}
             )
-        if contained(self.users, found.ids):
-            self.outcome.remaining.append(
-                {"object": self.dataset.location, "reason": "the second reader finds the users"}
-            )
+        if found.users_found:
+            remaining.append({"object": self.dataset.location, "reason": "the second reader finds the users"})
+        return remaining
 
 
 def _planned_deletes(table: IcebergTable, version: int) -> frozenset[str]:
@@ -534,8 +592,8 @@ def verify_table(
         check.iceberg = check._iceberg(table)
     state = table.state()
     check.outcome.version_read = state.version
-    check._second_reader(table, state, set())
-    found = list(check.outcome.remaining)
+    pointer = table.pointer(refresh=False) if isinstance(table, IcebergTable) else None
+    # A check without a request reads every file by the extension's scan, which names the columns itself.
+    check.outcome.remaining += check._second_reader(state, set(), (), pointer)
     check._history(table, state, set(), delete=False)
-    check.outcome.remaining = found + check.outcome.remaining
     return check.outcome

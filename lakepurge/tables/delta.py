@@ -314,6 +314,13 @@ class DeltaLog:
         """The s3:// path of a file as an action names it (URL-encoded, relative to the root)."""
         return f"s3://{self.bucket}/{self.root}{unquote(encoded)}"
 
+    def reads_through(self, key: str, version: int) -> bool:
+        """Whether a version of the table is read through this log object (needed_log, from its newest complete
+        checkpoint on)."""
+        checkpoint = self.listing().complete_checkpoint(version)
+        start = checkpoint.version if checkpoint is not None else 0
+        return needed_log(key, self.root, start, set(checkpoint.keys) if checkpoint is not None else set())
+
     # the table's schema: column mapping
 
     def physical_id_fields(self) -> tuple[str, ...]:
@@ -356,6 +363,18 @@ class DeltaLog:
     @property
     def uri(self) -> str:
         return f"s3://{self.bucket}/{self.root.rstrip('/')}"
+
+
+def needed_log(key: str, root: str, needed_from: int, checkpoint_keys: set[str]) -> bool:
+    """Whether the current version is read through this log object: the newest checkpoint (its parts and
+    sidecars), the commits after it, and _last_checkpoint."""
+    if not key.startswith(root + LOG):
+        return False
+    name = key[len(root + LOG) :]
+    if key in checkpoint_keys or name == "_last_checkpoint" or name.startswith("_sidecars/"):
+        return True
+    number = name.split(".", 1)[0]
+    return number.isdigit() and int(number) >= needed_from and name.endswith(".json") and ".checkpoint" not in name
 
 
 def _physical_path(schema: dict[str, Any], parts: list[str]) -> list[str]:

@@ -150,9 +150,14 @@ class IcebergTable:
             self._metadata[pointer] = document
         return self._metadata[pointer]
 
+    def _known_current(self) -> dict[str, Any]:
+        """The current metadata file as last asked of the catalog (asked now if never): what the table's schema and
+        properties are read from, without asking the catalog again for each file read."""
+        return self._document(self._pointer) if self._pointer is not None else self.metadata()
+
     def _find_pointer(self, version: int) -> str | None:
         """A version's metadata file: the current one, or a past one from the current one's metadata-log."""
-        current = self._document(self._pointer) if self._pointer is not None else self.metadata()
+        current = self._known_current()
         if version in self._pointers:
             return self._pointers[version]
         for item in current.get("metadata-log") or ():
@@ -391,7 +396,7 @@ class IcebergTable:
         import pyarrow.parquet as pq
 
         data = pq.ParquetFile(io.BytesIO(self.read(file.path)))
-        names = {field_id: name for name, field_id in schema_field_ids(current_schema(self.metadata())).items()}
+        names = {field_id: name for name, field_id in schema_field_ids(current_schema(self._known_current())).items()}
         rows: set[int] = set()
         for delete in equality:
             ids = tuple(int(i) for i in delete["ids"])
@@ -443,7 +448,7 @@ class IcebergTable:
         """The id fields as the current schema names them; an id column the partition spec exposes (identity or
         truncate) is refused: its values are in every manifest and manifest list."""
         assert self.dataset.id_fields is not None
-        document = self.metadata()
+        document = self._known_current()
         fields = {field_id: name for name, field_id in schema_field_ids(current_schema(document)).items()}
         ids = {name: field_id for field_id, name in fields.items()}
         for id_field in self.dataset.id_fields:
@@ -464,7 +469,7 @@ class IcebergTable:
     def id_field_ids(self) -> dict[int, str]:
         """Field id -> name of the dataset's id columns (top-level or nested) in the current schema."""
         assert self.dataset.id_fields is not None
-        ids = schema_field_ids(current_schema(self.metadata()))
+        ids = schema_field_ids(current_schema(self._known_current()))
         return {ids[name]: name for name in self.dataset.id_fields if name in ids}
 
     def storage_options(self) -> dict[str, str]:
@@ -473,7 +478,7 @@ class IcebergTable:
     def id_metrics_warning(self) -> str:
         """Whether new manifests will hold the id columns' bounds (Iceberg writes truncate(16) by default): the
         advice to set their metrics mode to none, or ""."""
-        properties = self.metadata().get("properties") or {}
+        properties = self._known_current().get("properties") or {}
         default = properties.get("write.metadata.metrics.default", "truncate(16)")
         columns = [
             name

@@ -200,11 +200,13 @@ def follow_table(
     dataset: DatasetConfig,
     max_commits: int | None = None,
     table: LakeTable | None = None,
+    fresh: frozenset[str] = frozenset(),
 ) -> Followed:
     """Bring the table's index from the version indexed to the newest: read the files the commits in between added
     (and the ones they added and removed again, and their change data) and move the files they removed to history.
-    More than max_commits commits to follow raises TableError (the caller says what to run instead)."""
-    table = open_table(s3, dataset)
+    More than max_commits commits to follow raises TableError (the caller says what to run instead). fresh: files
+    the caller has just indexed from the bytes it wrote (an erasure's rewrites): taken as indexed, not asked for."""
+    table = table if table is not None else open_table(s3, dataset)
     since = indexed_version(store, dataset)
     if since is None:
         raise NotIndexed(f"dataset '{dataset.name}': the table was never indexed (run: lakepurge index backfill)")
@@ -223,7 +225,7 @@ def follow_table(
     state = table.state(latest)
     if changes is None:
         changes = _compared(store, table, since, state)
-    _apply(s3, store, settings, table, changes, followed)
+    _apply(s3, store, settings, table, changes, followed, fresh)
     record_version(store, dataset, state)
     log.info(
         "table followed",
@@ -242,7 +244,13 @@ def _compared(store: IndexStore, table: LakeTable, since: int, state: TableState
 
 
 def _apply(
-    s3: S3Client, store: IndexStore, settings: Settings, table: LakeTable, changes: TableChanges, followed: Followed
+    s3: S3Client,
+    store: IndexStore,
+    settings: Settings,
+    table: LakeTable,
+    changes: TableChanges,
+    followed: Followed,
+    fresh: frozenset[str] = frozenset(),
 ) -> None:
     dataset = table.dataset
     removed = sorted(changes.removed)
@@ -254,8 +262,10 @@ def _apply(
         store.remove_object(path)
         followed.files_left += 1
     # Indexed already (the erasure indexes the files it writes): a data file never changes once committed.
-    known = store.object_records(list(changes.added))
+    known = store.object_records([path for path in changes.added if path not in fresh])
     for file in changes.added.values():
+        if file.path in fresh and not file.deletes:
+            continue
         if file.path in known and not file.deletes and store_has(store, file.path):
             continue
         store_live(store, table, scan_live_file(s3, settings, table, file))

@@ -75,6 +75,9 @@ class TablePlan:
     delete_files: tuple[PlannedObject, ...] = ()
     snapshots_kept: tuple[int, ...] = ()
     bound_hashes: tuple[str, ...] = ()
+    # Delta: whether the erasure writes a checkpoint: only when a log entry naming the users is one the current
+    # version is read through (a report made before this field existed: always).
+    new_checkpoint: bool = True
 
     @property
     def rows(self) -> int:
@@ -97,8 +100,13 @@ class TablePlan:
         before = self.version + readable - 1
         kept = _ranges(v for v in range(before + 1) if v not in set(self.versions_cut))
         cut = _ranges(self.versions_cut)
+        checkpoint = (
+            f"a checkpoint at version {self.version + readable}"
+            if self.new_checkpoint
+            else "no checkpoint (no log entry the current version is read through names the users)"
+        )
         return (
-            f"{change}; a checkpoint at version {self.version + readable}; {len(self.history)} file(s) of the table's"
+            f"{change}; {checkpoint}; {len(self.history)} file(s) of the table's"
             f" history and {len(self.log_entries)} log entr(y/ies) naming the users are deleted with every S3"
             f" version. Time travel: version {self.version + readable} on stays readable; of versions 0-{before},"
             f" {kept or 'none'} stay readable, {cut or 'none'} are cut"
@@ -236,9 +244,11 @@ def plan_table(
     if isinstance(table, IcebergTable):
         erased = set(found.files) | set(found.history) | set(found.deletes)
         cut, kept, problem = table.snapshots_cut(erased, set(logs))
-    elif isinstance(table, DeltaLog):
+    new_checkpoint = False
+    if isinstance(table, DeltaLog):
+        new_checkpoint = any(table.reads_through(S3Uri.parse(path).key, state.version) for path in logs)
         cut = _versions_cut(table, set(found.files) | set(found.history), logs, state.version)
-        if not found.files:  # no commit: the checkpoint is written at the current version, which stays readable
+        if not found.files:  # no commit: the current version stays readable (a checkpoint is written at it)
             cut = [v for v in cut if v != state.version]
     return TablePlan(
         dataset=dataset.name,
@@ -254,6 +264,7 @@ def plan_table(
         delete_files=tuple(PlannedObject(p, tuple(sorted(v))) for p, v in sorted(found.deletes.items()) if v),
         snapshots_kept=tuple(kept),
         bound_hashes=bound,
+        new_checkpoint=new_checkpoint,
     )
 
 

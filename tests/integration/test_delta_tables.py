@@ -346,3 +346,28 @@ def test_given_delta_tables_in_glue_when_imported_then_they_become_delta_dataset
     assert len([e for e in found["users"]["alice@example.com"] if "lines" in e]) == 2
     code, athena_import = cli(capsys, "datasets", "import", "--glue-database", "curated", "--table", "events_athena")
     assert athena_import["imported"][0]["format"] == "delta"
+
+
+def test_given_a_table_when_the_second_reader_reads_it_then_it_finds_a_user_by_keyed_hash_and_counts_each_files_rows(
+    aws,
+):
+    from lakepurge.core.config import DatasetConfig
+    from lakepurge.core.privacy import Pseudonymizer
+    from lakepurge.purge.table_second_reader import KeyedUsers, live_files, read_files, scan_table
+
+    aws_client().create_bucket(Bucket=D.BUCKET)
+    D.write(D.rows(["ann@example.com", "bob@example.com", "ann@example.com"], "d1"))
+    D.write(D.rows(["cid@example.com", "émile@example.com"], "d2", 10))
+    dataset = DatasetConfig(name="events", location=f"s3://{D.BUCKET}/{D.ROOT}", format="delta", id_fields=("user_id",))
+    key = HASH_KEY.encode()
+
+    def users(*ids: str) -> KeyedUsers:
+        return KeyedUsers(key, tuple(Pseudonymizer(key).many(ids)))
+
+    files = live_files(dataset, None)
+    assert len(files) == 2
+    for reading in (lambda u: read_files(dataset, files, ("user_id",), u), lambda u: scan_table(dataset, None, u)):
+        assert sorted(reading(users("nobody@example.com")).counts.values()) == [2, 3]
+        assert reading(users("nobody@example.com")).users_found is False
+        assert reading(users("bob@example.com")).users_found is True
+        assert reading(users("nobody@example.com", "émile@example.com")).users_found is True  # UTF-8, as hashed

@@ -756,6 +756,30 @@ def test_only_the_role_that_deletes_relational_rows_reads_their_deleting_dsns(tr
         assert translated["Resources"][policy]["Condition"].startswith("HasRelational"), policy
 
 
+def test_given_iceberg_tables_in_glue_then_only_the_table_readers_get_their_entries_and_only_the_job_moves_them(
+    translated: dict[str, Any],
+) -> None:
+    """An Iceberg table in a Glue catalog: the indexer, the report, StartPurge and the export read its pointer
+    (glue:GetTable), the Spark job also commits the erasure (glue:UpdateTable), on the catalog and the ARNs given in
+    IcebergGlueArns only; no other role gets any Glue action, and without tables no policy exists."""
+    glue: dict[str, set[str]] = {}
+    for role, statements in _role_statements(translated).items():
+        for statement in statements:
+            actions = {a for a in _as_list(statement["Action"]) if a.startswith("glue:")}
+            if actions:
+                glue.setdefault(role, set()).update(actions)
+                resources = json.dumps(statement["Resource"])
+                assert _names(statement["Resource"]) == {"IcebergGlueArns"}, (role, resources)
+                assert ":catalog" in resources and "*" not in resources
+    readers = {"IndexerRole", "GenerateReportRole", "StartPurgeRole", "ExportArchiveRole"}
+    assert glue == {
+        **{role: {"glue:GetTable"} for role in readers},
+        "SparkJobRole": {"glue:GetTable", "glue:UpdateTable"},
+    }
+    for policy in ("IcebergGlueCatalogReadPolicy", "IcebergGlueCatalogCommitPolicy"):
+        assert translated["Resources"][policy]["Condition"] == "HasIcebergGlueTables", policy
+
+
 APPROVAL_SIGNING_ROLES = {"RequestApprovalRole", "ApprovalApiRole"}
 
 
