@@ -1320,6 +1320,39 @@ def test_given_one_bucket_then_the_lake_grants_and_events_are_what_they_were(loc
     assert _lake_events(with_key, key_values) == ([], ["example-lake"])
 
 
+def test_given_a_stack_over_several_buckets_on_moto_then_object_events_of_each_reach_the_index_queue(
+    aws: object, localized: dict[str, Any]
+) -> None:
+    """LakeNotifications=EventBridge: moto's S3 sends each bucket's events to EventBridge, whose rules deliver them;
+    the stack's rule sends the lake's buckets' events to the queue the indexer consumes, and no other bucket's."""
+    overrides = {**SEVERAL_BUCKETS, "LakeNotifications": "EventBridge"}
+    translated = translate.translate(localized, {**translate.SAMPLE_PARAMETERS, **overrides})
+    physical, _ = _create_on_moto(aws, translated, "lakepurge-buckets", overrides)
+    sqs, lam = boto3.client("sqs"), boto3.client("lambda")
+    queue_arn = sqs.get_queue_attributes(QueueUrl=physical["IndexQueue"], AttributeNames=["QueueArn"])["Attributes"]
+    [mapping] = lam.list_event_source_mappings(FunctionName=physical["IndexerFunction"])["EventSourceMappings"]
+    assert mapping["EventSourceArn"] == queue_arn["QueueArn"]  # the indexer consumes that queue
+    # (paused, so that moto leaves the messages here instead of running the function, which needs Docker)
+    lam.update_event_source_mapping(UUID=mapping["UUID"], Enabled=False)
+    s3 = boto3.client("s3")
+    for bucket in ("lake-a", "lake-b", "lake-c", "not-the-lake"):
+        s3.create_bucket(Bucket=bucket)
+        s3.put_bucket_notification_configuration(
+            Bucket=bucket, NotificationConfiguration={"EventBridgeConfiguration": {}}
+        )
+    for key in ("lake-a/events/1.jsonl", "lake-b/clicks/1.jsonl", "lake-c/raw/1.jsonl", "not-the-lake/events/1.jsonl"):
+        bucket, _, name = key.partition("/")
+        s3.put_object(Bucket=bucket, Key=name, Body=b"{}\n")
+    received = sqs.receive_message(QueueUrl=physical["IndexQueue"], MaxNumberOfMessages=10, WaitTimeSeconds=1)
+    events = [json.loads(m["Body"]) for m in received.get("Messages", [])]
+    # (moto's S3 follows each Object Created with an Object Tags Added)
+    assert {(e["detail-type"], e["detail"]["bucket"]["name"], e["detail"]["object"]["key"]) for e in events} == {
+        (kind, bucket, key)
+        for kind in ("Object Created", "Object Tags Added")
+        for bucket, key in (("lake-a", "events/1.jsonl"), ("lake-b", "clicks/1.jsonl"), ("lake-c", "raw/1.jsonl"))
+    }
+
+
 def _rule_holds(node: Any, values: dict[str, Any]) -> Any:
     """The rule functions the template's Rules use, evaluated as CloudFormation does before it creates anything."""
     if not isinstance(node, dict):
