@@ -20,7 +20,8 @@ parameter holding the stack's part of the configuration, the DynamoDB index, the
 and policies, the layer, the ten functions with their SQS event source mapping and EventBridge rules, the operations
 dashboard, and the state machine, whose definition must be the ASL file with
 CloudFormation's DefinitionSubstitutions applied. A second stack with the key vault (VaultBackend dynamodb) is
-created too: its published [vault] must open the table and key it made.
+created too: its published [vault] must open the table and key it made. A third, over three lake buckets with
+LakeNotifications EventBridge, must send each bucket's object events to the index queue.
 """
 
 from __future__ import annotations
@@ -1303,6 +1304,17 @@ def test_given_a_lake_over_several_buckets_then_each_lake_role_gets_exactly_thei
     assert source_arns == [f"arn:{partition}:s3:::{bucket}" for bucket in buckets]
     with_rule, rule_values = _deployed(localized, {**SEVERAL_BUCKETS, "LakeNotifications": "EventBridge"}, partition)
     assert _lake_events(with_rule, rule_values)[1] == buckets
+
+
+def test_given_more_datasets_than_the_ten_prefixes_then_each_is_written_and_nothing_else(
+    localized: dict[str, Any],
+) -> None:
+    locations = [f"example-lake/dataset-{n:02}/" for n in range(25)] + ["lake-b/clicks/"]
+    overrides = {"OtherLakeBucketNames": "lake-b", "LakeDatasetLocations": ",".join(locations)}
+    deployed, values = _deployed(localized, overrides, "aws")
+    grants = _lake_grants(deployed, values)
+    everything = ["example-lake/events/", *locations]
+    assert grants == _expected_lake_grants("aws", ["example-lake", "lake-b"], everything, [])
 
 
 def test_given_one_bucket_then_the_lake_grants_and_events_are_what_they_were(localized: dict[str, Any]) -> None:
