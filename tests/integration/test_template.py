@@ -20,7 +20,8 @@ parameter holding the stack's part of the configuration, the DynamoDB index, the
 and policies, the layer, the ten functions with their SQS event source mapping and EventBridge rules, the operations
 dashboard, and the state machine, whose definition must be the ASL file with
 CloudFormation's DefinitionSubstitutions applied. A second stack with the key vault (VaultBackend dynamodb) is
-created too: its published [vault] must open the table and key it made.
+created too: its published [vault] must open the table and key it made. A third, over three lake buckets with
+LakeNotifications EventBridge, must send each bucket's object events to the index queue.
 """
 
 from __future__ import annotations
@@ -536,7 +537,7 @@ def _objects(resource: Any) -> tuple[str, str]:
         match = re.fullmatch(r"\$\{(\w+)\.Arn\}/(.+)", resource["Fn::Sub"])
         assert match, resource
         return match.group(1), match.group(2)
-    assert "${LakeBucketName}" in json.dumps(resource), resource
+    assert re.search(r"LakeBucketName|OtherLakeBucketNames|LakeDatasetLocations", json.dumps(resource)), resource
     return LAKE, LAKE
 
 
@@ -1227,6 +1228,223 @@ def test_lake_writes_stay_in_the_dataset_prefixes(sam_template: dict[str, Any], 
     assert "arn:aws:s3:::example-lake/*" not in arns
 
 
+# -- a lake over several buckets ------------------------------------------------------------------------------------
+
+# Three buckets, datasets in each (lake-a's through LakeDatasetPrefixes and LakeDatasetLocations), a key per bucket.
+LAKE_KEYS = [f"arn:aws:kms:{REGION}:{ACCOUNT}:key/lake-{name}" for name in ("a", "b")]
+SEVERAL_BUCKETS = {
+    "LakeBucketName": "lake-a",
+    "LakeDatasetPrefixes": "events/,exports/",
+    "OtherLakeBucketNames": "lake-b,lake-c",
+    "LakeDatasetLocations": "lake-b/clicks/,lake-b/orders/year=2026/,lake-c/raw/,lake-a/more/",
+    "LakeKmsKeyArn": ",".join(LAKE_KEYS),
+}
+LAKE_READERS = {
+    "IndexerRole",
+    "GenerateReportRole",
+    "StartPurgeRole",
+    "ExportArchiveRole",
+    "NotifyRole",
+    "SparkJobRole",
+}
+LAKE_WRITERS = {"StartPurgeRole", "SparkJobRole"}
+OBJECT_READS = ("s3:GetObject", "s3:GetObjectVersion", "s3:GetObjectTagging", "s3:GetObjectVersionTagging")
+BUCKET_READS = ("s3:ListBucket", "s3:ListBucketVersions", "s3:GetBucketVersioning")
+OBJECT_WRITES = ("s3:PutObject", "s3:PutObjectTagging", "s3:DeleteObject", "s3:DeleteObjectVersion")
+LAKE_PARAMETERS = re.compile(r"LakeBucketName|OtherLakeBucketNames|LakeDatasetLocations|LakeKmsKeyArn")
+
+
+def _value(node: Any, values: dict[str, Any]) -> list[str]:
+    """A resource or condition value as CloudFormation resolves it, as a list of strings."""
+    if isinstance(node, list):
+        return [item for element in node for item in _value(element, values)]
+    resolved = _sub_value(node, values)
+    return resolved if isinstance(resolved, list) else [resolved]
+
+
+def _deployed(localized: dict[str, Any], overrides: dict[str, str], partition: str) -> tuple[Any, dict[str, Any]]:
+    """The stack as CloudFormation creates it from these parameters in that partition, and the values it used."""
+    parameters = {**translate.SAMPLE_PARAMETERS, **overrides}
+    deployed = _resolve_conditions(translate.translate(localized, parameters), overrides, partition)
+    return deployed, _parameter_values(deployed, overrides, partition)
+
+
+def _lake_grants(deployed: dict[str, Any], values: dict[str, Any]) -> dict[str, dict[str, set[str]]]:
+    """role -> action -> the lake ARNs (buckets, objects, keys) it is granted on, resolved."""
+    grants: dict[str, dict[str, set[str]]] = {}
+    for role, statements in _role_statements(deployed).items():
+        for statement in statements:
+            for resource in _as_list(statement["Resource"]):
+                if not LAKE_PARAMETERS.search(json.dumps(resource)):
+                    continue
+                for action in _as_list(statement["Action"]):
+                    grants.setdefault(role, {}).setdefault(action, set()).update(_value(resource, values))
+    return grants
+
+
+def _expected_lake_grants(
+    partition: str, buckets: list[str], locations: list[str], keys: list[str]
+) -> dict[str, dict[str, set[str]]]:
+    objects = {f"arn:{partition}:s3:::{bucket}/*" for bucket in buckets}
+    reads = {action: objects for action in OBJECT_READS} | {
+        action: {f"arn:{partition}:s3:::{bucket}" for bucket in buckets} for action in BUCKET_READS
+    }
+    # (LakeDatasetPrefixes' unused slots name the first bucket's empty key, which no object has)
+    written = {f"arn:{partition}:s3:::{location}*" for location in locations} | {f"arn:{partition}:s3:::{buckets[0]}/"}
+    writes = {action: written for action in (*OBJECT_WRITES, "s3:AbortMultipartUpload")}
+    expected: dict[str, dict[str, set[str]]] = {}
+    for role in LAKE_READERS:
+        expected[role] = dict(reads) | ({"kms:Decrypt": set(keys)} if keys else {})
+        if role in LAKE_WRITERS:
+            expected[role] |= writes | ({"kms:GenerateDataKey": set(keys)} if keys else {})
+    return expected
+
+
+def _lake_events(deployed: dict[str, Any], values: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The buckets whose S3 notifications the index queue accepts, and those whose EventBridge events the rule
+    forwards to it."""
+    policy = deployed["Resources"]["IndexQueuePolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    notifications = [s for s in policy if s.get("Sid") == "LakeBucketNotifications"]  # with LakeNotifications=S3
+    source_arns = [a for s in notifications for a in _value(s["Condition"]["ArnEquals"]["aws:SourceArn"], values)]
+    rule = deployed["Resources"].get("LakeObjectEventsRule")
+    names = _value(rule["Properties"]["EventPattern"]["detail"]["bucket"]["name"], values) if rule else []
+    return source_arns, names
+
+
+@pytest.mark.parametrize("partition", ["aws", "aws-cn", "aws-us-gov"])
+def test_given_a_lake_over_several_buckets_then_each_lake_role_gets_exactly_their_arns_and_events_of_each(
+    localized: dict[str, Any], partition: str
+) -> None:
+    buckets = ["lake-a", "lake-b", "lake-c"]
+    locations = ["lake-a/events/", "lake-a/exports/", "lake-a/more/", "lake-b/clicks/"]
+    locations += ["lake-b/orders/year=2026/", "lake-c/raw/"]
+    deployed, values = _deployed(localized, SEVERAL_BUCKETS, partition)
+    grants = _lake_grants(deployed, values)
+    assert grants == _expected_lake_grants(partition, buckets, locations, LAKE_KEYS)
+    for arn in {arn for actions in grants.values() for arns in actions.values() for arn in arns}:
+        if ":s3:::" in arn:  # no wildcard bucket, no bucket outside the lake
+            assert arn.split(":::")[1].split("/")[0] in buckets, arn
+    source_arns, _ = _lake_events(deployed, values)
+    assert source_arns == [f"arn:{partition}:s3:::{bucket}" for bucket in buckets]
+    with_rule, rule_values = _deployed(localized, {**SEVERAL_BUCKETS, "LakeNotifications": "EventBridge"}, partition)
+    assert _lake_events(with_rule, rule_values)[1] == buckets
+
+
+def test_given_more_datasets_than_the_ten_prefixes_then_each_is_written_and_nothing_else(
+    localized: dict[str, Any],
+) -> None:
+    locations = [f"example-lake/dataset-{n:02}/" for n in range(25)] + ["lake-b/clicks/"]
+    overrides = {"OtherLakeBucketNames": "lake-b", "LakeDatasetLocations": ",".join(locations)}
+    deployed, values = _deployed(localized, overrides, "aws")
+    grants = _lake_grants(deployed, values)
+    everything = ["example-lake/events/", *locations]
+    assert grants == _expected_lake_grants("aws", ["example-lake", "lake-b"], everything, [])
+
+
+def test_given_one_bucket_then_the_lake_grants_and_events_are_what_they_were(localized: dict[str, Any]) -> None:
+    """A stack deployed before several buckets were possible keeps its parameters and its permissions."""
+    deployed, values = _deployed(localized, {}, "aws")
+    expected = _expected_lake_grants("aws", ["example-lake"], ["example-lake/events/"], [])
+    assert _lake_grants(deployed, values) == expected
+    assert _lake_events(deployed, values) == (["arn:aws:s3:::example-lake"], [])
+    key = {"LakeKmsKeyArn": LAKE_KEYS[0]}
+    with_key, key_values = _deployed(localized, {**key, "LakeNotifications": "EventBridge"}, "aws")
+    grants = _lake_grants(with_key, key_values)
+    assert {role: actions.get("kms:Decrypt") for role, actions in grants.items()} == {
+        role: {LAKE_KEYS[0]} for role in LAKE_READERS
+    }
+    assert _lake_events(with_key, key_values) == ([], ["example-lake"])
+
+
+def test_given_a_stack_over_several_buckets_on_moto_then_object_events_of_each_reach_the_index_queue(
+    aws: object, localized: dict[str, Any]
+) -> None:
+    """LakeNotifications=EventBridge: moto's S3 sends each bucket's events to EventBridge, whose rules deliver them;
+    the stack's rule sends the lake's buckets' events to the queue the indexer consumes, and no other bucket's."""
+    overrides = {**SEVERAL_BUCKETS, "LakeNotifications": "EventBridge"}
+    translated = translate.translate(localized, {**translate.SAMPLE_PARAMETERS, **overrides})
+    physical, _ = _create_on_moto(aws, translated, "lakepurge-buckets", overrides)
+    sqs, lam = boto3.client("sqs"), boto3.client("lambda")
+    queue_arn = sqs.get_queue_attributes(QueueUrl=physical["IndexQueue"], AttributeNames=["QueueArn"])["Attributes"]
+    [mapping] = lam.list_event_source_mappings(FunctionName=physical["IndexerFunction"])["EventSourceMappings"]
+    assert mapping["EventSourceArn"] == queue_arn["QueueArn"]  # the indexer consumes that queue
+    # (paused, so that moto leaves the messages here instead of running the function, which needs Docker)
+    lam.update_event_source_mapping(UUID=mapping["UUID"], Enabled=False)
+    s3 = boto3.client("s3")
+    for bucket in ("lake-a", "lake-b", "lake-c", "not-the-lake"):
+        s3.create_bucket(Bucket=bucket)
+        s3.put_bucket_notification_configuration(
+            Bucket=bucket, NotificationConfiguration={"EventBridgeConfiguration": {}}
+        )
+    for key in ("lake-a/events/1.jsonl", "lake-b/clicks/1.jsonl", "lake-c/raw/1.jsonl", "not-the-lake/events/1.jsonl"):
+        bucket, _, name = key.partition("/")
+        s3.put_object(Bucket=bucket, Key=name, Body=b"{}\n")
+    received = sqs.receive_message(QueueUrl=physical["IndexQueue"], MaxNumberOfMessages=10, WaitTimeSeconds=1)
+    events = [json.loads(m["Body"]) for m in received.get("Messages", [])]
+    # (moto's S3 follows each Object Created with an Object Tags Added)
+    assert {(e["detail-type"], e["detail"]["bucket"]["name"], e["detail"]["object"]["key"]) for e in events} == {
+        (kind, bucket, key)
+        for kind in ("Object Created", "Object Tags Added")
+        for bucket, key in (("lake-a", "events/1.jsonl"), ("lake-b", "clicks/1.jsonl"), ("lake-c", "raw/1.jsonl"))
+    }
+
+
+def _rule_holds(node: Any, values: dict[str, Any]) -> Any:
+    """The rule functions the template's Rules use, evaluated as CloudFormation does before it creates anything."""
+    if not isinstance(node, dict):
+        return node
+    (function, argument), *_ = node.items()
+    if function == "Ref":
+        return values[argument]
+    arguments = [_rule_holds(item, values) for item in _as_list(argument)]
+    if function == "Fn::Not":
+        return not arguments[0]
+    if function == "Fn::Or":
+        return any(arguments)
+    if function == "Fn::Equals":
+        return arguments[0] == arguments[1]
+    if function == "Fn::Contains":
+        return arguments[1] in arguments[0]
+    if function == "Fn::EachMemberEquals":
+        return all(member == arguments[1] for member in arguments[0])
+    raise AssertionError(f"unexpected rule function {function}")
+
+
+def _refused_by(template: dict[str, Any], overrides: dict[str, str]) -> list[str]:
+    """The AssertDescriptions of the Rules these parameter values fail, and the parameters whose AllowedPattern
+    one of their values does not match."""
+    values = _parameter_values(template, overrides)
+    refused = []
+    for rule in template["Rules"].values():
+        if _rule_holds(rule.get("RuleCondition", True), values):
+            refused += [a["AssertDescription"] for a in rule["Assertions"] if not _rule_holds(a["Assert"], values)]
+    for name, spec in template["Parameters"].items():
+        given = values[name] if isinstance(values[name], list) else [values[name]]
+        if "AllowedPattern" in spec and any(not re.fullmatch(spec["AllowedPattern"], str(v)) for v in given):
+            refused.append(name)
+    return refused
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("LakeDatasetLocations", "lake-b/clicks/,,lake-c/raw/"),  # arn:aws:s3:::* between the two
+        ("LakeDatasetLocations", "lake-b/clicks/,"),
+        ("LakeDatasetLocations", "lake-b/*"),
+        ("LakeDatasetLocations", "lake-b/"),  # the whole bucket
+        ("LakeDatasetLocations", "lake-b"),
+        ("LakeDatasetLocations", "*/clicks/"),
+        ("OtherLakeBucketNames", "lake-b,,lake-c"),
+        ("OtherLakeBucketNames", "lake-*"),
+    ],
+)
+def test_given_a_location_or_bucket_that_names_more_than_a_dataset_then_the_stack_refuses_it(
+    sam_template: dict[str, Any], name: str, value: str
+) -> None:
+    assert _refused_by(sam_template, SEVERAL_BUCKETS) == []
+    assert _refused_by(sam_template, {**SEVERAL_BUCKETS, name: value})
+
+
 def test_every_checkov_skip_says_why() -> None:
     lines = (ROOT / "infra" / "checkov-skips.yaml").read_text(encoding="utf-8").splitlines()
     start = lines.index("skip-check:")
@@ -1297,8 +1515,10 @@ def _replace_references(node: Any, excluded: set[str]) -> Any:
 _NO_VALUE = object()
 
 
-def _parameter_values(template: dict[str, Any], overrides: dict[str, str] | None = None) -> dict[str, Any]:
-    values: dict[str, Any] = {}
+def _parameter_values(
+    template: dict[str, Any], overrides: dict[str, str] | None = None, partition: str = "aws"
+) -> dict[str, Any]:
+    values: dict[str, Any] = {"AWS::Partition": partition}
     given = {**translate.SAMPLE_PARAMETERS, **(overrides or {})}
     for name, spec in template["Parameters"].items():
         value = given.get(name, spec.get("Default"))
@@ -1326,11 +1546,13 @@ def _evaluate(node: Any, parameters: dict[str, Any], conditions: dict[str, Any])
     return node
 
 
-def _resolve_conditions(template: dict[str, Any], overrides: dict[str, str] | None = None) -> dict[str, Any]:
+def _resolve_conditions(
+    template: dict[str, Any], overrides: dict[str, str] | None = None, partition: str = "aws"
+) -> dict[str, Any]:
     """What CloudFormation does with Conditions: resources and outputs under a false condition are not created,
     Fn::If picks its branch and AWS::NoValue removes the property or list item (moto would leave a null there).
-    ``overrides``: parameter values other than the sample ones."""
-    parameters = _parameter_values(template, overrides)
+    ``overrides``: parameter values other than the sample ones; ``partition``: the AWS::Partition deployed to."""
+    parameters = _parameter_values(template, overrides, partition)
     raw = template.get("Conditions", {})
     truth = {name: bool(_evaluate(body, parameters, raw)) for name, body in raw.items()}
 
