@@ -61,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     out = Output("--json" in words)
     args: argparse.Namespace | None = None
-    json_logs = None
+    restore_logs = None
     from lakepurge.core import aws
 
     was_cli = aws.configure(cli=True)  # fast connect timeout, few retries: a person is waiting
@@ -72,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         out = Output(args.json)
         run: Run = args.run
         logger = root_logger(level=log_level, stream=STDERR)
-        json_logs = human_logs(logger)  # warnings read as lines among the command's output, not JSON documents
+        restore_logs = human_logs(logger)  # warnings read as lines among the command's output, not JSON documents
         _show_progress_and_keep_spark_quiet()
         return run(args, out)
     except KeyboardInterrupt:
@@ -87,8 +87,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         progress.show_on(None)  # main() called in-process (tests) leaves the process's clients as they were
         logging.getLogger(SERVICE).setLevel(level_before)  # and its service logger's level and form
-        if json_logs is not None:
-            logger.registered_handler.setFormatter(json_logs)
+        if restore_logs is not None:
+            restore_logs()
 
 
 def _show_progress_and_keep_spark_quiet() -> None:

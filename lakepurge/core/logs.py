@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import re
 import sys
+from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger
@@ -72,13 +73,24 @@ class HumanFormatter(LambdaPowertoolsFormatter):
         return text + (f" ({extra})" if extra else "")
 
 
-def human_logs(logger: Logger) -> LambdaPowertoolsFormatter | None:
-    """Print the service's records in the human form (:class:`HumanFormatter`); returns the formatter it replaced,
-    for the CLI to put back when it returns (main() runs more than once in a test process)."""
+def human_logs(logger: Logger) -> Callable[[], None]:
+    """Print the service's records in the human form (:class:`HumanFormatter`) on stderr; returns what puts the
+    handler back as it was, for the CLI to call when it returns (main() runs more than once in a test process).
+    Powertools configures a service's handler once per process: one a Lambda handler run in this process configured
+    first writes to stdout, where the command's JSON document goes."""
     handler = logger.registered_handler
     previous = handler.formatter
     handler.setFormatter(HumanFormatter())
-    return previous if isinstance(previous, LambdaPowertoolsFormatter) else None
+    previous_stream = None
+    if isinstance(handler, logging.StreamHandler):
+        previous_stream = handler.setStream(STDERR)
+
+    def restore() -> None:
+        handler.setFormatter(previous)
+        if previous_stream is not None and isinstance(handler, logging.StreamHandler):
+            handler.setStream(previous_stream)
+
+    return restore
 
 
 class _CurrentStderr:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 
 import orjson
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from lakepurge import runtime
 from lakepurge.cli import main
 from lakepurge.core import aws
-from lakepurge.core.logs import SERVICE, get_logger
+from lakepurge.core.logs import SERVICE, get_logger, root_logger
 from lakepurge.indexing.indexer import index_object
 from tests.support.lakes import index_toml
 
@@ -98,10 +99,18 @@ def test_given_an_object_with_an_unindexable_line_when_indexing_it_then_the_warn
     _, config = indexed_lake
     key = "reviews/dt=2026-01/part-broken.jsonl"
     aws.client("s3").put_object(Bucket="lake", Key=key, Body=b'{"user_id": "u1", "rating": 4}\n{"user_id": \n')
+    # the service's handler as a Lambda handler run earlier in this process configured it: on stdout
+    handler = root_logger().registered_handler
+    stream_before = handler.setStream(sys.stdout)
 
     assert main(["index", "object", f"s3://lake/{key}", "--config", config]) == 0
 
-    lines = capsys.readouterr().err.splitlines()
+    captured = capsys.readouterr()
+    assert "warning" not in captured.out  # stdout is the command's JSON document's
+    assert handler.stream is sys.stdout  # put back as it was
+    if stream_before is not None:
+        handler.setStream(stream_before)
+    lines = captured.err.splitlines()
     assert not [line for line in lines if line.lstrip().startswith("{")], "no Powertools JSON among the output"
     warning = next(line for line in lines if line.startswith("lakepurge: warning: "))
     assert f"object=s3://lake/{key}" in warning and "unindexable" in warning
