@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import orjson
+import pyspark
 import pytest
 
 from lakepurge.core import aws
@@ -51,9 +52,11 @@ def submit(case: LakeCase, job: SparkJob, tmp_path) -> tuple[int, object]:
         timeout=300,
         check=False,
     )
+    sys.stderr.write(result.stderr[-4000:] + "\n--- stdout\n" + result.stdout[-4000:])  # shown when it fails
+    # the job ran on the Spark these tests import (`make spark35`: 3.5, put first on PYTHONPATH), not another one
+    assert f"Running Spark version {pyspark.__version__}" in result.stderr
     for user in case.lake.users:  # the job's output ends in EMR's logs: counts and hashes, never an id
         assert user not in result.stdout and user not in result.stderr
-    sys.stderr.write(result.stderr[-4000:] + "\n--- stdout\n" + result.stdout[-4000:])  # shown when it fails
     return result.returncode, last_document(result.stdout)
 
 
