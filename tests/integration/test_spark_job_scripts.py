@@ -54,7 +54,9 @@ def submit(case: LakeCase, job: SparkJob, tmp_path) -> tuple[int, object]:
     )
     sys.stderr.write(result.stderr[-4000:] + "\n--- stdout\n" + result.stdout[-4000:])  # shown when it fails
     # the job ran on the Spark these tests import (`make spark35`: 3.5, put first on PYTHONPATH), not another one
-    assert f"Running Spark version {pyspark.__version__}" in result.stderr
+    assert f"Running Spark version {pyspark.__version__}" in result.stderr, (
+        f"the job (exit code {result.returncode}) did not start Spark {pyspark.__version__}: {result.stdout[-2000:]}"
+    )
     for user in case.lake.users:  # the job's output ends in EMR's logs: counts and hashes, never an id
         assert user not in result.stdout and user not in result.stderr
     return result.returncode, last_document(result.stdout)
