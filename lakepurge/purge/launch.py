@@ -224,10 +224,11 @@ def spark_submit() -> Path:
     return Path(spec.origin).parent / "bin" / "spark-submit"
 
 
-def purge_entry_point() -> Path:
-    spec = importlib.util.find_spec("lakepurge_jobs.purge")
+def job_entry_point(script: str = "purge") -> Path:
+    """lakepurge_jobs/<script>.py as installed (the purge, or another job: backfill, reconcile, verify, vacuum)."""
+    spec = importlib.util.find_spec(f"lakepurge_jobs.{script}")
     if spec is None or spec.origin is None:
-        raise ConfigError("lakepurge_jobs.purge not found: install lakepurge with its lakepurge_jobs package")
+        raise ConfigError(f"lakepurge_jobs.{script} not found: install lakepurge with its lakepurge_jobs package")
     return Path(spec.origin)
 
 
@@ -300,6 +301,10 @@ class LocalSparkLauncher:
         self.work_dir = Path(config.work_dir) if config.work_dir else default_work_dir()
 
     def command(self, spec: PurgeJobSpec) -> list[str]:
+        return self.submit_command("purge", spec.arguments(str(self.config_path) if self.config_path else None))
+
+    def submit_command(self, script: str, arguments: Sequence[str]) -> list[str]:
+        """spark-submit of lakepurge_jobs/<script>.py with arguments, on this launcher's master."""
         conf = {
             "spark.ui.enabled": "false",
             "spark.ui.showConsoleProgress": "false",
@@ -313,8 +318,8 @@ class LocalSparkLauncher:
             "--master",
             self.config.master,
             *(arg for name, value in conf.items() for arg in ("--conf", f"{name}={value}")),
-            str(purge_entry_point()),
-            *spec.arguments(str(self.config_path) if self.config_path else None),
+            str(job_entry_point(script)),
+            *arguments,
         ]
 
     def environment(self) -> dict[str, str]:
