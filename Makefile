@@ -68,7 +68,7 @@ test: lint ## lint, then unit, integration and e2e tests (starts its own Postgre
 	$(BIN)/pytest -q
 
 unit: $(STAMP) ## the unit tier only: domain rules on an in-memory index, no network, in seconds
-	$(BIN)/pytest -q tests/unit -p no:cacheprovider -n 0
+	$(BIN)/pytest -q tests/unit -p no:cacheprovider -n 2
 
 # The EMR release's Spark (3.5) runs the jobs on AWS; the tests run the locked pyspark (4.x). This runs the tests that
 # start Spark (the session's, or spark-submit of a job script) again on pyspark 3.5, put first on PYTHONPATH.
