@@ -28,7 +28,8 @@ from lakepurge.index import open_store
 from lakepurge.index.base import NewVersion
 from lakepurge.indexing.backfill import run_reconcile
 from lakepurge.indexing.indexer import index_object, scan_object
-from lakepurge.purge import certificate, engine, job
+from lakepurge.purge import engine, job
+from lakepurge.purge.certificate import READ_AGAIN, PurgeResult
 from lakepurge.purge.engine import PurgeTarget, purge_object
 from lakepurge.purge.ownership import Ownership
 from lakepurge.purge.rewrite import rewrite_csv, rewrite_jsonl, rewrite_parquet
@@ -129,9 +130,7 @@ def whole_rewrite_jsonl(cfg: Settings, data: bytes, lines: list[int], users: set
     return rewrite_jsonl(io.BytesIO(data), False, lines, owner, drop=dataset.erase == "drop").reader().read()
 
 
-def purge(
-    cfg: Settings, store, users: list[str], covered: bool = True
-) -> tuple[certificate.PurgeResult, list[str], dict]:
+def purge(cfg: Settings, store, users: list[str], covered: bool = True) -> tuple[PurgeResult, list[str], dict]:
     """The purge of a request (run_purge inline: report, purge, verification, certificate), with the objects
     verification read again, and the certificate."""
     if covered:
@@ -280,7 +279,7 @@ def test_given_a_spliced_object_when_verified_then_it_is_read_again_unless_its_c
     statement = certificate["objects"][0]["splice"]
     assert statement["verify"] == verify
     if read_again:
-        assert statement["copied_ranges_proven_by"] == certificate.READ_AGAIN
+        assert statement["copied_ranges_proven_by"] == READ_AGAIN
     assert result.verified is covered  # no request is certified on incomplete coverage, however it was read
 
 
