@@ -17,6 +17,7 @@ import orjson
 
 from lakepurge.cli.errors import EXIT_FAILED, EXIT_OK, CliError, check_aws_environment
 from lakepurge.core.config import Settings, load_settings
+from lakepurge.records.identifiers import RequestIdError, request_form
 
 if TYPE_CHECKING:
     from lakepurge.purge.launch import SparkJob
@@ -138,6 +139,29 @@ def read_users(args: argparse.Namespace, required: bool = True) -> list[str]:
     if not users and required:
         raise CliError("no_users", "no user ids given: name at least one, or pass --users-file FILE")
     return list(dict.fromkeys(users))
+
+
+def add_typed_ids(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--id",
+        action="append",
+        default=[],
+        dest="typed_ids",
+        metavar="KIND=VALUE",
+        help="a typed id (repeatable): normalised as [identifiers.KIND] says, found in the datasets of that id_kind",
+    )
+
+
+def read_typed_ids(args: argparse.Namespace, settings: Settings) -> list[str]:
+    """The index forms of the --id KIND=VALUE given (lakepurge.records.identifiers), in order, each once."""
+    kinds = settings.identifier_kinds
+    forms = []
+    for text in args.typed_ids:
+        try:
+            forms.append(request_form(text, kinds))
+        except RequestIdError as exc:
+            raise CliError("bad_id", f"--id: {exc}") from None
+    return list(dict.fromkeys(forms))
 
 
 def add_dataset_filter(command: argparse.ArgumentParser) -> None:

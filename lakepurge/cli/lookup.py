@@ -6,9 +6,18 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from lakepurge.cli.arguments import Commands, Output, add_users, read_settings, read_users
+from lakepurge.cli.arguments import (
+    Commands,
+    Output,
+    add_typed_ids,
+    add_users,
+    read_settings,
+    read_typed_ids,
+    read_users,
+)
 from lakepurge.cli.errors import EXIT_OK
 from lakepurge.core.config import Settings
+from lakepurge.records.identifiers import shown
 
 if TYPE_CHECKING:
     from lakepurge.index.base import IndexStore
@@ -18,6 +27,7 @@ if TYPE_CHECKING:
 def register(commands: Commands) -> None:
     lookup = commands.add("lookup", cmd_lookup, help="where each user's records are")
     add_users(lookup)
+    add_typed_ids(lookup)
 
 
 def cmd_lookup(args: argparse.Namespace, out: Output) -> int:
@@ -25,7 +35,8 @@ def cmd_lookup(args: argparse.Namespace, out: Output) -> int:
     from lakepurge.indexing.coverage import of_index
 
     settings = read_settings(args)
-    users = read_users(args)
+    typed = read_typed_ids(args, settings)
+    users = list(dict.fromkeys(read_users(args, required=not typed) + typed))
     store = open_existing(settings.index)
     try:
         tables = tables_status(settings, store, follow=True)  # rows of each table's current version
@@ -37,7 +48,7 @@ def cmd_lookup(args: argparse.Namespace, out: Output) -> int:
     document: dict[str, Any] = {}
     for user in users:
         locations = found.get(user, [])
-        document[user] = [
+        document[shown(user)] = [
             {"s3path": loc.s3path, "etag": loc.etag, "lines": "whole-object" if loc.whole_object else list(loc.lines)}
             for loc in locations
         ] + [
@@ -46,7 +57,7 @@ def cmd_lookup(args: argparse.Namespace, out: Output) -> int:
         ]
         records = sum(0 if loc.whole_object else len(loc.lines) for loc in locations)
         versions = sum(len(v) for v in old_versions[user].values())
-        out.say(f"{user}: {len(locations)} object(s), {records} record(s), {versions} noncurrent version(s)")
+        out.say(f"{shown(user)}: {len(locations)} object(s), {records} record(s), {versions} noncurrent version(s)")
         for loc in locations:
             where = "whole object" if loc.whole_object else "lines " + ",".join(map(str, loc.lines))
             out.say(f"  {loc.s3path}  {where}")

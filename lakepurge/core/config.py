@@ -25,6 +25,7 @@ from pydantic_core import PydanticCustomError
 
 from lakepurge.core.config_messages import plain_error
 from lakepurge.core.s3uri import S3Uri
+from lakepurge.records.identifiers import IdentifierKind, Normalisation
 from lakepurge.records.lines import Inflation
 
 
@@ -132,6 +133,17 @@ class CatalogConfig(_Strict):
 
 
 EraseMode = Literal["blank", "drop", "delete-object"]
+# The name of an identifier kind ([identifiers.NAME], a dataset's id_kind): it is part of every index form of the kind.
+KindName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]
+
+
+class IdentifierConfig(_Strict):
+    """A kind of identifier ([identifiers.NAME]: email, customer_id, ...) and how its values are normalised, in order,
+    when a dataset's records are indexed and when a request names one (`--id NAME=VALUE`): trim, casefold, lower,
+    digits, nfkc (docs/design/PERSON.md). None: exact. Changing it changes the index form of every id of the kind."""
+
+    # how a value of the kind is normalised, in this order: trim, casefold, lower, digits (0-9 kept), nfkc; [] exact
+    normalise: tuple[Normalisation, ...] = ()
 
 
 class DatasetConfig(_Strict):
@@ -143,6 +155,9 @@ class DatasetConfig(_Strict):
     id_from_key: str | None = None
     id_sidecar: SidecarConfig | None = None
     id_tag: str | None = None
+    # The identifier kind ([identifiers.NAME]) every id of this dataset is: its ids are indexed in that kind's index
+    # form (normalised as it says). Unset: untyped, the ids are indexed exactly as read.
+    id_kind: KindName | None = None
     # Default by format: "drop" for parquet and tables (a row cannot be blanked), "blank" for the line formats.
     erase: EraseMode = "blank"
     # Skip what Spark/Hive/Glue skip: path components below the location starting with '_' or '.' (a partition
@@ -612,6 +627,8 @@ class Settings(_Strict):
     vault: VaultConfig | None = None
     # Iceberg catalogs by name ([catalogs.NAME]), which iceberg datasets name.
     catalogs: dict[Annotated[str, Field(min_length=1)], CatalogConfig] = {}
+    # Identifier kinds by name ([identifiers.NAME]), which datasets name as their id_kind.
+    identifiers: dict[KindName, IdentifierConfig] = {}
     _lookup_order: tuple[DatasetConfig, ...] = PrivateAttr(default=())
 
     @model_validator(mode="after")
@@ -629,6 +646,7 @@ class Settings(_Strict):
                         f" [catalogs.{dataset.catalog}] table (configured: {known})"
                     )
                 dataset._catalog_config = self.catalogs[dataset.catalog]
+        self._typed_datasets()
         protected = [d.name for d in self.datasets if d.protection == "crypto-shred"]
         if protected and self.vault is None:
             raise ValueError(f"dataset(s) {', '.join(protected)} are crypto-shred: configure their [vault]")
@@ -647,6 +665,34 @@ class Settings(_Strict):
                 if dataset.uri.bucket == where.bucket and where.key.startswith(dataset.uri.key):
                     raise ValueError(f"workflow.exports_location {exports} lies inside dataset '{dataset.name}'")
         return self
+
+    def _typed_datasets(self) -> None:
+        for dataset in self.datasets:
+            if dataset.id_kind is None:
+                continue
+            if dataset.id_kind not in self.identifiers:
+                known = ", ".join(sorted(self.identifiers)) or "none"
+                raise ValueError(
+                    f"dataset '{dataset.name}' names id_kind '{dataset.id_kind}', which has no"
+                    f" [identifiers.{dataset.id_kind}] table (configured: {known})"
+                )
+            # Tables and pseudonymised datasets are read by readers that do not make index forms yet (issue 31).
+            if dataset.is_table or dataset.per_object or dataset.protection != "none":
+                raise ValueError(
+                    f"dataset '{dataset.name}': id_kind is for datasets of files (jsonl, csv, parquet) with id_fields"
+                    " that are not pseudonymised"
+                )
+
+    @property
+    def identifier_kinds(self) -> dict[str, IdentifierKind]:
+        """The configured kinds, as the readers and the request side apply them."""
+        return {name: IdentifierKind(name, kind.normalise) for name, kind in self.identifiers.items()}
+
+    def kind_of(self, dataset: DatasetConfig) -> IdentifierKind | None:
+        """The kind of a dataset's ids, None for an untyped dataset."""
+        if dataset.id_kind is None:
+            return None
+        return IdentifierKind(dataset.id_kind, self.identifiers[dataset.id_kind].normalise)
 
     def dataset_for(self, bucket: str, key: str) -> DatasetConfig | None:
         """The dataset an object belongs to, or None for objects outside every dataset. Datasets with a configured

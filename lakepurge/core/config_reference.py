@@ -53,6 +53,7 @@ SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
     ("[[datasets]]", config.DatasetConfig),
     ("[datasets.id_sidecar]", config.SidecarConfig),
     ("[catalogs.NAME]", config.CatalogConfig),
+    ("[identifiers.NAME]", config.IdentifierConfig),
     ("[[relational]]", config.RelationalConfig),
     ("[indexing]", config.IndexingConfig),
     ("[purge]", config.PurgeConfig),

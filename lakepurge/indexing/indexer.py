@@ -22,6 +22,7 @@ from lakepurge.core.privacy import Pseudonymizer
 from lakepurge.core.s3io import ObjectChanged, ObjectHead, head_object, head_version, open_body, open_seekable
 from lakepurge.index.base import WHOLE_OBJECT, IndexStore, NoncurrentVersion, ObjectIndex, UnindexableLine
 from lakepurge.records.formats import group_records
+from lakepurge.records.identifiers import index_forms
 from lakepurge.records.ids import IdFieldError, IdKeys, extract_ids, id_problem, parse_paths, parse_record
 from lakepurge.records.record_map import RecordMapBuilder
 from lakepurge.tables.detect import TableFormatError, detect_cached, key_table_format
@@ -99,7 +100,7 @@ def scan_object(s3: S3Client, settings: Settings, dataset: DatasetConfig, head: 
     )
     if dataset.per_object:
         _scan_owner(s3, dataset, head, result)
-        return result
+        return _in_index_forms(settings, dataset, result)
     assert dataset.id_fields is not None
     raw = open_seekable(s3, head) if dataset.format == "parquet" else open_body(s3, head)
     # Where a purge would splice the object, where its records start is noted as they are read.
@@ -117,6 +118,19 @@ def scan_object(s3: S3Client, settings: Settings, dataset: DatasetConfig, head: 
     result.unindexable.extend(UnindexableLine(item.line, item.reason) for item in grouped.unindexable)
     if builder is not None:
         result.record_map = builder.build(head.etag, head.version_id).encode()
+    return _in_index_forms(settings, dataset, result)
+
+
+def _in_index_forms(settings: Settings, dataset: DatasetConfig, result: ObjectIndex) -> ObjectIndex:
+    """The object's rows keyed by the index forms of its ids (its dataset's kind's: docs/design/PERSON.md); an
+    untyped dataset's rows are kept as read. A line whose id has no index form becomes unindexable."""
+    what = "id field(s) " + ", ".join(dataset.id_fields) if dataset.id_fields is not None else "the object's owner"
+    rows, bad = index_forms(result.lines_by_user, settings.kind_of(dataset), bool(settings.identifiers), what)
+    result.lines_by_user = rows
+    if bad:
+        result.records -= len(bad)
+        result.unindexable.extend(UnindexableLine(line, reason) for line, reason in bad.items())
+        result.unindexable.sort(key=lambda item: item.line)
     return result
 
 
