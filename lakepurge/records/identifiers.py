@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal, get_args
 
@@ -96,6 +96,20 @@ def shown(form: str) -> str:
 
 class RequestIdError(ValueError):
     pass
+
+
+def typed_kinds(users: Iterable[str]) -> list[str]:
+    """The kinds of the typed ids among a request's ids, sorted, each once (none: an untyped request)."""
+    return sorted({kind for kind in map(kind_of, users) if kind is not None})
+
+
+# Until every reader of ids makes index forms (the purge's ownership check, verification, the access export:
+# docs/design/PERSON.md, slice 2), a typed id could be found by the index and then not recognised in the object: the
+# object would read as "nothing to erase" and verification as clean. Such a request is refused instead.
+NOT_ERASABLE_YET = (
+    "typed ids ({kinds}) can be looked up but not yet erased or exported: the purge and the export do not read"
+    " identifier kinds yet (issue 31)"
+)
 
 
 def request_form(text: str, kinds: Mapping[str, IdentifierKind]) -> str:
