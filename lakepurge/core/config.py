@@ -676,7 +676,7 @@ class Settings(_Strict):
                     f"dataset '{dataset.name}' names id_kind '{dataset.id_kind}', which has no"
                     f" [identifiers.{dataset.id_kind}] table (configured: {known})"
                 )
-            # Tables and pseudonymised datasets are read by readers that do not make index forms yet (issue 31).
+            # Tables, one-user-per-object and pseudonymised datasets: their readers make no index forms yet (issue 31).
             if dataset.is_table or dataset.per_object or dataset.protection != "none":
                 raise ValueError(
                     f"dataset '{dataset.name}': id_kind is for datasets of files (jsonl, csv, parquet) with id_fields"
