@@ -191,6 +191,35 @@ def reset_index(dsn: str) -> None:
         )
 
 
+def timed_purge(tmp: Path, path: Path, users: list[str], profile_env: str) -> tuple[int, dict[str, Any], float]:
+    """`lakepurge purge --yes` of the users, inline, with its JSON document written apart from the bench's output:
+    the exit code, the document and the wall time (cProfile'd into $profile_env.<users> when that is set)."""
+    from lakepurge.cli import main
+
+    users_file = tmp / "users.txt"
+    users_file.write_text("\n".join(users) + "\n")
+    out = tmp / "purge.json"
+    argv = ["purge", "--users-file", str(users_file), "--yes", "--force", "--engine", "inline"]
+    argv += ["--config", str(path), "--json"]
+    started = time.perf_counter()
+    stdout = sys.stdout
+    with out.open("w") as handle:
+        sys.stdout = handle
+        try:
+            if os.environ.get(profile_env):
+                import cProfile
+
+                profile = cProfile.Profile()
+                code = profile.runcall(main, argv)
+                profile.dump_stats(os.environ[profile_env] + f".{len(users)}")
+            else:
+                code = main(argv)
+        finally:
+            sys.stdout = stdout
+    wall = time.perf_counter() - started
+    return code, json.loads(out.read_text()), wall
+
+
 def run_lakepurge(tmp: Path, dsn: str, endpoint: str, prefix: str, users: list[str]) -> dict[str, Any]:
     from lakepurge.cli import main
 
@@ -199,30 +228,9 @@ def run_lakepurge(tmp: Path, dsn: str, endpoint: str, prefix: str, users: list[s
     started = time.perf_counter()
     assert main(["index", "reconcile", "--config", str(path)]) == 0
     indexed = time.perf_counter() - started
-    users_file = tmp / "users.txt"
-    users_file.write_text("\n".join(users) + "\n")
-    out = tmp / "purge.json"
     before = traffic(endpoint)
-    started = time.perf_counter()
-    stdout = sys.stdout
-    with out.open("w") as handle:
-        sys.stdout = handle
-        try:
-            argv = ["purge", "--users-file", str(users_file), "--yes", "--force", "--engine", "inline"]
-            argv += ["--config", str(path), "--json"]
-            if os.environ.get("DELTA_BENCH_PROFILE"):
-                import cProfile
-
-                profile = cProfile.Profile()
-                code = profile.runcall(main, argv)
-                profile.dump_stats(os.environ["DELTA_BENCH_PROFILE"] + f".{len(users)}")
-            else:
-                code = main(argv)
-        finally:
-            sys.stdout = stdout
-    wall = time.perf_counter() - started
+    code, document, wall = timed_purge(tmp, path, users, "DELTA_BENCH_PROFILE")
     after = traffic(endpoint)
-    document = json.loads(out.read_text())
     table = document["tables"][0]
     return {
         "wall": wall,

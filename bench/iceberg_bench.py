@@ -45,7 +45,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.delta_bench import LAYOUTS, file_users, reset_index, start_moto, traffic, user  # noqa: E402
+from bench.delta_bench import LAYOUTS, file_users, reset_index, start_moto, timed_purge, traffic, user  # noqa: E402
 
 BUCKET = "bench-lake"
 HASH_KEY = "iceberg-bench-hash-key-0123456789abcdef"
@@ -146,30 +146,9 @@ def run_lakepurge(tmp: Path, dsn: str, endpoint: str, name: str, users: list[str
     started = time.perf_counter()
     assert main(["index", "reconcile", "--config", str(path)]) == 0
     indexed = time.perf_counter() - started
-    users_file = tmp / "users.txt"
-    users_file.write_text("\n".join(users) + "\n")
-    out = tmp / "purge.json"
     s3 = aws_client()
     before = (traffic(endpoint), stored(s3))
-    started = time.perf_counter()
-    stdout = sys.stdout
-    with out.open("w") as handle:
-        sys.stdout = handle
-        try:
-            argv = ["purge", "--users-file", str(users_file), "--yes", "--force", "--engine", "inline"]
-            argv += ["--config", str(path), "--json"]
-            if os.environ.get("ICEBERG_BENCH_PROFILE"):
-                import cProfile
-
-                profile = cProfile.Profile()
-                code = profile.runcall(main, argv)
-                profile.dump_stats(os.environ["ICEBERG_BENCH_PROFILE"] + f".{len(users)}")
-            else:
-                code = main(argv)
-        finally:
-            sys.stdout = stdout
-    wall = time.perf_counter() - started
-    document = json.loads(out.read_text())
+    code, document, wall = timed_purge(tmp, path, users, "ICEBERG_BENCH_PROFILE")
     table = document["tables"][0]
     return {
         "wall": wall,

@@ -10,10 +10,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from lakepurge.cli import main
 from lakepurge.core import aws as clients
 from lakepurge.core.config import parse_settings
 from lakepurge.indexing.backfill import run_reconcile
+from tests.support.cli import cli
 from tests.support.lakes import index_toml
 from tests.support.purging import HASH_KEY
 
@@ -61,12 +61,6 @@ def vacuum_lake(aws, pg_dsn, tmp_path, monkeypatch, spark):
     config.write_text(toml)
     run_reconcile(None, parse_settings(tomllib.loads(toml)))
     return s3, str(config), old
-
-
-def cli(capsys, *args: str) -> tuple[int, dict]:
-    capsys.readouterr()
-    code = main([*args, "--json"])
-    return code, orjson.loads(capsys.readouterr().out)
 
 
 def test_given_a_purge_when_vacuumed_then_only_its_placeholders_go_and_other_records_stay_byte_for_byte(

@@ -14,16 +14,12 @@ import pytest
 from lakepurge.cli import main
 from lakepurge.core import aws
 from tests.support import delta as D
+from tests.support.cli import cli
 
 pytestmark = pytest.mark.integration
 
 HASH_KEY = "delta-tests-hash-key-0123456789abcdef"
 LIMITS = "[purge]\nmax_dataset_fraction = 1.0\nmax_object_fraction = 1.0\n\n[[datasets]]"
-
-
-def cli(capsys, *args: str) -> tuple[int, dict]:
-    code = main([*args, "--json"])
-    return code, json.loads(capsys.readouterr().out)
 
 
 @pytest.fixture

@@ -8,15 +8,11 @@ import pytest
 
 from lakepurge.cli import main
 from lakepurge.core import aws
+from tests.support.cli import cli
 from tests.support.lakes import index_toml
 from tests.support.purging import HASH_KEY, index_lake_in_its_index
 
 pytestmark = pytest.mark.integration
-
-
-def cli(capsys, *args: str) -> tuple[int, dict]:
-    code = main([*args, "--json"])
-    return code, json.loads(capsys.readouterr().out)
 
 
 @pytest.mark.parametrize("evidence", [None, "s3://lake-evidence/locked/"])

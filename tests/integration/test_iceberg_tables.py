@@ -16,17 +16,13 @@ import pytest
 from lakepurge.cli import main
 from lakepurge.core.aws import client
 from tests.support import iceberg as I
+from tests.support.cli import cli
 from tests.support.lakes import index_toml
 
 pytestmark = pytest.mark.integration
 
 HASH_KEY = "iceberg-tests-hash-key-0123456789abcdef"
 LIMITS = "[purge]\nmax_dataset_fraction = 1.0\nmax_object_fraction = 1.0\n\n[[datasets]]"
-
-
-def cli(capsys, *args: str) -> tuple[int, dict]:
-    code = main([*args, "--json"])
-    return code, json.loads(capsys.readouterr().out)
 
 
 @pytest.fixture

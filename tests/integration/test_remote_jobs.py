@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from botocore.stub import Stubber
 
-from lakepurge.cli import main
 from lakepurge.core import aws
 from lakepurge.core.config import Settings
 from lakepurge.ops.remote_jobs import emr_launcher, run_remote, vacuum_job
+from tests.support.cli import cli
 from tests.support.lakes import index_toml
 from tests.support.purging import HASH_KEY, index_lake_in_its_index
 
@@ -61,11 +61,6 @@ def emr_lake(lake_factory, pg_dsn, tmp_path, monkeypatch):
     config.write_text(case.toml + launcher_toml(application_id))
     yield case, str(config), emr, application_id
     aws.configure(cli=False)
-
-
-def cli(capsys, *args: str) -> tuple[int, dict]:
-    code = main([*args, "--json"])
-    return code, json.loads(capsys.readouterr().out)
 
 
 def runs(emr, application_id: str) -> list[dict]:

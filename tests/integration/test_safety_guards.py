@@ -9,10 +9,10 @@ import orjson
 import psycopg
 import pytest
 
-from lakepurge.cli import main
 from lakepurge.core import aws as clients
 from lakepurge.core.config import parse_settings
 from lakepurge.indexing.backfill import run_reconcile
+from tests.support.cli import cli
 from tests.support.lakes import index_toml
 from tests.support.purging import HASH_KEY
 
@@ -63,12 +63,6 @@ def accounts(dsn: str) -> int:
     with psycopg.connect(dsn) as conn:
         row = conn.execute("SELECT count(*) FROM accounts").fetchone()
         return int(row[0]) if row else 0
-
-
-def cli(capsys, *args: str) -> tuple[int, dict]:
-    capsys.readouterr()
-    code = main([*args, "--json"])
-    return code, orjson.loads(capsys.readouterr().out)
 
 
 def execute_reviewed(capsys, user: str, plan: dict, config: str) -> tuple[int, dict]:

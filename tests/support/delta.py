@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 from lakepurge.core import aws
 from lakepurge.tables.storage import S3Access, duckdb_with_delta
+from tests.support import lakes
 
 BUCKET = "lake"
 ROOT = "curated/events/"
@@ -178,13 +179,7 @@ def current_rows(version: int | None = None) -> list[dict[str, Any]]:
 
 def every_version_bytes() -> dict[tuple[str, str], bytes]:
     """Every version of every object under the table's location: (key, version id) -> bytes."""
-    s3 = aws.client("s3")
-    out = {}
-    for page in s3.get_paginator("list_object_versions").paginate(Bucket=BUCKET, Prefix=ROOT):
-        for version in page.get("Versions", []):
-            body = s3.get_object(Bucket=BUCKET, Key=version["Key"], VersionId=version["VersionId"])["Body"].read()
-            out[version["Key"], version["VersionId"]] = body
-    return out
+    return lakes.every_version_bytes(BUCKET, ROOT)
 
 
 def holding(user: str) -> list[tuple[str, str]]:

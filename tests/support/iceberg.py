@@ -22,6 +22,7 @@ from lakepurge.core import aws
 from lakepurge.core.config import CatalogConfig
 from lakepurge.core.table_catalogs import pyiceberg_catalog
 from lakepurge.tables.storage import duckdb_with
+from tests.support import lakes
 
 BUCKET = "lake"
 WAREHOUSE = f"s3://{BUCKET}/warehouse"
@@ -295,13 +296,7 @@ def current_rows(catalog: Any, snapshot_id: int | None = None) -> list[dict[str,
 
 def every_version_bytes() -> dict[tuple[str, str], bytes]:
     """Every version of every object under the table's location: (key, version id) -> bytes."""
-    s3 = aws.client("s3")
-    out = {}
-    for page in s3.get_paginator("list_object_versions").paginate(Bucket=BUCKET, Prefix=ROOT):
-        for version in page.get("Versions", []):
-            body = s3.get_object(Bucket=BUCKET, Key=version["Key"], VersionId=version["VersionId"])["Body"].read()
-            out[version["Key"], version["VersionId"]] = body
-    return out
+    return lakes.every_version_bytes(BUCKET, ROOT)
 
 
 def holding(user: str) -> list[tuple[str, str]]:

@@ -70,3 +70,14 @@ class SidecarCase:
 def an_attachment(lake: SampleLake) -> SidecarCase:
     sidecar = next(o for o in lake.objects if o.key.startswith("attachments/") and o.key.endswith(".meta.json"))
     return SidecarCase(sidecar.key.removesuffix(".meta.json"), sidecar.key, orjson.loads(sidecar.body)["owner"])
+
+
+def every_version_bytes(bucket: str, prefix: str) -> dict[tuple[str, str], bytes]:
+    """Every version of every object under the prefix: (key, version id) -> bytes."""
+    s3 = aws.client("s3")
+    out = {}
+    for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket, Prefix=prefix):
+        for version in page.get("Versions", []):
+            body = s3.get_object(Bucket=bucket, Key=version["Key"], VersionId=version["VersionId"])["Body"].read()
+            out[version["Key"], version["VersionId"]] = body
+    return out
