@@ -12,8 +12,6 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     PrivateAttr,
     ValidationError,
@@ -23,9 +21,11 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from lakepurge.core.config_identity import IdentifierConfig, KindName, check_typed_datasets
 from lakepurge.core.config_messages import plain_error
+from lakepurge.core.config_strict import Strict
 from lakepurge.core.s3uri import S3Uri
-from lakepurge.records.identifiers import IdentifierKind, Normalisation
+from lakepurge.records.identifiers import IdentifierKind
 from lakepurge.records.lines import Inflation
 
 
@@ -33,11 +33,7 @@ class ConfigError(ValueError):
     """The configuration file is missing, unreadable or invalid; the message names the key."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class IndexConfig(_Strict):
+class IndexConfig(Strict):
     backend: Literal["postgres", "dynamodb"]
     dsn: str | None = None
     # Instead of dsn: the ARN or name of a Secrets Manager secret holding it, read at run time (cached for a few
@@ -85,7 +81,7 @@ class VaultConfig(IndexConfig):
         return self
 
 
-class ReportsConfig(_Strict):
+class ReportsConfig(Strict):
     location: str
     # Where erasure certificates go: an Object Lock bucket (compliance mode), so evidence cannot be rewritten;
     # unset: certificates/ under location.
@@ -99,7 +95,7 @@ class ReportsConfig(_Strict):
         return value
 
 
-class SidecarConfig(_Strict):
+class SidecarConfig(Strict):
     """One user per object, named in a small JSON object stored beside it (``<key><suffix>``)."""
 
     suffix: str = ".meta.json"
@@ -111,7 +107,7 @@ Format = Literal["jsonl", "csv", "parquet", "delta", "iceberg"]
 TABLE_FORMATS = ("delta", "iceberg")
 
 
-class CatalogConfig(_Strict):
+class CatalogConfig(Strict):
     """An Iceberg catalog (``[catalogs.NAME]``): where a table's current metadata file is recorded. NAME is the
     catalog's own name (a SQL catalog's ``catalog_name`` column). ``sql``: ``uri`` is a SQLAlchemy URL
     (``postgresql+psycopg2://``, ``postgresql+psycopg://``, ``sqlite:///``); ``glue``: the AWS Glue Data Catalog,
@@ -121,7 +117,7 @@ class CatalogConfig(_Strict):
     type: Literal["sql", "glue", "rest"]
     uri: Annotated[str, Field(min_length=1)] | None = None
     warehouse: Annotated[str, Field(min_length=1)] | None = None
-    properties: dict[str, str] = {}
+    properties: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _type_needs_its_keys(self) -> CatalogConfig:
@@ -133,20 +129,9 @@ class CatalogConfig(_Strict):
 
 
 EraseMode = Literal["blank", "drop", "delete-object"]
-# The name of an identifier kind ([identifiers.NAME], a dataset's id_kind): it is part of every index form of the kind.
-KindName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]
 
 
-class IdentifierConfig(_Strict):
-    """A kind of identifier ([identifiers.NAME]: email, customer_id, ...) and how its values are normalised, in order,
-    when a dataset's records are indexed and when a request names one (`--id NAME=VALUE`): trim, casefold, lower,
-    digits, nfkc (docs/design/PERSON.md). None: exact. Changing it changes the index form of every id of the kind."""
-
-    # how a value of the kind is normalised, in this order: trim, casefold, lower, digits (0-9 kept), nfkc; [] exact
-    normalise: tuple[Normalisation, ...] = ()
-
-
-class DatasetConfig(_Strict):
+class DatasetConfig(Strict):
     name: Annotated[str, Field(min_length=1)]
     format: Format = "jsonl"
     # The TOML key `location` (required but for Iceberg, whose catalog knows it): read it as `location`.
@@ -379,7 +364,7 @@ def _hidden_reason(relative: str) -> str | None:
     return next((reason for matched, reason in rules if matched), None)
 
 
-class IndexingConfig(_Strict):
+class IndexingConfig(Strict):
     # A line longer than this is reported as unindexable instead of being held in memory.
     max_record_bytes: Annotated[int, Field(gt=0)] = 16 * 1024 * 1024
     # A compressed object inflating past this size, or past this ratio to its compressed size (judged after its
@@ -404,7 +389,7 @@ Fraction = Annotated[float, Field(gt=0, le=1)]
 SENTINEL_IDS = ("0", "null", "none", "nil", "unknown", "n/a", "na", "-", "undefined", "anonymous")
 
 
-class SpliceConfig(_Strict):
+class SpliceConfig(Strict):
     """Rewriting a large object at the cost of the bytes that change (docs/ARCHITECTURE.md, "Server-side splice"):
     only the windows around the erased records go through the purge, the rest is copied inside S3."""
 
@@ -419,7 +404,7 @@ class SpliceConfig(_Strict):
     verify: Literal["changed-ranges", "full"] = "changed-ranges"
 
 
-class PurgeConfig(_Strict):
+class PurgeConfig(Strict):
     # A request that would erase more than these fractions of an object's or a dataset's records, or of a relational
     # table's rows, is refused unless forced: a wrong id (an empty string, a test account shared by everyone, a
     # placeholder such as '0') must not wipe a dataset. The object limit applies to objects of at least
@@ -454,14 +439,14 @@ class PurgeConfig(_Strict):
     max_report_age_minutes: Annotated[int, Field(ge=1)] = 60
 
 
-class VacuumConfig(_Strict):
+class VacuumConfig(Strict):
     # Noncurrent versions of a vacuumed object that hold a user on the suppression list (an erased user's old
     # version left by a purge with delete_noncurrent_versions = false) are deleted; "none" keeps every version.
     # A version holding only other people's data is never deleted.
     delete_versions: Literal["erased-users", "none"] = "erased-users"
 
 
-class JobsConfig(_Strict):
+class JobsConfig(Strict):
     # `verify`, `vacuum` and `index backfill` run in this process, without a JVM, when their work is at most this many
     # objects (and noncurrent versions) and bytes; above either, on local Spark (`--engine` chooses; `--on
     # emr-serverless` sends the job to the cluster whatever its size). Starting Spark costs 10-20 s; this process
@@ -471,7 +456,7 @@ class JobsConfig(_Strict):
     in_process_max_bytes: Annotated[int, Field(ge=0)] = 1024**3
 
 
-class PrivacyConfig(_Strict):
+class PrivacyConfig(Strict):
     """Where the secret key of the keyed hashes (HMAC-SHA256) that stand in for user ids in reports, certificates
     and the suppression list comes from: exactly one of hash_key_env and hash_key_secret. Keep the key stable:
     changing it forgets past erasures (docs/DEPLOY.md)."""
@@ -493,7 +478,7 @@ class PrivacyConfig(_Strict):
         return data
 
 
-class RelationalConfig(_Strict):
+class RelationalConfig(Strict):
     """A PostgreSQL table holding user data: erasing deletes the rows whose column equals the user id.
 
     Its DSN may DELETE from the table: give it as ``dsn`` (plaintext; local use) or, deployed, as ``dsn_secret``,
@@ -515,7 +500,7 @@ class RelationalConfig(_Strict):
         return self
 
 
-class LocalLauncherConfig(_Strict):
+class LocalLauncherConfig(Strict):
     """spark-submit in local mode on this machine (tests, the demo, a single host)."""
 
     kind: Literal["local"] = "local"
@@ -524,7 +509,7 @@ class LocalLauncherConfig(_Strict):
     work_dir: str | None = None
 
 
-class EmrServerlessLauncherConfig(_Strict):
+class EmrServerlessLauncherConfig(Strict):
     """StartJobRun on an EMR Serverless application."""
 
     kind: Literal["emr-serverless"]
@@ -547,7 +532,7 @@ class EmrServerlessLauncherConfig(_Strict):
 LauncherConfig = Annotated[LocalLauncherConfig | EmrServerlessLauncherConfig, Field(discriminator="kind")]
 
 
-class WorkflowConfig(_Strict):
+class WorkflowConfig(Strict):
     """The request -> report -> approval -> purge -> notification workflow (Step Functions)."""
 
     state_machine_arn: str | None = None  # where `lakepurge request` and the intake Lambda start executions
@@ -612,7 +597,7 @@ class WorkflowConfig(_Strict):
         return value
 
 
-class Settings(_Strict):
+class Settings(Strict):
     index: IndexConfig
     reports: ReportsConfig
     datasets: tuple[DatasetConfig, ...] = ()
@@ -626,9 +611,9 @@ class Settings(_Strict):
     # The key vault of the crypto-shred datasets (lakepurge.protection); needed once a dataset is protected.
     vault: VaultConfig | None = None
     # Iceberg catalogs by name ([catalogs.NAME]), which iceberg datasets name.
-    catalogs: dict[Annotated[str, Field(min_length=1)], CatalogConfig] = {}
+    catalogs: dict[Annotated[str, Field(min_length=1)], CatalogConfig] = Field(default_factory=dict)
     # Identifier kinds by name ([identifiers.NAME]), which datasets name as their id_kind.
-    identifiers: dict[KindName, IdentifierConfig] = {}
+    identifiers: dict[KindName, IdentifierConfig] = Field(default_factory=dict)
     _lookup_order: tuple[DatasetConfig, ...] = PrivateAttr(default=())
 
     @model_validator(mode="after")
@@ -646,7 +631,7 @@ class Settings(_Strict):
                         f" [catalogs.{dataset.catalog}] table (configured: {known})"
                     )
                 dataset._catalog_config = self.catalogs[dataset.catalog]
-        self._typed_datasets()
+        check_typed_datasets(self.datasets, self.identifiers)
         protected = [d.name for d in self.datasets if d.protection == "crypto-shred"]
         if protected and self.vault is None:
             raise ValueError(f"dataset(s) {', '.join(protected)} are crypto-shred: configure their [vault]")
@@ -665,23 +650,6 @@ class Settings(_Strict):
                 if dataset.uri.bucket == where.bucket and where.key.startswith(dataset.uri.key):
                     raise ValueError(f"workflow.exports_location {exports} lies inside dataset '{dataset.name}'")
         return self
-
-    def _typed_datasets(self) -> None:
-        for dataset in self.datasets:
-            if dataset.id_kind is None:
-                continue
-            if dataset.id_kind not in self.identifiers:
-                known = ", ".join(sorted(self.identifiers)) or "none"
-                raise ValueError(
-                    f"dataset '{dataset.name}' names id_kind '{dataset.id_kind}', which has no"
-                    f" [identifiers.{dataset.id_kind}] table (configured: {known})"
-                )
-            # Tables, one-user-per-object and pseudonymised datasets: their readers make no index forms yet (issue 31).
-            if dataset.is_table or dataset.per_object or dataset.protection != "none":
-                raise ValueError(
-                    f"dataset '{dataset.name}': id_kind is for datasets of files (jsonl, csv, parquet) with id_fields"
-                    " that are not pseudonymised"
-                )
 
     @property
     def identifier_kinds(self) -> dict[str, IdentifierKind]:
