@@ -224,8 +224,12 @@ class HashedUsers:
                     user_ids = user_ids.to_pylist()
                 else:
                     return not pc.any(pc.is_in(valid, value_set=self._known_array)).as_py()
-            # Decoded together (no id read in bulk holds a newline): invalid UTF-8 becomes U+FFFD.
-            return not user_ids or self._known.isdisjoint(b"\n".join(user_ids).decode("utf-8", "replace").split("\n"))
+            # Decoded together, invalid UTF-8 as U+FFFD; split back on the newlines that joined them, unless an id
+            # holds one itself (a decoded JSON "\n"), which is then decoded on its own.
+            joined = b"\n".join(user_ids)
+            if joined.count(b"\n") == len(user_ids) - 1:
+                return not user_ids or self._known.isdisjoint(joined.decode("utf-8", "replace").split("\n"))
+            return self._known.isdisjoint(user.decode("utf-8", "replace") for user in user_ids)
         if not isinstance(user_ids, list):
             user_ids = user_ids.to_pylist()
         memo = self._memo()

@@ -11,7 +11,7 @@ import time
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from lakepurge.core.config import DatasetConfig
@@ -500,6 +500,8 @@ def test_given_a_lake_with_more_users_than_the_memo_when_ids_come_again_then_tho
     known=st.lists(st.text(max_size=6), max_size=6),
     batch=st.lists(st.binary(max_size=6) | st.text(max_size=6).map(str.encode), max_size=10),
 )
+@example(wanted=["a\nb"], known=[], batch=[b"a\nb"])  # an id holding a newline (a decoded JSON "\n") is one id
+@example(wanted=[""], known=[], batch=[b"\n"])  # ... not two
 def test_given_users_with_their_ids_in_memory_when_asked_then_the_answers_are_those_of_their_hashes(
     wanted, known, batch
 ) -> None:
