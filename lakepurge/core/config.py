@@ -165,9 +165,10 @@ class DatasetConfig(Strict):
     # destroying the person's key and vault entries; no object is rewritten (lakepurge.protection.shred).
     protection: Literal["none", "crypto-shred"] = "none"
     personal_fields: tuple[Annotated[str, Field(min_length=1)], ...] = ()
-    # Set by Settings: the dataset's catalog, and its location once the catalog was asked
+    # Set by Settings: the dataset's catalog, its identifier kind, and its location once the catalog was asked
     # (lakepurge.core.table_catalogs).
     _catalog_config: CatalogConfig | None = PrivateAttr(default=None)
+    _kind: IdentifierKind | None = PrivateAttr(default=None)
     _resolved_location: str | None = PrivateAttr(default=None)
 
     @model_validator(mode="before")
@@ -294,6 +295,11 @@ class DatasetConfig(Strict):
         if self._catalog_config is None:
             raise ConfigError(f"dataset '{self.name}': catalog '{self.catalog}' is not configured ([catalogs.NAME])")
         return self._catalog_config
+
+    @property
+    def kind(self) -> IdentifierKind | None:
+        """The kind of the dataset's ids (None: untyped): every reader of its ids makes their index forms with it."""
+        return self._kind
 
     @property
     def is_table(self) -> bool:
@@ -658,9 +664,7 @@ class Settings(Strict):
 
     def kind_of(self, dataset: DatasetConfig) -> IdentifierKind | None:
         """The kind of a dataset's ids, None for an untyped dataset."""
-        if dataset.id_kind is None:
-            return None
-        return IdentifierKind(dataset.id_kind, self.identifiers[dataset.id_kind].normalise)
+        return dataset.kind
 
     def dataset_for(self, bucket: str, key: str) -> DatasetConfig | None:
         """The dataset an object belongs to, or None for objects outside every dataset. Datasets with a configured

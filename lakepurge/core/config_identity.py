@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 from pydantic import Field
 
 from lakepurge.core.config_strict import Strict
-from lakepurge.records.identifiers import Normalisation
+from lakepurge.records.identifiers import IdentifierKind, Normalisation
 
 if TYPE_CHECKING:
     from lakepurge.core.config import DatasetConfig
@@ -28,7 +28,8 @@ class IdentifierConfig(Strict):
 
 
 def check_typed_datasets(datasets: Sequence[DatasetConfig], identifiers: Mapping[str, IdentifierConfig]) -> None:
-    """Every dataset's id_kind names a configured kind, and only datasets whose readers make index forms have one."""
+    """Every dataset's id_kind names a configured kind, and only datasets whose readers make index forms have one.
+    Each typed dataset is given its kind (DatasetConfig.kind), which its readers apply."""
     for dataset in datasets:
         if dataset.id_kind is None:
             continue
@@ -44,3 +45,4 @@ def check_typed_datasets(datasets: Sequence[DatasetConfig], identifiers: Mapping
                 f"dataset '{dataset.name}': id_kind is for datasets of files (jsonl, csv, parquet) with id_fields"
                 " that are not pseudonymised"
             )
+        dataset._kind = IdentifierKind(dataset.id_kind, identifiers[dataset.id_kind].normalise)

@@ -123,7 +123,9 @@ def still_holding(
     wanted = each_contained or (lambda ids: [user in users for user in ids])
     none_of = getattr(users, "none_of", None)
     limits = indexing.max_record_bytes, indexing.inflation
-    return lines_holding(staged.reader(), key, dataset.format, dataset.id_fields, *limits, wanted, none_of)
+    return lines_holding(
+        staged.reader(), key, dataset.format, dataset.id_fields, *limits, wanted, none_of, dataset.kind
+    )
 
 
 def find_user_lines(

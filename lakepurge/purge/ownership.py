@@ -3,7 +3,9 @@ access export takes it. The ids are read as the indexer reads them (the same par
 index never erases, or exports, someone else's record; a record whose ids cannot be read is nobody's.
 
 :class:`Ownership` decides JSON Lines lines and CSV records and remembers what it decided (the lines taken, how
-many the index named in vain); :func:`owned_rows` decides the rows of a Parquet row group.
+many the index named in vain); :func:`owned_rows` decides the rows of a Parquet row group. A typed dataset's ids
+are compared in their index forms (records.identifiers, as the indexer keys them), and only through the general
+path: the bulk paths compare ids as read, which only an untyped dataset's are.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import orjson
 
 from lakepurge.core.config import DatasetConfig
 from lakepurge.records.csv_records import csv_id_columns, csv_ids
-from lakepurge.records.ids import IdKeys, extract_ids, parse_paths, parse_record, plain_ids
+from lakepurge.records.identifiers import IdentifierKind, record_forms
+from lakepurge.records.ids import IdFieldError, IdKeys, extract_ids, parse_paths, parse_record, plain_ids
 
 
 class Ownership:
@@ -29,6 +32,7 @@ class Ownership:
         self._keys = IdKeys.of(self._paths)
         self._columns: list[tuple[str, int | None]] | None = None
         self._fields = dataset.id_fields
+        self._kind = dataset.kind
         self.users = users
         self.erased: list[int] = []
         self.not_matching = 0
@@ -40,7 +44,7 @@ class Ownership:
         otherwise each goes through json_line."""
         field = self._paths[0][0] if len(self._paths) == 1 and len(self._paths[0]) == 1 else None
         each_contained = getattr(self.users, "each_contained", None)
-        if field is not None and each_contained is not None:
+        if field is not None and each_contained is not None and self._kind is None:
             try:
                 ids = list(map(dict.get, map(orjson.loads, contents), itertools.repeat(field)))
             except (orjson.JSONDecodeError, TypeError):  # not JSON, or not an object: line by line
@@ -53,7 +57,8 @@ class Ownership:
     def json_line(self, line: int, content: bytes) -> bool:
         try:
             record = parse_record(content, self._keys)
-            owned = isinstance(record, dict) and any(u in self.users for u in extract_ids(record, self._paths))
+            ids = self._ids(extract_ids(record, self._paths)) if isinstance(record, dict) else ()
+            owned = any(u in self.users for u in ids)
         except (orjson.JSONDecodeError, ValueError):
             owned = False
         return self._note(line, owned)
@@ -79,7 +84,7 @@ class Ownership:
         """The id column's index when rows can be decided by it alone (csv_plain_ids): the dataset has one id
         column, the header names it, and the users are looked up in batches. None otherwise."""
         assert self._columns is not None
-        if len(self._columns) == 1 and getattr(self.users, "each_contained", None) is not None:
+        if len(self._columns) == 1 and getattr(self.users, "each_contained", None) is not None and self._kind is None:
             return self._columns[0][1]
         return None
 
@@ -88,7 +93,7 @@ class Ownership:
         as csv_ids reads it, to the same string); None otherwise, and nothing is noted (the rows are then decided
         row by row)."""
         joined = b"".join(ids)
-        if not joined.isascii():
+        if self._kind is not None or not joined.isascii():
             return None
         values = list(map(bytes.decode, ids))  # ASCII: the same as the surrogateescape decoding of the row
         if not plain_ids(values):
@@ -100,7 +105,15 @@ class Ownership:
         nobody's."""
         assert self._columns is not None
         ids, problem = csv_ids(row, self._columns)
+        if problem is None:
+            try:
+                ids = self._ids(ids)
+            except IdFieldError:
+                problem = "no index form"
         return self._note(line, problem is None and any(u in self.users for u in ids))
+
+    def _ids(self, ids: tuple[str, ...]) -> tuple[str, ...]:
+        return record_forms(ids, self._kind, "id field")
 
     def _note_many(self, lines: list[int], owned: list[bool]) -> list[bool]:
         self.erased.extend(itertools.compress(lines, owned))
@@ -115,14 +128,17 @@ class Ownership:
         return owned
 
 
-def owned_rows(table: Any, paths: tuple[tuple[str, ...], ...], users: Container[str]) -> list[bool]:
-    """For each row of a Parquet table (a row group), whether its ids name one of the users. A row whose ids cannot
-    be read (the indexer reports it unindexable) is nobody's. The purge drops these rows; the export takes them."""
+def owned_rows(
+    table: Any, paths: tuple[tuple[str, ...], ...], users: Container[str], kind: IdentifierKind | None = None
+) -> list[bool]:
+    """For each row of a Parquet table (a row group), whether its ids (in the index forms of the dataset's kind)
+    name one of the users. A row whose ids cannot be read (the indexer reports it unindexable) is nobody's. The purge
+    drops these rows; the export takes them."""
     top = sorted({p[0] for p in paths})
     owned = []
     for record in table.select(top).to_pylist():
         try:
-            ids: tuple[str, ...] = extract_ids(record, paths)
+            ids: tuple[str, ...] = record_forms(extract_ids(record, paths), kind, "id field")
         except ValueError:
             ids = ()
         owned.append(any(u in users for u in ids))

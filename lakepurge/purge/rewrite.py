@@ -378,7 +378,8 @@ def rewrite_parquet(
         named = [t - first_row for t in targets[low:high]]
         gone = {row for row in range(rows) if first_row + row in hidden} if hidden else set()
         if named or gone:
-            owned = owned_rows(table.take(pa.array(named, type=pa.int64())), paths, users) if named else []
+            taken = table.take(pa.array(named, type=pa.int64())) if named else None
+            owned = owned_rows(taken, paths, users, dataset.kind) if taken is not None else []
             dropped = [row for row, mine in zip(named, owned, strict=True) if mine]
             hidden_dropped += len(gone)
             erased.extend(first_row + row for row in dropped if row not in gone)

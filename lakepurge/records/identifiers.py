@@ -80,6 +80,15 @@ class IdentifierKind:
         return form
 
 
+def record_forms(ids: Iterable[str], kind: IdentifierKind | None, what: str) -> tuple[str, ...]:
+    """A record's ids as its dataset's readers compare them with a request's: the index forms of the dataset's kind
+    (None: untyped, the ids as read). Raises IdFieldError when one has no index form: the indexer makes that whole
+    record unindexable (index_forms), so every reader takes it as nobody's."""
+    if kind is None:
+        return tuple(ids)
+    return tuple(dict.fromkeys(kind.index_form(user, what) for user in ids))
+
+
 def kind_of(form: str) -> str | None:
     """The kind an index form is of, None for an untyped id."""
     if not form.startswith(KIND_MARKER):

@@ -18,7 +18,8 @@ from lakepurge.records.candidates import IdCandidates
 from lakepurge.records.csv_records import one_width_column, read_csv
 from lakepurge.records.formats import read_records
 from lakepurge.records.gc_pause import collector_paused
-from lakepurge.records.ids import IdKeys, Record, Unindexable, parse_paths, plain_ids
+from lakepurge.records.identifiers import IdentifierKind, record_forms
+from lakepurge.records.ids import IdFieldError, IdKeys, Record, Unindexable, parse_paths, plain_ids
 from lakepurge.records.jsonl_records import jsonl_items, single_field
 from lakepurge.records.limits import IN_MEMORY_BYTES
 from lakepurge.records.lines import (
@@ -41,13 +42,15 @@ def lines_holding(
     inflation: Inflation,
     wanted: Callable[[list[str]], list[bool]],
     none_of: Callable[[Any], bool] | None = None,
+    kind: IdentifierKind | None = None,
 ) -> list[int]:
     """The lines (records, rows) of an object whose ids include one of the wanted users, as read_records reads
     them. wanted answers for a list of ids at once; none_of, if given, whether none of a list of ids (UTF-8 bytes,
     a list or an Arrow array) is wanted (HashedUsers.none_of: by set operations). For JSON Lines whose id fields
     have plain names, an object (or, past IN_MEMORY_BYTES, a chunk) is first answered in bulk from every id it could
     hold (records.candidates): when none is wanted, no line is parsed. What verifying a freshly rewritten object
-    needs; anything the bulk answer cannot clear is parsed line by line."""
+    needs; anything the bulk answer cannot clear is parsed line by line. A typed dataset (`kind`) is read record by
+    record, its ids compared in their index forms: the bulk answers compare ids as read."""
     if none_of is None:
         none_of = functools.partial(_none_of, wanted)
     paths = parse_paths(id_fields)
@@ -55,6 +58,8 @@ def lines_holding(
 
     def from_items(items: Iterable[Record | Unindexable]) -> None:
         records = [item for item in items if type(item) is Record]
+        if kind is not None:
+            records = _in_index_forms(records, kind)
         ids = [user for record in records for user in record.user_ids]
         owned = iter(wanted(ids)) if ids else iter(())
         for record in records:
@@ -64,7 +69,7 @@ def lines_holding(
     if fmt == "csv" and len(id_fields) == 1:
         try:
             whole, rows = _in_memory(open_decompressed(raw, key, inflation))
-            if whole is not None and _csv_none_wanted(whole, id_fields[0], none_of):
+            if kind is None and whole is not None and _csv_none_wanted(whole, id_fields[0], none_of):
                 return found
             from_items(read_csv(rows, id_fields, max_bytes))  # type: ignore[arg-type]
         except TruncatedObject as exc:
@@ -73,7 +78,7 @@ def lines_holding(
     if fmt != "jsonl":
         from_items(read_records(raw, key, fmt, id_fields, max_bytes, inflation))
         return found
-    candidates = IdCandidates.of(paths)
+    candidates = IdCandidates.of(paths) if kind is None else None
 
     def none_wanted(data: bytes) -> bool:
         if candidates is None:
@@ -83,7 +88,7 @@ def lines_holding(
             return False
         return none_of(held.plain) and True not in wanted(held.decoded)
 
-    field = single_field(paths)
+    field = single_field(paths) if kind is None else None
     get = operator.methodcaller("get", field)
     is_a_value = functools.partial(operator.is_not, None)
     keys = IdKeys.of(paths)
@@ -121,6 +126,17 @@ def lines_holding(
         except TruncatedObject as exc:
             raise ValueError(f"the object could not be read to its end: {exc.reason}") from None
     return found
+
+
+def _in_index_forms(records: list[Record], kind: IdentifierKind) -> list[Record]:
+    """The records with their ids in index forms; one with an id that has none is unindexable, nobody's."""
+    typed = []
+    for record in records:
+        try:
+            typed.append(Record(record.line, record_forms(record.user_ids, kind, "id field")))
+        except IdFieldError:
+            continue
+    return typed
 
 
 def _none_of(wanted: Callable[[list[str]], list[bool]], user_ids: Any) -> bool:
