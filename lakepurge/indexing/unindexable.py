@@ -42,6 +42,7 @@ from lakepurge.indexing.coverage import DatasetCoverage
 from lakepurge.indexing.indexer import content_error
 from lakepurge.records.csv_records import HEADER_PROBLEM
 from lakepurge.records.formats import UNREAD_FROM_HERE, read_records
+from lakepurge.records.identifiers import kind_of
 from lakepurge.records.ids import Unindexable
 from lakepurge.records.lines import CHUNK_BYTES, open_decompressed
 
@@ -81,11 +82,16 @@ class DatasetLines:
 class Needles:
     """The byte forms of the requested ids a line may hold them in: raw UTF-8, JSON-escaped (ASCII \\u escapes, or
     UTF-8 with only quotes, backslashes and control characters escaped), CSV-quoted (quotes doubled), and Latin-1
-    (the usual encoding of a line that is not UTF-8)."""
+    (the usual encoding of a line that is not UTF-8). A typed id (an index form) is searched for by its normalised
+    value, lower-cased, in the line lower-cased too: a line holds it in any case and so may hold it (a normalisation
+    that removes characters, as digits does, is not undone: docs/LIMITS.md)."""
 
     def __init__(self, users: Sequence[str]) -> None:
         forms: set[bytes] = set()
-        for user in users:
+        self._lowered = any(kind_of(user) is not None for user in users)
+        for requested in users:
+            kind = kind_of(requested)
+            user = requested if kind is None else requested[len(kind) + 2 :].lower()
             raw = user.encode("utf-8", "surrogatepass")
             forms.update((raw, json.dumps(user)[1:-1].encode(), raw.replace(b'"', b'""')))
             with suppress(orjson.JSONEncodeError):  # a lone surrogate: its ASCII-escaped form is there already
@@ -103,6 +109,8 @@ class Needles:
     def found_in(self, data: bytes) -> bool:
         if not self._forms:
             return False
+        if self._lowered:
+            data = data + b"\n" + data.decode("utf-8", "replace").lower().encode()
         if len(self._forms) <= _FEW_FORMS or not self._width:
             return any(form in data for form in self._forms)
         width, prefixes = self._width, self._by_prefix

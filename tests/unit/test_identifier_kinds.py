@@ -7,11 +7,10 @@ import tomllib
 
 import pytest
 
-from lakepurge.access.export import ExportRefused, export_users
 from lakepurge.core.config import ConfigError, Settings, parse_settings
 from lakepurge.core.privacy import Pseudonymizer
-from lakepurge.core.s3uri import S3Uri
 from lakepurge.index.in_memory import MemoryIndexStore
+from lakepurge.indexing.unindexable import Needles
 from lakepurge.records.identifiers import (
     IdentifierKind,
     RequestIdError,
@@ -20,7 +19,7 @@ from lakepurge.records.identifiers import (
     request_form,
     shown,
 )
-from lakepurge.reports.report import TypedIdsNotErasable, build_report
+from lakepurge.reports.report import build_report
 
 pytestmark = pytest.mark.unit
 
@@ -150,18 +149,24 @@ def test_given_a_wrong_identifier_configuration_when_read_then_the_error_names_t
     assert message in str(raised.value)
 
 
-def test_given_typed_ids_when_a_report_or_an_export_is_asked_then_it_is_refused_until_the_purge_reads_kinds():
-    # The purge's ownership check and verification do not make index forms yet (slice 2): a typed id found by the
-    # index would read as "nothing to erase" in its object and as verified. Refused, never forced through.
+def test_given_typed_ids_when_a_report_is_made_then_it_names_them_by_keyed_hashes_of_their_index_forms():
     read = settings("[identifiers.email]\n", dataset("signups", 'id_kind = "email"'))
     wanda = request_form("email=wanda@example.com", read.identifier_kinds)
     pseudonymizer = Pseudonymizer(b"k" * 16)
-    with pytest.raises(TypedIdsNotErasable) as raised:
-        build_report(MemoryIndexStore(), read, ["bob", wanda], "req-1", pseudonymizer, force=True)
-    assert str(raised.value).startswith("typed ids (email) can be looked up but not yet erased or exported")
-    assert "wanda" not in str(raised.value)
-    with pytest.raises(ExportRefused, match=r"typed ids \(email\)"):
-        export_users(read, [wanda], S3Uri.parse("s3://exports/x/"))
+    report = build_report(MemoryIndexStore(), read, ["bob", wanda], "req-1", pseudonymizer)
+    assert report.user_hashes == (pseudonymizer("bob"), pseudonymizer(wanda))
+    assert b"wanda" not in report.to_bytes()
+
+
+def test_given_a_typed_request_when_an_unindexable_line_holds_the_value_in_another_case_then_it_may_hold_it():
+    # an unindexable line is searched for the bytes of each requested id: a typed id by its normalised value, in
+    # any case (the line was never normalised), never by its index form, which no line holds
+    alice = request_form("email= Alice@Example.COM", KINDS)
+    needles = Needles([alice, "bob"])
+    assert needles.found_in(b'{"email":"ALICE@example.com", broken')
+    assert needles.found_in(b'{"id":"bob",')
+    assert not needles.found_in(b'{"email":"carol@example.com",')
+    assert not Needles(["Bob"]).found_in(b'{"id":"bob",')  # an untyped id: its exact bytes, as before kinds
 
 
 def test_given_no_kinds_configured_when_an_untyped_id_begins_with_the_marker_then_the_report_is_made_as_today():
