@@ -17,7 +17,7 @@ import orjson
 
 from lakepurge.cli.errors import EXIT_FAILED, EXIT_OK, CliError, check_aws_environment
 from lakepurge.core.config import Settings, load_settings
-from lakepurge.records.identifiers import RequestIdError, request_form
+from lakepurge.records.identifiers import KIND_MARKER, RequestIdError, request_form
 
 if TYPE_CHECKING:
     from lakepurge.purge.launch import SparkJob
@@ -113,6 +113,7 @@ class Commands:
 def add_users(command: argparse.ArgumentParser) -> None:
     command.add_argument("users", nargs="*", metavar="USER")
     command.add_argument("--users-file")
+    add_typed_ids(command)
 
 
 def read_users(args: argparse.Namespace, required: bool = True) -> list[str]:
@@ -136,8 +137,8 @@ def read_users(args: argparse.Namespace, required: bool = True) -> list[str]:
         for user in [line.removesuffix("\r") for line in terminated] + [last]:
             if user:
                 users.append(user)
-    if not users and required:
-        raise CliError("no_users", "no user ids given: name at least one, or pass --users-file FILE")
+    if not users and required and not getattr(args, "typed_ids", None):
+        raise CliError("no_users", "no user ids given: name at least one, or pass --users-file FILE or --id KIND=VALUE")
     return list(dict.fromkeys(users))
 
 
@@ -162,6 +163,16 @@ def read_typed_ids(args: argparse.Namespace, settings: Settings) -> list[str]:
         except RequestIdError as exc:
             raise CliError("bad_id", f"--id: {exc}") from None
     return list(dict.fromkeys(forms))
+
+
+def with_typed_ids(args: argparse.Namespace, settings: Settings, users: list[str]) -> list[str]:
+    """The request's ids: the untyped ones as given, then the index forms of its --id KIND=VALUE. Once kinds are
+    configured, an untyped id beginning with their marker is refused: it would read as a typed one."""
+    if settings.identifiers and any(user.startswith(KIND_MARKER) for user in users):
+        raise CliError(
+            "bad_id", "an untyped id begins with U+001F, the marker of identifier kinds: use --id KIND=VALUE"
+        )
+    return list(dict.fromkeys(users + read_typed_ids(args, settings)))
 
 
 def add_dataset_filter(command: argparse.ArgumentParser) -> None:

@@ -8,7 +8,15 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from lakepurge.cli.arguments import Commands, Output, add_users, read_lake_settings, read_settings, read_users
+from lakepurge.cli.arguments import (
+    Commands,
+    Output,
+    add_users,
+    read_lake_settings,
+    read_settings,
+    read_users,
+    with_typed_ids,
+)
 from lakepurge.cli.errors import EXIT_FAILED, EXIT_OK, CliError, check_aws_environment
 from lakepurge.core.s3uri import S3Uri
 
@@ -69,6 +77,7 @@ def cmd_export(args: argparse.Namespace, out: Output) -> int:
     except ValueError:
         raise CliError("usage", "--to takes an s3://bucket/prefix/ URI") from None
     settings = read_lake_settings(args)
+    users = with_typed_ids(args, settings, users)
     retention = args.retention_days or (
         settings.workflow.export_retention_days if settings.workflow is not None else DEFAULT_RETENTION_DAYS
     )

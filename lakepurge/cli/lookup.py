@@ -6,15 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from lakepurge.cli.arguments import (
-    Commands,
-    Output,
-    add_typed_ids,
-    add_users,
-    read_settings,
-    read_typed_ids,
-    read_users,
-)
+from lakepurge.cli.arguments import Commands, Output, add_users, read_settings, read_users, with_typed_ids
 from lakepurge.cli.errors import EXIT_OK
 from lakepurge.core.config import Settings
 from lakepurge.records.identifiers import shown
@@ -27,7 +19,6 @@ if TYPE_CHECKING:
 def register(commands: Commands) -> None:
     lookup = commands.add("lookup", cmd_lookup, help="where each user's records are")
     add_users(lookup)
-    add_typed_ids(lookup)
 
 
 def cmd_lookup(args: argparse.Namespace, out: Output) -> int:
@@ -35,8 +26,7 @@ def cmd_lookup(args: argparse.Namespace, out: Output) -> int:
     from lakepurge.indexing.coverage import of_index
 
     settings = read_settings(args)
-    typed = read_typed_ids(args, settings)
-    users = list(dict.fromkeys(read_users(args, required=not typed) + typed))
+    users = with_typed_ids(args, settings, read_users(args))
     store = open_existing(settings.index)
     try:
         tables = tables_status(settings, store, follow=True)  # rows of each table's current version

@@ -8,7 +8,15 @@ import os
 import shlex
 from pathlib import Path
 
-from lakepurge.cli.arguments import DEFAULT_CONFIG, Commands, Output, add_users, read_lake_settings, read_users
+from lakepurge.cli.arguments import (
+    DEFAULT_CONFIG,
+    Commands,
+    Output,
+    add_users,
+    read_lake_settings,
+    read_users,
+    with_typed_ids,
+)
 from lakepurge.cli.errors import EXIT_FAILED, EXIT_NOT_CERTIFIABLE, EXIT_OK, EXIT_REFUSED, CliError
 
 
@@ -56,6 +64,7 @@ def cmd_purge(args: argparse.Namespace, out: Output) -> int:
     hashes = _user_hashes(args)
     users = read_users(args, required=not hashes)
     settings = read_lake_settings(args)
+    users = with_typed_ids(args, settings, users)
     if args.verify is not None:
         settings = settings.model_copy(update={"purge": settings.purge.model_copy(update={"verify": args.verify})})
     try:

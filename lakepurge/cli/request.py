@@ -7,7 +7,15 @@ import argparse
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from lakepurge.cli.arguments import Commands, Output, add_users, read_lake_settings, read_settings, read_users
+from lakepurge.cli.arguments import (
+    Commands,
+    Output,
+    add_users,
+    read_lake_settings,
+    read_settings,
+    read_users,
+    with_typed_ids,
+)
 from lakepurge.cli.errors import EXIT_OK, CliError, check_aws_environment
 
 if TYPE_CHECKING:
@@ -46,6 +54,7 @@ def cmd_request(args: argparse.Namespace, out: Output) -> int:
 
     users = read_users(args)  # a wrong argument is reported before anything is touched
     settings = read_lake_settings(args)
+    users = with_typed_ids(args, settings, users)
     request_id = args.request_id or f"req-{uuid.uuid4()}"
     try:
         filed = file_request(

@@ -16,6 +16,7 @@ from lakepurge.cli.arguments import (
     read_settings,
     read_users,
     run_remote,
+    with_typed_ids,
 )
 from lakepurge.cli.errors import EXIT_FAILED, EXIT_OK, CliError, check_aws_environment
 
@@ -41,13 +42,15 @@ def cmd_verify(args: argparse.Namespace, out: Output) -> int:
     users = read_users(args)
     if args.on == "emr-serverless":
         settings = read_settings(args)
+        users = with_typed_ids(args, settings, users)
         check_aws_environment()
         try:
             document = verify_users(settings, users, on=args.on, say=out.say)
         except RemoteJobFailed as exc:
             raise CliError("job_failed", str(exc), EXIT_FAILED) from exc
     else:
-        document = verify_users(read_lake_settings(args, spark=args.engine == "spark"), users, engine=args.engine)
+        settings = read_lake_settings(args, spark=args.engine == "spark")
+        document = verify_users(settings, with_typed_ids(args, settings, users), engine=args.engine)
         out.say(f"read {', then '.join(document['ran']) or 'nothing'}")
     out.say(
         f"checked {document['objects_checked']} object(s) and their noncurrent versions:"
