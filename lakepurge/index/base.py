@@ -130,6 +130,9 @@ class Coverage:
     versions: int  # noncurrent versions listed (0 in an unversioned bucket)
     failed: int  # objects that could not be indexed by that run
     drift: int = 0  # differences between the listing and the index that were found and not fixed
+    # The identifier forms the dataset's objects were indexed in (records.identifiers.id_forms): "" untyped, which an
+    # older record reads as. Another than the configuration's: the index names no id as a request now makes it.
+    id_forms: str = ""
 
 
 @dataclass(frozen=True, slots=True)

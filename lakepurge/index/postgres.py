@@ -635,10 +635,11 @@ class PostgresIndexStore:
     def record_coverage(self, coverage: Coverage) -> None:
         self._conn.execute(
             "INSERT INTO dataset_coverage (dataset, location, method, started_at, finished_at, objects, versions,"
-            " failed, drift) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (dataset) DO UPDATE SET"
+            " failed, drift, id_forms) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+            " ON CONFLICT (dataset) DO UPDATE SET"
             " location = EXCLUDED.location, method = EXCLUDED.method, started_at = EXCLUDED.started_at,"
             " finished_at = EXCLUDED.finished_at, objects = EXCLUDED.objects, versions = EXCLUDED.versions,"
-            " failed = EXCLUDED.failed, drift = EXCLUDED.drift",
+            " failed = EXCLUDED.failed, drift = EXCLUDED.drift, id_forms = EXCLUDED.id_forms",
             (
                 coverage.dataset,
                 coverage.location,
@@ -649,6 +650,7 @@ class PostgresIndexStore:
                 coverage.versions,
                 coverage.failed,
                 coverage.drift,
+                coverage.id_forms,
             ),
         )
 
@@ -666,8 +668,8 @@ class PostgresIndexStore:
     def coverage(self) -> dict[str, Coverage]:
         with self._conn.cursor() as cur:
             cur.execute(
-                "SELECT dataset, location, method, started_at, finished_at, objects, versions, failed, drift"
-                " FROM dataset_coverage"
+                "SELECT dataset, location, method, started_at, finished_at, objects, versions, failed, drift,"
+                " id_forms FROM dataset_coverage"
             )
             return {row[0]: Coverage(*row) for row in cur.fetchall()}
 

@@ -63,6 +63,7 @@ CREATE TABLE IF NOT EXISTS dataset_coverage (
     failed      INTEGER     NOT NULL,
     drift       INTEGER     NOT NULL
 );
+ALTER TABLE dataset_coverage ADD COLUMN IF NOT EXISTS id_forms TEXT NOT NULL DEFAULT '';
 -- Where the records of an object's last version read start (lakepurge.records.record_map): a purge splices a large
 -- object at these offsets. The map names its version itself.
 CREATE TABLE IF NOT EXISTS record_maps (

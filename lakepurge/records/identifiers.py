@@ -89,6 +89,12 @@ def record_forms(ids: Iterable[str], kind: IdentifierKind | None, what: str) -> 
     return tuple(dict.fromkeys(kind.index_form(user, what) for user in ids))
 
 
+def id_forms(kind: IdentifierKind | None) -> str:
+    """The fingerprint of the index forms a dataset's ids are indexed in (its coverage records it): "" untyped, else
+    the kind and its normalisations. A dataset indexed in another is not covered until re-indexed."""
+    return "" if kind is None else f"{kind.name}:{','.join(kind.normalise)}"
+
+
 def kind_of(form: str) -> str | None:
     """The kind an index form is of, None for an untyped id."""
     if not form.startswith(KIND_MARKER):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+from pathlib import Path
 
 import orjson
 import pytest
@@ -273,3 +274,30 @@ def test_given_a_typed_email_when_exported_purged_and_verified_then_exactly_her_
     assert b"certificate" in written
     for where in (logged, printed.out + printed.err, written.decode("utf-8", "replace"), str(exported)):
         assert "alice@" not in where.casefold()  # no spelling of her email: logs, output, reports, certificate
+
+
+def test_given_a_kinds_normalisation_changed_when_coverage_is_assessed_then_its_datasets_are_uncovered_until_reindexed(
+    typed_purge_lake, capsys
+):
+    from lakepurge.indexing.coverage import of_index
+    from tests.support.cli import cli
+
+    _, config = typed_purge_lake
+
+    def coverage(settings) -> dict[str, str]:
+        store = runtime.index_store()
+        return {c.dataset: c.reason for c in of_index(settings, store) if not c.complete}
+
+    assert coverage(parse_settings(tomllib.loads(Path(config).read_text()))) == {}
+    changed = Path(config).read_text().replace('normalise = ["trim", "casefold"]', 'normalise = ["trim"]')
+    Path(config).write_text(changed)
+    settings = parse_settings(tomllib.loads(changed))
+    stale = "indexed with other identifier forms (kind email:trim,casefold): its id_kind or its normalisation changed"
+    assert coverage(settings) == {"signups": stale, "orders": stale, "profiles": stale}  # events is untyped
+
+    assert cli(capsys, "index", "reconcile", "--config", config)[0] == 0  # reads only what changed: still stale
+    assert coverage(settings) == {"signups": stale, "orders": stale, "profiles": stale}
+    assert cli(capsys, "index", "backfill", "--dataset", "signups", "--config", config)[0] == 0  # nothing re-read
+    assert set(coverage(settings)) == {"signups", "orders", "profiles"}
+    assert cli(capsys, "index", "backfill", "--force", "--dataset", "signups", "--config", config)[0] == 0
+    assert set(coverage(settings)) == {"orders", "profiles"}
