@@ -29,7 +29,7 @@ from lakepurge.purge.job import purge_relational, run_purge, verify_everywhere
 from lakepurge.purge.launch import inline_fits
 from lakepurge.reports import layout
 from lakepurge.reports.layout import load_report, write_report
-from lakepurge.reports.report import Report, ReportObject, SafetyLimitExceeded, build_report
+from lakepurge.reports.report import NOT_SEARCHED, Report, ReportObject, SafetyLimitExceeded, build_report
 from lakepurge.tables.iceberg import bound_forms
 
 if TYPE_CHECKING:
@@ -146,6 +146,8 @@ def plan_lines(report: Report, replaced: int = 0) -> list[str]:
     ]
     for name, counts in sorted(report.datasets.items()):
         lines.append(f"  dataset {name}: {counts['records']} record(s) in {counts['objects']} object(s)")
+    for entry in report.not_searched:
+        lines.append(f"  dataset {entry['dataset']}: {NOT_SEARCHED.format(**entry)}")
     for versions in report.versions:
         lines.append(f"  dataset {versions.dataset}: {len(versions.version_ids)} noncurrent version(s) of one object")
     for table in report.relational:

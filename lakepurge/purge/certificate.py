@@ -145,6 +145,7 @@ def write_certificate(
             "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "coverage": list(report.coverage),
             "unindexable": list(report.unindexable),
+            "not_searched": list(report.not_searched),
             "objects": [
                 {
                     "object": object_ref(o.s3path, datasets[r.dataset], pseudonymizer),

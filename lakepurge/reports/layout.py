@@ -349,6 +349,8 @@ class CertificateDocument(Document):
     # copies checked, the legal statement; and which datasets each method erased. Absent without a protected dataset.
     crypto_shred: dict[str, Any] | None = None
     erasure_methods: dict[str, list[str]] | None = None
+    # Typed datasets the request named no id of the kind of ({dataset, kind}: reports.report.not_searched), as approved
+    not_searched: list[dict[str, str]] = []
     totals: CertificateTotals
     verification: CertificateVerification
 
@@ -358,6 +360,8 @@ class CertificateDocument(Document):
         for name in ("crypto_shred", "erasure_methods"):
             if document[name] is None:
                 del document[name]
+        if not document["not_searched"]:  # nor, without typed datasets left unsearched, for those
+            del document["not_searched"]
         return document
 
 

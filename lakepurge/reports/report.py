@@ -27,6 +27,7 @@ from lakepurge.index.base import WHOLE_OBJECT, IndexStore
 from lakepurge.indexing import unindexable
 from lakepurge.indexing.coverage import DatasetCoverage, assess
 from lakepurge.protection.shred import ShredPlan, plan_shred
+from lakepurge.records.identifiers import typed_kinds
 from lakepurge.tables.plan import TablePlan, plan_table
 
 if TYPE_CHECKING:
@@ -108,6 +109,8 @@ class Report:
     tables: tuple[TablePlan, ...] = ()
     # Crypto-shred datasets (lakepurge.protection.shred): the persons' keys the purge destroys, what keeps ciphertext.
     shred: ShredPlan | None = None
+    # Typed datasets the request names no id of the kind of ({dataset, kind}): not searched, and so stated.
+    not_searched: tuple[dict[str, str], ...] = ()
 
     @property
     def lines(self) -> int:
@@ -169,6 +172,7 @@ class Report:
         document["unindexable"] = tuple(document.get("unindexable", ()))
         document["tables"] = tuple(TablePlan.from_json(t) for t in document.get("tables", ()))
         document["shred"] = ShredPlan.from_json(document["shred"]) if document.get("shred") else None
+        document["not_searched"] = tuple(document.get("not_searched", ()))
         return cls(**document)
 
     def summary(self) -> dict[str, Any]:
@@ -187,7 +191,27 @@ class Report:
             "unindexable": unindexable.summary(self.unindexable),
             **({"tables": {t.dataset: t.summary() for t in self.tables}} if self.tables else {}),
             **({"crypto_shred": self.shred.summary(self.rewritten_datasets)} if self.shred else {}),
+            **(
+                {"not_searched": {n["dataset"]: NOT_SEARCHED.format(**n) for n in self.not_searched}}
+                if self.not_searched
+                else {}
+            ),
         }
+
+
+NOT_SEARCHED = "not searched: the request names no {kind}"
+
+
+def not_searched(settings: Settings, users: list[str]) -> tuple[dict[str, str], ...]:
+    """The typed datasets a request names no id of the kind of: no untyped id matches a typed dataset, so nothing
+    of the person's there is found. Stated per dataset (the report, the approval page, the certificate), so that
+    the gap is approved, never silent."""
+    named = set(typed_kinds(users))
+    return tuple(
+        {"dataset": d.name, "kind": d.id_kind}
+        for d in settings.datasets
+        if d.id_kind is not None and d.id_kind not in named
+    )
 
 
 def sha256(data: bytes) -> str:
@@ -288,6 +312,7 @@ def build_report(
         unindexable=tuple(statement.to_dict() for statement in lines),
         tables=tables,
         shred=plan_shred(store, settings, users),
+        not_searched=not_searched(settings, users),
     )
 
 

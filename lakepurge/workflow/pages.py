@@ -20,6 +20,8 @@ def _plan_lines(summary: dict[str, Any], kind: str = "erasure") -> list[str]:
     ]
     for name, counts in sorted(summary["datasets"].items()):
         lines.append(f"  dataset {name}: {counts['records']} record(s) in {counts['objects']} object(s)")
+    for name, why in sorted(summary.get("not_searched", {}).items()):
+        lines.append(f"  dataset {name}: {why}")  # a gap the approver approves, never a silent one
     totals = summary.get("relational_totals", {})
     for name, rows in sorted(summary["relational_rows"].items()):
         total = totals.get(name)

@@ -15,6 +15,7 @@ from lakepurge import runtime
 from lakepurge.cli import main
 from lakepurge.core import aws
 from lakepurge.core.config import parse_settings
+from lakepurge.core.s3uri import S3Uri
 from lakepurge.indexing.indexer import index_object
 from lakepurge.records.identifiers import request_form
 
@@ -150,6 +151,13 @@ id_kind = "email"
 name = "events"
 location = "s3://lake/events/"
 id_fields = ["email"]
+
+[[datasets]]
+name = "accounts"
+location = "s3://lake/accounts/"
+format = "csv"
+id_fields = ["customer"]
+id_kind = "customer_id"
 """
 TYPED_SIGNUPS = (
     b'{"email":" Alice@Example.COM ","plan":"pro"}\n'
@@ -205,6 +213,7 @@ def typed_purge_lake(index_backend, tmp_path, monkeypatch):
         "orders/a.csv": TYPED_ORDERS,
         "profiles/a.parquet": parquet_of(PROFILE_ROWS),
         "events/a.jsonl": EVENTS,
+        "accounts/a.csv": ORDERS,
     }
     for key, body in bodies.items():
         s3.put_object(Bucket="lake", Key=key, Body=body)
@@ -253,6 +262,11 @@ def test_given_a_typed_email_when_exported_purged_and_verified_then_exactly_her_
         assert code == 0, printed.err
         purged = orjson.loads(printed.out)
         assert (purged["verified"], purged["lines_erased"], purged["objects_failed"]) == (True, 5, [])
+        # the request names no customer id: the accounts dataset was not searched, and the plan and certificate say so
+        assert "dataset accounts: not searched: the request names no customer_id" in printed.err
+        certificate = S3Uri.parse(purged["certificate"])
+        stated = orjson.loads(s3.get_object(Bucket=certificate.bucket, Key=certificate.key)["Body"].read())
+        assert stated["not_searched"] == [{"dataset": "accounts", "kind": "customer_id"}]
 
         assert body("signups/a.jsonl") == b'{}\n{"email":"bob@example.com","plan":"free"}\n{}\n' + signups[3] + b"\n"
         assert body("orders/a.csv") == b"buyer,total\n,\nbob@example.com,11\n,\n"
