@@ -315,3 +315,22 @@ def test_given_a_kinds_normalisation_changed_when_coverage_is_assessed_then_its_
     assert set(coverage(settings)) == {"signups", "orders", "profiles"}
     assert cli(capsys, "index", "backfill", "--force", "--dataset", "signups", "--config", config)[0] == 0
     assert set(coverage(settings)) == {"orders", "profiles"}
+
+
+def test_given_more_typed_values_without_an_email_than_the_index_lists_when_reported_then_each_is_read_for_her(
+    typed_purge_lake, capsys
+):
+    from lakepurge.indexing.indexer import index_object
+    from tests.support.cli import cli
+
+    s3, config = typed_purge_lake
+    blank = b'{"email":"   ","plan":"none"}\n' * 130  # unindexable: no email once trimmed; the index lists 100
+    s3.put_object(Bucket="lake", Key="signups/blank.jsonl", Body=blank)
+    settings = parse_settings(tomllib.loads(Path(config).read_text()))
+    assert index_object(s3, runtime.index_store(), settings, "lake", "signups/blank.jsonl").action == "indexed"
+
+    code, plan = cli(capsys, "purge", "--id", f"email={ALICE}", "--engine", "inline", "--config", config)
+
+    assert code == 0, plan
+    assert plan["plan"]["coverage"]["signups"] == "complete"  # every line read for her, as the indexer reads it
+    assert plan["plan"]["unindexable"]["signups"] == {"lines": 130, "objects": 1, "may_hold": 0, "not_read": 0}
