@@ -122,24 +122,27 @@ def read_users(args: argparse.Namespace, required: bool = True) -> list[str]:
     CR LF) is removed and empty lines are skipped. Not required: none may be given (purge --user-hash)."""
     users = list(args.users)
     if getattr(args, "users_file", None):
-        try:
-            with open(args.users_file, "rb") as handle:
-                text = handle.read().decode("utf-8-sig")  # a byte order mark is the file's, not an id's
-        except FileNotFoundError:
-            raise CliError("missing_file", f"--users-file {args.users_file}: no such file: check the path") from None
-        except UnicodeDecodeError as exc:
-            raise CliError(
-                "bad_users_file", f"--users-file {args.users_file}: not UTF-8 text (byte {exc.start}): save it as UTF-8"
-            ) from None
-        except OSError as exc:
-            raise CliError("missing_file", f"--users-file {args.users_file}: {exc.strerror}: check the path") from None
-        *terminated, last = text.split("\n")
-        for user in [line.removesuffix("\r") for line in terminated] + [last]:
-            if user:
-                users.append(user)
-    if not users and required and not getattr(args, "typed_ids", None):
+        users += _lines_of(args.users_file, "--users-file")
+    if not users and required and not typed_texts(args):
         raise CliError("no_users", "no user ids given: name at least one, or pass --users-file FILE or --id KIND=VALUE")
     return list(dict.fromkeys(users))
+
+
+def _lines_of(path: str, option: str) -> list[str]:
+    """The non-empty lines of a file of ids, without their terminators (LF or CR LF)."""
+    try:
+        with open(path, "rb") as handle:
+            text = handle.read().decode("utf-8-sig")  # a byte order mark is the file's, not an id's
+    except FileNotFoundError:
+        raise CliError("missing_file", f"{option} {path}: no such file: check the path") from None
+    except UnicodeDecodeError as exc:
+        raise CliError(
+            "bad_users_file", f"{option} {path}: not UTF-8 text (byte {exc.start}): save it as UTF-8"
+        ) from None
+    except OSError as exc:
+        raise CliError("missing_file", f"{option} {path}: {exc.strerror}: check the path") from None
+    *terminated, last = text.split("\n")
+    return [line for line in [line.removesuffix("\r") for line in terminated] + [last] if line]
 
 
 def add_typed_ids(command: argparse.ArgumentParser) -> None:
@@ -151,13 +154,22 @@ def add_typed_ids(command: argparse.ArgumentParser) -> None:
         metavar="KIND=VALUE",
         help="a typed id (repeatable): normalised as [identifiers.KIND] says, found in the datasets of that id_kind",
     )
+    command.add_argument("--ids-file", help="typed ids, one KIND=VALUE a line (as --id)")
+
+
+def typed_texts(args: argparse.Namespace) -> list[str]:
+    """The typed ids as given (--id, then the lines of --ids-file), KIND=VALUE each."""
+    texts = list(getattr(args, "typed_ids", None) or [])
+    if getattr(args, "ids_file", None):
+        texts += _lines_of(args.ids_file, "--ids-file")
+    return texts
 
 
 def read_typed_ids(args: argparse.Namespace, settings: Settings) -> list[str]:
-    """The index forms of the --id KIND=VALUE given (lakepurge.records.identifiers), in order, each once."""
+    """The index forms of the typed ids given (lakepurge.records.identifiers), in order, each once."""
     kinds = settings.identifier_kinds
     forms = []
-    for text in args.typed_ids:
+    for text in typed_texts(args):
         try:
             forms.append(request_form(text, kinds))
         except RequestIdError as exc:

@@ -334,3 +334,25 @@ def test_given_more_typed_values_without_an_email_than_the_index_lists_when_repo
     assert code == 0, plan
     assert plan["plan"]["coverage"]["signups"] == "complete"  # every line read for her, as the indexer reads it
     assert plan["plan"]["unindexable"]["signups"] == {"lines": 130, "objects": 1, "may_hold": 0, "not_read": 0}
+
+
+def test_given_a_typed_dry_run_when_its_printed_command_is_pasted_then_exactly_that_plan_is_erased(
+    typed_purge_lake, capsys
+):
+    import shlex
+
+    from tests.support.cli import cli
+
+    _, config = typed_purge_lake
+    code, plan = cli(capsys, "purge", "--id", f"email={ALICE}", "--engine", "inline", "--config", config)
+    assert code == 0, plan
+    command = shlex.split(plan["execute"])
+    assert "alice" not in plan["execute"].casefold()  # the typed ids are in a file only this user reads
+    ids_file = Path(command[command.index("--ids-file") + 1])
+    assert ids_file.read_text() == f"email={ALICE}\n" and ids_file.stat().st_mode & 0o777 == 0o600
+
+    code, purged = cli(capsys, *command[1:])
+
+    assert code == 0, purged
+    assert (purged["request_id"], purged["lines_erased"], purged["verified"]) == (plan["request_id"], 5, True)
+    assert not ids_file.exists()  # gone once the report it was written for was executed
