@@ -21,7 +21,8 @@ KindName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]
 class IdentifierConfig(Strict):
     """A kind of identifier ([identifiers.NAME]: email, customer_id, ...) and how its values are normalised, in order,
     when a dataset's records are indexed and when a request names one (`--id NAME=VALUE`): trim, casefold, lower,
-    digits, nfkc (docs/design/PERSON.md). None: exact. Changing it changes the index form of every id of the kind."""
+    digits, nfkc (docs/design/PERSON.md). None: exact. Changing it changes the index form of every id of the kind:
+    its datasets are not covered (no request is certified) until `lakepurge index backfill --force` reads them again."""
 
     # how a value of the kind is normalised, in this order: trim, casefold, lower, digits (0-9 kept), nfkc; [] exact
     normalise: tuple[Normalisation, ...] = ()
