@@ -32,7 +32,7 @@ class Ownership:
         self._keys = IdKeys.of(self._paths)
         self._columns: list[tuple[str, int | None]] | None = None
         self._fields = dataset.id_fields
-        self._kind = dataset.kind
+        self._kind = getattr(dataset, "kind", None)  # (a stand-in with id_fields alone: untyped)
         self.users = users
         self.erased: list[int] = []
         self.not_matching = 0
