@@ -143,6 +143,8 @@ class DatasetConfig(Strict):
     # The identifier kind ([identifiers.NAME]) every id of this dataset is: its ids are indexed in that kind's index
     # form (normalised as it says). Unset: untyped, the ids are indexed exactly as read.
     id_kind: KindName | None = None
+    # "case-insensitive": id_fields name keys and columns in any case (Glue and Hive lower-case names); "exact": as is
+    column_names: Literal["exact", "case-insensitive"] = "exact"
     # Default by format: "drop" for parquet and tables (a row cannot be blanked), "blank" for the line formats.
     erase: EraseMode = "blank"
     # Skip what Spark/Hive/Glue skip: path components below the location starting with '_' or '.' (a partition

@@ -17,16 +17,29 @@ import orjson
 
 from lakepurge.core.config import DatasetConfig
 from lakepurge.records.csv_records import csv_id_columns, csv_ids
-from lakepurge.records.ids import IdKeys, extract_ids, parse_paths, parse_record, plain_ids
+from lakepurge.records.ids import (
+    EXACT,
+    IdFieldError,
+    IdKeys,
+    IdRules,
+    extract_ids,
+    parse_paths,
+    parse_record,
+    plain_ids,
+    resolve_top,
+)
 
 
 class Ownership:
     """Decides whether a record belongs to one of the users, and remembers what it decided."""
 
-    def __init__(self, dataset: DatasetConfig, users: Container[str]) -> None:
+    def __init__(self, dataset: DatasetConfig, users: Container[str], rules: IdRules = EXACT) -> None:
+        """rules: the dataset's (core.config_identity.id_rules), as the indexer read its ids."""
         assert dataset.id_fields is not None
         self._paths = parse_paths(dataset.id_fields)
-        self._keys = IdKeys.of(self._paths)
+        self._rules = rules
+        # (names in any case: a line spelling the field otherwise, or twice, is read line by line, as the indexer's)
+        self._keys = IdKeys.of(self._paths, self._rules.folded)
         self._columns: list[tuple[str, int | None]] | None = None
         self._fields = dataset.id_fields
         self.users = users
@@ -53,13 +66,18 @@ class Ownership:
     def json_line(self, line: int, content: bytes) -> bool:
         try:
             record = parse_record(content, self._keys)
-            owned = isinstance(record, dict) and any(u in self.users for u in extract_ids(record, self._paths))
+            owned = isinstance(record, dict) and any(
+                u in self.users for u in extract_ids(record, self._paths, self._rules)
+            )
         except (orjson.JSONDecodeError, ValueError):
             owned = False
         return self._note(line, owned)
 
     def csv_header(self, header: list[str]) -> None:
-        self._columns = csv_id_columns(header, self._fields)
+        try:
+            self._columns = csv_id_columns(header, self._fields, self._rules.folded)
+        except IdFieldError:  # an id column the header names twice: the indexer indexed none of its rows
+            self._columns = []
 
     def csv_rows(self, lines: list[int], rows: list[list[str]]) -> list[bool]:
         """csv_record for several rows at once: hashed and looked up together when the dataset has one id column
@@ -115,14 +133,21 @@ class Ownership:
         return owned
 
 
-def owned_rows(table: Any, paths: tuple[tuple[str, ...], ...], users: Container[str]) -> list[bool]:
+def owned_rows(
+    table: Any, paths: tuple[tuple[str, ...], ...], users: Container[str], rules: IdRules = EXACT
+) -> list[bool]:
     """For each row of a Parquet table (a row group), whether its ids name one of the users. A row whose ids cannot
     be read (the indexer reports it unindexable) is nobody's. The purge drops these rows; the export takes them."""
-    top = sorted({p[0] for p in paths})
+    if rules.folded:  # each field resolved against the columns, as the indexer's read_parquet resolves it
+        try:
+            paths = resolve_top(paths, table.column_names)
+        except IdFieldError:
+            return [False] * table.num_rows
+    top = sorted({p[0] for p in paths if not rules.folded or p[0] in table.column_names})
     owned = []
     for record in table.select(top).to_pylist():
         try:
-            ids: tuple[str, ...] = extract_ids(record, paths)
+            ids: tuple[str, ...] = extract_ids(record, paths, rules)
         except ValueError:
             ids = ()
         owned.append(any(u in users for u in ids))

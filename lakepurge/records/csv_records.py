@@ -10,7 +10,7 @@ from collections import deque
 from collections.abc import Container, Iterator, Sequence
 from typing import IO, NamedTuple, cast
 
-from lakepurge.records.ids import Record, Unindexable, id_problem
+from lakepurge.records.ids import IdFieldError, Record, Unindexable, id_problem, resolve_top
 from lakepurge.records.lines import ByteSource, iter_lines, too_long
 
 _ALL_BUT_COMMA_AND_NEWLINE = bytes(byte for byte in range(256) if byte not in b",\n")
@@ -191,8 +191,11 @@ class _CsvFeed:
                 item = following
 
 
-def csv_id_columns(header: Sequence[str], columns: Sequence[str]) -> list[tuple[str, int | None]]:
-    """Each id column and its index in the header (None when the header lacks it)."""
+def csv_id_columns(header: Sequence[str], columns: Sequence[str], folded: bool = False) -> list[tuple[str, int | None]]:
+    """Each id column and its index in the header (None when the header lacks it). Names matched case-insensitively
+    (`folded`), each column is the header's one spelling of it; IdFieldError when the header has two."""
+    if folded:
+        columns = [path[0] for path in resolve_top(tuple((c,) for c in columns), header)]
     return [(c, header.index(c) if c in header else None) for c in columns]
 
 
@@ -219,7 +222,11 @@ def csv_ids(row: Sequence[str], positions: Sequence[tuple[str, int | None]]) -> 
 
 
 def read_csv(
-    stream: IO[bytes], columns: Sequence[str], max_bytes: int, spans: list[tuple[int, int]] | None = None
+    stream: IO[bytes],
+    columns: Sequence[str],
+    max_bytes: int,
+    spans: list[tuple[int, int]] | None = None,
+    folded: bool = False,
 ) -> Iterator[Record | Unindexable]:
     """CSV with a header row (line 0). A record's position is the line it starts on (quoted fields may span
     lines); records are those of csv_records (spans: as there). Invalid UTF-8 outside the id columns does not stop
@@ -231,7 +238,11 @@ def read_csv(
     if header.row is None:
         yield Unindexable(0, f"{HEADER_PROBLEM}{header.problem}")
         return
-    positions = csv_id_columns(header.row, columns)
+    try:
+        positions = csv_id_columns(header.row, columns, folded)
+    except IdFieldError as exc:  # a column named twice: which holds the id is not for lakepurge to guess
+        yield Unindexable(0, f"{HEADER_PROBLEM}{exc}")
+        return
     for record in records:
         if record.row is None:
             yield Unindexable(record.line, cast("str", record.problem))

@@ -11,10 +11,12 @@ from typing import IO
 import orjson
 
 from lakepurge.records.ids import (
+    EXACT,
     MAX_ID_BYTES,
     SHORT_ID_CHARS,
     IdFieldError,
     IdKeys,
+    IdRules,
     Record,
     Unindexable,
     extract_ids,
@@ -28,16 +30,18 @@ def _json_reason(exc: orjson.JSONDecodeError) -> str:
     return "invalid UTF-8" if "utf-8" in str(exc).lower() else f"invalid JSON ({exc})"
 
 
-def read_jsonl(stream: IO[bytes], paths: tuple[tuple[str, ...], ...], max_bytes: int) -> Iterator[Record | Unindexable]:
+def read_jsonl(
+    stream: IO[bytes], paths: tuple[tuple[str, ...], ...], max_bytes: int, rules: IdRules = EXACT
+) -> Iterator[Record | Unindexable]:
     for first, lines in iter_line_batches(stream, max_bytes):
-        yield from jsonl_items(first, lines, paths, max_bytes)
+        yield from jsonl_items(first, lines, paths, max_bytes, rules)
 
 
 def jsonl_items(
-    first: int, lines: list[bytes | None], paths: tuple[tuple[str, ...], ...], max_bytes: int
+    first: int, lines: list[bytes | None], paths: tuple[tuple[str, ...], ...], max_bytes: int, rules: IdRules = EXACT
 ) -> Iterator[Record | Unindexable]:
     """Each line's record or the reason it cannot be indexed; blank lines and `{}` give nothing."""
-    keys = IdKeys.of(paths)
+    keys = IdKeys.of(paths, rules.folded)
     for number, line in enumerate(lines, first):
         if line is None:
             yield Unindexable(number, too_long(max_bytes))
@@ -57,7 +61,7 @@ def jsonl_items(
         if not record:
             continue
         try:
-            yield Record(number, extract_ids(record, paths))
+            yield Record(number, extract_ids(record, paths, rules))
         except IdFieldError as exc:
             yield Unindexable(number, str(exc))
 
@@ -67,10 +71,11 @@ def single_field(paths: tuple[tuple[str, ...], ...]) -> str | None:
     return paths[0][0] if len(paths) == 1 and len(paths[0]) == 1 else None
 
 
-def bulk_ids(lines: list[bytes | None], field: str) -> list[str] | None:
+def bulk_ids(lines: list[bytes | None], field: str, folded: bool = False) -> list[str] | None:
     """The ids of a chunk of lines when every line is a JSON object whose `field` holds a non-empty string (the
     bulk of any lake), found without a Python step per line; None as soon as any line is anything else (blank,
-    `{}`, too long, malformed, another shape), and then the chunk goes through jsonl_items line by line."""
+    `{}`, too long, malformed, another shape), and then the chunk goes through jsonl_items line by line. Names
+    matched case-insensitively (`folded`), only a chunk that spells the field no other way is answered here."""
     if None in lines:
         return None
     try:
@@ -90,7 +95,8 @@ def bulk_ids(lines: list[bytes | None], field: str) -> list[str] | None:
             max(map(len, ids), default=0) > SHORT_ID_CHARS
             and any(len(i) > SHORT_ID_CHARS and len(i.encode("utf-8")) > MAX_ID_BYTES for i in ids)
         )
-        or IdKeys.of(((field,),)).repeated_among(lines, len(ids))  # type: ignore[arg-type]
+        # (folded: a line spelling the field another way, too, is read there: every line holds the exact key once)
+        or IdKeys.of(((field,),), folded).repeated_among(lines, len(ids))  # type: ignore[arg-type]
     ):
         return None
     return ids
