@@ -121,3 +121,5 @@ def test_given_a_glue_table_of_camelcase_files_when_imported_backfilled_and_purg
     assert body("orders/a.csv").split(b"\n")[2] == b"bob,b"
     code, verified, err = run(capsys, config, "verify", "alice")
     assert code == 0 and verified["verified"] is True, err
+    code, found, _ = run(capsys, config, "verify", "bob")  # it reads the lake's userId: bob, never erased, is found
+    assert code == 1 and len(found["remaining"]) == 3
