@@ -28,6 +28,7 @@ from lakepurge.records.ids import (
     plain_ids,
     resolve_top,
 )
+from lakepurge.records.jsonl_records import spelling
 
 
 class Ownership:
@@ -55,6 +56,8 @@ class Ownership:
         each_contained = getattr(self.users, "each_contained", None)
         if field is not None and each_contained is not None:
             try:
+                # (names in any case: the lines' spelling; keys below counts every other one)
+                field = spelling(contents, field) if self._rules.folded else field
                 ids = list(map(dict.get, map(orjson.loads, contents), itertools.repeat(field)))
             except (orjson.JSONDecodeError, TypeError):  # not JSON, or not an object: line by line
                 ids = []

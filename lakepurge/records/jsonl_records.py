@@ -20,6 +20,7 @@ from lakepurge.records.ids import (
     Record,
     Unindexable,
     extract_ids,
+    matching_names,
     parse_record,
 )
 from lakepurge.records.lines import iter_line_batches, too_long
@@ -75,13 +76,15 @@ def bulk_ids(lines: list[bytes | None], field: str, folded: bool = False) -> lis
     """The ids of a chunk of lines when every line is a JSON object whose `field` holds a non-empty string (the
     bulk of any lake), found without a Python step per line; None as soon as any line is anything else (blank,
     `{}`, too long, malformed, another shape), and then the chunk goes through jsonl_items line by line. Names
-    matched case-insensitively (`folded`), only a chunk that spells the field no other way is answered here."""
-    if None in lines:
+    matched case-insensitively (`folded`), the chunk is answered here when every line spells the field one way
+    (spelling), once, and no other way."""
+    if None in lines or not lines:
         return None
     try:
+        spelled = spelling(lines, field) if folded else field  # type: ignore[arg-type]
         # itemgetter fails on anything but an object holding the field (KeyError; TypeError for arrays, strings,
         # numbers); each record is freed as soon as its id is out.
-        ids = list(map(itemgetter(field), map(orjson.loads, lines)))  # type: ignore[arg-type]
+        ids = list(map(itemgetter(spelled), map(orjson.loads, lines)))  # type: ignore[arg-type]
     except (orjson.JSONDecodeError, KeyError, TypeError):
         return None
     if set(map(type, ids)) != {str} or "" in ids:
@@ -95,8 +98,24 @@ def bulk_ids(lines: list[bytes | None], field: str, folded: bool = False) -> lis
             max(map(len, ids), default=0) > SHORT_ID_CHARS
             and any(len(i) > SHORT_ID_CHARS and len(i.encode("utf-8")) > MAX_ID_BYTES for i in ids)
         )
-        # (folded: a line spelling the field another way, too, is read there: every line holds the exact key once)
+        # (folded: each line holds `spelled`, so as many lower-cased occurrences as lines is each spelling it once
+        # and no other; anything else is read line by line)
         or IdKeys.of(((field,),), folded).repeated_among(lines, len(ids))  # type: ignore[arg-type]
     ):
         return None
     return ids
+
+
+def spelling(lines: list[bytes], field: str) -> str:
+    """How the first of the lines whose record holds a case-insensitive field spells it (a lake's files spell it
+    one way, often not as the catalog does): the bulk paths then look for that spelling, and count every spelling
+    to be sure no line holds another. The field itself when no line tells."""
+    for line in lines:
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        found = matching_names(list(record), field) if type(record) is dict else []
+        if found:
+            return found[0] if len(found) == 1 else field
+    return field

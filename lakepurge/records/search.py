@@ -29,7 +29,7 @@ from lakepurge.records.ids import (
     plain_ids,
     resolve_top,
 )
-from lakepurge.records.jsonl_records import jsonl_items, single_field
+from lakepurge.records.jsonl_records import jsonl_items, single_field, spelling
 from lakepurge.records.limits import IN_MEMORY_BYTES
 from lakepurge.records.lines import (
     ByteSource,
@@ -116,7 +116,10 @@ def lines_holding(
                 try:
                     if None in lines:
                         raise TypeError
-                    values = list(map(get, map(orjson.loads, lines)))  # type: ignore[arg-type]
+                    # (names in any case: the chunk's spelling, every other one counted by keys below)
+                    spelled = spelling(lines, field) if rules.folded else field  # type: ignore[arg-type]
+                    chunk_get = operator.methodcaller("get", spelled) if rules.folded else get
+                    values = list(map(chunk_get, map(orjson.loads, lines)))  # type: ignore[arg-type]
                 except (orjson.JSONDecodeError, AttributeError, TypeError):
                     from_items(jsonl_items(first, lines, paths, max_bytes, rules))
                     continue

@@ -68,11 +68,34 @@ def test_given_a_chunk_whose_lines_hold_the_exact_key_when_one_also_spells_it_ot
     read = grouped(data, "jsonl", ("userid",), FOLDED)
     assert read.lines_by_user == {"a": [0, 1, 3]}
     assert [u.line for u in read.unindexable] == [2]
+    # The files spell it userId, the catalog userid: the chunk is read by that spelling, and the line that also
+    # writes USERID is still caught.
+    camel = data.replace(b'"userid"', b'"userId"')
+    read = grouped(camel, "jsonl", ("userid",), FOLDED)
+    assert read.lines_by_user == {"a": [0, 1, 3]} and [u.line for u in read.unindexable] == [2]
+    assert grouped(camel.replace(b',"USERID":"c"', b""), "jsonl", ("userid",), FOLDED).lines_by_user == {
+        "a": [0, 1, 3],
+        "b": [2],
+    }
+    # The purge's check and verification's search, asked in bulk as the purge asks, agree on both spellings.
     config = dataset("jsonl", ("userid",))
-    lines = data.split(b"\n")[:-1]
-    for user, mine in (("a", [True, True, False, True]), ("b", [False] * 4), ("c", [False] * 4)):
-        users = HashedUsers(HASHER.many([user]), HASHER)  # as the purge asks: in bulk, where a chunk allows it
-        assert Ownership(config, users, id_rules(config)).json_lines([0, 1, 2, 3], lines) == mine
+    for text in (data, camel):
+        lines = text.split(b"\n")[:-1]
+        for user, mine in (("a", [True, True, False, True]), ("b", [False] * 4), ("c", [False] * 4)):
+            users = HashedUsers(HASHER.many([user]), HASHER)
+            assert Ownership(config, users, id_rules(config)).json_lines([0, 1, 2, 3], lines) == mine
+            found = lines_holding(
+                io.BytesIO(text),
+                "x.jsonl",
+                "jsonl",
+                ("userid",),
+                MAX,
+                DEFAULT_INFLATION,
+                users.each_contained,
+                users.none_of,
+                FOLDED,
+            )
+            assert found == [n for n, owned in enumerate(mine) if owned]
 
 
 def test_given_case_insensitive_names_when_the_purge_and_verification_read_the_lines_then_they_find_the_indexers():
