@@ -21,7 +21,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from lakepurge.core.config_identity import IdentifierConfig, KindName, check_typed_datasets
+from lakepurge.core.config_identity import DatasetIdentity, IdentifierConfig, KindName, check_typed_datasets
 from lakepurge.core.config_messages import plain_error
 from lakepurge.core.config_strict import Strict
 from lakepurge.core.s3uri import S3Uri
@@ -131,7 +131,7 @@ class CatalogConfig(Strict):
 EraseMode = Literal["blank", "drop", "delete-object"]
 
 
-class DatasetConfig(Strict):
+class DatasetConfig(DatasetIdentity):
     name: Annotated[str, Field(min_length=1)]
     format: Format = "jsonl"
     # The TOML key `location` (required but for Iceberg, whose catalog knows it): read it as `location`.

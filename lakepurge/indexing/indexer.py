@@ -123,7 +123,10 @@ def scan_object(s3: S3Client, settings: Settings, dataset: DatasetConfig, head: 
 
 def _in_index_forms(settings: Settings, dataset: DatasetConfig, result: ObjectIndex) -> ObjectIndex:
     """The object's rows keyed by the index forms of its ids (its dataset's kind's: docs/design/PERSON.md); an
-    untyped dataset's rows are kept as read. A line whose id has no index form becomes unindexable."""
+    untyped dataset's rows are kept as read. A line whose id has no index form becomes unindexable. A dataset with
+    per-field kinds (id_kinds, id_composites) was read in index forms already (records.id_typing)."""
+    if dataset.id_kinds or dataset.id_composites:
+        return result
     what = "id field(s) " + ", ".join(dataset.id_fields) if dataset.id_fields is not None else "the object's owner"
     rows, bad = index_forms(result.lines_by_user, settings.kind_of(dataset), bool(settings.identifiers), what)
     result.lines_by_user = rows

@@ -52,7 +52,8 @@ class Ownership:
         """json_line for several lines at once. When each is an object whose single top-level id field holds a
         plain id (the bulk of any lake), they are parsed, hashed and looked up without a Python step per line;
         otherwise each goes through json_line."""
-        field = self._paths[0][0] if len(self._paths) == 1 and len(self._paths[0]) == 1 else None
+        one = len(self._paths) == 1 and len(self._paths[0]) == 1 and self._rules.typing is None  # (typed: forms)
+        field = self._paths[0][0] if one else None
         each_contained = getattr(self.users, "each_contained", None)
         if field is not None and each_contained is not None:
             try:
@@ -100,6 +101,8 @@ class Ownership:
         """The id column's index when rows can be decided by it alone (csv_plain_ids): the dataset has one id
         column, the header names it, and the users are looked up in batches. None otherwise."""
         assert self._columns is not None
+        if self._rules.typing is not None:  # typed fields: each row's index forms, row by row
+            return None
         if len(self._columns) == 1 and getattr(self.users, "each_contained", None) is not None:
             return self._columns[0][1]
         return None
@@ -120,7 +123,7 @@ class Ownership:
         """As the indexer reads the row: a row with an id it would not index (too long, NUL, invalid UTF-8) is
         nobody's."""
         assert self._columns is not None
-        ids, problem = csv_ids(row, self._columns)
+        ids, problem = csv_ids(row, self._columns, self._rules.typing)
         return self._note(line, problem is None and any(u in self.users for u in ids))
 
     def _note_many(self, lines: list[int], owned: list[bool]) -> list[bool]:

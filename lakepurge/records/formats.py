@@ -65,7 +65,7 @@ def group_records(
     unindexable: list[Unindexable] = []
     records = 0
     paths = parse_paths(id_fields)
-    field = single_field(paths) if fmt == "jsonl" else None
+    field = single_field(paths) if fmt == "jsonl" and rules.typing is None else None
 
     def add(items: Iterable[Record | Unindexable]) -> None:
         nonlocal records
@@ -156,7 +156,7 @@ def read_records(
     items: Iterable[Record | Unindexable] = (
         read_jsonl(stream, paths, max_bytes, rules)  # type: ignore[arg-type]
         if fmt == "jsonl"
-        else read_csv(stream, id_fields, max_bytes, spans, rules.folded)  # type: ignore[arg-type]
+        else read_csv(stream, id_fields, max_bytes, spans, rules.folded, rules.typing)  # type: ignore[arg-type]
     )
     try:
         yield from items

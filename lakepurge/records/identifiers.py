@@ -131,7 +131,11 @@ def kind_of(form: str) -> str | None:
 def shown(form: str) -> str:
     """An index form as the operator wrote it: KIND=VALUE (normalised) for a typed id, an untyped id as it is."""
     kind = kind_of(form)
-    return form if kind is None else f"{kind}={form[len(kind) + 2 :]}"
+    if kind is None:
+        return form
+    value = form[len(kind) + 2 :]
+    transform, marker, digest = value.partition(KIND_MARKER)  # a transform's form (records.id_typing)
+    return f"{transform}({kind})={digest}" if marker else f"{kind}={value}"
 
 
 class RequestIdError(ValueError):

@@ -15,9 +15,12 @@ import math
 import re
 from collections.abc import Sequence
 from decimal import Decimal
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
+
+if TYPE_CHECKING:
+    from lakepurge.records.id_typing import IdTyping
 
 # The longest user id, in UTF-8 bytes, that is indexed. DynamoDB keys allow 2048 bytes and a PostgreSQL btree entry
 # about 2700, and every row key also holds the object path: a longer id (or one holding NUL, which PostgreSQL text
@@ -52,6 +55,8 @@ class IdRules(NamedTuple):
     folded: bool = False
     # a kind normalised as `number`: floats and decimals are ids too (as their decimal strings)
     numbers: bool = False
+    # per-field kinds, transforms and composite kinds (records.id_typing): the ids are read as index forms
+    typing: IdTyping | None = None
 
 
 EXACT = IdRules()
@@ -141,6 +146,11 @@ def _collect(value: Any, path: tuple[str, ...], depth: int, field: str, out: lis
         # ids inside arrays of objects: "orders.buyer" finds the buyer of every order.
         for item in value:
             _collect(item, path, depth, field, out, rules)
+
+
+def collect(value: Any, path: tuple[str, ...], field: str, out: list[str], rules: IdRules) -> None:
+    """The values at one id field's path of a record, appended to `out` (as extract_ids reads them)."""
+    _collect(value, path, 0, field, out, rules)
 
 
 def _folded_child(value: dict[str, Any], name: str, field: str) -> Any:
@@ -251,8 +261,11 @@ def extract_ids(record: dict[str, Any], paths: tuple[tuple[str, ...], ...], rule
     """All user ids a record names through the dataset's id fields, without duplicates.
 
     Raises IdFieldError when no id field is present or a field holds something that is not an id (or, names
-    matched case-insensitively, one field names several keys).
+    matched case-insensitively, one field names several keys). A dataset with typed fields (`rules.typing`) names
+    its ids in their index forms.
     """
+    if rules.typing is not None:
+        return rules.typing.record_ids(record, rules)
     if len(paths) == 1 and len(paths[0]) == 1 and not rules.folded:  # the common case: one top-level string, no walk
         value = record.get(paths[0][0])
         if type(value) is str and value and len(value) <= SHORT_ID_CHARS and "\x00" not in value:

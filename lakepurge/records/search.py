@@ -72,7 +72,7 @@ def lines_holding(
             if any([next(owned) for _ in record.user_ids]):
                 found.append(record.line)
 
-    if fmt == "csv" and len(id_fields) == 1:
+    if fmt == "csv" and len(id_fields) == 1 and rules.typing is None:  # (typed fields: read_records makes forms)
         try:
             whole, rows = _in_memory(open_decompressed(raw, key, inflation))
             if whole is not None and _csv_none_wanted(whole, id_fields[0], none_of, rules.folded):
@@ -85,7 +85,8 @@ def lines_holding(
         from_items(read_records(raw, key, fmt, id_fields, max_bytes, inflation, rules=rules))
         return found
     # (names in any case: the bulk answer's tokens are the exact names, so every line is read)
-    candidates = None if rules.folded else IdCandidates.of(paths)
+    # (typed fields: the records hold values, not the index forms wanted, so every line is read)
+    candidates = None if rules.folded or rules.typing is not None else IdCandidates.of(paths)
 
     def none_wanted(data: bytes) -> bool:
         if candidates is None:
@@ -95,7 +96,7 @@ def lines_holding(
             return False
         return none_of(held.plain) and True not in wanted(held.decoded)
 
-    field = single_field(paths)
+    field = single_field(paths) if rules.typing is None else None
     get = operator.methodcaller("get", field)
     is_a_value = functools.partial(operator.is_not, None)
     keys = IdKeys.of(paths, rules.folded)
