@@ -145,6 +145,8 @@ class DatasetConfig(DatasetIdentity):
     id_kind: KindName | None = None
     # "case-insensitive": id_fields name keys and columns in any case (Glue and Hive lower-case names); "exact": as is
     column_names: Literal["exact", "case-insensitive"] = "exact"
+    id_kinds: dict[str, str] = Field(default_factory=dict)
+    id_composites: dict[KindName, dict[KindName, str]] = Field(default_factory=dict)
     # Default by format: "drop" for parquet and tables (a row cannot be blanked), "blank" for the line formats.
     erase: EraseMode = "blank"
     # Skip what Spark/Hive/Glue skip: path components below the location starting with '_' or '.' (a partition

@@ -41,24 +41,22 @@ class IdentifierConfig(Strict):
 
 
 class DatasetIdentity(Strict):
-    """The keys of a dataset that say which kinds its id fields hold, field by field (DatasetConfig extends it)."""
+    """What a dataset's id fields hold, field by field (DatasetConfig extends it; its keys id_kinds and id_composites
+    are DatasetConfig's, explained in config_reference.MEANINGS): checked here, turned into the readers' IdTyping by
+    check_typed_datasets."""
 
-    # the kind each id field holds, field by field: { "buyer.email" = "email", email_sha = "sha256_hex(email)" }
-    # (a transform of a kind: sha256_hex, md5_hex, lower-case hex of the normalised value); with id_composites, for
-    # files datasets instead of id_kind; every id field named here or in id_composites
-    id_kinds: dict[str, str] = Field(default_factory=dict)
-    # composite kinds and the id field of each part: { name_dob = { first_name = "fname", birth_date = "dob" } }
-    id_composites: dict[KindName, dict[KindName, str]] = Field(default_factory=dict)
     # Set by Settings (check_typed_datasets): how the readers turn the fields into index forms.
     _id_typing: IdTyping | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _typed_fields_are_id_fields(self) -> DatasetIdentity:
-        if not self.id_kinds and not self.id_composites:
+        this: Any = self  # a DatasetConfig
+        id_kinds: dict[str, str] = this.id_kinds
+        id_composites: dict[str, dict[str, str]] = this.id_composites
+        if not id_kinds and not id_composites:
             return self
-        this: Any = self
         fields = this.id_fields or ()
-        key = "id_kinds" if self.id_kinds else "id_composites"
+        key = "id_kinds" if id_kinds else "id_composites"
         if this.id_kind is not None:
             raise ValueError(f"{key}: id_kind is every field one kind; give each field its kind in id_kinds instead")
         if this.id_fields is None or this.is_table or this.protection != "none" or this.column_names != "exact":
@@ -66,19 +64,19 @@ class DatasetIdentity(Strict):
                 f"{key} is for datasets of files (jsonl, csv, parquet) with id_fields that are not pseudonymised"
                 ' and column_names = "exact"'
             )
-        for field, spec in self.id_kinds.items():
+        for field, spec in id_kinds.items():
             if field not in fields:
                 raise ValueError(f"id_kinds.{field}: not one of id_fields")
             try:
                 parse_spec(spec)
             except ValueError as exc:
                 raise ValueError(f"id_kinds.{field}: {exc}") from None
-        parts_of = {f for parts in self.id_composites.values() for f in parts.values()}
-        for kind, parts in self.id_composites.items():
+        parts_of = {f for parts in id_composites.values() for f in parts.values()}
+        for kind, parts in id_composites.items():
             for part, field in parts.items():
                 if field not in fields:
                     raise ValueError(f"id_composites.{kind}.{part}: '{field}' is not one of id_fields")
-        untyped = [f for f in fields if f not in self.id_kinds and f not in parts_of]
+        untyped = [f for f in fields if f not in id_kinds and f not in parts_of]
         if untyped:
             raise ValueError(f"id field(s) {', '.join(untyped)}: no kind (name each in id_kinds or id_composites)")
         return self
