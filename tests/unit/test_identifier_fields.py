@@ -155,6 +155,26 @@ def test_given_a_composite_kind_when_rows_hold_all_some_or_none_of_its_parts_the
     assert typed_request_forms(f"name_dob={other}", configured.datasets, configured.identifiers) != [NAME_DOB]
 
 
+def test_given_a_composite_in_json_lines_when_a_part_is_nested_numeric_null_or_several_then_each_is_read_as_such():
+    member = dataset(
+        "m",
+        'id_fields = ["name.first", "name.last", "born"]\n'
+        'id_composites = { name_dob = { first_name = "name.first", last_name = "name.last", birth_date = "born" } }',
+    )
+    data = jsonl(
+        {"name": {"first": "Alice", "last": "Liddell"}, "born": 1852},  # an integer part: its decimal string
+        {"name": {"first": "Alice", "last": "Liddell"}, "born": None},  # null: the part is missing
+        {"name": {"first": ["Alice", "Alicia"], "last": "Liddell"}, "born": 1852},  # two first names: whose?
+        {"name": {"first": ["Alice", "Alice"], "last": "Liddell"}, "born": "1852"},  # one value, written twice
+    )
+    read = grouped(data, settings(member).datasets[0])
+    assert read.lines_by_user == {'\x1fname_dob\x1f["alice","liddell","1852"]': [0, 3]}
+    assert [(u.line, u.reason) for u in read.unindexable] == [
+        (1, "no id: name_dob incomplete"),
+        (2, "name_dob part 'first_name' (field 'name.first') holds several values"),
+    ]
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
