@@ -65,7 +65,9 @@ def group_records(
     unindexable: list[Unindexable] = []
     records = 0
     paths = parse_paths(id_fields)
-    field = single_field(paths) if fmt == "jsonl" and rules.typing is None else None
+    # (typed fields: the bulk path only for one top-level field, whose values are then made index forms)
+    typed = rules.typing.single_field() if rules.typing is not None else None
+    field = single_field(paths) if fmt == "jsonl" and (rules.typing is None or typed is not None) else None
 
     def add(items: Iterable[Record | Unindexable]) -> None:
         nonlocal records
@@ -89,6 +91,8 @@ def group_records(
                 stream = record_map.watch(stream)
             for first, lines in iter_line_batches(stream, max_bytes):
                 ids = bulk_ids(lines, field, rules.folded)
+                if ids is not None and typed is not None:
+                    ids = typed.forms(ids, f"id field '{field}'")
                 if ids is None:
                     add(jsonl_items(first, lines, paths, max_bytes, rules))
                     continue

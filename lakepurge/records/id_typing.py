@@ -64,6 +64,17 @@ class FieldKind:
             raise IdFieldError(f"{what} holds no {self.transform} of {self.kind.name} (lower- or upper-case hex)")
         return transformed_form(self.kind, self.transform, digest)
 
+    def forms(self, values: list[str], what: str) -> list[str] | None:
+        """The index forms of many values (a chunk's, one a line), each distinct value made once; None when any has
+        none (the chunk is then read line by line, which says which line and why)."""
+        made = {}
+        try:
+            for value in set(values):
+                made[value] = self.form(value, what)
+        except IdFieldError:
+            return None
+        return [made[value] for value in values]
+
 
 def transformed_form(kind: IdentifierKind, transform: str, digest: str) -> str:
     """The index form of a transform's hex digest of a kind's value: marker, kind, marker, transform, marker, hex."""
@@ -107,6 +118,13 @@ class IdTyping:
 
     fields: tuple[tuple[Path, FieldKind], ...] = ()
     composites: tuple[tuple[CompositeKind, tuple[Path, ...]], ...] = ()
+
+    def single_field(self) -> FieldKind | None:
+        """The kind of the dataset's one top-level id field, when that is all it has (the indexer's bulk path reads
+        such a chunk's values at once, then makes their forms)."""
+        if len(self.fields) == 1 and not self.composites and len(self.fields[0][0]) == 1:
+            return self.fields[0][1]
+        return None
 
     def record_ids(self, record: Mapping[str, Any], rules: IdRules) -> tuple[str, ...]:
         """The index forms of every id the record holds: each typed field's values in its kind (or transform), each

@@ -19,9 +19,9 @@ from lakepurge.core.config_identity import id_rules, typed_request_forms
 from lakepurge.core.privacy import HashedUsers, Pseudonymizer
 from lakepurge.purge.ownership import Ownership, owned_rows
 from lakepurge.records.csv_records import csv_records
-from lakepurge.records.formats import Grouped, group_records
+from lakepurge.records.formats import Grouped, group_records, read_records
 from lakepurge.records.identifiers import IdentifierKind, RequestIdError, index_forms, shown
-from lakepurge.records.ids import parse_paths
+from lakepurge.records.ids import Record, parse_paths
 from lakepurge.records.lines import DEFAULT_INFLATION
 from lakepurge.records.search import lines_holding
 
@@ -119,6 +119,25 @@ def test_given_id_kind_when_every_field_is_named_in_id_kinds_instead_then_the_in
     read = grouped(data, per_field.datasets[0])
     assert read.lines_by_user == rows == {EMAIL: [0], "\x1femail\x1fbob@example.com": [1]}
     assert [u.line for u in read.unindexable] == sorted([*bad, *(u.line for u in raw.unindexable)]) == [2, 3]
+
+
+def test_given_one_typed_field_when_a_chunk_is_read_in_bulk_then_its_forms_are_those_read_line_by_line():
+    hashed = settings(dataset("h", 'id_fields = ["h"]\nid_kinds = { h = "sha256_hex(email)" }')).datasets[0]
+    assert hashed.id_fields is not None
+    good = jsonl(*({"h": ALICE_SHA.upper() if n % 2 else ALICE_SHA, "n": n} for n in range(6)))
+    for data in (good, good + jsonl({"h": "not hex", "n": 6}, {"h": ALICE_SHA, "n": 7})):
+        read = grouped(data, hashed)  # the indexer's: a chunk at once when it can
+        by_line = read_records(io.BytesIO(data), "x.jsonl", "jsonl", hashed.id_fields, MAX, rules=id_rules(hashed))
+        lines: dict[str, list[int]] = {}
+        bad = []
+        for item in by_line:
+            if isinstance(item, Record):
+                for user in item.user_ids:
+                    lines.setdefault(user, []).append(item.line)
+            else:
+                bad.append(item)
+        assert read.lines_by_user == lines and read.unindexable == bad
+    assert read.lines_by_user == {SHA: [0, 1, 2, 3, 4, 5, 7]} and [u.line for u in read.unindexable] == [6]
 
 
 def test_given_a_hashed_email_column_when_a_request_names_the_email_then_its_forms_include_the_columns():
