@@ -657,8 +657,8 @@ class Settings(Strict):
 
     @property
     def identifier_kinds(self) -> dict[str, IdentifierKind]:
-        """The configured kinds, as the readers and the request side apply them."""
-        return {name: IdentifierKind(name, kind.normalise) for name, kind in self.identifiers.items()}
+        """The configured kinds of one value, as the readers and the request side apply them (not composite ones)."""
+        return {name: IdentifierKind(name, kind.normalise) for name, kind in self.identifiers.items() if not kind.parts}
 
     def kind_of(self, dataset: DatasetConfig) -> IdentifierKind | None:
         """The kind of a dataset's ids, None for an untyped dataset."""

@@ -20,7 +20,7 @@ from lakepurge.core.privacy import HashedUsers, Pseudonymizer
 from lakepurge.purge.ownership import Ownership, owned_rows
 from lakepurge.records.csv_records import csv_records
 from lakepurge.records.formats import Grouped, group_records, read_records
-from lakepurge.records.identifiers import IdentifierKind, RequestIdError, index_forms, shown
+from lakepurge.records.identifiers import IdentifierKind, RequestIdError, index_forms, request_form, shown
 from lakepurge.records.ids import Record, parse_paths
 from lakepurge.records.lines import DEFAULT_INFLATION
 from lakepurge.records.search import lines_holding
@@ -192,6 +192,15 @@ def test_given_a_composite_in_json_lines_when_a_part_is_nested_numeric_null_or_s
         (1, "no id: name_dob incomplete"),
         (2, "name_dob part 'first_name' (field 'name.first') holds several values"),
     ]
+
+
+def test_given_a_composite_kind_when_a_request_is_read_as_one_value_then_it_is_refused_not_made_a_wrong_form():
+    # request_form (slice 1's, one value a kind) must never make "\x1fname_dob\x1f" + the raw JSON, which no record
+    # holds: the composite is not one of the kinds it knows.
+    configured = settings(PEOPLE)
+    assert sorted(configured.identifier_kinds) == ["customer_id", "email"]
+    with pytest.raises(RequestIdError, match="identifier kind 'name_dob' is not configured"):
+        request_form('name_dob={"first_name": "a", "last_name": "b", "birth_date": "c"}', configured.identifier_kinds)
 
 
 @pytest.mark.parametrize(
