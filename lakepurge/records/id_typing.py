@@ -134,13 +134,13 @@ class IdTyping:
         for path, field_kind in self.fields:
             field = ".".join(path)
             values: list[str] = []
-            collect(record, path, field, values, rules)
+            collect(record, path, field, values, _numbers(rules, field_kind.kind.numbers))
             found.extend(field_kind.form(value, f"id field '{field}'") for value in values)
         for composite, paths in self.composites:
             parts = []
-            for (part, _), path in zip(composite.parts, paths, strict=True):
+            for (part, steps), path in zip(composite.parts, paths, strict=True):
                 values = []
-                collect(record, path, ".".join(path), values, rules)
+                collect(record, path, ".".join(path), values, _numbers(rules, "number" in steps))
                 if len(set(values)) > 1:
                     raise IdFieldError(
                         f"{composite.name} part '{part}' (field '{'.'.join(path)}') holds several values"
@@ -155,6 +155,11 @@ class IdTyping:
             held += [f"{', '.join(c.name for c, _ in self.composites)} incomplete"] if self.composites else []
             raise IdFieldError(f"no id: {'; '.join(held)}")
         return tuple(dict.fromkeys(found))
+
+
+def _numbers(rules: IdRules, numbers: bool) -> IdRules:
+    """The rules for one field: floats and decimals are ids where its kind (its part) is normalised as `number`."""
+    return rules if rules.numbers == numbers else rules._replace(numbers=numbers)
 
 
 def _names(paths: Iterable[Path]) -> str:

@@ -9,6 +9,7 @@ import hashlib
 import io
 import json
 import tomllib
+from decimal import Decimal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -201,6 +202,40 @@ def test_given_a_composite_kind_when_a_request_is_read_as_one_value_then_it_is_r
     assert sorted(configured.identifier_kinds) == ["customer_id", "email"]
     with pytest.raises(RequestIdError, match="identifier kind 'name_dob' is not configured"):
         request_form('name_dob={"first_name": "a", "last_name": "b", "birth_date": "c"}', configured.identifier_kinds)
+
+
+def test_given_number_kinds_per_field_when_parquet_holds_decimals_and_floats_then_they_are_ids_by_value_there_only():
+    numbers = """
+[identifiers.order_no]
+normalise = ["number"]
+[identifiers.ref]
+[identifiers.line]
+parts = { order = ["number"], item = [] }
+"""
+    keys = (
+        'id_fields = ["order", "ref", "item"]\nid_kinds = { order = "order_no", ref = "ref" }\n'
+        'id_composites = { line = { order = "order", item = "item" } }'
+    )
+    config = settings(dataset("o", keys, "parquet"), identifiers=numbers).datasets[0]
+    sink = io.BytesIO()
+    table = pa.table(
+        {
+            "order": pa.array([Decimal("12345.00"), Decimal("123.45"), None], pa.decimal128(10, 2)),
+            "ref": pa.array([None, None, 1.5]),  # a float in a field of an exact kind: no id
+            "item": ["a", None, "c"],
+        }
+    )
+    pq.write_table(table, sink)
+    read = grouped(sink.getvalue(), config)
+    assert read.lines_by_user == {
+        "\x1forder_no\x1f12345": [0],
+        "\x1forder_no\x1f123.45": [1],
+        '\x1fline\x1f["12345","a"]': [0],
+    }
+    assert [(u.line, u.reason) for u in read.unindexable] == [
+        (2, "id field 'ref' holds a float, not a string or integer")
+    ]
+    _agree(config, sink.getvalue(), ["\x1forder_no\x1f12345", '\x1fline\x1f["12345","a"]'])
 
 
 @pytest.mark.parametrize(
