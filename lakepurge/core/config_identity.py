@@ -122,7 +122,11 @@ def check_column_names(datasets: Sequence[DatasetConfig]) -> None:
 
 def id_rules(dataset: DatasetConfig, kind: IdentifierKind | None = None) -> IdRules:
     """How the dataset's ids are read, besides their paths: names in any case (column_names), numbers by value (a
-    kind normalised as `number`). Every reader of the dataset's ids reads them by these rules, so they agree."""
+    kind normalised as `number`), typed fields (id_kinds, id_composites). Every reader of the dataset's ids reads
+    them by these rules, so they agree."""
+    if dataset._id_typing is None and (dataset.id_kinds or dataset.id_composites):
+        # read untyped, its values would never meet a request's forms: only Settings knows the kinds they name
+        raise ValueError(f"dataset '{dataset.name}': its id_kinds are resolved by the Settings it is read with")
     return IdRules(
         folded=dataset.column_names == "case-insensitive",
         numbers=kind is not None and kind.numbers,

@@ -371,3 +371,9 @@ def test_given_a_dataset_without_typed_fields_when_read_then_its_rules_carry_no_
     configured = settings(dataset("plain", 'id_fields = ["user_id"]'))
     assert id_rules(configured.datasets[0]).typing is None
     assert IdentifierKind("email", ("trim", "casefold")).index_form(" Alice@Example.COM") == EMAIL
+    # A typed dataset read without the configuration that names its kinds would be read untyped: refused.
+    alone = DatasetConfig.model_validate(
+        {"name": "a", "location": "s3://lake/a/", "id_fields": ["e"], "id_kinds": {"e": "email"}}
+    )
+    with pytest.raises(ValueError, match="resolved by the Settings"):
+        id_rules(alone)
