@@ -197,5 +197,5 @@ def request_forms(
         return [composite_request(composites[name], value)]
     form = request_form(text, kinds)
     kind = kinds[name]
-    normalised = kind.normalised(value).encode("utf-8", "surrogatepass")
+    normalised = kind.normalised(value).encode("utf-8")  # valid: request_form refused anything else
     return [form] + [transformed_form(kind, t, TRANSFORMS[t](normalised)) for t in sorted(transforms.get(name, ()))]
