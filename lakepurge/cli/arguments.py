@@ -17,7 +17,8 @@ import orjson
 
 from lakepurge.cli.errors import EXIT_FAILED, EXIT_OK, CliError, check_aws_environment
 from lakepurge.core.config import Settings, load_settings
-from lakepurge.records.identifiers import KIND_MARKER, RequestIdError, request_form
+from lakepurge.core.config_identity import typed_request_forms
+from lakepurge.records.identifiers import KIND_MARKER, RequestIdError
 
 if TYPE_CHECKING:
     from lakepurge.purge.launch import SparkJob
@@ -166,12 +167,13 @@ def typed_texts(args: argparse.Namespace) -> list[str]:
 
 
 def read_typed_ids(args: argparse.Namespace, settings: Settings) -> list[str]:
-    """The index forms of the typed ids given (lakepurge.records.identifiers), in order, each once."""
-    kinds = settings.identifier_kinds
+    """The index forms of the --id KIND=VALUE given (lakepurge.records.identifiers), in order, each once: a kind
+    that datasets hold through a transform (sha256_hex(email)) is looked for in that form too, a composite kind's
+    VALUE is a JSON object of its parts (lakepurge.records.id_typing)."""
     forms = []
     for text in typed_texts(args):
         try:
-            forms.append(request_form(text, kinds))
+            forms.extend(typed_request_forms(text, settings.datasets, settings.identifiers))
         except RequestIdError as exc:
             raise CliError("bad_id", f"--id: {exc}") from None
     return list(dict.fromkeys(forms))

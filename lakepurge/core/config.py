@@ -21,7 +21,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from lakepurge.core.config_identity import IdentifierConfig, KindName, check_typed_datasets
+from lakepurge.core.config_identity import DatasetIdentity, IdentifierConfig, KindName, check_typed_datasets
 from lakepurge.core.config_messages import plain_error
 from lakepurge.core.config_strict import Strict
 from lakepurge.core.s3uri import S3Uri
@@ -131,7 +131,7 @@ class CatalogConfig(Strict):
 EraseMode = Literal["blank", "drop", "delete-object"]
 
 
-class DatasetConfig(Strict):
+class DatasetConfig(DatasetIdentity):
     name: Annotated[str, Field(min_length=1)]
     format: Format = "jsonl"
     # The TOML key `location` (required but for Iceberg, whose catalog knows it): read it as `location`.
@@ -143,6 +143,10 @@ class DatasetConfig(Strict):
     # The identifier kind ([identifiers.NAME]) every id of this dataset is: its ids are indexed in that kind's index
     # form (normalised as it says). Unset: untyped, the ids are indexed exactly as read.
     id_kind: KindName | None = None
+    # "case-insensitive": id_fields name keys and columns in any case (Glue and Hive lower-case names); "exact": as is
+    column_names: Literal["exact", "case-insensitive"] = "exact"
+    id_kinds: dict[str, str] = Field(default_factory=dict)
+    id_composites: dict[KindName, dict[KindName, str]] = Field(default_factory=dict)
     # Default by format: "drop" for parquet and tables (a row cannot be blanked), "blank" for the line formats.
     erase: EraseMode = "blank"
     # Skip what Spark/Hive/Glue skip: path components below the location starting with '_' or '.' (a partition
@@ -659,8 +663,8 @@ class Settings(Strict):
 
     @property
     def identifier_kinds(self) -> dict[str, IdentifierKind]:
-        """The configured kinds, as the readers and the request side apply them."""
-        return {name: IdentifierKind(name, kind.normalise) for name, kind in self.identifiers.items()}
+        """The configured kinds of one value, as the readers and the request side apply them (not composite ones)."""
+        return {name: IdentifierKind(name, kind.normalise) for name, kind in self.identifiers.items() if not kind.parts}
 
     def kind_of(self, dataset: DatasetConfig) -> IdentifierKind | None:
         """The kind of a dataset's ids, None for an untyped dataset."""

@@ -4,12 +4,14 @@ normalisations, and the checks that tie datasets to them. Kept apart from config
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import Field
+from pydantic import Field, PrivateAttr, model_validator
 
 from lakepurge.core.config_strict import Strict
+from lakepurge.records.id_typing import CompositeKind, FieldKind, IdTyping, parse_spec, request_forms
 from lakepurge.records.identifiers import IdentifierKind, Normalisation
+from lakepurge.records.ids import IdRules, parse_paths
 
 if TYPE_CHECKING:
     from lakepurge.core.config import DatasetConfig
@@ -21,17 +23,79 @@ KindName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]
 class IdentifierConfig(Strict):
     """A kind of identifier ([identifiers.NAME]: email, customer_id, ...) and how its values are normalised, in order,
     when a dataset's records are indexed and when a request names one (`--id NAME=VALUE`): trim, casefold, lower,
-    digits, nfkc (docs/design/PERSON.md). None: exact. Changing it changes the index form of every id of the kind:
-    its datasets are not covered (no request is certified) until `lakepurge index backfill --force` reads them again."""
+    digits, nfkc, number (docs/design/PERSON.md). None: exact. Changing it changes the index form of every id of the
+    kind: its datasets are not covered (no request is certified) until `lakepurge index backfill --force` reads them
+    again."""
 
-    # how a value of the kind is normalised, in this order: trim, casefold, lower, digits (0-9 kept), nfkc; [] exact
+    # how a value of the kind is normalised, in this order: trim, casefold, lower, digits (0-9 kept), nfkc, number
+    # (a number by value: 12345.0 is 12345, 123.450 is 123.45); [] exact
     normalise: tuple[Normalisation, ...] = ()
+    # a composite kind: its parts in order, each with its normalisation ({ first_name = ["trim", "casefold"],
+    # birth_date = [] }); an id of it is every part, read from the columns a dataset's id_composites names
+    parts: dict[KindName, tuple[Normalisation, ...]] | None = None
+
+    @model_validator(mode="after")
+    def _parts_or_normalise(self) -> IdentifierConfig:
+        if self.parts is not None and (not self.parts or self.normalise):
+            raise ValueError("parts: a composite kind names at least one part and normalises each (no 'normalise')")
+        return self
+
+
+class DatasetIdentity(Strict):
+    """What a dataset's id fields hold, field by field (DatasetConfig extends it; its keys id_kinds and id_composites
+    are DatasetConfig's, explained in config_reference.MEANINGS): checked here, turned into the readers' IdTyping by
+    check_typed_datasets."""
+
+    # Set by Settings (check_typed_datasets): how the readers turn the fields into index forms.
+    _id_typing: IdTyping | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _typed_fields_are_id_fields(self) -> DatasetIdentity:
+        this: Any = self  # a DatasetConfig
+        id_kinds: dict[str, str] = this.id_kinds
+        id_composites: dict[str, dict[str, str]] = this.id_composites
+        if not id_kinds and not id_composites:
+            return self
+        fields = this.id_fields or ()
+        key = "id_kinds" if id_kinds else "id_composites"
+        if this.id_kind is not None:
+            raise ValueError(f"{key}: id_kind is every field one kind; give each field its kind in id_kinds instead")
+        if this.id_fields is None or this.is_table or this.protection != "none" or this.column_names != "exact":
+            raise ValueError(
+                f"{key} is for datasets of files (jsonl, csv, parquet) with id_fields that are not pseudonymised"
+                ' and column_names = "exact"'
+            )
+        for field, spec in id_kinds.items():
+            if field not in fields:
+                raise ValueError(f"id_kinds.{field}: not one of id_fields")
+            try:
+                parse_spec(spec)
+            except ValueError as exc:
+                raise ValueError(f"id_kinds.{field}: {exc}") from None
+        parts_of = {f for parts in id_composites.values() for f in parts.values()}
+        for kind, parts in id_composites.items():
+            for part, field in parts.items():
+                if field not in fields:
+                    raise ValueError(f"id_composites.{kind}.{part}: '{field}' is not one of id_fields")
+        untyped = [f for f in fields if f not in id_kinds and f not in parts_of]
+        if untyped:
+            raise ValueError(f"id field(s) {', '.join(untyped)}: no kind (name each in id_kinds or id_composites)")
+        return self
 
 
 def check_typed_datasets(datasets: Sequence[DatasetConfig], identifiers: Mapping[str, IdentifierConfig]) -> None:
-    """Every dataset's id_kind names a configured kind, and only datasets whose readers make index forms have one.
-    Each typed dataset is given its kind (DatasetConfig.kind), which its readers apply."""
+    """Every dataset's id_kind names a configured kind, and only datasets whose readers make index forms have one
+    (nor case-insensitive column names: check_column_names). Each typed dataset is given its kind
+    (DatasetConfig.kind), which its readers apply."""
+    check_column_names(datasets)
     for dataset in datasets:
+        if dataset.id_kinds or dataset.id_composites:
+            dataset._id_typing = _typing(dataset, identifiers)
+        if dataset.id_kind is not None and identifiers.get(dataset.id_kind, IdentifierConfig()).parts is not None:
+            raise ValueError(
+                f"dataset '{dataset.name}': id_kind '{dataset.id_kind}' is composite: name its parts' fields"
+                " in id_composites"
+            )
         if dataset.id_kind is None:
             continue
         if dataset.id_kind not in identifiers:
@@ -47,3 +111,70 @@ def check_typed_datasets(datasets: Sequence[DatasetConfig], identifiers: Mapping
                 " that are not pseudonymised"
             )
         dataset._kind = IdentifierKind(dataset.id_kind, identifiers[dataset.id_kind].normalise)
+
+
+def check_column_names(datasets: Sequence[DatasetConfig]) -> None:
+    """Names matched case-insensitively only where every reader of the dataset's ids resolves them so."""
+    for dataset in datasets:
+        if dataset.column_names != "exact" and (dataset.is_table or dataset.per_object or dataset.protection != "none"):
+            raise ValueError(
+                f"dataset '{dataset.name}': column_names = \"case-insensitive\" is for datasets of files (jsonl, csv,"
+                " parquet) with id_fields that are not pseudonymised; name the columns as the files spell them"
+            )
+
+
+def id_rules(dataset: DatasetConfig, kind: IdentifierKind | None = None) -> IdRules:
+    """How the dataset's ids are read, besides their paths: names in any case (column_names), numbers by value (a
+    kind normalised as `number`), typed fields (id_kinds, id_composites). Every reader of the dataset's ids reads
+    them by these rules, so they agree."""
+    kind = kind if kind is not None else dataset.kind
+    if dataset._id_typing is None and (dataset.id_kinds or dataset.id_composites):
+        # read untyped, its values would never meet a request's forms: only Settings knows the kinds they name
+        raise ValueError(f"dataset '{dataset.name}': its id_kinds are resolved by the Settings it is read with")
+    return IdRules(
+        folded=dataset.column_names == "case-insensitive",
+        numbers=kind is not None and kind.numbers,  # (the dataset's id_kind unless a reader names one)
+        typing=dataset._id_typing,
+    )
+
+
+def _typing(dataset: DatasetConfig, identifiers: Mapping[str, IdentifierConfig]) -> IdTyping:
+    """A dataset's id_kinds and id_composites as its readers apply them; errors name the dataset and the key."""
+    where = f"dataset '{dataset.name}'"
+    fields = []
+    for field, spec in dataset.id_kinds.items():
+        name, transform = parse_spec(spec)
+        config = identifiers.get(name)
+        if config is None:
+            raise ValueError(f"{where}: id_kinds.{field} names kind '{name}', which has no [identifiers.{name}] table")
+        if config.parts is not None:
+            raise ValueError(f"{where}: id_kinds.{field}: '{name}' is a composite kind: name it in id_composites")
+        fields.append((parse_paths([field])[0], FieldKind(IdentifierKind(name, config.normalise), transform)))
+    composites = []
+    for name, columns in dataset.id_composites.items():
+        config = identifiers.get(name)
+        if config is None or config.parts is None:
+            raise ValueError(f"{where}: id_composites.{name}: no composite [identifiers.{name}] table with parts")
+        if set(columns) != set(config.parts):
+            raise ValueError(
+                f"{where}: id_composites.{name} names the fields of exactly its parts: {', '.join(config.parts)}"
+            )
+        kind = CompositeKind(name, tuple(config.parts.items()))
+        composites.append((kind, parse_paths([columns[part] for part in kind.part_names])))
+    return IdTyping(tuple(fields), tuple(composites))
+
+
+def typed_request_forms(
+    text: str, datasets: Sequence[DatasetConfig], identifiers: Mapping[str, IdentifierConfig]
+) -> list[str]:
+    """The index forms a request's --id KIND=VALUE is looked for under (records.id_typing.request_forms): its
+    kind's, the transforms of it that configured datasets hold, or a composite kind's. Raises RequestIdError."""
+    kinds = {n: IdentifierKind(n, c.normalise) for n, c in identifiers.items() if c.parts is None}
+    composites = {n: CompositeKind(n, tuple(c.parts.items())) for n, c in identifiers.items() if c.parts is not None}
+    transforms: dict[str, set[str]] = {}
+    for dataset in datasets:
+        for spec in dataset.id_kinds.values():
+            name, transform = parse_spec(spec)
+            if transform is not None:
+                transforms.setdefault(name, set()).add(transform)
+    return request_forms(text, kinds, composites, transforms)

@@ -17,6 +17,7 @@ import orjson
 from botocore.exceptions import ClientError
 
 from lakepurge.core.config import DatasetConfig, Settings
+from lakepurge.core.config_identity import id_rules
 from lakepurge.core.logs import get_logger, object_ref
 from lakepurge.core.privacy import Pseudonymizer
 from lakepurge.core.s3io import ObjectChanged, ObjectHead, head_object, head_version, open_body, open_seekable
@@ -107,10 +108,9 @@ def scan_object(s3: S3Client, settings: Settings, dataset: DatasetConfig, head: 
     mapped = dataset.format != "parquet" and head.size >= settings.purge.splice.min_bytes
     builder = RecordMapBuilder(head.size) if mapped else None
     try:
-        indexing = settings.indexing
-        grouped = group_records(
-            raw, head.key, dataset.format, dataset.id_fields, indexing.max_record_bytes, indexing.inflation, builder
-        )
+        indexing, rules = settings.indexing, id_rules(dataset, settings.kind_of(dataset))
+        limits = (indexing.max_record_bytes, indexing.inflation)
+        grouped = group_records(raw, head.key, dataset.format, dataset.id_fields, *limits, builder, rules)
     finally:
         raw.close()
     result.lines_by_user = grouped.lines_by_user
@@ -123,7 +123,10 @@ def scan_object(s3: S3Client, settings: Settings, dataset: DatasetConfig, head: 
 
 def _in_index_forms(settings: Settings, dataset: DatasetConfig, result: ObjectIndex) -> ObjectIndex:
     """The object's rows keyed by the index forms of its ids (its dataset's kind's: docs/design/PERSON.md); an
-    untyped dataset's rows are kept as read. A line whose id has no index form becomes unindexable."""
+    untyped dataset's rows are kept as read. A line whose id has no index form becomes unindexable. A dataset with
+    per-field kinds (id_kinds, id_composites) was read in index forms already (records.id_typing)."""
+    if dataset.id_kinds or dataset.id_composites:
+        return result
     what = "id field(s) " + ", ".join(dataset.id_fields) if dataset.id_fields is not None else "the object's owner"
     rows, bad = index_forms(result.lines_by_user, settings.kind_of(dataset), bool(settings.identifiers), what)
     result.lines_by_user = rows

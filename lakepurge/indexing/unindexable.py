@@ -34,6 +34,7 @@ import orjson
 
 from lakepurge.core import aws
 from lakepurge.core.config import DatasetConfig, Settings
+from lakepurge.core.config_identity import id_rules
 from lakepurge.core.logs import get_logger
 from lakepurge.core.s3io import ObjectChanged, ObjectHead, head_object, head_version, open_body, open_seekable
 from lakepurge.core.s3uri import S3Uri
@@ -253,8 +254,9 @@ def _recorded_lines(
     indexing = settings.indexing
     raw = _open(s3, dataset, head)
     try:
+        fields, rules = dataset.id_fields, id_rules(dataset, settings.kind_of(dataset))
         items = read_records(
-            raw, head.key, dataset.format, dataset.id_fields, indexing.max_record_bytes, indexing.inflation
+            raw, head.key, dataset.format, fields, indexing.max_record_bytes, indexing.inflation, rules=rules
         )
         found: list[tuple[int, str]] = []
         what = "id field(s) " + ", ".join(dataset.id_fields)  # as the indexer names them (indexer._in_index_forms)

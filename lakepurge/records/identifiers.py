@@ -14,22 +14,54 @@ import re
 import unicodedata
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from typing import Literal, get_args
 
-from lakepurge.records.ids import IdFieldError, id_problem
+from lakepurge.records.ids import MAX_ID_BYTES, IdFieldError, id_problem
 
 # Starts (and ends) a typed id's kind. A control character no kind name can hold: `kind` + marker + value is read
 # back unambiguously, and an untyped id beginning with it is refused wherever kinds are configured.
 KIND_MARKER = "\x1f"
 KIND_NAME = re.compile(r"[a-z][a-z0-9_]*")
 
-Normalisation = Literal["trim", "casefold", "lower", "digits", "nfkc"]
+Normalisation = Literal["trim", "casefold", "lower", "digits", "nfkc", "number"]
 
 _ASCII_DIGITS = frozenset("0123456789")
 
 
 def _digits(value: str) -> str:
     return "".join(c for c in value if c in _ASCII_DIGITS)
+
+
+# A decimal number as a record or a request writes one: a sign, digits with an optional fraction, an optional
+# exponent. Nothing else (no blanks, '_', ',', NaN or Infinity): Decimal() alone would take those.
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+# The furthest a number's digits may lie from its point: past it, its canonical form would be longer than any id.
+_NUMBER_REACH = MAX_ID_BYTES
+
+
+def _number(value: str) -> str:
+    """The canonical decimal string of a number: no exponent, no trailing zeros, no '+' ("123.450" -> "123.45",
+    "12345.0" and "1.2345e4" -> "12345", "-0" -> "0"); "" for anything that is no number (no id: the line is
+    unindexable, a request refused)."""
+    if len(value) > _NUMBER_REACH or not _NUMBER.fullmatch(value):
+        return ""
+    try:
+        sign, digits, exponent = Decimal(value).as_tuple()
+    except InvalidOperation:
+        return ""
+    assert isinstance(exponent, int)  # a finite number
+    # Trailing zeros dropped by hand: Decimal.normalize() would round to the context's 28 digits (two long ids one).
+    kept = len(digits)
+    while kept > 1 and digits[kept - 1] == 0:
+        kept -= 1
+    exponent += len(digits) - kept
+    digits = digits[:kept]
+    if digits == (0,):
+        return "0"
+    if abs(exponent) > _NUMBER_REACH:
+        return ""
+    return format(Decimal((sign, digits, exponent)), "f")
 
 
 # The named normalisations, applied in the order a kind lists them. Few on purpose: each is documented in
@@ -40,6 +72,8 @@ NORMALISATIONS: dict[Normalisation, Callable[[str], str]] = {
     "lower": str.lower,
     "digits": _digits,  # only 0-9 kept: "+44 (0)20 7946-0000" -> "4402079460000"
     "nfkc": functools.partial(unicodedata.normalize, "NFKC"),
+    # numbers by value: 12345, 12345.0 and 1.2345E+4 are one id; a Parquet decimal or float id is read as one
+    "number": _number,
 }
 assert set(NORMALISATIONS) == set(get_args(Normalisation))
 
@@ -57,6 +91,12 @@ class IdentifierKind:
         unknown = [n for n in self.normalise if n not in NORMALISATIONS]
         if unknown:
             raise ValueError(f"identifier kind '{self.name}': unknown normalisation {', '.join(unknown)}")
+
+    @property
+    def numbers(self) -> bool:
+        """Whether the kind's values are numbers: its fields' floats and decimals are ids (an untyped field's or
+        another kind's are not: a float has no one spelling to match)."""
+        return "number" in self.normalise
 
     @property
     def prefix(self) -> str:
@@ -106,7 +146,11 @@ def kind_of(form: str) -> str | None:
 def shown(form: str) -> str:
     """An index form as the operator wrote it: KIND=VALUE (normalised) for a typed id, an untyped id as it is."""
     kind = kind_of(form)
-    return form if kind is None else f"{kind}={form[len(kind) + 2 :]}"
+    if kind is None:
+        return form
+    value = form[len(kind) + 2 :]
+    transform, marker, digest = value.partition(KIND_MARKER)  # a transform's form (records.id_typing)
+    return f"{transform}({kind})={digest}" if marker else f"{kind}={value}"
 
 
 class RequestIdError(ValueError):

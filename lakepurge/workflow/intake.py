@@ -13,9 +13,10 @@ import orjson
 
 from lakepurge.core.aws import Clients
 from lakepurge.core.config import ConfigError, Settings, WorkflowConfig
+from lakepurge.core.config_identity import typed_request_forms
 from lakepurge.core.logs import get_logger
 from lakepurge.core.privacy import Pseudonymizer
-from lakepurge.records.identifiers import KIND_MARKER, RequestIdError, request_form
+from lakepurge.records.identifiers import KIND_MARKER, RequestIdError
 from lakepurge.workflow.store import KINDS, RequestKind, RequestRefused, RequestStore, workflow_settings
 
 log = get_logger()
@@ -91,7 +92,9 @@ def _index_forms(
     forms = []
     for number, (kind, value) in enumerate(typed_ids, 1):
         try:
-            forms.append(request_form(f"{kind}={value}", settings.identifier_kinds))
+            # (a kind some dataset holds through a transform is looked for in that form too; a composite's value is
+            # the JSON object of its parts, as on the command line)
+            forms.extend(typed_request_forms(f"{kind}={value}", settings.datasets, settings.identifiers))
         except RequestIdError as exc:
             raise RequestRefused(f"request {request_id}: typed id #{number}: {exc}") from None
     return forms

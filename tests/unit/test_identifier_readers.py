@@ -75,7 +75,7 @@ def erased_by_purge(dataset: DatasetConfig, raw: bytes, lines: list[int], users:
 def holding(dataset: DatasetConfig, raw: bytes, users: HashedUsers) -> list[int]:
     return lines_holding(
         io.BytesIO(raw), "d/a", dataset.format, ["email"], MAX, DEFAULT_INFLATION, users.each_contained,
-        users.none_of, dataset.kind,
+        users.none_of, kind=dataset.kind,
     )  # fmt: skip
 
 
