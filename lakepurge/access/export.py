@@ -67,7 +67,6 @@ from lakepurge.indexing.coverage import DatasetCoverage, of_index
 from lakepurge.protection.protect import Protection, reveal_for_person
 from lakepurge.protection.shred import protected_datasets
 from lakepurge.protection.vault import Vault
-from lakepurge.records.identifiers import NOT_ERASABLE_YET, typed_kinds
 from lakepurge.records.limits import IN_MEMORY_BYTES
 from lakepurge.reports import layout
 from lakepurge.tables.base import TableError
@@ -273,9 +272,6 @@ def export_users(
     when the arguments cannot work, ExportFailed when an object cannot be read (nothing is written then). Archives
     of the destination older than ``retention_days`` are deleted first."""
     started = time.monotonic()
-    kinds = typed_kinds(users) if settings.identifiers else []
-    if kinds:
-        raise ExportRefused(NOT_ERASABLE_YET.format(kinds=", ".join(kinds)))
     request_id, key_id = _checked(settings, fmt, request_id, kms_key, expires_seconds, retention_days)
     destination = archive_location(settings, to, request_id)
     s3, kms = aws.client("s3"), aws.client("kms")

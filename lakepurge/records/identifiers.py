@@ -103,15 +103,6 @@ def typed_kinds(users: Iterable[str]) -> list[str]:
     return sorted({kind for kind in map(kind_of, users) if kind is not None})
 
 
-# Until every reader of ids makes index forms (the purge's ownership check, verification, the access export:
-# docs/design/PERSON.md, slice 2), a typed id could be found by the index and then not recognised in the object: the
-# object would read as "nothing to erase" and verification as clean. Such a request is refused instead.
-NOT_ERASABLE_YET = (
-    "typed ids ({kinds}) can be looked up but not yet erased or exported: the purge and the export do not read"
-    " identifier kinds yet (issue 31)"
-)
-
-
 def request_form(text: str, kinds: Mapping[str, IdentifierKind]) -> str:
     """The index form of a request's typed id, ``KIND=VALUE`` (``--id email=alice@example.com``): normalised as the
     configuration says that kind is, exactly as the indexer normalises that kind's fields. The errors name the

@@ -27,7 +27,6 @@ from lakepurge.index.base import WHOLE_OBJECT, IndexStore
 from lakepurge.indexing import unindexable
 from lakepurge.indexing.coverage import DatasetCoverage, assess
 from lakepurge.protection.shred import ShredPlan, plan_shred
-from lakepurge.records.identifiers import NOT_ERASABLE_YET, typed_kinds
 from lakepurge.tables.plan import TablePlan, plan_table
 
 if TYPE_CHECKING:
@@ -47,10 +46,6 @@ def stored_name(s3path: str, dataset: DatasetConfig, pseudonymizer: Pseudonymize
     if s3path.startswith(OBJECT_REFERENCE) or not dataset.per_object:
         return s3path
     return object_reference(s3path, pseudonymizer)
-
-
-class TypedIdsNotErasable(Exception):
-    """The request names typed ids (lakepurge.records.identifiers), which the purge cannot erase yet."""
 
 
 class SafetyLimitExceeded(Exception):
@@ -243,9 +238,6 @@ def build_report(
     """Look the users up and plan the erasure, refusing one that breaks a safety limit unless forced. The report
     states every dataset's coverage and unindexable lines, read for the users (s3: the client that reads them; the
     process's when None); whether an incomplete dataset stops the request is the caller's decision."""
-    kinds = typed_kinds(users) if settings.identifiers else []
-    if kinds:  # never forced: the purge could not recognise them in the objects
-        raise TypedIdsNotErasable(NOT_ERASABLE_YET.format(kinds=", ".join(kinds)))
     sentinel_problems = check_sentinels(settings, users)
     if sentinel_problems and not force:
         raise SafetyLimitExceeded("; ".join(sentinel_problems))

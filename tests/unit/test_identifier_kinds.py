@@ -7,10 +7,8 @@ import tomllib
 
 import pytest
 
-from lakepurge.access.export import ExportRefused, export_users
 from lakepurge.core.config import ConfigError, Settings, parse_settings
 from lakepurge.core.privacy import Pseudonymizer
-from lakepurge.core.s3uri import S3Uri
 from lakepurge.index.in_memory import MemoryIndexStore
 from lakepurge.records.identifiers import (
     IdentifierKind,
@@ -20,7 +18,7 @@ from lakepurge.records.identifiers import (
     request_form,
     shown,
 )
-from lakepurge.reports.report import TypedIdsNotErasable, build_report
+from lakepurge.reports.report import build_report
 
 pytestmark = pytest.mark.unit
 
@@ -148,20 +146,6 @@ def test_given_a_wrong_identifier_configuration_when_read_then_the_error_names_t
     with pytest.raises(ConfigError) as raised:
         settings(identifiers, dataset("d", extra, fields))
     assert message in str(raised.value)
-
-
-def test_given_typed_ids_when_a_report_or_an_export_is_asked_then_it_is_refused_until_the_purge_reads_kinds():
-    # The purge's ownership check and verification do not make index forms yet (slice 2): a typed id found by the
-    # index would read as "nothing to erase" in its object and as verified. Refused, never forced through.
-    read = settings("[identifiers.email]\n", dataset("signups", 'id_kind = "email"'))
-    wanda = request_form("email=wanda@example.com", read.identifier_kinds)
-    pseudonymizer = Pseudonymizer(b"k" * 16)
-    with pytest.raises(TypedIdsNotErasable) as raised:
-        build_report(MemoryIndexStore(), read, ["bob", wanda], "req-1", pseudonymizer, force=True)
-    assert str(raised.value).startswith("typed ids (email) can be looked up but not yet erased or exported")
-    assert "wanda" not in str(raised.value)
-    with pytest.raises(ExportRefused, match=r"typed ids \(email\)"):
-        export_users(read, [wanda], S3Uri.parse("s3://exports/x/"))
 
 
 def test_given_no_kinds_configured_when_an_untyped_id_begins_with_the_marker_then_the_report_is_made_as_today():
