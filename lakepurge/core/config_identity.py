@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from lakepurge.core.config_strict import Strict
 from lakepurge.records.identifiers import Normalisation
@@ -25,6 +25,55 @@ class IdentifierConfig(Strict):
 
     # how a value of the kind is normalised, in this order: trim, casefold, lower, digits (0-9 kept), nfkc; [] exact
     normalise: tuple[Normalisation, ...] = ()
+
+
+ColumnName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+
+class IdentifierLinkConfig(Strict):
+    """A relational table linking a person's identifiers ([[identifier_links]]: a CRM's customers, with their email and
+    customer id), which resolution reads with one SELECT per step (lakepurge.indexing.resolution). Only read: its DSN
+    (``dsn``, plaintext, local use; deployed ``dsn_secret``, a Secrets Manager secret as [[relational]] has) should
+    be a read-only one. ``columns`` maps a kind to the column holding its values, normalised as the kind says."""
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
+    dsn: Annotated[str, Field(min_length=1)] | None = None
+    dsn_secret: Annotated[str, Field(min_length=1)] | None = None
+    table: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")]
+    columns: dict[KindName, ColumnName]
+
+    @model_validator(mode="after")
+    def _one_dsn_two_kinds(self) -> IdentifierLinkConfig:
+        if (self.dsn is None) == (self.dsn_secret is None):
+            raise ValueError(f"identifier link '{self.name}' needs exactly one of 'dsn' and 'dsn_secret'")
+        if len(self.columns) < 2:
+            raise ValueError(f"identifier link '{self.name}' links two kinds or more: its columns name one")
+        return self
+
+
+class ResolutionConfig(Strict):
+    """How far a request's identifiers are expanded through links ([resolution], lakepurge.indexing.resolution)."""
+
+    # steps from the request's identifiers (1: only what they are linked to directly)
+    max_depth: Annotated[int, Field(ge=1, le=10)] = 2
+    # an identifier linked to more distinct ids of one kind than this (a shared or test email) stops the request
+    max_linked: Annotated[int, Field(ge=1)] = 10
+
+
+def check_links(links: Sequence[IdentifierLinkConfig], identifiers: Mapping[str, IdentifierConfig]) -> None:
+    """Link names are unique and every kind a link's columns name is configured."""
+    names = [link.name for link in links]
+    duplicated = sorted({name for name in names if names.count(name) > 1})
+    if duplicated:
+        raise ValueError(f"identifier link names must be unique: {', '.join(duplicated)}")
+    for link in links:
+        unknown = sorted(set(link.columns) - set(identifiers))
+        if unknown:
+            known = ", ".join(sorted(identifiers)) or "none"
+            raise ValueError(
+                f"identifier link '{link.name}' names kind(s) {', '.join(unknown)} with no [identifiers.NAME] table"
+                f" (configured: {known})"
+            )
 
 
 def check_typed_datasets(datasets: Sequence[DatasetConfig], identifiers: Mapping[str, IdentifierConfig]) -> None:

@@ -174,7 +174,7 @@ def _reviewed_report(
     written), it was made for exactly these users and, unless forced, it is still fresh (:func:`_check_fresh`)."""
     uri = layout.report(settings, request_id)
     report, expected = load_report(s3, uri, sha256 or None)  # ReportTampered when it changed
-    if sorted(report.user_hashes) != sorted(pseudonymizer.many(users)):
+    if sorted(report.requested_hashes) != sorted(pseudonymizer.many(users)):
         raise ReviewedReportMismatch(f"report {request_id} was made for other user ids than the ones given")
     if not force:
         _check_fresh(s3, settings, report, pseudonymizer)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -26,6 +26,7 @@ from lakepurge.index import relational_dsn
 from lakepurge.index.base import WHOLE_OBJECT, IndexStore
 from lakepurge.indexing import unindexable
 from lakepurge.indexing.coverage import DatasetCoverage, assess
+from lakepurge.indexing.resolution import expands, resolve
 from lakepurge.protection.shred import ShredPlan, plan_shred
 from lakepurge.tables.plan import TablePlan, plan_table
 
@@ -108,6 +109,14 @@ class Report:
     tables: tuple[TablePlan, ...] = ()
     # Crypto-shred datasets (lakepurge.protection.shred): the persons' keys the purge destroys, what keeps ciphertext.
     shred: ShredPlan | None = None
+    # A typed request's resolution (lakepurge.indexing.resolution.Expansion.to_report): the identifiers found per kind
+    # and link, as keyed hashes, and the request's own ("requested"); user_hashes holds them all. {}: not resolved.
+    identifiers: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def requested_hashes(self) -> tuple[str, ...]:
+        """The keyed hashes of the ids the request named (user_hashes adds those its resolution found)."""
+        return tuple(self.identifiers.get("requested", self.user_hashes))
 
     @property
     def lines(self) -> int:
@@ -175,7 +184,7 @@ class Report:
         """What an approver sees: counts per dataset and table, never an id."""
         return {
             "request_id": self.request_id,
-            "users_requested": len(self.user_hashes),
+            "users_requested": len(self.requested_hashes),
             "users_found": self.users_found,
             "objects": len(self.objects),
             "lines": self.lines,
@@ -187,7 +196,19 @@ class Report:
             "unindexable": unindexable.summary(self.unindexable),
             **({"tables": {t.dataset: t.summary() for t in self.tables}} if self.tables else {}),
             **({"crypto_shred": self.shred.summary(self.rewritten_datasets)} if self.shred else {}),
+            **({"identifiers": identifiers_summary(self.identifiers)} if self.identifiers else {}),
         }
+
+
+def identifiers_summary(identifiers: dict[str, Any]) -> dict[str, Any]:
+    """A resolution as the approver sees it: identifiers per kind and per link, counts only (no value, no hash)."""
+    return {
+        "kinds": identifiers["kinds"],
+        "links": identifiers["links"],
+        "not_expanded": len(identifiers["not_expanded"]),
+        "beyond_depth": identifiers["beyond_depth"],
+        "max_depth": identifiers["max_depth"],
+    }
 
 
 def sha256(data: bytes) -> str:
@@ -234,10 +255,17 @@ def build_report(
     force: bool = False,
     dead_letters: int = 0,
     s3: S3Client | None = None,
+    no_expand: Sequence[str] = (),
 ) -> Report:
     """Look the users up and plan the erasure, refusing one that breaks a safety limit unless forced. The report
     states every dataset's coverage and unindexable lines, read for the users (s3: the client that reads them; the
-    process's when None); whether an incomplete dataset stops the request is the caller's decision."""
+    process's when None); whether an incomplete dataset stops the request is the caller's decision. A typed request
+    is first resolved to every identifier of the person (lakepurge.indexing.resolution; no_expand: index forms not
+    followed), ExpansionRefused when a guard stops it, even forced."""
+    requested = users
+    expansion = resolve(store, settings, users, no_expand, pseudonymizer) if expands(settings, users) else None
+    if expansion is not None:
+        users = expansion.forms
     sentinel_problems = check_sentinels(settings, users)
     if sentinel_problems and not force:
         raise SafetyLimitExceeded("; ".join(sentinel_problems))
@@ -264,7 +292,7 @@ def build_report(
                 lines=hit.lines,
             )
         )
-    relational = count_relational(settings, users) if settings.relational else ()
+    relational = count_relational(settings, requested) if settings.relational else ()
     tables = plan_tables(store, settings, users, pseudonymizer)
     datasets = _check_limits(store, settings, objects + table_objects(tables), relational, force)
     versions = []
@@ -288,6 +316,9 @@ def build_report(
         unindexable=tuple(statement.to_dict() for statement in lines),
         tables=tables,
         shred=plan_shred(store, settings, users),
+        identifiers=(
+            expansion.to_report(pseudonymizer) | {"requested": pseudonymizer.many(requested)} if expansion else {}
+        ),
     )
 
 
