@@ -150,17 +150,26 @@ def add_typed_ids(command: argparse.ArgumentParser) -> None:
         metavar="KIND=VALUE",
         help="a typed id (repeatable): normalised as [identifiers.KIND] says, found in the datasets of that id_kind",
     )
+    command.add_argument(
+        "--no-expand",
+        action="append",
+        default=[],
+        dest="no_expand",
+        metavar="KIND=VALUE",
+        help="an identifier resolution does not follow (repeatable): a shared or test email; recorded in the report",
+    )
 
 
-def read_typed_ids(args: argparse.Namespace, settings: Settings) -> list[str]:
-    """The index forms of the --id KIND=VALUE given (lakepurge.records.identifiers), in order, each once."""
+def read_typed_ids(args: argparse.Namespace, settings: Settings, option: str = "typed_ids") -> list[str]:
+    """The index forms of the --id KIND=VALUE given (lakepurge.records.identifiers), in order, each once (option
+    "no_expand": those of --no-expand, none where the command has no such option)."""
     kinds = settings.identifier_kinds
     forms = []
-    for text in args.typed_ids:
+    for text in getattr(args, option, []):
         try:
             forms.append(request_form(text, kinds))
         except RequestIdError as exc:
-            raise CliError("bad_id", f"--id: {exc}") from None
+            raise CliError("bad_id", f"--{'id' if option == 'typed_ids' else 'no-expand'}: {exc}") from None
     return list(dict.fromkeys(forms))
 
 

@@ -101,6 +101,16 @@ class Expansion:
             counts[identifier.via][identifier.kind] += 1
         return {via: dict(sorted(kinds.items())) for via, kinds in sorted(counts.items())}
 
+    def counts(self) -> dict[str, Any]:
+        """As the report's summary states a resolution (reports.report.identifiers_summary): counts only."""
+        return {
+            "kinds": self.kinds(),
+            "links": self.by_link(),
+            "not_expanded": len(self.not_expanded),
+            "beyond_depth": self.beyond_depth,
+            "max_depth": self.max_depth,
+        }
+
     def to_report(self, pseudonymizer: Pseudonymizer) -> dict[str, Any]:
         """What the report keeps: keyed hashes with their kind and link (so the report's SHA-256 binds the expansion
         the approver approves), and the counts the approval page shows."""
@@ -269,3 +279,41 @@ def _link_rows(
                 continue  # an empty or malformed cell links nothing
         rows.append(frozenset(forms))
     return rows
+
+
+def plan_lines(summary: dict[str, Any] | None) -> list[str]:
+    """A resolution as the approver reads it (the report summary's "identifiers"): identifiers per kind and through
+    which link, counts only (no value, no hash). None: the request was not resolved (no line)."""
+    if not summary:
+        return []
+    kinds = summary["kinds"]
+    counted = ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items()))
+    lines = [
+        f"Identifiers of the person: {sum(kinds.values())} ({counted}), through links up to"
+        f" {summary['max_depth']} step(s) from the request's:"
+    ]
+    for via, by_kind in sorted(summary["links"].items()):
+        lines.append(f"  {via}: " + ", ".join(f"{kind} {count}" for kind, count in sorted(by_kind.items())))
+    if summary["not_expanded"]:
+        lines.append(f"  not followed (--no-expand): {summary['not_expanded']} identifier(s)")
+    if summary["beyond_depth"]:
+        beyond = summary["beyond_depth"]
+        lines.append(f"  the depth bound ([resolution] max_depth) left {beyond} further linked identifier(s) out")
+    return lines
+
+
+def certified(identifiers: dict[str, Any]) -> dict[str, Any] | None:
+    """What a certificate states of a report's resolution: the identifiers erased per kind (keyed hashes), the links
+    used with their counts, those not followed. None: the request was not resolved."""
+    if not identifiers:
+        return None
+    erased: dict[str, list[str]] = defaultdict(list)
+    for found in identifiers["found"]:
+        erased[found["kind"]].append(found["hash"])
+    return {
+        "erased": {kind: sorted(hashes) for kind, hashes in sorted(erased.items())},
+        "links": identifiers["links"],
+        "not_expanded": identifiers["not_expanded"],
+        "max_depth": identifiers["max_depth"],
+        "beyond_depth": identifiers["beyond_depth"],
+    }

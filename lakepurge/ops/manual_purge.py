@@ -20,7 +20,7 @@ from lakepurge.core.s3uri import S3Uri
 from lakepurge.core.sparkutil import spark_on_demand, spark_session
 from lakepurge.index import open_existing
 from lakepurge.index.base import WHOLE_OBJECT
-from lakepurge.indexing import unindexable
+from lakepurge.indexing import resolution, unindexable
 from lakepurge.indexing.coverage import IndexIncomplete, dead_letter_count
 from lakepurge.indexing.returning import record_erasure, resolve_hashes
 from lakepurge.protection import shred
@@ -158,7 +158,8 @@ def plan_lines(report: Report, replaced: int = 0) -> list[str]:
         )
         lines.append(f"    {plan.not_certifiable or plan.time_travel()}")
     shredded = shred.plan_lines(report.shred.summary(report.rewritten_datasets) if report.shred else None)
-    return lines + unindexable.plan_lines(unindexable.summary(report.unindexable)) + shredded
+    identifiers = resolution.plan_lines(report.summary().get("identifiers"))
+    return lines + unindexable.plan_lines(unindexable.summary(report.unindexable)) + shredded + identifiers
 
 
 def _reviewed_report(

@@ -349,6 +349,9 @@ class CertificateDocument(Document):
     # copies checked, the legal statement; and which datasets each method erased. Absent without a protected dataset.
     crypto_shred: dict[str, Any] | None = None
     erasure_methods: dict[str, list[str]] | None = None
+    # A typed request's resolution (lakepurge.indexing.resolution.certified): identifiers erased per kind, as keyed
+    # hashes, and the links they were found by. Absent for a request that was not resolved.
+    identifiers: dict[str, Any] | None = None
     totals: CertificateTotals
     verification: CertificateVerification
 
@@ -358,6 +361,8 @@ class CertificateDocument(Document):
         for name in ("crypto_shred", "erasure_methods"):
             if document[name] is None:
                 del document[name]
+        if document["identifiers"] is None:
+            del document["identifiers"]
         return document
 
 
