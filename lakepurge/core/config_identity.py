@@ -36,10 +36,15 @@ class IdentifierLinkConfig(Strict):
     (``dsn``, plaintext, local use; deployed ``dsn_secret``, a Secrets Manager secret as [[relational]] has) should
     be a read-only one. ``columns`` maps a kind to the column holding its values, normalised as the kind says."""
 
+    # the link's name, as reports, the approval page and certificates show it ("link table NAME")
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
+    # the database's URL, plaintext (local use); or dsn_secret
     dsn: Annotated[str, Field(min_length=1)] | None = None
+    # the ARN or name of a Secrets Manager secret holding a (read-only) DSN, read at run time
     dsn_secret: Annotated[str, Field(min_length=1)] | None = None
+    # the table (or schema.table) read
     table: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")]
+    # kind -> the column holding its values, two kinds or more: { email = "email", customer_id = "cust_id" }
     columns: dict[KindName, ColumnName]
 
     @model_validator(mode="after")
