@@ -48,7 +48,9 @@ def register(commands: Commands) -> None:
 
 
 def cmd_purge(args: argparse.Namespace, out: Output) -> int:
+    from lakepurge.cli.arguments import read_typed_ids
     from lakepurge.indexing.coverage import IndexIncomplete
+    from lakepurge.indexing.resolution import ExpansionRefused
     from lakepurge.indexing.returning import UnknownHashes
     from lakepurge.ops.manual_purge import ReviewedReportMismatch, StaleReport, purge_users
     from lakepurge.reports.report import ReportTampered, SafetyLimitExceeded
@@ -69,6 +71,7 @@ def cmd_purge(args: argparse.Namespace, out: Output) -> int:
             report_sha256=args.sha256,
             engine=args.engine,
             returning=hashes,  # resolved on the purge's own connection to the index
+            no_expand=read_typed_ids(args, settings, "no_expand"),
         )
     except UnknownHashes as exc:
         raise CliError(
@@ -79,7 +82,7 @@ def cmd_purge(args: argparse.Namespace, out: Output) -> int:
         out.say("  check the user ids; the dry run (without --yes) prints the whole plan; to erase anyway, add --force")
         out.result({"status": "REFUSED", "reason": str(exc)})
         return EXIT_REFUSED
-    except (ReportTampered, ReviewedReportMismatch, StaleReport) as exc:
+    except (ReportTampered, ReviewedReportMismatch, StaleReport, ExpansionRefused) as exc:
         out.say(f"lakepurge purge: refused, nothing erased: {exc}")
         out.result({"status": "REFUSED", "reason": str(exc)})
         return EXIT_REFUSED

@@ -227,6 +227,7 @@ def purge_users(
     report_sha256: str | None = None,
     engine: Engine = "auto",
     returning: Sequence[str] = (),
+    no_expand: Sequence[str] = (),
 ) -> OperatorRun:
     """Report -> purge -> verify -> certificate, on one connection to the index. With report_id, the report a dry
     run wrote (and an operator reviewed) is executed exactly, instead of a new one being built. returning: keyed
@@ -253,7 +254,15 @@ def purge_users(
             dead_letters = dead_letter_count(aws.client("sqs"), settings.indexing.dead_letter_queue_url)
             try:
                 report = build_report(
-                    store, settings, users, request_id, pseudonymizer, force=force, dead_letters=dead_letters, s3=s3
+                    store,
+                    settings,
+                    users,
+                    request_id,
+                    pseudonymizer,
+                    force=force,
+                    dead_letters=dead_letters,
+                    s3=s3,
+                    no_expand=no_expand,
                 )
             except SafetyLimitExceeded as exc:
                 if not dry_run:
@@ -261,7 +270,15 @@ def purge_users(
                 # The dry run shows what the limits refuse: the operator decides with the whole plan in view.
                 refused = str(exc)
                 report = build_report(
-                    store, settings, users, request_id, pseudonymizer, force=True, dead_letters=dead_letters, s3=s3
+                    store,
+                    settings,
+                    users,
+                    request_id,
+                    pseudonymizer,
+                    force=True,
+                    dead_letters=dead_letters,
+                    s3=s3,
+                    no_expand=no_expand,
                 )
             uri, digest = write_report(s3, settings, report)
         replaced = _in_versioned_buckets(s3, settings, report)

@@ -426,6 +426,8 @@ class ExportDocument(Document):
     coverage_gaps: list[str]  # datasets the index did not fully cover: their records may be missing
     archive_version_id: str | None = None  # the archive's S3 version (a versioned bucket); the others were deleted
     archive_expires_at: str | None = None  # when the archive is deleted ([workflow] export_retention_days)
+    # a typed request's resolution (lakepurge.indexing.resolution.Expansion.to_report): keyed hashes, kinds, links
+    identifiers: dict[str, Any] | None = None
 
 
 # -- reading and writing ----------------------------------------------------------------------------------------------
