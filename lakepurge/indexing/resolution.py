@@ -152,21 +152,22 @@ def resolve(
             known[user] = Identifier(user, REQUEST, 0)
     frontier = [form for form in known if form not in skipped]
     beyond = 0
-    for depth in range(1, resolution.max_depth + 2):
-        if not frontier:
-            break
-        linked = _linked(store, settings, kinds, frontier)
-        _guard(linked, known, resolution.max_linked, pseudonymizer)
-        new: dict[str, Identifier] = {}
-        for source in frontier:
-            for other, via in sorted(linked.get(source, {}).items()):
-                if other not in known and other not in skipped and other not in new:
-                    new[other] = Identifier(other, via, depth)
-        if depth > resolution.max_depth:
-            beyond = len(new)  # looked at only to check the guard and say what the bound left
-            break
-        known.update(new)
-        frontier = list(new)
+    with _LinkTables() as tables:
+        for depth in range(1, resolution.max_depth + 2):
+            if not frontier:
+                break
+            linked = _linked(store, settings, kinds, frontier, tables)
+            _guard(linked, known, resolution.max_linked, pseudonymizer)
+            new: dict[str, Identifier] = {}
+            for source in frontier:
+                for other, via in sorted(linked.get(source, {}).items()):
+                    if other not in known and other not in skipped and other not in new:
+                        new[other] = Identifier(other, via, depth)
+            if depth > resolution.max_depth:
+                beyond = len(new)  # looked at only to check the guard and say what the bound left
+                break
+            known.update(new)
+            frontier = list(new)
     expansion = Expansion(
         untyped=untyped,
         identifiers=tuple(known.values()),
@@ -183,8 +184,33 @@ def resolve(
     return expansion
 
 
+class _LinkTables:
+    """The link tables' connections of one resolution: each opened when first read, closed when it ends."""
+
+    def __init__(self) -> None:
+        self._connections: dict[str, Any] = {}
+
+    def __enter__(self) -> _LinkTables:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for connection in self._connections.values():
+            connection.close()
+
+    def connection(self, link: IdentifierLinkConfig) -> Any:
+        if link.name not in self._connections:
+            import psycopg
+
+            self._connections[link.name] = psycopg.connect(link_dsn(link), autocommit=True)
+        return self._connections[link.name]
+
+
 def _linked(
-    store: IndexStore, settings: Settings, kinds: dict[str, IdentifierKind], frontier: Sequence[str]
+    store: IndexStore,
+    settings: Settings,
+    kinds: dict[str, IdentifierKind],
+    frontier: Sequence[str],
+    tables: _LinkTables,
 ) -> dict[str, dict[str, str]]:
     """Per frontier form: every typed id linked to it, with the (first, by name) link it came by."""
     linked: dict[str, dict[str, str]] = defaultdict(dict)
@@ -197,7 +223,7 @@ def _linked(
         wanted = {kind: [f for f in frontier if kind_of(f) == kind] for kind in link.columns}
         if not any(wanted.values()):
             continue
-        for row in _link_rows(link, kinds, wanted):
+        for row in _link_rows(link, kinds, wanted, tables.connection(link)):
             for source in row.intersection(frontier):
                 for other in row - {source}:
                     linked[source].setdefault(other, f"link table {link.name}")
@@ -244,10 +270,9 @@ def link_dsn(link: IdentifierLinkConfig) -> str:
 
 
 def _link_rows(
-    link: IdentifierLinkConfig, kinds: dict[str, IdentifierKind], wanted: dict[str, list[str]]
+    link: IdentifierLinkConfig, kinds: dict[str, IdentifierKind], wanted: dict[str, list[str]], conn: Any
 ) -> list[frozenset[str]]:
     """The link table's rows holding any wanted value (forms per kind), each as the set of its ids' index forms."""
-    import psycopg
     from psycopg import sql
 
     names = sorted(link.columns)
@@ -265,8 +290,7 @@ def _link_rows(
         sql.Identifier(*link.table.split(".")),
         sql.SQL(" OR ").join(conditions),
     )
-    with psycopg.connect(link_dsn(link), autocommit=True) as conn:
-        fetched = conn.execute(query, parameters).fetchall()
+    fetched = conn.execute(query, parameters).fetchall()
     rows = []
     for values in fetched:
         forms = set()
