@@ -166,3 +166,31 @@ def test_given_a_typed_request_when_a_report_is_made_then_it_binds_the_expansion
     data = report.to_bytes()
     assert all(raw not in data for raw in (b"alice", b"C-42", b"dev-9"))
     assert type(report).from_bytes(data) == report
+
+
+def test_given_a_resolved_report_when_the_certificate_is_written_then_it_lists_identifiers_per_kind_and_links(store):
+    from lakepurge.purge.certificate import PurgeResult, write_certificate
+    from lakepurge.purge.engine import ObjectOutcome
+    from lakepurge.reports.layout import CertificateDocument
+    from tests.unit.test_layout import RecordingS3  # what the writer would store (nothing is sent)
+
+    read = settings()
+    report = build_report(store, read, [ALICE], "req-cert", PSEUDONYMIZER)
+    outcomes = tuple(
+        ObjectOutcome(o.s3path, "erased", o.etag, None, '"new"', None, lines_erased=len(o.lines))
+        for o in report.objects
+    )
+    s3 = RecordingS3()
+    when = datetime(2026, 1, 2, tzinfo=UTC)
+    result = PurgeResult("req-cert", outcomes, (), "")
+    write_certificate(s3, read, report, result, when, "dpo", "ab" * 32, None, PSEUDONYMIZER)
+    [put] = s3.puts
+    stated = CertificateDocument.model_validate_json(put["Body"]).identifiers
+    assert stated is not None
+    assert stated["erased"] == {
+        "customer_id": [PSEUDONYMIZER(C42)],
+        "device_id": [PSEUDONYMIZER(DEV)],
+        "email": [PSEUDONYMIZER(ALICE)],
+    }
+    assert stated["links"]["records of orders"] == {"customer_id": 1}
+    assert all(raw not in put["Body"] for raw in (b"alice", b"C-42", b"dev-9"))
