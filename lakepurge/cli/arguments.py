@@ -150,6 +150,10 @@ def add_typed_ids(command: argparse.ArgumentParser) -> None:
         metavar="KIND=VALUE",
         help="a typed id (repeatable): normalised as [identifiers.KIND] says, found in the datasets of that id_kind",
     )
+
+
+def add_no_expand(command: argparse.ArgumentParser) -> None:
+    """--no-expand, on the commands that resolve a typed request themselves (lookup, purge, export)."""
     command.add_argument(
         "--no-expand",
         action="append",

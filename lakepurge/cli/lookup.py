@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from lakepurge.cli.arguments import (
     Commands,
     Output,
+    add_no_expand,
     add_typed_ids,
     add_users,
     read_settings,
@@ -28,6 +29,7 @@ def register(commands: Commands) -> None:
     lookup = commands.add("lookup", cmd_lookup, help="where each user's records are")
     add_users(lookup)
     add_typed_ids(lookup)
+    add_no_expand(lookup)
 
 
 def cmd_lookup(args: argparse.Namespace, out: Output) -> int:

@@ -8,13 +8,23 @@ import os
 import shlex
 from pathlib import Path
 
-from lakepurge.cli.arguments import DEFAULT_CONFIG, Commands, Output, add_users, read_lake_settings, read_users
+from lakepurge.cli.arguments import (
+    DEFAULT_CONFIG,
+    Commands,
+    Output,
+    add_no_expand,
+    add_users,
+    read_lake_settings,
+    read_typed_ids,
+    read_users,
+)
 from lakepurge.cli.errors import EXIT_FAILED, EXIT_NOT_CERTIFIABLE, EXIT_OK, EXIT_REFUSED, CliError
 
 
 def register(commands: Commands) -> None:
     purge = commands.add("purge", cmd_purge, help="report, erase, verify, certify (dry run unless --yes)")
     add_users(purge)
+    add_no_expand(purge)
     purge.add_argument(
         "--user-hash",
         action="append",
@@ -48,7 +58,6 @@ def register(commands: Commands) -> None:
 
 
 def cmd_purge(args: argparse.Namespace, out: Output) -> int:
-    from lakepurge.cli.arguments import read_typed_ids
     from lakepurge.indexing.coverage import IndexIncomplete
     from lakepurge.indexing.resolution import ExpansionRefused
     from lakepurge.indexing.returning import UnknownHashes

@@ -218,6 +218,10 @@ def test_given_alices_email_when_looked_up_from_the_command_line_then_her_custom
     assert document["identifiers"]["links"]["link table crm"] == {"customer_id": 1, "email": 1}
     assert main(["lookup", "--id", "email=test@example.com", "--config", config, "--json"]) == 3
     assert "500 distinct customer_id" in capsys.readouterr().out
+    named = ["lookup", "--id", "email=test@example.com", "--no-expand", "email=TEST@example.com", "--config", config]
+    assert main([*named, "--json"]) == 0
+    document = orjson.loads(capsys.readouterr().out)
+    assert list(document["users"]) == ["email=test@example.com"] and document["identifiers"]["kinds"] == {"email": 1}
 
 
 def test_given_alices_email_when_exported_then_the_same_resolution_exports_her_customer_ids_records(
