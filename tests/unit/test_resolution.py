@@ -194,3 +194,10 @@ def test_given_a_resolved_report_when_the_certificate_is_written_then_it_lists_i
     }
     assert stated["links"]["records of orders"] == {"customer_id": 1}
     assert all(raw not in put["Body"] for raw in (b"alice", b"C-42", b"dev-9"))
+
+
+def test_given_an_untyped_id_beside_a_typed_one_when_resolved_then_it_is_not_followed(store):
+    # an untyped id keeps today's meaning: it names nobody's kind, so a typed request never takes it on
+    store.replace_objects([obj("s3://lake/events/a.jsonl", {ALICE: [0], "u1": [0]})])
+    expansion = resolve(store, settings("[resolution]\nmax_depth = 1\n"), [ALICE])
+    assert "u1" not in expansion.forms and [i.form for i in expansion.identifiers] == [ALICE, C42]
