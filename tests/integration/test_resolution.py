@@ -33,8 +33,8 @@ from lakepurge.indexing.resolution import ExpansionRefused, certified
 from lakepurge.ops.manual_purge import purge_users
 from lakepurge.records.identifiers import request_form
 from lakepurge.reports.report import build_report
-from lakepurge.workflow.approval import PendingApproval
-from lakepurge.workflow.pages import confirmation_page
+from lakepurge.workflow.approval import ApprovalLink, PendingApproval
+from lakepurge.workflow.pages import approval_email, confirmation_page
 from lakepurge.workflow.store import ErasureRequest
 
 pytestmark = pytest.mark.integration
@@ -170,10 +170,13 @@ def test_given_only_alices_email_when_a_report_is_made_then_it_erases_her_custom
     page = confirmation_page(PendingApproval(request, report, "0" * 64, "dpo", "2026-12-01"), "0", "s", "/a")
     assert "Identifiers of the person: 4 (customer_id 2, email 2)" in page
     assert "link table crm: customer_id 1, email 1" in page and "records of orders: customer_id 1" in page
+    link = ApprovalLink("dpo@example.com", "https://approve.example/x")
+    _, mail = approval_email(request, report.summary(), link, "2026-12-01")
+    assert "Identifiers of the person: 4 (customer_id 2, email 2)" in mail
     assert all(h not in page for h in report.user_hashes)  # counts only on the page, no hash
     logged = "\n".join(json.dumps(r.__dict__, default=str) for r in caplog.records)
     assert "request resolved" in logged
-    for text in (report.to_bytes().decode(), logged, page, json.dumps(stated)):
+    for text in (report.to_bytes().decode(), logged, page, mail, json.dumps(stated)):
         assert not [raw for raw in RAW if raw in text]
 
 
