@@ -201,3 +201,20 @@ def test_given_an_untyped_id_beside_a_typed_one_when_resolved_then_it_is_not_fol
     store.replace_objects([obj("s3://lake/events/a.jsonl", {ALICE: [0], "u1": [0]})])
     expansion = resolve(store, settings("[resolution]\nmax_depth = 1\n"), [ALICE])
     assert "u1" not in expansion.forms and [i.form for i in expansion.identifiers] == [ALICE, C42]
+
+
+def test_given_a_refused_resolution_in_a_workflow_task_when_it_fails_then_its_message_reaches_the_history_unchanged():
+    from lakepurge.workflow.errors import sanitized_errors
+
+    index = MemoryIndexStore()
+    shared = form("email=test@example.com")
+    index.replace_objects([obj("s3://lake/orders/a.csv", {shared: [0, 1]} | {C42: [0], form("customer_id=C-7"): [1]})])
+
+    @sanitized_errors
+    def generate_report() -> None:  # as the GenerateReport Task: build_report resolves the sealed request's ids
+        build_report(index, settings("[resolution]\nmax_linked = 1\n"), [shared], "req-1", PSEUDONYMIZER)
+
+    # kinds, counts, links and a keyed hash: the operator sees why, and no raw identifier reaches the history
+    with pytest.raises(ExpansionRefused, match="linked to 2 distinct customer_id through records of orders") as refused:
+        generate_report()
+    assert "test@" not in str(refused.value) and "C-42" not in str(refused.value)
