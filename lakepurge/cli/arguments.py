@@ -166,16 +166,29 @@ def typed_texts(args: argparse.Namespace) -> list[str]:
     return texts
 
 
-def read_typed_ids(args: argparse.Namespace, settings: Settings) -> list[str]:
+def add_no_expand(command: argparse.ArgumentParser) -> None:
+    """--no-expand, on the commands that resolve a typed request themselves (lookup, purge, export)."""
+    command.add_argument(
+        "--no-expand",
+        action="append",
+        default=[],
+        dest="no_expand",
+        metavar="KIND=VALUE",
+        help="an identifier resolution does not follow (repeatable): a shared or test email; recorded in the report",
+    )
+
+
+def read_typed_ids(args: argparse.Namespace, settings: Settings, option: str = "typed_ids") -> list[str]:
     """The index forms of the --id KIND=VALUE given (lakepurge.records.identifiers), in order, each once: a kind
     that datasets hold through a transform (sha256_hex(email)) is looked for in that form too, a composite kind's
-    VALUE is a JSON object of its parts (lakepurge.records.id_typing)."""
+    VALUE is a JSON object of its parts (lakepurge.records.id_typing). Option "no_expand": those of --no-expand,
+    none where the command has no such option."""
     forms = []
-    for text in typed_texts(args):
+    for text in typed_texts(args) if option == "typed_ids" else getattr(args, option, []):
         try:
             forms.extend(typed_request_forms(text, settings.datasets, settings.identifiers))
         except RequestIdError as exc:
-            raise CliError("bad_id", f"--id: {exc}") from None
+            raise CliError("bad_id", f"--{'id' if option == 'typed_ids' else 'no-expand'}: {exc}") from None
     return list(dict.fromkeys(forms))
 
 

@@ -6,8 +6,17 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from lakepurge.cli.arguments import Commands, Output, add_users, read_settings, read_users, with_typed_ids
-from lakepurge.cli.errors import EXIT_OK
+from lakepurge.cli.arguments import (
+    Commands,
+    Output,
+    add_no_expand,
+    add_users,
+    read_settings,
+    read_typed_ids,
+    read_users,
+    with_typed_ids,
+)
+from lakepurge.cli.errors import EXIT_OK, EXIT_REFUSED
 from lakepurge.core.config import Settings
 from lakepurge.records.identifiers import shown
 
@@ -19,17 +28,28 @@ if TYPE_CHECKING:
 def register(commands: Commands) -> None:
     lookup = commands.add("lookup", cmd_lookup, help="where each user's records are")
     add_users(lookup)
+    add_no_expand(lookup)
 
 
 def cmd_lookup(args: argparse.Namespace, out: Output) -> int:
     from lakepurge.index import open_existing
     from lakepurge.indexing.coverage import of_index
+    from lakepurge.indexing.resolution import ExpansionRefused, expands, plan_lines, resolve
 
     settings = read_settings(args)
     users = with_typed_ids(args, settings, read_users(args))
     store = open_existing(settings.index)
     try:
         tables = tables_status(settings, store, follow=True)  # rows of each table's current version
+        expansion = None
+        if expands(settings, users):  # a typed request: every identifier of the person, found through links
+            try:
+                expansion = resolve(store, settings, users, read_typed_ids(args, settings, "no_expand"))
+            except ExpansionRefused as exc:
+                out.say(f"lakepurge lookup: {exc}")
+                out.result({"status": "REFUSED", "reason": str(exc)})
+                return EXIT_REFUSED
+            users = expansion.forms
         found = store.lookup(users)
         old_versions = {user: store.noncurrent_of([user]) for user in users}
         gaps = [c for c in of_index(settings, store) if not c.complete]
@@ -57,9 +77,13 @@ def cmd_lookup(args: argparse.Namespace, out: Output) -> int:
         out.say(f"WARNING: dataset {gap.dataset} is {gap.reason}: its records may be missing here (run: {gap.fix})")
     for table in tables:
         out.say(table.line())
+    if expansion is not None:
+        for line in plan_lines(expansion.counts()):
+            out.say(line)
     out.result(
         {"users": document, "coverage_gaps": [g.to_dict() for g in gaps]}
         | ({"tables": [t.to_dict() for t in tables]} if tables else {})
+        | ({"identifiers": {"kinds": expansion.kinds(), "links": expansion.by_link()}} if expansion else {})
     )
     return EXIT_OK
 

@@ -12,8 +12,10 @@ from lakepurge.cli.arguments import (
     DEFAULT_CONFIG,
     Commands,
     Output,
+    add_no_expand,
     add_users,
     read_lake_settings,
+    read_typed_ids,
     read_users,
     typed_texts,
     with_typed_ids,
@@ -25,6 +27,7 @@ from lakepurge.records.identifiers import kind_of
 def register(commands: Commands) -> None:
     purge = commands.add("purge", cmd_purge, help="report, erase, verify, certify (dry run unless --yes)")
     add_users(purge)
+    add_no_expand(purge)
     purge.add_argument(
         "--user-hash",
         action="append",
@@ -59,6 +62,7 @@ def register(commands: Commands) -> None:
 
 def cmd_purge(args: argparse.Namespace, out: Output) -> int:
     from lakepurge.indexing.coverage import IndexIncomplete
+    from lakepurge.indexing.resolution import ExpansionRefused
     from lakepurge.indexing.returning import UnknownHashes
     from lakepurge.ops.manual_purge import ReviewedReportMismatch, StaleReport, purge_users
     from lakepurge.reports.report import ReportTampered, SafetyLimitExceeded
@@ -80,6 +84,7 @@ def cmd_purge(args: argparse.Namespace, out: Output) -> int:
             report_sha256=args.sha256,
             engine=args.engine,
             returning=hashes,  # resolved on the purge's own connection to the index
+            no_expand=read_typed_ids(args, settings, "no_expand"),
         )
     except UnknownHashes as exc:
         raise CliError(
@@ -90,7 +95,7 @@ def cmd_purge(args: argparse.Namespace, out: Output) -> int:
         out.say("  check the user ids; the dry run (without --yes) prints the whole plan; to erase anyway, add --force")
         out.result({"status": "REFUSED", "reason": str(exc)})
         return EXIT_REFUSED
-    except (ReportTampered, ReviewedReportMismatch, StaleReport) as exc:
+    except (ReportTampered, ReviewedReportMismatch, StaleReport, ExpansionRefused) as exc:
         out.say(f"lakepurge purge: refused, nothing erased: {exc}")
         out.result({"status": "REFUSED", "reason": str(exc)})
         return EXIT_REFUSED

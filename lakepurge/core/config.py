@@ -21,6 +21,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from lakepurge.core import config_identity as identity
 from lakepurge.core.config_identity import DatasetIdentity, IdentifierConfig, KindName, check_typed_datasets
 from lakepurge.core.config_messages import plain_error
 from lakepurge.core.config_strict import Strict
@@ -624,6 +625,8 @@ class Settings(Strict):
     catalogs: dict[Annotated[str, Field(min_length=1)], CatalogConfig] = Field(default_factory=dict)
     # Identifier kinds by name ([identifiers.NAME]), which datasets name as their id_kind.
     identifiers: dict[KindName, IdentifierConfig] = Field(default_factory=dict)
+    identifier_links: tuple[identity.IdentifierLinkConfig, ...] = ()
+    resolution: identity.ResolutionConfig = identity.ResolutionConfig()
     _lookup_order: tuple[DatasetConfig, ...] = PrivateAttr(default=())
 
     @model_validator(mode="after")
@@ -642,6 +645,7 @@ class Settings(Strict):
                     )
                 dataset._catalog_config = self.catalogs[dataset.catalog]
         check_typed_datasets(self.datasets, self.identifiers)
+        identity.check_links(self.identifier_links, self.identifiers)
         protected = [d.name for d in self.datasets if d.protection == "crypto-shred"]
         if protected and self.vault is None:
             raise ValueError(f"dataset(s) {', '.join(protected)} are crypto-shred: configure their [vault]")

@@ -10,7 +10,7 @@ from pydantic import Field, PrivateAttr, model_validator
 
 from lakepurge.core.config_strict import Strict
 from lakepurge.records.id_typing import CompositeKind, FieldKind, IdTyping, parse_spec, request_forms
-from lakepurge.records.identifiers import IdentifierKind, Normalisation
+from lakepurge.records.identifiers import IdentifierKind, Normalisation, id_forms
 from lakepurge.records.ids import IdRules, parse_paths
 
 if TYPE_CHECKING:
@@ -81,6 +81,60 @@ class DatasetIdentity(Strict):
         if untyped:
             raise ValueError(f"id field(s) {', '.join(untyped)}: no kind (name each in id_kinds or id_composites)")
         return self
+
+
+ColumnName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+
+class IdentifierLinkConfig(Strict):
+    """A relational table linking a person's identifiers ([[identifier_links]]: a CRM's customers, with their email and
+    customer id), which resolution reads with one SELECT per step (lakepurge.indexing.resolution). Only read: its DSN
+    (``dsn``, plaintext, local use; deployed ``dsn_secret``, a Secrets Manager secret as [[relational]] has) should
+    be a read-only one. ``columns`` maps a kind to the column holding its values, normalised as the kind says."""
+
+    # the link's name, as reports, the approval page and certificates show it ("link table NAME")
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
+    # the database's URL, plaintext (local use); or dsn_secret
+    dsn: Annotated[str, Field(min_length=1)] | None = None
+    # the ARN or name of a Secrets Manager secret holding a (read-only) DSN, read at run time
+    dsn_secret: Annotated[str, Field(min_length=1)] | None = None
+    # the table (or schema.table) read
+    table: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")]
+    # kind -> the column holding its values, two kinds or more: { email = "email", customer_id = "cust_id" }
+    columns: dict[KindName, ColumnName]
+
+    @model_validator(mode="after")
+    def _one_dsn_two_kinds(self) -> IdentifierLinkConfig:
+        if (self.dsn is None) == (self.dsn_secret is None):
+            raise ValueError(f"identifier link '{self.name}' needs exactly one of 'dsn' and 'dsn_secret'")
+        if len(self.columns) < 2:
+            raise ValueError(f"identifier link '{self.name}' links two kinds or more: its columns name one")
+        return self
+
+
+class ResolutionConfig(Strict):
+    """How far a request's identifiers are expanded through links ([resolution], lakepurge.indexing.resolution)."""
+
+    # steps from the request's identifiers (1: only what they are linked to directly)
+    max_depth: Annotated[int, Field(ge=1, le=10)] = 2
+    # an identifier linked to more distinct ids of one kind than this (a shared or test email) stops the request
+    max_linked: Annotated[int, Field(ge=1)] = 10
+
+
+def check_links(links: Sequence[IdentifierLinkConfig], identifiers: Mapping[str, IdentifierConfig]) -> None:
+    """Link names are unique and every kind a link's columns name is configured."""
+    names = [link.name for link in links]
+    duplicated = sorted({name for name in names if names.count(name) > 1})
+    if duplicated:
+        raise ValueError(f"identifier link names must be unique: {', '.join(duplicated)}")
+    for link in links:
+        unknown = sorted(set(link.columns) - set(identifiers))
+        if unknown:
+            known = ", ".join(sorted(identifiers)) or "none"
+            raise ValueError(
+                f"identifier link '{link.name}' names kind(s) {', '.join(unknown)} with no [identifiers.NAME] table"
+                f" (configured: {known})"
+            )
 
 
 def check_typed_datasets(datasets: Sequence[DatasetConfig], identifiers: Mapping[str, IdentifierConfig]) -> None:
@@ -178,3 +232,32 @@ def typed_request_forms(
             if transform is not None:
                 transforms.setdefault(name, set()).add(transform)
     return request_forms(text, kinds, composites, transforms)
+
+
+def dataset_kinds(dataset: DatasetConfig) -> tuple[str, ...]:
+    """The identifier kinds a dataset's ids are of (id_kind, or those id_kinds and id_composites name); () untyped."""
+    if dataset.id_kind is not None:
+        return (dataset.id_kind,)
+    kinds = {parse_spec(spec)[0] for spec in dataset.id_kinds.values()} | set(dataset.id_composites)
+    return tuple(sorted(kinds))
+
+
+def dataset_id_forms(dataset: DatasetConfig) -> str:
+    """The fingerprint of the index forms a dataset's ids are indexed in, which its coverage records: "" for an
+    untyped dataset of exact names (what an older coverage row reads as), else every setting that changes a form or
+    which column a form is read from: the kind and its normalisations, each typed field's kind and transform, each
+    composite's parts and columns, names in any case. A dataset indexed under another is not covered until
+    re-indexed."""
+    parts = [id_forms(dataset.kind)] if dataset.kind is not None else []
+    typing = dataset._id_typing
+    if typing is not None:
+        for path, field_kind in typing.fields:
+            transform = f"/{field_kind.transform}" if field_kind.transform else ""
+            parts.append(f"{'.'.join(path)}={id_forms(field_kind.kind)}{transform}")
+        for composite, paths in typing.composites:
+            columns = ",".join(".".join(path) for path in paths)
+            normalised = ",".join(f"{part}:{'+'.join(steps)}" for part, steps in composite.parts)
+            parts.append(f"{composite.name}({normalised})<-{columns}")
+    if dataset.column_names != "exact":
+        parts.append(f"names:{dataset.column_names}")
+    return ";".join(parts)

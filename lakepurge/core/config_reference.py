@@ -54,6 +54,8 @@ SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
     ("[datasets.id_sidecar]", config.SidecarConfig),
     ("[catalogs.NAME]", config.CatalogConfig),
     ("[identifiers.NAME]", config.IdentifierConfig),
+    ("[[identifier_links]]", config.identity.IdentifierLinkConfig),
+    ("[resolution]", config.identity.ResolutionConfig),
     ("[[relational]]", config.RelationalConfig),
     ("[indexing]", config.IndexingConfig),
     ("[purge]", config.PurgeConfig),

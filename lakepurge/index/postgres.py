@@ -18,6 +18,7 @@ from psycopg import sql
 
 from lakepurge.core.logs import get_logger
 from lakepurge.index.base import (
+    Beside,
     Coverage,
     DatasetProblems,
     Hits,
@@ -48,6 +49,7 @@ from lakepurge.index.postgres_sql import (
     SMALL_LOOKUP,
     USER_ROWS,
     VIEW,
+    beside_rows,
     copy_text,
     needs_copy_escape,
 )
@@ -439,6 +441,10 @@ class PostgresIndexStore:
             )
             rows = cur.fetchall()
         return {user: list(lines) for user, lines in rows}
+
+    @_reconnecting
+    def ids_beside(self, forms: Sequence[str]) -> list[Beside]:
+        return beside_rows(self._conn, forms)
 
     @_reconnecting
     def object_records(self, s3paths: Sequence[str]) -> dict[str, int]:

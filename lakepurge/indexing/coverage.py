@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from lakepurge.core.config import DatasetConfig, Settings
+from lakepurge.core.config_identity import dataset_id_forms
 from lakepurge.index.base import Coverage, DatasetProblems, IndexStore
-from lakepurge.records.identifiers import id_forms
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -79,7 +79,7 @@ def assess(
             reason, fix = "never fully indexed (no backfill or reconciliation recorded)", backfill
         elif record.location != dataset.location:
             reason, fix = f"indexed at another location ({record.location})", backfill
-        elif record.id_forms != id_forms(dataset.kind):
+        elif record.id_forms != dataset_id_forms(dataset):
             was = f"kind {record.id_forms}" if record.id_forms else "untyped"
             reason = f"indexed with other identifier forms ({was}): its id_kind or its normalisation changed"
             fix = f"lakepurge index backfill --force --dataset {dataset.name}"
@@ -118,7 +118,7 @@ def forms_indexed(dataset: DatasetConfig, previous: Coverage | None, every_objec
     """The identifier forms a listing leaves a dataset indexed in: the configuration's when every object was read
     again (a forced backfill) or the last listing recorded the same; else those it recorded, since objects at an
     unchanged ETag are not read again and keep the forms they were indexed in."""
-    configured = id_forms(dataset.kind)
+    configured = dataset_id_forms(dataset)
     if every_object_read or previous is None or previous.id_forms == configured:
         return configured
     return previous.id_forms

@@ -20,7 +20,7 @@ from lakepurge.core.s3uri import S3Uri
 from lakepurge.core.sparkutil import spark_on_demand, spark_session
 from lakepurge.index import open_existing
 from lakepurge.index.base import WHOLE_OBJECT
-from lakepurge.indexing import unindexable
+from lakepurge.indexing import resolution, unindexable
 from lakepurge.indexing.coverage import IndexIncomplete, dead_letter_count
 from lakepurge.indexing.returning import record_erasure, resolve_hashes
 from lakepurge.protection import shred
@@ -160,7 +160,8 @@ def plan_lines(report: Report, replaced: int = 0) -> list[str]:
         )
         lines.append(f"    {plan.not_certifiable or plan.time_travel()}")
     shredded = shred.plan_lines(report.shred.summary(report.rewritten_datasets) if report.shred else None)
-    return lines + unindexable.plan_lines(unindexable.summary(report.unindexable)) + shredded
+    identifiers = resolution.plan_lines(report.summary().get("identifiers"))
+    return lines + unindexable.plan_lines(unindexable.summary(report.unindexable)) + shredded + identifiers
 
 
 def _reviewed_report(
@@ -176,7 +177,7 @@ def _reviewed_report(
     written), it was made for exactly these users and, unless forced, it is still fresh (:func:`_check_fresh`)."""
     uri = layout.report(settings, request_id)
     report, expected = load_report(s3, uri, sha256 or None)  # ReportTampered when it changed
-    if sorted(report.user_hashes) != sorted(pseudonymizer.many(users)):
+    if sorted(report.requested_hashes) != sorted(pseudonymizer.many(users)):
         raise ReviewedReportMismatch(f"report {request_id} was made for other user ids than the ones given")
     if not force:
         _check_fresh(s3, settings, report, pseudonymizer)
@@ -228,6 +229,7 @@ def purge_users(
     report_sha256: str | None = None,
     engine: Engine = "auto",
     returning: Sequence[str] = (),
+    no_expand: Sequence[str] = (),
 ) -> OperatorRun:
     """Report -> purge -> verify -> certificate, on one connection to the index. With report_id, the report a dry
     run wrote (and an operator reviewed) is executed exactly, instead of a new one being built. returning: keyed
@@ -254,7 +256,15 @@ def purge_users(
             dead_letters = dead_letter_count(aws.client("sqs"), settings.indexing.dead_letter_queue_url)
             try:
                 report = build_report(
-                    store, settings, users, request_id, pseudonymizer, force=force, dead_letters=dead_letters, s3=s3
+                    store,
+                    settings,
+                    users,
+                    request_id,
+                    pseudonymizer,
+                    force=force,
+                    dead_letters=dead_letters,
+                    s3=s3,
+                    no_expand=no_expand,
                 )
             except SafetyLimitExceeded as exc:
                 if not dry_run:
@@ -262,7 +272,15 @@ def purge_users(
                 # The dry run shows what the limits refuse: the operator decides with the whole plan in view.
                 refused = str(exc)
                 report = build_report(
-                    store, settings, users, request_id, pseudonymizer, force=True, dead_letters=dead_letters, s3=s3
+                    store,
+                    settings,
+                    users,
+                    request_id,
+                    pseudonymizer,
+                    force=True,
+                    dead_letters=dead_letters,
+                    s3=s3,
+                    no_expand=no_expand,
                 )
             uri, digest = write_report(s3, settings, report)
         replaced = _in_versioned_buckets(s3, settings, report)

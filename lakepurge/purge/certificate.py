@@ -12,6 +12,7 @@ import orjson
 from lakepurge.core.config import Settings
 from lakepurge.core.logs import object_ref
 from lakepurge.core.privacy import Pseudonymizer
+from lakepurge.indexing.resolution import certified
 from lakepurge.purge.engine import ObjectOutcome, PurgeTarget
 from lakepurge.reports import layout
 from lakepurge.reports.report import Report
@@ -166,6 +167,7 @@ def write_certificate(
             ],
             "relational": list(result.relational),
             "tables": list(result.tables),
+            "identifiers": certified(report.identifiers),
             **(
                 {
                     "crypto_shred": result.shred,

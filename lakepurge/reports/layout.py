@@ -351,6 +351,9 @@ class CertificateDocument(Document):
     erasure_methods: dict[str, list[str]] | None = None
     # Typed datasets the request named no id of the kind of ({dataset, kind}: reports.report.not_searched), as approved
     not_searched: list[dict[str, str]] = []
+    # A typed request's resolution (lakepurge.indexing.resolution.certified): identifiers erased per kind, as keyed
+    # hashes, and the links they were found by. Absent for a request that was not resolved.
+    identifiers: dict[str, Any] | None = None
     totals: CertificateTotals
     verification: CertificateVerification
 
@@ -362,6 +365,8 @@ class CertificateDocument(Document):
                 del document[name]
         if not document["not_searched"]:  # nor, without typed datasets left unsearched, for those
             del document["not_searched"]
+        if document["identifiers"] is None:
+            del document["identifiers"]
         return document
 
 
@@ -425,6 +430,8 @@ class ExportDocument(Document):
     coverage_gaps: list[str]  # datasets the index did not fully cover: their records may be missing
     archive_version_id: str | None = None  # the archive's S3 version (a versioned bucket); the others were deleted
     archive_expires_at: str | None = None  # when the archive is deleted ([workflow] export_retention_days)
+    # a typed request's resolution (lakepurge.indexing.resolution.Expansion.to_report): keyed hashes, kinds, links
+    identifiers: dict[str, Any] | None = None
 
 
 # -- reading and writing ----------------------------------------------------------------------------------------------

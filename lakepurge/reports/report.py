@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from lakepurge.core.config import DatasetConfig, Settings
+from lakepurge.core.config_identity import dataset_kinds
 from lakepurge.core.logs import get_logger, object_ref
 from lakepurge.core.privacy import OBJECT_REFERENCE, HashedUsers, Pseudonymizer, object_reference
 from lakepurge.core.s3io import ever_versioned, list_noncurrent, list_objects, sidecar_subjects
@@ -26,6 +27,7 @@ from lakepurge.index import relational_dsn
 from lakepurge.index.base import WHOLE_OBJECT, IndexStore
 from lakepurge.indexing import unindexable
 from lakepurge.indexing.coverage import DatasetCoverage, assess
+from lakepurge.indexing.resolution import expands, resolve
 from lakepurge.protection.shred import ShredPlan, plan_shred
 from lakepurge.records.identifiers import typed_kinds
 from lakepurge.tables.plan import TablePlan, plan_table
@@ -111,6 +113,14 @@ class Report:
     shred: ShredPlan | None = None
     # Typed datasets the request names no id of the kind of ({dataset, kind}): not searched, and so stated.
     not_searched: tuple[dict[str, str], ...] = ()
+    # A typed request's resolution (lakepurge.indexing.resolution.Expansion.to_report): the identifiers found per kind
+    # and link, as keyed hashes, and the request's own ("requested"); user_hashes holds them all. {}: not resolved.
+    identifiers: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def requested_hashes(self) -> tuple[str, ...]:
+        """The keyed hashes of the ids the request named (user_hashes adds those its resolution found)."""
+        return tuple(self.identifiers.get("requested", self.user_hashes))
 
     @property
     def lines(self) -> int:
@@ -179,7 +189,7 @@ class Report:
         """What an approver sees: counts per dataset and table, never an id."""
         return {
             "request_id": self.request_id,
-            "users_requested": len(self.user_hashes),
+            "users_requested": len(self.requested_hashes),
             "users_found": self.users_found,
             "objects": len(self.objects),
             "lines": self.lines,
@@ -196,22 +206,35 @@ class Report:
                 if self.not_searched
                 else {}
             ),
+            **({"identifiers": identifiers_summary(self.identifiers)} if self.identifiers else {}),
         }
+
+
+def identifiers_summary(identifiers: dict[str, Any]) -> dict[str, Any]:
+    """A resolution as the approver sees it: identifiers per kind and per link, counts only (no value, no hash)."""
+    return {
+        "kinds": identifiers["kinds"],
+        "links": identifiers["links"],
+        "not_expanded": len(identifiers["not_expanded"]),
+        "beyond_depth": identifiers["beyond_depth"],
+        "max_depth": identifiers["max_depth"],
+    }
 
 
 NOT_SEARCHED = "not searched: the request names no {kind}"
 
 
 def not_searched(settings: Settings, users: list[str]) -> tuple[dict[str, str], ...]:
-    """The typed datasets a request names no id of the kind of: no untyped id matches a typed dataset, so nothing
-    of the person's there is found. Stated per dataset (the report, the approval page, the certificate), so that
-    the gap is approved, never silent."""
+    """The typed datasets a request (after its resolution) names no id of any kind of: no untyped id matches a
+    typed dataset, so nothing of the person's there is found. Stated per dataset (the report, the approval page,
+    the certificate), so that the gap is approved, never silent."""
     named = set(typed_kinds(users))
-    return tuple(
-        {"dataset": d.name, "kind": d.id_kind}
-        for d in settings.datasets
-        if d.id_kind is not None and d.id_kind not in named
-    )
+    gaps = []
+    for dataset in settings.datasets:
+        kinds = dataset_kinds(dataset)
+        if kinds and named.isdisjoint(kinds):
+            gaps.append({"dataset": dataset.name, "kind": " or ".join(kinds)})
+    return tuple(gaps)
 
 
 def sha256(data: bytes) -> str:
@@ -258,10 +281,17 @@ def build_report(
     force: bool = False,
     dead_letters: int = 0,
     s3: S3Client | None = None,
+    no_expand: Sequence[str] = (),
 ) -> Report:
     """Look the users up and plan the erasure, refusing one that breaks a safety limit unless forced. The report
     states every dataset's coverage and unindexable lines, read for the users (s3: the client that reads them; the
-    process's when None); whether an incomplete dataset stops the request is the caller's decision."""
+    process's when None); whether an incomplete dataset stops the request is the caller's decision. A typed request
+    is first resolved to every identifier of the person (lakepurge.indexing.resolution; no_expand: index forms not
+    followed), ExpansionRefused when a guard stops it, even forced."""
+    requested = users
+    expansion = resolve(store, settings, users, no_expand, pseudonymizer) if expands(settings, users) else None
+    if expansion is not None:
+        users = expansion.forms
     sentinel_problems = check_sentinels(settings, users)
     if sentinel_problems and not force:
         raise SafetyLimitExceeded("; ".join(sentinel_problems))
@@ -288,7 +318,7 @@ def build_report(
                 lines=hit.lines,
             )
         )
-    relational = count_relational(settings, users) if settings.relational else ()
+    relational = count_relational(settings, requested) if settings.relational else ()
     tables = plan_tables(store, settings, users, pseudonymizer)
     datasets = _check_limits(store, settings, objects + table_objects(tables), relational, force)
     versions = []
@@ -313,6 +343,9 @@ def build_report(
         tables=tables,
         shred=plan_shred(store, settings, users),
         not_searched=not_searched(settings, users),
+        identifiers=(
+            expansion.to_report(pseudonymizer) | {"requested": pseudonymizer.many(requested)} if expansion else {}
+        ),
     )
 
 

@@ -15,6 +15,7 @@ from botocore.exceptions import ClientError, ConnectionError, EndpointConnection
 from urllib3.exceptions import ProtocolError
 
 from lakepurge.core.logs import get_logger
+from lakepurge.indexing.resolution import ExpansionRefused
 from lakepurge.reports.report import ReportTampered, SafetyLimitExceeded
 from lakepurge.workflow.approval import ApprovalRefused
 from lakepurge.workflow.steps import NotApproved
@@ -30,6 +31,7 @@ SAFE_ERRORS = (
     RequestConflict,
     ApprovalRefused,
     RequestRefused,
+    ExpansionRefused,  # kinds, counts, links and a keyed hash: no personal data
 )
 _TRANSIENT_CODES = {
     "Throttling",

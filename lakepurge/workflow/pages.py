@@ -5,7 +5,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from lakepurge.indexing import unindexable
+from lakepurge.indexing import resolution, unindexable
 from lakepurge.protection import shred
 from lakepurge.workflow.approval import ApprovalLink, PendingApproval
 from lakepurge.workflow.store import ErasureRequest
@@ -36,7 +36,8 @@ def _plan_lines(summary: dict[str, Any], kind: str = "erasure") -> list[str]:
         if not access:  # what the erasure does to the table's history, before anyone approves
             lines.append(f"    {table['time_travel']}")
     shredded = [] if access else shred.plan_lines(summary.get("crypto_shred"))
-    return lines + unindexable.plan_lines(summary.get("unindexable", {})) + shredded
+    identifiers = resolution.plan_lines(summary.get("identifiers"))
+    return lines + unindexable.plan_lines(summary.get("unindexable", {})) + shredded + identifiers
 
 
 def approval_email(
