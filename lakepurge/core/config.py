@@ -21,7 +21,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from lakepurge.core.config_identity import IdentifierConfig, KindName, check_typed_datasets
+from lakepurge.core.config_identity import ExemptionConfig, IdentifierConfig, KindName, check_typed_datasets
 from lakepurge.core.config_messages import plain_error
 from lakepurge.core.config_strict import Strict
 from lakepurge.core.s3uri import S3Uri
@@ -614,6 +614,7 @@ class Settings(Strict):
     catalogs: dict[Annotated[str, Field(min_length=1)], CatalogConfig] = Field(default_factory=dict)
     # Identifier kinds by name ([identifiers.NAME]), which datasets name as their id_kind.
     identifiers: dict[KindName, IdentifierConfig] = Field(default_factory=dict)
+    exemptions: tuple[ExemptionConfig, ...] = ()  # [[exemptions]]: datasets kept under a legal obligation or hold
     _lookup_order: tuple[DatasetConfig, ...] = PrivateAttr(default=())
 
     @model_validator(mode="after")
@@ -632,6 +633,7 @@ class Settings(Strict):
                     )
                 dataset._catalog_config = self.catalogs[dataset.catalog]
         check_typed_datasets(self.datasets, self.identifiers)
+        ExemptionConfig.check(self.datasets, self.exemptions)
         protected = [d.name for d in self.datasets if d.protection == "crypto-shred"]
         if protected and self.vault is None:
             raise ValueError(f"dataset(s) {', '.join(protected)} are crypto-shred: configure their [vault]")

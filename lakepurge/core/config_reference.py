@@ -54,6 +54,7 @@ SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
     ("[datasets.id_sidecar]", config.SidecarConfig),
     ("[catalogs.NAME]", config.CatalogConfig),
     ("[identifiers.NAME]", config.IdentifierConfig),
+    ("[[exemptions]]", config.ExemptionConfig),
     ("[[relational]]", config.RelationalConfig),
     ("[indexing]", config.IndexingConfig),
     ("[purge]", config.PurgeConfig),

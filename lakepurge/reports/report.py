@@ -28,6 +28,7 @@ from lakepurge.indexing import unindexable
 from lakepurge.indexing.coverage import DatasetCoverage, assess
 from lakepurge.protection.shred import ShredPlan, plan_shred
 from lakepurge.records.identifiers import NOT_ERASABLE_YET, typed_kinds
+from lakepurge.reports import kept
 from lakepurge.tables.plan import TablePlan, plan_table
 
 if TYPE_CHECKING:
@@ -113,6 +114,8 @@ class Report:
     tables: tuple[TablePlan, ...] = ()
     # Crypto-shred datasets (lakepurge.protection.shred): the persons' keys the purge destroys, what keeps ciphertext.
     shred: ShredPlan | None = None
+    # [[exemptions]] as the report found them (lakepurge.reports.kept): what is kept and why, or that one has ended.
+    exemptions: tuple[dict[str, Any], ...] = ()
 
     @property
     def lines(self) -> int:
@@ -139,7 +142,9 @@ class Report:
     @property
     def gaps(self) -> list[DatasetCoverage]:
         """The datasets whose coverage is not complete: while there is any, the request cannot be certified."""
-        gaps = [DatasetCoverage(**c) for c in self.coverage if not c["complete"]]
+        # A kept dataset is not erased, so its coverage (stated with it) cannot leave anything of this erasure behind.
+        kept_datasets = kept.kept_datasets(self.exemptions)
+        gaps = [DatasetCoverage(**c) for c in self.coverage if not c["complete"] and c["dataset"] not in kept_datasets]
         if self.version < UNINDEXABLE_CHECKED:
             gaps.append(
                 DatasetCoverage(
@@ -174,6 +179,7 @@ class Report:
         document["unindexable"] = tuple(document.get("unindexable", ()))
         document["tables"] = tuple(TablePlan.from_json(t) for t in document.get("tables", ()))
         document["shred"] = ShredPlan.from_json(document["shred"]) if document.get("shred") else None
+        document["exemptions"] = tuple(document.get("exemptions", ()))
         return cls(**document)
 
     def summary(self) -> dict[str, Any]:
@@ -192,6 +198,7 @@ class Report:
             "unindexable": unindexable.summary(self.unindexable),
             **({"tables": {t.dataset: t.summary() for t in self.tables}} if self.tables else {}),
             **({"crypto_shred": self.shred.summary(self.rewritten_datasets)} if self.shred else {}),
+            **({"exemptions": list(self.exemptions)} if self.exemptions else {}),
         }
 
 
@@ -239,10 +246,12 @@ def build_report(
     force: bool = False,
     dead_letters: int = 0,
     s3: S3Client | None = None,
+    keeping: bool = True,
 ) -> Report:
     """Look the users up and plan the erasure, refusing one that breaks a safety limit unless forced. The report
     states every dataset's coverage and unindexable lines, read for the users (s3: the client that reads them; the
-    process's when None); whether an incomplete dataset stops the request is the caller's decision."""
+    process's when None); whether an incomplete dataset stops the request is the caller's decision. keeping: the
+    [[exemptions]] apply (an access request's report keeps nothing back: Art. 15 covers kept records too)."""
     kinds = typed_kinds(users) if settings.identifiers else []
     if kinds:  # never forced: the purge could not recognise them in the objects
         raise TypedIdsNotErasable(NOT_ERASABLE_YET.format(kinds=", ".join(kinds)))
@@ -255,13 +264,21 @@ def build_report(
         store, settings, users, coverage, problems, lambda path, d: stored_name(path, d, pseudonymizer), s3
     )
     hits = store.lookup_objects(users)
+    noncurrent = store.noncurrent_of(users)
+    created = datetime.now(UTC)
+    exemptions = (
+        kept.statements(settings, created.date(), hits.objects, noncurrent, (c.to_dict() for c in coverage))
+        if keeping
+        else ()
+    )
+    kept_datasets = kept.kept_datasets(exemptions)
     objects = []
     for s3path in sorted(hits.objects):
         hit = hits.objects[s3path]
         uri = S3Uri.parse(s3path)
         dataset = settings.dataset_for(uri.bucket, uri.key)
-        if dataset is None or dataset.is_table:
-            continue  # indexed under a dataset since removed from the configuration; a table's files: planned below
+        if dataset is None or dataset.is_table or dataset.name in kept_datasets:
+            continue  # removed from the configuration since indexed; a table's files: planned below; kept: stated
         objects.append(
             ReportObject(
                 s3path=stored_name(s3path, dataset, pseudonymizer),
@@ -276,15 +293,15 @@ def build_report(
     tables = plan_tables(store, settings, users, pseudonymizer)
     datasets = _check_limits(store, settings, objects + table_objects(tables), relational, force)
     versions = []
-    for s3path, version_ids in sorted(store.noncurrent_of(users).items()):
+    for s3path, version_ids in sorted(noncurrent.items()):
         uri = S3Uri.parse(s3path)
         dataset = settings.dataset_for(uri.bucket, uri.key)
-        if dataset is not None and version_ids and not dataset.is_table:
+        if dataset is not None and version_ids and not dataset.is_table and dataset.name not in kept_datasets:
             name = stored_name(s3path, dataset, pseudonymizer)
             versions.append(ReportVersions(name, dataset.name, tuple(sorted(version_ids))))
     return Report(
         request_id=request_id,
-        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        created_at=created.isoformat(timespec="seconds"),
         user_hashes=tuple(pseudonymizer.many(users)),
         users_found=hits.users_found,
         objects=tuple(objects),
@@ -296,6 +313,7 @@ def build_report(
         unindexable=tuple(statement.to_dict() for statement in lines),
         tables=tables,
         shred=plan_shred(store, settings, users),
+        exemptions=exemptions,
     )
 
 

@@ -89,7 +89,14 @@ def generate_report(
         queue_url = settings.indexing.dead_letter_queue_url
         dead_letters = dead_letter_count(clients.sqs or aws.client("sqs"), queue_url) if queue_url else 0
         report = build_report(
-            index, settings, users, request_id, pseudonymizer, dead_letters=dead_letters, s3=clients.s3
+            index,
+            settings,
+            users,
+            request_id,
+            pseudonymizer,
+            dead_letters=dead_letters,
+            s3=clients.s3,
+            keeping=request.kind != "access",  # an access export includes the kept datasets
         )
         uri, digest = layout.write_report(clients.s3, settings, report)
     summary = report.summary()
