@@ -10,6 +10,7 @@ from datetime import date
 from typing import Any
 
 from lakepurge.core.config import Settings
+from lakepurge.core.config_identity import exempt_datasets
 from lakepurge.core.s3uri import S3Uri
 from lakepurge.index.base import WHOLE_OBJECT, ObjectHits
 
@@ -79,3 +80,20 @@ def plan_lines(stated: Iterable[dict[str, Any]]) -> list[str]:
             line += f"; the index does not fully cover it ({s['coverage']}): it may hold more"
         lines.append(line)
     return lines
+
+
+class KeptSinceReport(Exception):
+    """An exemption in force now keeps a dataset that the report erases (a legal hold placed, or a retention
+    extended, after the report was made): nothing may be erased by that report. Names datasets only."""
+
+
+def check_still_erasable(settings: Settings, erased: Iterable[str], stated: Iterable[dict[str, Any]], on: date) -> None:
+    """Raise KeptSinceReport when an exemption in force on that day keeps one of the datasets a report erases
+    (``erased``) that the report itself (``stated``) did not keep. Checked before anything is erased."""
+    kept_now = exempt_datasets(settings.exemptions, on)
+    newly = sorted(set(erased) & set(kept_now) - kept_datasets(stated))
+    if newly:
+        raise KeptSinceReport(
+            f"dataset(s) {', '.join(newly)} are kept by an exemption made after the report ([[exemptions]]):"
+            " nothing was erased; file the request again (a new report keeps them)"
+        )

@@ -27,7 +27,7 @@ from lakepurge.indexing.returning import record_erasure
 from lakepurge.purge.engine import verify_object
 from lakepurge.purge.job import purge_relational, recorded_outcomes
 from lakepurge.purge.launch import JobState, PurgeJobSpec, inline_fits, launcher_for, run_inline
-from lakepurge.reports import layout
+from lakepurge.reports import kept, layout
 from lakepurge.reports.report import OBJECT_REFERENCE, Report, ReportTampered, build_report, resolve_references
 from lakepurge.workflow.approval import open_approval
 from lakepurge.workflow.events import (
@@ -181,6 +181,8 @@ def start_purge(
         raise ReportTampered(f"request {request_id}: the approved report hash is not the generated one")
     # The one read of the report in this step (raises ReportTampered); the inline purge is handed it.
     planned, _ = layout.load_report(clients.s3, report.uri, decision.report_sha256)
+    # A legal hold placed after the approval stops the purge before the relational rows go (KeptSinceReport).
+    kept.check_still_erasable(settings, planned.rewritten_datasets, planned.exemptions, datetime.now(UTC).date())
     claimed, claim = requests.claim_purge_start(request_id, seconds_left)
     if not claimed:
         log.info("the purge was started by another delivery of this Task", extra={"request_id": request_id})

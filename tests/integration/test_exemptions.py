@@ -38,12 +38,16 @@ INVOICES_2024 = b"invoice,customer,amount\nI-1,alice,10.00\n"
 INVOICES_2025 = b"invoice,customer,amount\nI-1,alice,10.00\nI-2,bob,12.50\nI-3,alice,7.25\n"
 
 
-def _datasets(bucket: str, exemption: str) -> str:
+def _datasets(bucket: str) -> str:
     return (
         f'[[datasets]]\nname = "events"\nlocation = "s3://{bucket}/events/"\nid_fields = ["user_id"]\n\n'
         f'[[datasets]]\nname = "invoices"\nlocation = "s3://{bucket}/invoices/"\nformat = "csv"\n'
-        f'id_fields = ["customer"]\n\n[[exemptions]]\ndataset = "invoices"\nbasis = "{BASIS}"\n{exemption}\n'
+        'id_fields = ["customer"]\n'
     )
+
+
+def _exemption(retention: str) -> str:
+    return f'\n[[exemptions]]\ndataset = "invoices"\nbasis = "{BASIS}"\n{retention}\n'
 
 
 @pytest.fixture(params=["postgres", "dynamodb"])
@@ -64,7 +68,7 @@ def lake(index: str, tmp_path: Path, exemption: str) -> tuple[Any, Settings, str
     s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
     toml = (
         f'[index]\n{index}\n\n[reports]\nlocation = "s3://{bucket}-reports/"\n\n[purge]\nmax_dataset_fraction = 1.0\n'
-        f"max_object_fraction = 1.0\n\n{_datasets(bucket, exemption)}"
+        f"max_object_fraction = 1.0\n\n{_datasets(bucket)}{_exemption(exemption) if exemption else ''}"
     )
     config = tmp_path / "lakepurge.toml"
     config.write_text(toml)
@@ -174,3 +178,35 @@ def test_given_an_exemption_whose_date_has_passed_when_alice_is_purged_then_her_
     assert "invoices" in {o["dataset"] for o in certificate["objects"]}
     assert certificate["verification"]["passed"] is True
     assert purged["plan"]["exemptions"][0]["kept"] is False
+
+
+def test_given_a_legal_hold_placed_after_the_report_when_that_report_is_executed_then_nothing_is_erased(
+    index: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a reviewed report (dry run) that erases alice's invoices, made before any exemption
+    s3, _, config, bucket = lake(index, tmp_path, "")
+    code, dry = cli(capsys, "purge", "alice", "--config", config)
+    assert code == 0 and "invoices" in dry["plan"]["datasets"]
+    before = every_version(s3, bucket, "")
+    # and then a legal hold placed on the invoices
+    with Path(config).open("a") as file:
+        file.write(_exemption("legal_hold = true"))
+
+    # WHEN that reviewed report is executed
+    code, refused = cli(
+        capsys,
+        "purge",
+        "alice",
+        "--report",
+        dry["request_id"],
+        "--sha256",
+        dry["report_sha256"],
+        "--yes",
+        "--config",
+        config,
+    )
+
+    # THEN it is refused naming the dataset, and not one object or version of the lake changed
+    assert code != 0 and refused["status"] == "REFUSED"
+    assert "invoices are kept by an exemption made after the report" in refused["reason"]
+    assert every_version(s3, bucket, "") == before
