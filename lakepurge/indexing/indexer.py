@@ -11,12 +11,14 @@ import re
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 from botocore.exceptions import ClientError
 
 from lakepurge.core.config import DatasetConfig, Settings
+from lakepurge.core.config_identity import exempt_datasets
 from lakepurge.core.logs import get_logger, object_ref
 from lakepurge.core.privacy import Pseudonymizer
 from lakepurge.core.s3io import ObjectChanged, ObjectHead, head_object, head_version, open_body, open_seekable
@@ -210,10 +212,14 @@ def tag_owners(
     return frozenset(values)
 
 
-def flag_erased_users(store: IndexStore, scanned: ObjectIndex, pseudonymizer: Pseudonymizer | None) -> None:
+def flag_erased_users(
+    store: IndexStore, scanned: ObjectIndex, pseudonymizer: Pseudonymizer | None, settings: Settings | None = None
+) -> None:
     """Count the object's users who are on the suppression list (erased before, back from a restored backup or a
-    replayed pipeline): the object is flagged in the index and in `lakepurge status`."""
-    if pseudonymizer is None or not scanned.lines_by_user:
+    replayed pipeline): the object is flagged in the index and in `lakepurge status`. Not in a dataset an exemption
+    keeps today ([[exemptions]]): its erased users' records are there by right, not back."""
+    kept = exempt_datasets(settings.exemptions, datetime.now(UTC).date()) if settings is not None else {}
+    if pseudonymizer is None or not scanned.lines_by_user or scanned.dataset in kept:
         return
     hashes = [pseudonymizer(user) for user in scanned.lines_by_user]
     scanned.returning_users = len(store.erased_among(hashes))
@@ -308,7 +314,7 @@ def _index_current(
             if not content_error(exc, dataset):
                 raise
             return _record_failure(store, dataset, head, exc, force)
-        flag_erased_users(store, scanned, pseudonymizer)
+        flag_erased_users(store, scanned, pseudonymizer, settings)
         written = store.replace_objects([scanned], force=force)
         if written:
             keep_record_maps(store, [(s3path, scanned.record_map)])

@@ -20,6 +20,7 @@ from lakepurge.access.export import export_users
 from lakepurge.access.sealing import unseal
 from lakepurge.core import aws as clients
 from lakepurge.core.config import Settings, parse_settings
+from lakepurge.core.privacy import Pseudonymizer
 from lakepurge.core.s3uri import S3Uri
 from lakepurge.index import open_store
 from lakepurge.indexing.backfill import run_reconcile
@@ -150,6 +151,21 @@ def test_given_invoices_kept_for_tax_law_when_alice_is_purged_then_they_stay_byt
     assert code != 0 and bob["verified"] is False
     assert [place["object"] for place in bob["remaining"]] == [f"s3://{bucket}/events/a.jsonl"] * len(bob["remaining"])
 
+    # and her next invoice is hers by right, not an erased user back: only a new events object is flagged
+    pseudonymizer = Pseudonymizer.from_config(settings.privacy)
+    store = open_store(settings.index)
+    try:
+        flagged = {}
+        for key, body in (
+            ("invoices/2026.csv", b"invoice,customer,amount\nI-9,alice,3.00\n"),
+            ("events/b.jsonl", EVENTS),
+        ):
+            s3.put_object(Bucket=bucket, Key=key, Body=body)
+            flagged[key] = index_object(s3, store, settings, bucket, key, pseudonymizer=pseudonymizer).returning_users
+    finally:
+        store.close()
+    assert flagged == {"invoices/2026.csv": 0, "events/b.jsonl": 1}
+
     # and her access export (Art. 15) still holds her invoice rows
     kms_key = clients.client("kms").create_key(Description="exports")["KeyMetadata"]["KeyId"]
     run = export_users(settings, ["alice"], S3Uri(f"{bucket}-exports", "subject/"), kms_key=kms_key, say=lambda _: None)
@@ -157,8 +173,11 @@ def test_given_invoices_kept_for_tax_law_when_alice_is_purged_then_they_stay_byt
     sealed = s3.get_object(Bucket=where.bucket, Key=where.key)["Body"].read()
     archive = zipfile.ZipFile(io.BytesIO(unseal(io.BytesIO(sealed), clients.client("kms"))))
     manifest = orjson.loads(archive.read("manifest.json"))
-    [invoices] = [entry for entry in manifest["objects"] if entry["dataset"] == "invoices"]
-    assert archive.read(invoices["file"]) == b"invoice,customer,amount\nI-1,alice,10.00\nI-3,alice,7.25\n"
+    exported = {archive.read(entry["file"]) for entry in manifest["objects"] if entry["dataset"] == "invoices"}
+    assert exported == {
+        b"invoice,customer,amount\nI-1,alice,10.00\nI-3,alice,7.25\n",
+        b"invoice,customer,amount\nI-9,alice,3.00\n",
+    }
 
 
 def test_given_an_exemption_whose_date_has_passed_when_alice_is_purged_then_her_invoices_are_erased_and_it_is_said(
