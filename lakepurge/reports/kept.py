@@ -61,6 +61,11 @@ def kept_datasets(stated: Iterable[dict[str, Any]]) -> set[str]:
     return {s["dataset"] for s in stated if s["kept"]}
 
 
+def keeps_anything(stated: Iterable[dict[str, Any]]) -> bool:
+    """Whether these statements keep any record or version of the users."""
+    return any(s["kept"] and (s["records"] or s["noncurrent_versions"]) for s in stated)
+
+
 def plan_lines(stated: Iterable[dict[str, Any]]) -> list[str]:
     """The statements in words, for the operator, the approval email and page: dataset, basis, until when, counts."""
     lines = []

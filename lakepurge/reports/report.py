@@ -125,8 +125,11 @@ class Report:
     def empty(self) -> bool:
         tables_empty = all(t.empty for t in self.tables)
         shred_empty = self.shred is None or not self.shred.persons
+        # Records kept under an exemption are not "nothing found": the approver approves keeping them, and the
+        # certificate states them (the workflow would otherwise end NOTHING_FOUND, telling the person no data exists).
         return (
-            not self.objects
+            not kept.keeps_anything(self.exemptions)
+            and not self.objects
             and not self.versions
             and not any(t.rows for t in self.relational)
             and tables_empty

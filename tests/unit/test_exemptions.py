@@ -188,6 +188,24 @@ def test_given_a_kept_dataset_never_fully_indexed_when_reporting_then_its_covera
     assert [g.dataset for g in report_of(cfg, store).gaps] == ["events"]
 
 
+def test_given_a_user_only_in_a_kept_dataset_when_reporting_then_the_report_is_not_empty_nothing_is_planned() -> None:
+    # Not "nothing found": the workflow asks for approval of keeping her invoices and certifies it, instead of
+    # ending NOTHING_FOUND ("no data"), which would tell her nothing is held about her.
+    cfg = settings(f'[[exemptions]]\ndataset = "invoices"\n{TAX}\nlegal_hold = true\n')
+    store = MemoryIndexStore()
+    for name in ("events", "invoices"):
+        store.record_coverage(Coverage(name, f"s3://lake/{name}/", "backfill", T0, T0, 1, 0, 0))
+    store.replace_objects([ObjectIndex("s3://lake/invoices/a.csv", "invoices", '"i"', None, T0, {"carol": [1]}, 1)])
+    pseudonymizer = Pseudonymizer(b"unit-test-hash-key-0123")
+
+    carol = build_report(store, cfg, ["carol"], "req-2", pseudonymizer)
+    nobody = build_report(store, cfg, ["dave"], "req-3", pseudonymizer)
+
+    assert carol.objects == () and carol.versions == () and not carol.empty
+    assert carol.exemptions[0]["records"] == 1
+    assert nobody.empty  # an exemption that keeps nothing of the request adds nothing to approve
+
+
 def test_given_an_access_request_when_reporting_then_nothing_is_kept_back_from_its_plan() -> None:
     cfg = settings(f'[[exemptions]]\ndataset = "invoices"\n{TAX}\nlegal_hold = true\n')
     report = report_of(cfg, keeping=False)
