@@ -26,7 +26,7 @@ from lakepurge.index import open_store
 from lakepurge.indexing.backfill import run_reconcile
 from lakepurge.indexing.indexer import index_object
 from tests.support.cli import cli
-from tests.support.lakes import index_toml
+from tests.support.lakes import every_version_bytes, index_toml
 from tests.support.purging import HASH_KEY
 
 pytestmark = pytest.mark.integration
@@ -89,15 +89,6 @@ def lake(index: str, tmp_path: Path, exemption: str) -> tuple[Any, Settings, str
     return s3, settings, str(config), bucket
 
 
-def every_version(s3: Any, bucket: str, prefix: str) -> dict[tuple[str, str], bytes]:
-    found = {}
-    for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket, Prefix=prefix):
-        for version in page.get("Versions", []):
-            body = s3.get_object(Bucket=bucket, Key=version["Key"], VersionId=version["VersionId"])["Body"].read()
-            found[version["Key"], version["VersionId"]] = body
-    return found
-
-
 def certificate_of(s3: Any, bucket: str, request_id: str) -> tuple[bytes, dict[str, Any]]:
     body = s3.get_object(Bucket=f"{bucket}-reports", Key=f"certificates/{request_id}.json")["Body"].read()
     return body, orjson.loads(body)
@@ -108,7 +99,7 @@ def test_given_invoices_kept_for_tax_law_when_alice_is_purged_then_they_stay_byt
 ) -> None:
     # GIVEN alice in the events and in two versions of an invoice file the configuration keeps until a future date
     s3, settings, config, bucket = lake(index, tmp_path, f"retain_until = {KEEP_UNTIL.isoformat()}")
-    invoices_before = every_version(s3, bucket, "invoices/")
+    invoices_before = every_version_bytes(bucket, "invoices/")
     assert len(invoices_before) == 2
 
     # WHEN the operator purges her
@@ -116,11 +107,11 @@ def test_given_invoices_kept_for_tax_law_when_alice_is_purged_then_they_stay_byt
 
     # THEN the events no longer hold her (no version does), bob's line is as it was
     assert code == 0, purged
-    events = every_version(s3, bucket, "events/")
+    events = every_version_bytes(bucket, "events/")
     assert all(b'"alice"' not in body for body in events.values())
     assert any(b'{"user_id":"bob","page":"/cart"}' in body for body in events.values())
     # every version of the invoices is byte for byte what it was: nothing rewritten, no version deleted or added
-    assert every_version(s3, bucket, "invoices/") == invoices_before
+    assert every_version_bytes(bucket, "invoices/") == invoices_before
     # the certificate lists the invoices as kept, with their basis and date, and is verified for the rest
     body, certificate = certificate_of(s3, bucket, purged["request_id"])
     assert certificate["exemptions"] == [
@@ -188,7 +179,7 @@ def test_given_an_exemption_whose_date_has_passed_when_alice_is_purged_then_her_
     code, purged = cli(capsys, "purge", "alice", "--yes", "--config", config)
 
     assert code == 0, purged
-    invoices = every_version(s3, bucket, "invoices/")
+    invoices = every_version_bytes(bucket, "invoices/")
     assert invoices and all(b"alice" not in body for body in invoices.values())
     assert any(b"I-2,bob,12.50" in body for body in invoices.values())
     _, certificate = certificate_of(s3, bucket, purged["request_id"])
@@ -203,10 +194,10 @@ def test_given_a_legal_hold_placed_after_the_report_when_that_report_is_executed
     index: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # GIVEN a reviewed report (dry run) that erases alice's invoices, made before any exemption
-    s3, _, config, bucket = lake(index, tmp_path, "")
+    _, _, config, bucket = lake(index, tmp_path, "")
     code, dry = cli(capsys, "purge", "alice", "--config", config)
     assert code == 0 and "invoices" in dry["plan"]["datasets"]
-    before = every_version(s3, bucket, "")
+    before = every_version_bytes(bucket, "")
     # and then a legal hold placed on the invoices
     with Path(config).open("a") as file:
         file.write(_exemption("legal_hold = true"))
@@ -228,4 +219,4 @@ def test_given_a_legal_hold_placed_after_the_report_when_that_report_is_executed
     # THEN it is refused naming the dataset, and not one object or version of the lake changed
     assert code != 0 and refused["status"] == "REFUSED"
     assert "invoices are kept by an exemption made after the report" in refused["reason"]
-    assert every_version(s3, bucket, "") == before
+    assert every_version_bytes(bucket, "") == before
