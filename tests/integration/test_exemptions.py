@@ -25,6 +25,7 @@ from lakepurge.core.s3uri import S3Uri
 from lakepurge.index import open_store
 from lakepurge.indexing.backfill import run_reconcile
 from lakepurge.indexing.indexer import index_object
+from lakepurge.purge.vacuum import run_vacuum
 from tests.support.cli import cli
 from tests.support.lakes import every_version_bytes, index_toml
 from tests.support.purging import HASH_KEY
@@ -220,3 +221,25 @@ def test_given_a_legal_hold_placed_after_the_report_when_that_report_is_executed
     assert code != 0 and refused["status"] == "REFUSED"
     assert "invoices are kept by an exemption made after the report" in refused["reason"]
     assert every_version_bytes(bucket, "") == before
+
+
+def test_given_placeholders_in_a_dataset_kept_since_when_vacuumed_then_not_one_of_its_versions_changes(
+    index: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN bob erased (blanked) from the events and the invoices before any exemption
+    _, _, config, bucket = lake(index, tmp_path, "")
+    code, purged = cli(capsys, "purge", "bob", "--yes", "--config", config)
+    assert code == 0, purged
+    # and then the invoices kept under a legal hold, and alice erased from the rest (she is on the suppression list)
+    with Path(config).open("a") as file:
+        file.write(_exemption("legal_hold = true"))
+    code, purged = cli(capsys, "purge", "alice", "--yes", "--config", config)
+    assert code == 0, purged
+    invoices = every_version_bytes(bucket, "invoices/")
+
+    # WHEN the vacuum removes the placeholders the purges left
+    vacuumed = run_vacuum(None, parse_settings(tomllib.loads(Path(config).read_text())), apply=True)
+
+    # THEN the events' are gone, while not one version of the kept invoices changed or went (bob's blank stays)
+    assert vacuumed.placeholders == 3 and vacuumed.kept == 1  # the events' three lines, all erased
+    assert every_version_bytes(bucket, "invoices/") == invoices
