@@ -272,7 +272,7 @@ def purge_users(
         if report.gaps:
             # The index cannot vouch for these datasets: "nothing found" there may be "never looked".
             raise IndexIncomplete(report.gaps)
-        kept.check_still_erasable(settings, report.rewritten_datasets, report.exemptions, datetime.now(UTC).date())
+        kept.check_unchanged(settings, report.rewritten_datasets, report.exemptions, datetime.now(UTC).date())
         if dry_run:
             if refused:
                 say(f"REFUSED by the safety limits ([purge] in the configuration): {refused}")

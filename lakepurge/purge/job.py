@@ -39,7 +39,7 @@ from lakepurge.purge.placeholders import write_batch as write_placeholder_batch
 from lakepurge.purge.shredding import shred_persons
 from lakepurge.purge.tables import purge_tables, verify_table
 from lakepurge.reports import layout
-from lakepurge.reports.kept import check_still_erasable
+from lakepurge.reports.kept import check_unchanged
 from lakepurge.reports.report import Report, ReportTable, resolve_references, stored_name
 
 if TYPE_CHECKING:
@@ -434,7 +434,7 @@ def run_purge(
     started = datetime.now(UTC)
     s3 = aws.client("s3")
     pseudonymizer = Pseudonymizer(pseudonymizer_key)
-    check_still_erasable(settings, report.rewritten_datasets, report.exemptions, started.date())
+    check_unchanged(settings, report.rewritten_datasets, report.exemptions, started.date())
     report = resolve_references(s3, settings, report, pseudonymizer)
     prefix = layout.results_prefix(settings, report.request_id)
     targets = purge_targets(report)

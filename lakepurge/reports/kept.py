@@ -87,18 +87,24 @@ def plan_lines(stated: Iterable[dict[str, Any]]) -> list[str]:
     return lines
 
 
-class KeptSinceReport(Exception):
-    """An exemption in force now keeps a dataset that the report erases (a legal hold placed, or a retention
-    extended, after the report was made): nothing may be erased by that report. Names datasets only."""
+class ExemptionsChanged(Exception):
+    """The exemptions in force now differ from those the report applied, for a dataset it names: one keeps a dataset
+    the report erases (a legal hold placed, a retention extended, after the report was made), or one the report kept
+    by has ended or gone. Executing that report would erase what must be kept, or keep what must now be erased: it is
+    refused before anything is erased. Names datasets only."""
 
 
-def check_still_erasable(settings: Settings, erased: Iterable[str], stated: Iterable[dict[str, Any]], on: date) -> None:
-    """Raise KeptSinceReport when an exemption in force on that day keeps one of the datasets a report erases
-    (``erased``) that the report itself (``stated``) did not keep. Checked before anything is erased."""
-    kept_now = exempt_datasets(settings.exemptions, on)
-    newly = sorted(set(erased) & set(kept_now) - kept_datasets(stated))
-    if newly:
-        raise KeptSinceReport(
-            f"dataset(s) {', '.join(newly)} are kept by an exemption made after the report ([[exemptions]]):"
-            " nothing was erased; file the request again (a new report keeps them)"
+def check_unchanged(settings: Settings, erased: Iterable[str], stated: Iterable[dict[str, Any]], on: date) -> None:
+    """Raise ExemptionsChanged unless the exemptions in force on that day keep exactly the datasets the report kept
+    (``stated``), among those it erases (``erased``) or keeps. Checked before anything is erased."""
+    kept_now = set(exempt_datasets(settings.exemptions, on))
+    kept_then = kept_datasets(stated)
+    newly = sorted(set(erased) & kept_now - kept_then)
+    ended = sorted(kept_then - kept_now)
+    problems = [f"{', '.join(newly)} kept by an exemption made after the report"] if newly else []
+    problems += [f"{', '.join(ended)} no longer kept (the exemption ended or was removed)"] if ended else []
+    if problems:
+        raise ExemptionsChanged(
+            f"the exemptions changed since the report ([[exemptions]]): dataset(s) {'; '.join(problems)}; nothing was"
+            " erased: file the request again (a new report applies them)"
         )

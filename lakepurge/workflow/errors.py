@@ -15,7 +15,7 @@ from botocore.exceptions import ClientError, ConnectionError, EndpointConnection
 from urllib3.exceptions import ProtocolError
 
 from lakepurge.core.logs import get_logger
-from lakepurge.reports.kept import KeptSinceReport
+from lakepurge.reports.kept import ExemptionsChanged
 from lakepurge.reports.report import ReportTampered, SafetyLimitExceeded
 from lakepurge.workflow.approval import ApprovalRefused
 from lakepurge.workflow.steps import NotApproved
@@ -31,7 +31,7 @@ SAFE_ERRORS = (
     RequestConflict,
     ApprovalRefused,
     RequestRefused,
-    KeptSinceReport,  # names datasets only
+    ExemptionsChanged,  # names datasets only
 )
 _TRANSIENT_CODES = {
     "Throttling",

@@ -181,8 +181,8 @@ def start_purge(
         raise ReportTampered(f"request {request_id}: the approved report hash is not the generated one")
     # The one read of the report in this step (raises ReportTampered); the inline purge is handed it.
     planned, _ = layout.load_report(clients.s3, report.uri, decision.report_sha256)
-    # A legal hold placed after the approval stops the purge before the relational rows go (KeptSinceReport).
-    kept.check_still_erasable(settings, planned.rewritten_datasets, planned.exemptions, datetime.now(UTC).date())
+    # Exemptions changed since the approval (a legal hold placed, one ended) stop it before relational rows go.
+    kept.check_unchanged(settings, planned.rewritten_datasets, planned.exemptions, datetime.now(UTC).date())
     claimed, claim = requests.claim_purge_start(request_id, seconds_left)
     if not claimed:
         log.info("the purge was started by another delivery of this Task", extra={"request_id": request_id})

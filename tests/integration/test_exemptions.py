@@ -219,7 +219,7 @@ def test_given_a_legal_hold_placed_after_the_report_when_that_report_is_executed
 
     # THEN it is refused naming the dataset, and not one object or version of the lake changed
     assert code != 0 and refused["status"] == "REFUSED"
-    assert "invoices are kept by an exemption made after the report" in refused["reason"]
+    assert "dataset(s) invoices kept by an exemption made after the report" in refused["reason"]
     assert every_version_bytes(bucket, "") == before
 
 

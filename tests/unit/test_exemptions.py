@@ -15,6 +15,7 @@ from lakepurge.core.privacy import Pseudonymizer
 from lakepurge.index.base import Coverage, NoncurrentVersion, ObjectIndex
 from lakepurge.index.in_memory import MemoryIndexStore
 from lakepurge.ops.manual_purge import plan_lines
+from lakepurge.reports import kept
 from lakepurge.reports.report import Report, build_report
 from lakepurge.workflow.approval import ApprovalLink, PendingApproval
 from lakepurge.workflow.pages import approval_email, confirmation_page
@@ -262,3 +263,21 @@ def test_given_retention_days_when_asked_then_kept_until_counts_from_the_request
     [exemption] = settings(f'[[exemptions]]\ndataset = "invoices"\n{TAX}\nretention_days = 10\n').exemptions
     assert exemption.kept_until(date(2026, 3, 1)) == date(2026, 3, 11)
     assert not exemption.expired(date(2999, 1, 1))  # counted from each request, it never ends for a new one
+
+
+def test_given_exemptions_changed_since_the_report_when_checked_before_erasing_then_refused_either_way() -> None:
+    held = settings(f'[[exemptions]]\ndataset = "invoices"\n{TAX}\nlegal_hold = true\n')
+    ended = settings(f'[[exemptions]]\ndataset = "invoices"\n{TAX}\nretain_until = {TODAY - timedelta(days=1)}\n')
+    keeping, erasing = report_of(held), report_of(settings(""))
+
+    def check(cfg: Settings, report: Report) -> None:
+        kept.check_unchanged(cfg, report.rewritten_datasets, report.exemptions, TODAY)
+
+    check(held, keeping)  # unchanged: goes ahead
+    check(settings(""), erasing)
+    check(ended, erasing)  # an ended exemption keeps nothing, as the report did not
+    with pytest.raises(kept.ExemptionsChanged, match=r"dataset\(s\) invoices kept by an exemption made after"):
+        check(held, erasing)  # a legal hold placed after the report
+    for now in (settings(""), ended):  # the hold lifted, or its date passed
+        with pytest.raises(kept.ExemptionsChanged, match=r"dataset\(s\) invoices no longer kept"):
+            check(now, keeping)
