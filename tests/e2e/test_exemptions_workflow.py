@@ -15,7 +15,7 @@ import pytest
 import requests
 
 from lakepurge.core import aws
-from tests.support.workflow import WorkflowCase, link_in
+from tests.support.workflow import WorkflowCase, call_approval, link_in
 
 pytestmark = pytest.mark.e2e
 
@@ -72,3 +72,23 @@ def test_given_profiles_under_a_legal_hold_when_a_request_is_approved_then_the_p
     assert "profiles" not in {o["dataset"] for o in certificate["objects"]} and certificate["objects"]
     assert certificate["verification"]["passed"] is True
     assert user.encode() not in body
+
+
+def test_given_profiles_under_a_legal_hold_when_an_access_request_is_approved_then_its_plan_keeps_nothing_back(
+    workflow_case: Callable[..., WorkflowCase], page: Any
+) -> None:
+    # GIVEN the same legal hold and a user with records in the profiles
+    case = workflow_case(objects=12, users=20, extra_toml=HOLD)
+    user = sorted(u for u, s3path, _ in case.lake.lake.truth if s3path.split("/")[3] == "profiles")[0]
+
+    # WHEN the user asks for a copy of their data (Art. 15) and an approver opens the page
+    filed = case.file([user], "req-access-kept", kind="access")
+    link = link_in(case.emails(filed)[0])
+    answer = requests.get(page.url, params=dict(parse_qsl(urlsplit(link).query)), timeout=60)
+
+    # THEN the records to export include the kept profiles, and nothing is said to be kept back
+    assert answer.status_code == 200, answer.text
+    assert re.search(r"<li>dataset profiles: [1-9]\d* record\(s\) in", answer.text), answer.text
+    assert "Exemptions from erasure" not in answer.text
+    assert call_approval("POST", link, "reject")["statusCode"] == 200  # ends the execution
+    assert case.finish(filed).get("error") == "Rejected"
