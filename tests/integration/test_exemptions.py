@@ -18,6 +18,7 @@ import pytest
 
 from lakepurge.access.export import export_users
 from lakepurge.access.sealing import unseal
+from lakepurge.cli import main
 from lakepurge.core import aws as clients
 from lakepurge.core.config import Settings, parse_settings
 from lakepurge.core.privacy import Pseudonymizer
@@ -134,8 +135,12 @@ def test_given_invoices_kept_for_tax_law_when_alice_is_purged_then_they_stay_byt
     assert "invoices" not in purged["plan"]["datasets"]
 
     # and verification, which reads the whole lake again, passes: the kept invoices are stated, not left behind
-    code, verified = cli(capsys, "verify", "alice", "--config", config)
+    capsys.readouterr()
+    code = main(["verify", "alice", "--config", config, "--json"])
+    said = capsys.readouterr()
+    verified = orjson.loads(said.out)
     assert code == 0, verified
+    assert f"dataset invoices: NOT erased, kept ({BASIS}) until {KEEP_UNTIL.isoformat()}" in said.err
     assert verified["verified"] is True and verified["remaining"] == [] and verified["index_locations"] == 0
     assert [(e["dataset"], e["kept"], e["records"]) for e in verified["exemptions"]] == [("invoices", True, 2)]
     # while a leftover anywhere else still fails it: bob's events line is no exemption
