@@ -24,6 +24,8 @@ def statements(
 ) -> tuple[dict[str, Any], ...]:
     """Each exemption as the report states it on that day: kept (with what the index found there and its coverage,
     which an exemption never makes complete) or ended."""
+    if not settings.exemptions:
+        return ()  # nothing to state, and no object of a large report looked at again
     counts = {e.dataset: {"objects": 0, "records": 0, "noncurrent_versions": 0} for e in settings.exemptions}
 
     def counted(s3path: str) -> dict[str, int] | None:
