@@ -214,10 +214,6 @@ def test_given_an_access_request_when_reporting_then_nothing_is_kept_back_from_i
     assert report.exemptions == () and "exemptions" not in report.summary()
 
 
-def test_given_no_exemption_when_reporting_then_the_summary_is_as_before() -> None:
-    assert "exemptions" not in report_of(settings("")).summary()
-
-
 def _request() -> ErasureRequest:
     return ErasureRequest("req-1", "2026-03-01T12:00:00+00:00", "2026-03-31T12:00:00+00:00", ("h",), "alias/requests")
 
