@@ -65,6 +65,7 @@ def cmd_purge(args: argparse.Namespace, out: Output) -> int:
     from lakepurge.indexing.resolution import ExpansionRefused
     from lakepurge.indexing.returning import UnknownHashes
     from lakepurge.ops.manual_purge import ReviewedReportMismatch, StaleReport, purge_users
+    from lakepurge.reports.kept import ExemptionsChanged
     from lakepurge.reports.report import ReportTampered, SafetyLimitExceeded
 
     hashes = _user_hashes(args)
@@ -95,7 +96,7 @@ def cmd_purge(args: argparse.Namespace, out: Output) -> int:
         out.say("  check the user ids; the dry run (without --yes) prints the whole plan; to erase anyway, add --force")
         out.result({"status": "REFUSED", "reason": str(exc)})
         return EXIT_REFUSED
-    except (ReportTampered, ReviewedReportMismatch, StaleReport, ExpansionRefused) as exc:
+    except (ReportTampered, ReviewedReportMismatch, StaleReport, ExpansionRefused, ExemptionsChanged) as exc:
         out.say(f"lakepurge purge: refused, nothing erased: {exc}")
         out.result({"status": "REFUSED", "reason": str(exc)})
         return EXIT_REFUSED

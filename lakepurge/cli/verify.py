@@ -38,6 +38,7 @@ def register(commands: Commands) -> None:
 
 def cmd_verify(args: argparse.Namespace, out: Output) -> int:
     from lakepurge.ops.manual_purge import RemoteJobFailed, verify_users
+    from lakepurge.reports.kept import plan_lines
 
     users = read_users(args)
     if args.on == "emr-serverless":
@@ -59,6 +60,8 @@ def cmd_verify(args: argparse.Namespace, out: Output) -> int:
     for place in document["remaining"]:
         held = f"{place['lines']} line(s)" if "lines" in place else place.get("reason", "")
         out.say(f"  {place['object']} version {place.get('version_id')}: {held}")
+    for line in plan_lines(document.get("exemptions", ())):  # kept by right: not read, not left behind
+        out.say(line)
     out.result(document)
     return EXIT_OK if document["verified"] else EXIT_FAILED
 
@@ -89,6 +92,8 @@ def cmd_vacuum(args: argparse.Namespace, out: Output) -> int:
         f" and {'deleted' if run.applied else 'would delete'} {run.versions} noncurrent version(s) holding erased"
         f" users; {len(run.failed)} failed"
     )
+    if run.kept:
+        out.say(f"  {run.kept} object(s) of kept datasets ([[exemptions]]) left as they are")
     if not run.applied:
         out.say("dry run: nothing changed (run again with --yes to apply)")
     elif run.record:

@@ -22,7 +22,6 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from lakepurge.core import config_identity as identity
-from lakepurge.core.config_identity import DatasetIdentity, IdentifierConfig, KindName, check_typed_datasets
 from lakepurge.core.config_messages import plain_error
 from lakepurge.core.config_strict import Strict
 from lakepurge.core.s3uri import S3Uri
@@ -132,7 +131,7 @@ class CatalogConfig(Strict):
 EraseMode = Literal["blank", "drop", "delete-object"]
 
 
-class DatasetConfig(DatasetIdentity):
+class DatasetConfig(identity.DatasetIdentity):
     name: Annotated[str, Field(min_length=1)]
     format: Format = "jsonl"
     # The TOML key `location` (required but for Iceberg, whose catalog knows it): read it as `location`.
@@ -143,11 +142,11 @@ class DatasetConfig(DatasetIdentity):
     id_tag: str | None = None
     # The identifier kind ([identifiers.NAME]) every id of this dataset is: its ids are indexed in that kind's index
     # form (normalised as it says). Unset: untyped, the ids are indexed exactly as read.
-    id_kind: KindName | None = None
+    id_kind: identity.KindName | None = None
     # "case-insensitive": id_fields name keys and columns in any case (Glue and Hive lower-case names); "exact": as is
     column_names: Literal["exact", "case-insensitive"] = "exact"
     id_kinds: dict[str, str] = Field(default_factory=dict)
-    id_composites: dict[KindName, dict[KindName, str]] = Field(default_factory=dict)
+    id_composites: dict[identity.KindName, dict[identity.KindName, str]] = Field(default_factory=dict)
     # Default by format: "drop" for parquet and tables (a row cannot be blanked), "blank" for the line formats.
     erase: EraseMode = "blank"
     # Skip what Spark/Hive/Glue skip: path components below the location starting with '_' or '.' (a partition
@@ -170,10 +169,8 @@ class DatasetConfig(DatasetIdentity):
     # destroying the person's key and vault entries; no object is rewritten (lakepurge.protection.shred).
     protection: Literal["none", "crypto-shred"] = "none"
     personal_fields: tuple[Annotated[str, Field(min_length=1)], ...] = ()
-    # Set by Settings: the dataset's catalog, its identifier kind, and its location once the catalog was asked
-    # (lakepurge.core.table_catalogs).
+    # Set by Settings: the dataset's catalog and its location once the catalog was asked (core.table_catalogs).
     _catalog_config: CatalogConfig | None = PrivateAttr(default=None)
-    _kind: IdentifierKind | None = PrivateAttr(default=None)
     _resolved_location: str | None = PrivateAttr(default=None)
 
     @model_validator(mode="before")
@@ -300,11 +297,6 @@ class DatasetConfig(DatasetIdentity):
         if self._catalog_config is None:
             raise ConfigError(f"dataset '{self.name}': catalog '{self.catalog}' is not configured ([catalogs.NAME])")
         return self._catalog_config
-
-    @property
-    def kind(self) -> IdentifierKind | None:
-        """The kind of the dataset's ids (None: untyped): every reader of its ids makes their index forms with it."""
-        return self._kind
 
     @property
     def is_table(self) -> bool:
@@ -624,9 +616,12 @@ class Settings(Strict):
     # Iceberg catalogs by name ([catalogs.NAME]), which iceberg datasets name.
     catalogs: dict[Annotated[str, Field(min_length=1)], CatalogConfig] = Field(default_factory=dict)
     # Identifier kinds by name ([identifiers.NAME]), which datasets name as their id_kind.
-    identifiers: dict[KindName, IdentifierConfig] = Field(default_factory=dict)
+    identifiers: dict[identity.KindName, identity.IdentifierConfig] = Field(default_factory=dict)
     identifier_links: tuple[identity.IdentifierLinkConfig, ...] = ()
     resolution: identity.ResolutionConfig = identity.ResolutionConfig()
+    exemptions: tuple[
+        identity.ExemptionConfig, ...
+    ] = ()  # [[exemptions]]: datasets kept under a legal obligation or hold
     _lookup_order: tuple[DatasetConfig, ...] = PrivateAttr(default=())
 
     @model_validator(mode="after")
@@ -644,8 +639,7 @@ class Settings(Strict):
                         f" [catalogs.{dataset.catalog}] table (configured: {known})"
                     )
                 dataset._catalog_config = self.catalogs[dataset.catalog]
-        check_typed_datasets(self.datasets, self.identifiers)
-        identity.check_links(self.identifier_links, self.identifiers)
+        identity.check_identities(self.datasets, self.identifiers, self.identifier_links, self.exemptions)
         protected = [d.name for d in self.datasets if d.protection == "crypto-shred"]
         if protected and self.vault is None:
             raise ValueError(f"dataset(s) {', '.join(protected)} are crypto-shred: configure their [vault]")
@@ -669,10 +663,6 @@ class Settings(Strict):
     def identifier_kinds(self) -> dict[str, IdentifierKind]:
         """The configured kinds of one value, as the readers and the request side apply them (not composite ones)."""
         return {name: IdentifierKind(name, kind.normalise) for name, kind in self.identifiers.items() if not kind.parts}
-
-    def kind_of(self, dataset: DatasetConfig) -> IdentifierKind | None:
-        """The kind of a dataset's ids, None for an untyped dataset."""
-        return dataset.kind
 
     def dataset_for(self, bucket: str, key: str) -> DatasetConfig | None:
         """The dataset an object belongs to, or None for objects outside every dataset. Datasets with a configured

@@ -37,6 +37,7 @@ from lakepurge.index.postgres_sql import (
     APPLY_ERASURE,
     BIG_LOOKUP_SETTINGS,
     CLAIM,
+    COVERAGE_UPSERT,
     IDS_ARRAY,
     IDS_SPLIT,
     INDEXES,
@@ -640,12 +641,7 @@ class PostgresIndexStore:
     @_reconnecting
     def record_coverage(self, coverage: Coverage) -> None:
         self._conn.execute(
-            "INSERT INTO dataset_coverage (dataset, location, method, started_at, finished_at, objects, versions,"
-            " failed, drift, id_forms) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-            " ON CONFLICT (dataset) DO UPDATE SET"
-            " location = EXCLUDED.location, method = EXCLUDED.method, started_at = EXCLUDED.started_at,"
-            " finished_at = EXCLUDED.finished_at, objects = EXCLUDED.objects, versions = EXCLUDED.versions,"
-            " failed = EXCLUDED.failed, drift = EXCLUDED.drift, id_forms = EXCLUDED.id_forms",
+            COVERAGE_UPSERT,
             (
                 coverage.dataset,
                 coverage.location,

@@ -224,3 +224,14 @@ ORDER BY 1, 2, 3
 
 def beside_rows(conn: psycopg.Connection, forms: Sequence[str]) -> list[Beside]:
     return [Beside(*row) for row in conn.execute(IDS_BESIDE, (list(dict.fromkeys(forms)),)).fetchall()]
+
+
+# A dataset's coverage, replaced whole (one row per dataset).
+COVERAGE_UPSERT = (
+    "INSERT INTO dataset_coverage (dataset, location, method, started_at, finished_at, objects, versions,"
+    " failed, drift, id_forms) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+    " ON CONFLICT (dataset) DO UPDATE SET"
+    " location = EXCLUDED.location, method = EXCLUDED.method, started_at = EXCLUDED.started_at,"
+    " finished_at = EXCLUDED.finished_at, objects = EXCLUDED.objects, versions = EXCLUDED.versions,"
+    " failed = EXCLUDED.failed, drift = EXCLUDED.drift, id_forms = EXCLUDED.id_forms"
+)

@@ -110,7 +110,7 @@ def index_partition(
                 empty = ObjectIndex(s3path, dataset.name, head.etag, head.version_id, head.last_modified)
                 pending.append((failed_object(empty, reason), (s3path, "failed", 0, 0, 0, 0, reason, spent())))
                 continue
-            flag_erased_users(store, scanned, pseudonymizer)
+            flag_erased_users(store, scanned, pseudonymizer, settings)
             rows, unindexable = scanned.row_count, len(scanned.unindexable)
             row = (s3path, "scanned", scanned.records, rows, unindexable, head.size, "", spent())
             pending.append((scanned, row))

@@ -254,7 +254,7 @@ def _recorded_lines(
     indexing = settings.indexing
     raw = _open(s3, dataset, head)
     try:
-        fields, rules = dataset.id_fields, id_rules(dataset, settings.kind_of(dataset))
+        fields, rules = dataset.id_fields, id_rules(dataset)
         items = read_records(
             raw, head.key, dataset.format, fields, indexing.max_record_bytes, indexing.inflation, rules=rules
         )

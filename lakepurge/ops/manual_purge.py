@@ -10,6 +10,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from lakepurge.core import aws
@@ -19,15 +20,15 @@ from lakepurge.core.privacy import Pseudonymizer, hash_key
 from lakepurge.core.s3uri import S3Uri
 from lakepurge.core.sparkutil import spark_on_demand, spark_session
 from lakepurge.index import open_existing
-from lakepurge.index.base import WHOLE_OBJECT
+from lakepurge.index.base import WHOLE_OBJECT, hits_from_locations
 from lakepurge.indexing import resolution, unindexable
-from lakepurge.indexing.coverage import IndexIncomplete, dead_letter_count
+from lakepurge.indexing.coverage import IndexIncomplete, dead_letter_count, of_index
 from lakepurge.indexing.returning import record_erasure, resolve_hashes
 from lakepurge.protection import shred
 from lakepurge.purge.certificate import PurgeResult
 from lakepurge.purge.job import purge_relational, run_purge, verify_everywhere
 from lakepurge.purge.launch import inline_fits
-from lakepurge.reports import layout
+from lakepurge.reports import kept, layout
 from lakepurge.reports.layout import load_report, write_report
 from lakepurge.reports.report import NOT_SEARCHED, Report, ReportObject, SafetyLimitExceeded, build_report
 from lakepurge.tables.iceberg import bound_forms
@@ -161,7 +162,8 @@ def plan_lines(report: Report, replaced: int = 0) -> list[str]:
         lines.append(f"    {plan.not_certifiable or plan.time_travel()}")
     shredded = shred.plan_lines(report.shred.summary(report.rewritten_datasets) if report.shred else None)
     identifiers = resolution.plan_lines(report.summary().get("identifiers"))
-    return lines + unindexable.plan_lines(unindexable.summary(report.unindexable)) + shredded + identifiers
+    lines += unindexable.plan_lines(unindexable.summary(report.unindexable)) + shredded + identifiers
+    return lines + kept.plan_lines(report.exemptions)
 
 
 def _reviewed_report(
@@ -290,6 +292,7 @@ def purge_users(
         if report.gaps:
             # The index cannot vouch for these datasets: "nothing found" there may be "never looked".
             raise IndexIncomplete(report.gaps)
+        kept.check_unchanged(settings, report.rewritten_datasets, report.exemptions, datetime.now(UTC).date())
         if dry_run:
             if refused:
                 say(f"REFUSED by the safety limits ([purge] in the configuration): {refused}")
@@ -368,10 +371,17 @@ def verify_users(
     hashes = tuple(pseudonymizer.many(users))
     store = open_existing(settings.index)
     try:
-        indexed = store.lookup(users)
-        old_versions = store.noncurrent_of(users)
+        indexed, old_versions = store.lookup(users), store.noncurrent_of(users)
+        coverage = [c.to_dict() for c in of_index(settings, store)] if settings.exemptions else []
     finally:
         store.close()
+    # The kept datasets ([[exemptions]] in force) hold the users by right: verification neither reads them nor counts
+    # them as left behind, and states them, as a certificate does.
+    hits = hits_from_locations(indexed).objects
+    exemptions = kept.statements(settings, datetime.now(UTC).date(), hits, old_versions, coverage)
+    held = kept.kept_datasets(exemptions)
+    left = [loc for locs in indexed.values() for loc in locs if _dataset_name(settings, loc.s3path) not in held]
+    old_versions = {path: v for path, v in old_versions.items() if _dataset_name(settings, path) not in held}
     job: dict[str, Any] = {}
     ran: dict[str, Any] = {"engine": "emr-serverless"}
     if on == "emr-serverless":
@@ -392,14 +402,21 @@ def verify_users(
         ran = {"engine": executors.engine_used, "ran": executors.decisions}
     return {
         "users": len(hashes),
-        "index_locations": sum(len(v) for v in indexed.values()),
+        "index_locations": len(left),
         "index_noncurrent_versions": sum(len(v) for v in old_versions.values()),
         "objects_checked": checked,
         "remaining": remaining,
-        "verified": not remaining and not indexed and not old_versions,
+        "verified": not remaining and not left and not old_versions,
+        **({"exemptions": list(exemptions)} if exemptions else {}),
         **ran,
         **({"job": job} if job else {}),
     }
+
+
+def _dataset_name(settings: Settings, s3path: str) -> str | None:
+    uri = S3Uri.parse(s3path)
+    dataset = settings.dataset_for(uri.bucket, uri.key)
+    return dataset.name if dataset is not None else None
 
 
 class RemoteJobFailed(Exception):

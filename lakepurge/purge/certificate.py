@@ -179,6 +179,7 @@ def write_certificate(
                 if result.shred is not None
                 else {}
             ),
+            **({"exemptions": list(report.exemptions)} if report.exemptions else {}),
             "totals": {
                 "objects_rewritten": result.objects_rewritten,
                 "lines_erased": result.lines_erased,

@@ -354,13 +354,16 @@ class CertificateDocument(Document):
     # A typed request's resolution (lakepurge.indexing.resolution.certified): identifiers erased per kind, as keyed
     # hashes, and the links they were found by. Absent for a request that was not resolved.
     identifiers: dict[str, Any] | None = None
+    # [[exemptions]] as the report stated them (lakepurge.reports.kept): each dataset kept, with its basis, until when
+    # and what the index found there (counts), or that its exemption ended. Absent when none is configured.
+    exemptions: list[dict[str, Any]] | None = None
     totals: CertificateTotals
     verification: CertificateVerification
 
     def to_json(self) -> dict[str, Any]:
         """A certificate without crypto-shred datasets is written as it always was (no null fields for them)."""
         document = self.model_dump(mode="json")
-        for name in ("crypto_shred", "erasure_methods"):
+        for name in ("crypto_shred", "erasure_methods", "exemptions"):
             if document[name] is None:
                 del document[name]
         if not document["not_searched"]:  # nor, without typed datasets left unsearched, for those

@@ -30,6 +30,7 @@ from lakepurge.indexing.coverage import DatasetCoverage, assess
 from lakepurge.indexing.resolution import expands, resolve
 from lakepurge.protection.shred import ShredPlan, plan_shred
 from lakepurge.records.identifiers import typed_kinds
+from lakepurge.reports import kept
 from lakepurge.tables.plan import TablePlan, plan_table
 
 if TYPE_CHECKING:
@@ -122,6 +123,9 @@ class Report:
         """The keyed hashes of the ids the request named (user_hashes adds those its resolution found)."""
         return tuple(self.identifiers.get("requested", self.user_hashes))
 
+    # [[exemptions]] as the report found them (lakepurge.reports.kept): what is kept and why, or that one has ended.
+    exemptions: tuple[dict[str, Any], ...] = ()
+
     @property
     def lines(self) -> int:
         return sum(0 if o.lines == (WHOLE_OBJECT,) else len(o.lines) for o in self.objects)
@@ -130,8 +134,11 @@ class Report:
     def empty(self) -> bool:
         tables_empty = all(t.empty for t in self.tables)
         shred_empty = self.shred is None or not self.shred.persons
+        # Records kept under an exemption are not "nothing found": the approver approves keeping them, and the
+        # certificate states them (the workflow would otherwise end NOTHING_FOUND, telling the person no data exists).
         return (
-            not self.objects
+            not kept.keeps_anything(self.exemptions)
+            and not self.objects
             and not self.versions
             and not any(t.rows for t in self.relational)
             and tables_empty
@@ -147,7 +154,9 @@ class Report:
     @property
     def gaps(self) -> list[DatasetCoverage]:
         """The datasets whose coverage is not complete: while there is any, the request cannot be certified."""
-        gaps = [DatasetCoverage(**c) for c in self.coverage if not c["complete"]]
+        # A kept dataset is not erased, so its coverage (stated with it) cannot leave anything of this erasure behind.
+        kept_datasets = kept.kept_datasets(self.exemptions)
+        gaps = [DatasetCoverage(**c) for c in self.coverage if not c["complete"] and c["dataset"] not in kept_datasets]
         if self.version < UNINDEXABLE_CHECKED:
             gaps.append(
                 DatasetCoverage(
@@ -183,6 +192,7 @@ class Report:
         document["tables"] = tuple(TablePlan.from_json(t) for t in document.get("tables", ()))
         document["shred"] = ShredPlan.from_json(document["shred"]) if document.get("shred") else None
         document["not_searched"] = tuple(document.get("not_searched", ()))
+        document["exemptions"] = tuple(document.get("exemptions", ()))
         return cls(**document)
 
     def summary(self) -> dict[str, Any]:
@@ -207,6 +217,7 @@ class Report:
                 else {}
             ),
             **({"identifiers": identifiers_summary(self.identifiers)} if self.identifiers else {}),
+            **({"exemptions": list(self.exemptions)} if self.exemptions else {}),
         }
 
 
@@ -282,12 +293,14 @@ def build_report(
     dead_letters: int = 0,
     s3: S3Client | None = None,
     no_expand: Sequence[str] = (),
+    keeping: bool = True,
 ) -> Report:
     """Look the users up and plan the erasure, refusing one that breaks a safety limit unless forced. The report
     states every dataset's coverage and unindexable lines, read for the users (s3: the client that reads them; the
     process's when None); whether an incomplete dataset stops the request is the caller's decision. A typed request
     is first resolved to every identifier of the person (lakepurge.indexing.resolution; no_expand: index forms not
-    followed), ExpansionRefused when a guard stops it, even forced."""
+    followed), ExpansionRefused when a guard stops it, even forced. keeping: the [[exemptions]] apply (an access
+    request's report keeps nothing back: Art. 15 covers kept records too)."""
     requested = users
     expansion = resolve(store, settings, users, no_expand, pseudonymizer) if expands(settings, users) else None
     if expansion is not None:
@@ -301,13 +314,21 @@ def build_report(
         store, settings, users, coverage, problems, lambda path, d: stored_name(path, d, pseudonymizer), s3
     )
     hits = store.lookup_objects(users)
+    noncurrent = store.noncurrent_of(users)
+    created = datetime.now(UTC)
+    exemptions = (
+        kept.statements(settings, created.date(), hits.objects, noncurrent, (c.to_dict() for c in coverage))
+        if keeping
+        else ()
+    )
+    kept_datasets = kept.kept_datasets(exemptions)
     objects = []
     for s3path in sorted(hits.objects):
         hit = hits.objects[s3path]
         uri = S3Uri.parse(s3path)
         dataset = settings.dataset_for(uri.bucket, uri.key)
-        if dataset is None or dataset.is_table:
-            continue  # indexed under a dataset since removed from the configuration; a table's files: planned below
+        if dataset is None or dataset.is_table or dataset.name in kept_datasets:
+            continue  # removed from the configuration since indexed; a table's files: planned below; kept: stated
         objects.append(
             ReportObject(
                 s3path=stored_name(s3path, dataset, pseudonymizer),
@@ -322,15 +343,15 @@ def build_report(
     tables = plan_tables(store, settings, users, pseudonymizer)
     datasets = _check_limits(store, settings, objects + table_objects(tables), relational, force)
     versions = []
-    for s3path, version_ids in sorted(store.noncurrent_of(users).items()):
+    for s3path, version_ids in sorted(noncurrent.items()):
         uri = S3Uri.parse(s3path)
         dataset = settings.dataset_for(uri.bucket, uri.key)
-        if dataset is not None and version_ids and not dataset.is_table:
+        if dataset is not None and version_ids and not dataset.is_table and dataset.name not in kept_datasets:
             name = stored_name(s3path, dataset, pseudonymizer)
             versions.append(ReportVersions(name, dataset.name, tuple(sorted(version_ids))))
     return Report(
         request_id=request_id,
-        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        created_at=created.isoformat(timespec="seconds"),
         user_hashes=tuple(pseudonymizer.many(users)),
         users_found=hits.users_found,
         objects=tuple(objects),
@@ -346,6 +367,7 @@ def build_report(
         identifiers=(
             expansion.to_report(pseudonymizer) | {"requested": pseudonymizer.many(requested)} if expansion else {}
         ),
+        exemptions=exemptions,
     )
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from lakepurge.indexing import resolution, unindexable
 from lakepurge.protection import shred
+from lakepurge.reports import kept
 from lakepurge.workflow.approval import ApprovalLink, PendingApproval
 from lakepurge.workflow.store import ErasureRequest
 
@@ -67,6 +68,11 @@ def approval_email(
             f" {request.deadline} ({request.days_left()} days left).",
             "",
             *_plan_lines(summary, request.kind),
+            *(
+                ["Exemptions from erasure:", *kept.plan_lines(summary["exemptions"])]
+                if summary.get("exemptions")
+                else []
+            ),
             "",
             *scope,
             "Review the report and approve or reject it here (the link is yours alone and works once):",
@@ -117,7 +123,7 @@ def confirmation_page(view: PendingApproval, approver_index: str, secret: str, a
     body = (
         f"<p>Request <b>{escape(view.request.request_id)}</b>, received {escape(view.request.received_at)}; "
         f"legal deadline <b>{escape(view.request.deadline)}</b> ({view.request.days_left()} days left).</p>"
-        f"<ul>{items}</ul>{_unindexable_objects(view)}"
+        f"<ul>{items}</ul>{_unindexable_objects(view)}{_kept_datasets(view)}"
         f"<p class='note'>Report SHA-256 <code>{escape(view.report_sha256)}</code>: {effect}. "
         f"Signed in as {escape(view.approver)}; this link expires at {escape(view.expires_at)}.</p>"
         f"{forms}"
@@ -145,6 +151,15 @@ def _unindexable_objects(view: PendingApproval) -> str:
         "<p class='note'>Unindexable lines (lakepurge cannot locate their records and does not erase them; each was"
         f" read for the requested users' ids):</p><ul id='unindexable'>{''.join(rows)}</ul>"
     )
+
+
+def _kept_datasets(view: PendingApproval) -> str:
+    """The datasets this erasure keeps ([[exemptions]]) and why, or whose exemption has ended, as their own section:
+    the approver approves keeping them as much as erasing the rest."""
+    rows = "".join(f"<li>{escape(line.strip())}</li>" for line in kept.plan_lines(view.report.exemptions))
+    if not rows:
+        return ""
+    return f"<h2>Exemptions from erasure</h2><ul id='kept'>{rows}</ul>"
 
 
 def decided_page(record: dict[str, Any], kind: str = "erasure", repeated: bool = False) -> str:

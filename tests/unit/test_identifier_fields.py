@@ -116,7 +116,7 @@ def test_given_id_kind_when_every_field_is_named_in_id_kinds_instead_then_the_in
     one = typed.datasets[0]
     assert one.id_fields is not None
     raw = group_records(io.BytesIO(data), "x.jsonl", "jsonl", one.id_fields, MAX, rules=id_rules(one))
-    rows, bad = index_forms(raw.lines_by_user, typed.kind_of(one), True, "id field(s) email")  # slice 1's way
+    rows, bad = index_forms(raw.lines_by_user, one.kind, True, "id field(s) email")  # slice 1's way
     read = grouped(data, per_field.datasets[0])
     assert read.lines_by_user == rows == {EMAIL: [0], "\x1femail\x1fbob@example.com": [1]}
     assert [u.line for u in read.unindexable] == sorted([*bad, *(u.line for u in raw.unindexable)]) == [2, 3]

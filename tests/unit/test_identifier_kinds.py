@@ -122,7 +122,7 @@ def test_given_identifiers_in_the_configuration_when_read_then_datasets_get_thei
         dataset("orders", fields='id_fields = ["customer"]\nformat = "csv"\nid_kind = "customer_id"'),
         dataset("events", fields='id_fields = ["user_id"]'),
     )
-    kinds = {d.name: read.kind_of(d) for d in read.datasets}
+    kinds = {d.name: d.kind for d in read.datasets}
     assert kinds == {"signups": EMAIL, "orders": CUSTOMER, "events": None}
     assert read.identifier_kinds == {"email": EMAIL, "customer_id": CUSTOMER}
 

@@ -55,7 +55,7 @@ def lake_object(fmt: str) -> tuple[bytes, list[int]]:
 def indexed_lines(settings: Settings, dataset: DatasetConfig, raw: bytes, form: str) -> list[int]:
     """The lines the indexer keys by this index form (group_records, then the dataset's index forms)."""
     grouped = group_records(io.BytesIO(raw), "d/a", dataset.format, ["email"], MAX)
-    rows, _ = index_forms(grouped.lines_by_user, settings.kind_of(dataset), True, "id field(s) email")
+    rows, _ = index_forms(grouped.lines_by_user, dataset.kind, True, "id field(s) email")
     return rows.get(form, [])
 
 
