@@ -102,6 +102,8 @@ def test_given_a_hashed_email_column_when_alice_is_looked_up_by_her_email_then_i
     assert looked_up(capsys, config, "email= Alice@EXAMPLE.com") == {
         "email=alice@example.com": [("s3://lake/orders/a.parquet", [0])],
         f"sha256_hex(email)={ALICE_SHA}": [("s3://lake/marketing/a.jsonl", [0, 2])],
+        # (lookup resolves as the report does: her customer id shares the order's line with her email)
+        "customer_id=C-1": [("s3://lake/orders/a.parquet", [0, 1])],
     }
 
 
@@ -113,6 +115,7 @@ def test_given_a_composite_name_and_birth_date_when_looked_up_then_the_rows_hold
     assert looked_up(capsys, config, f"name_dob={alice}", "customer_id=C-1") == {
         'name_dob=["alice","liddell","1852-05-04"]': [("s3://lake/crm/a.csv", [1, 2])],  # line 0 is the header
         "customer_id=C-1": [("s3://lake/orders/a.parquet", [0, 1])],
+        "email=alice@example.com": [("s3://lake/orders/a.parquet", [0])],  # (resolved: beside C-1 on line 0)
     }
 
 

@@ -24,6 +24,7 @@ from lakepurge.access.export import ExportRefused, export_users
 from lakepurge.cli import main
 from lakepurge.core import aws
 from lakepurge.core.config import parse_settings
+from lakepurge.core.config_identity import dataset_id_forms
 from lakepurge.core.privacy import Pseudonymizer
 from lakepurge.core.s3io import head_object
 from lakepurge.core.s3uri import S3Uri
@@ -116,7 +117,9 @@ def person_lake(index_backend, pg_dsn, tmp_path):
     assert store.replace_objects([orders], force=True) == 1
     now = datetime.now(UTC)
     for dataset in settings.datasets:  # as a backfill records it: every dataset completely indexed
-        store.record_coverage(Coverage(dataset.name, dataset.location, "backfill", now, now, 1, 0, 0))
+        store.record_coverage(
+            Coverage(dataset.name, dataset.location, "backfill", now, now, 1, 0, 0, id_forms=dataset_id_forms(dataset))
+        )
     config = tmp_path / "lakepurge.toml"
     config.write_text(toml)
     yield settings, store, str(config)
