@@ -1,7 +1,8 @@
 """Intake Lambda: an EventBridge ``DeletionRequested`` or ``AccessRequested`` event -> a stored request (of kind
 "erasure" or "access") and a started execution of the purge or the export state machine.
 
-detail: ``{"user_ids": [...], "requester": "...", "received_at": "ISO-8601", "request_id": "optional"}``. Without a
+detail: ``{"user_ids": [...], "ids": [{"kind": "email", "value": "..."}], "requester": "...", "received_at":
+"ISO-8601", "request_id": "optional"}`` (user_ids untyped, ids typed by an [identifiers.KIND]; at least one). Without a
 request id the event id names the request, so a redelivered event files nothing twice. The intake stamps the time of
 receipt itself (the deadline runs from it); the sender's ``received_at`` is kept only as information.
 """
@@ -29,8 +30,14 @@ logger = Logger(service="lakepurge")
 KINDS_BY_DETAIL_TYPE: dict[str, RequestKind] = {"DeletionRequested": "erasure", "AccessRequested": "access"}
 
 
+class TypedId(BaseModel):
+    kind: str
+    value: str
+
+
 class DeletionRequested(BaseModel):
-    user_ids: list[str] = Field(min_length=1)
+    user_ids: list[str] = Field(default_factory=list)
+    ids: list[TypedId] = Field(default_factory=list)
     requester: str
     received_at: datetime | None = None
     request_id: str | None = None
@@ -43,6 +50,8 @@ def handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str, Any]:
     if event.source != "lakepurge" or event.detail_type not in KINDS_BY_DETAIL_TYPE:
         raise ValueError(f"unexpected event {event.source}/{event.detail_type}")
     detail = DeletionRequested.model_validate(event.detail)
+    if not detail.user_ids and not detail.ids:
+        raise ValueError("the request names no id: give user_ids or ids")
     request_id = detail.request_id or f"req-{event.get_id}"
     logger.set_correlation_id(request_id)
     filed = file_request(
@@ -55,5 +64,6 @@ def handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str, Any]:
         request_id,
         KINDS_BY_DETAIL_TYPE[event.detail_type],
         stated_received_at=detail.received_at,
+        typed_ids=[(typed.kind, typed.value) for typed in detail.ids],
     )
     return {"request_id": filed.request_id, "execution_arn": filed.execution_arn, "deadline": filed.deadline}

@@ -45,7 +45,7 @@ import re
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -64,6 +64,7 @@ from lakepurge.core.s3uri import S3Uri
 from lakepurge.index import open_existing
 from lakepurge.index.base import Hits, ObjectHits
 from lakepurge.indexing.coverage import DatasetCoverage, of_index
+from lakepurge.indexing.resolution import Expansion, ExpansionRefused, expands, resolve
 from lakepurge.protection.protect import Protection, reveal_for_person
 from lakepurge.protection.shred import protected_datasets
 from lakepurge.protection.vault import Vault
@@ -267,10 +268,12 @@ def export_users(
     expires_seconds: int = MAX_LINK_SECONDS,
     say: Callable[[str], None] = print,
     retention_days: int = DEFAULT_RETENTION_DAYS,
+    no_expand: Sequence[str] = (),
 ) -> ExportRun:
     """Export the users' records (see the module docstring). Raises ExportRefused before anything is read or written
     when the arguments cannot work, ExportFailed when an object cannot be read (nothing is written then). Archives
-    of the destination older than ``retention_days`` are deleted first."""
+    of the destination older than ``retention_days`` are deleted first. A typed request is resolved as an erasure's
+    report resolves it (lakepurge.indexing.resolution): every identifier of the person is exported."""
     started = time.monotonic()
     request_id, key_id = _checked(settings, fmt, request_id, kms_key, expires_seconds, retention_days)
     destination = archive_location(settings, to, request_id)
@@ -279,7 +282,8 @@ def export_users(
     if layout.read_or_none(s3, record_uri) is not None:
         raise ExportRefused(f"request {request_id} was exported already ({record_uri}): use another --request-id")
     pseudonymizer = Pseudonymizer.from_config(settings.privacy)
-    wanted = frozenset(users)
+    expansion = _resolved(settings, users, no_expand, pseudonymizer)
+    wanted = frozenset(expansion.forms if expansion is not None else users)
     created = datetime.now(UTC).replace(microsecond=0)
     archive_expires = created + timedelta(days=retention_days)
     expire_archives(s3, to, retention_days, created)
@@ -322,6 +326,7 @@ def export_users(
         coverage_gaps=manifest["coverage_gaps"],
         archive_version_id=sealed.version_id,
         archive_expires_at=archive_expires.isoformat(),
+        identifiers=expansion.to_report(pseudonymizer) if expansion is not None else None,
     )
     _record(s3, record_uri, document, destination, sealed.version_id)
     run = ExportRun(
@@ -382,6 +387,21 @@ class _Found:
     tables: dict[str, dict[str, Any]]
     hits: Hits
     owners: dict[str, str] = field(default_factory=dict)  # pseudonym -> the user's id, for crypto-shred datasets
+
+
+def _resolved(
+    settings: Settings, users: list[str], no_expand: Sequence[str], pseudonymizer: Pseudonymizer
+) -> Expansion | None:
+    """A typed request's resolution (None for an untyped one); ExportRefused when a guard stops it."""
+    if not expands(settings, users):
+        return None
+    store = open_existing(settings.index)
+    try:
+        return resolve(store, settings, users, no_expand, pseudonymizer)
+    except ExpansionRefused as exc:
+        raise ExportRefused(str(exc)) from None
+    finally:
+        store.close()
 
 
 def _look_up(s3: S3Client, settings: Settings, wanted: frozenset[str]) -> _Found:

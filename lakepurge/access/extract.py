@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
 from lakepurge.core.config import DatasetConfig, Settings
+from lakepurge.core.config_identity import id_rules
 from lakepurge.core.logs import get_logger, object_ref
 from lakepurge.core.s3io import ObjectChanged, ObjectHead, head_object, open_body, open_seekable
 from lakepurge.core.s3uri import S3Uri
@@ -94,7 +95,7 @@ def _read_jsonl(
     s3: S3Client, settings: Settings, dataset: DatasetConfig, extract: Extract, lines: list[int], users: frozenset[str]
 ) -> None:
     wanted, last = set(lines), max(lines)
-    owner = Ownership(dataset, users)
+    owner = Ownership(dataset, users, id_rules(dataset))
     with _decompressed(s3, settings, extract.head) as source:
         for first, batch in iter_line_batches(source, settings.indexing.max_record_bytes):
             for number, line in enumerate(batch, first):
@@ -109,7 +110,7 @@ def _read_csv(
     s3: S3Client, settings: Settings, dataset: DatasetConfig, extract: Extract, lines: list[int], users: frozenset[str]
 ) -> None:
     wanted, last = set(lines), max(lines)
-    owner = Ownership(dataset, users)
+    owner = Ownership(dataset, users, id_rules(dataset))
     with _decompressed(s3, settings, extract.head) as source:
         header = True
         for record in csv_records(source, settings.indexing.max_record_bytes, rows_for=wanted | {0}):
@@ -153,7 +154,7 @@ def _read_parquet(
         if inside:
             table = source.read_row_group(index)
             table = table.cast(plain) if plain is not None else table
-            owned = owned_rows(table, paths, users)
+            owned = owned_rows(table, paths, users, id_rules(dataset), dataset.kind)
             keep = [row for row in inside if owned[row]]
             if keep:
                 taken = table.take(keep)

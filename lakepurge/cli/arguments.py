@@ -17,6 +17,8 @@ import orjson
 
 from lakepurge.cli.errors import EXIT_FAILED, EXIT_OK, CliError, check_aws_environment
 from lakepurge.core.config import Settings, load_settings
+from lakepurge.core.config_identity import typed_request_forms
+from lakepurge.records.identifiers import KIND_MARKER, RequestIdError
 
 if TYPE_CHECKING:
     from lakepurge.purge.launch import SparkJob
@@ -112,6 +114,7 @@ class Commands:
 def add_users(command: argparse.ArgumentParser) -> None:
     command.add_argument("users", nargs="*", metavar="USER")
     command.add_argument("--users-file")
+    add_typed_ids(command)
 
 
 def read_users(args: argparse.Namespace, required: bool = True) -> list[str]:
@@ -120,24 +123,83 @@ def read_users(args: argparse.Namespace, required: bool = True) -> list[str]:
     CR LF) is removed and empty lines are skipped. Not required: none may be given (purge --user-hash)."""
     users = list(args.users)
     if getattr(args, "users_file", None):
-        try:
-            with open(args.users_file, "rb") as handle:
-                text = handle.read().decode("utf-8-sig")  # a byte order mark is the file's, not an id's
-        except FileNotFoundError:
-            raise CliError("missing_file", f"--users-file {args.users_file}: no such file: check the path") from None
-        except UnicodeDecodeError as exc:
-            raise CliError(
-                "bad_users_file", f"--users-file {args.users_file}: not UTF-8 text (byte {exc.start}): save it as UTF-8"
-            ) from None
-        except OSError as exc:
-            raise CliError("missing_file", f"--users-file {args.users_file}: {exc.strerror}: check the path") from None
-        *terminated, last = text.split("\n")
-        for user in [line.removesuffix("\r") for line in terminated] + [last]:
-            if user:
-                users.append(user)
-    if not users and required:
-        raise CliError("no_users", "no user ids given: name at least one, or pass --users-file FILE")
+        users += _lines_of(args.users_file, "--users-file")
+    if not users and required and not typed_texts(args):
+        raise CliError("no_users", "no user ids given: name at least one, or pass --users-file FILE or --id KIND=VALUE")
     return list(dict.fromkeys(users))
+
+
+def _lines_of(path: str, option: str) -> list[str]:
+    """The non-empty lines of a file of ids, without their terminators (LF or CR LF)."""
+    try:
+        with open(path, "rb") as handle:
+            text = handle.read().decode("utf-8-sig")  # a byte order mark is the file's, not an id's
+    except FileNotFoundError:
+        raise CliError("missing_file", f"{option} {path}: no such file: check the path") from None
+    except UnicodeDecodeError as exc:
+        raise CliError(
+            "bad_users_file", f"{option} {path}: not UTF-8 text (byte {exc.start}): save it as UTF-8"
+        ) from None
+    except OSError as exc:
+        raise CliError("missing_file", f"{option} {path}: {exc.strerror}: check the path") from None
+    *terminated, last = text.split("\n")
+    return [line for line in [line.removesuffix("\r") for line in terminated] + [last] if line]
+
+
+def add_typed_ids(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--id",
+        action="append",
+        default=[],
+        dest="typed_ids",
+        metavar="KIND=VALUE",
+        help="a typed id (repeatable): normalised as [identifiers.KIND] says, found in the datasets of that id_kind",
+    )
+    command.add_argument("--ids-file", help="typed ids, one KIND=VALUE a line (as --id)")
+
+
+def typed_texts(args: argparse.Namespace) -> list[str]:
+    """The typed ids as given (--id, then the lines of --ids-file), KIND=VALUE each."""
+    texts = list(getattr(args, "typed_ids", None) or [])
+    if getattr(args, "ids_file", None):
+        texts += _lines_of(args.ids_file, "--ids-file")
+    return texts
+
+
+def add_no_expand(command: argparse.ArgumentParser) -> None:
+    """--no-expand, on the commands that resolve a typed request themselves (lookup, purge, export)."""
+    command.add_argument(
+        "--no-expand",
+        action="append",
+        default=[],
+        dest="no_expand",
+        metavar="KIND=VALUE",
+        help="an identifier resolution does not follow (repeatable): a shared or test email; recorded in the report",
+    )
+
+
+def read_typed_ids(args: argparse.Namespace, settings: Settings, option: str = "typed_ids") -> list[str]:
+    """The index forms of the --id KIND=VALUE given (lakepurge.records.identifiers), in order, each once: a kind
+    that datasets hold through a transform (sha256_hex(email)) is looked for in that form too, a composite kind's
+    VALUE is a JSON object of its parts (lakepurge.records.id_typing). Option "no_expand": those of --no-expand,
+    none where the command has no such option."""
+    forms = []
+    for text in typed_texts(args) if option == "typed_ids" else getattr(args, option, []):
+        try:
+            forms.extend(typed_request_forms(text, settings.datasets, settings.identifiers))
+        except RequestIdError as exc:
+            raise CliError("bad_id", f"--{'id' if option == 'typed_ids' else 'no-expand'}: {exc}") from None
+    return list(dict.fromkeys(forms))
+
+
+def with_typed_ids(args: argparse.Namespace, settings: Settings, users: list[str]) -> list[str]:
+    """The request's ids: the untyped ones as given, then the index forms of its --id KIND=VALUE. Once kinds are
+    configured, an untyped id beginning with their marker is refused: it would read as a typed one."""
+    if settings.identifiers and any(user.startswith(KIND_MARKER) for user in users):
+        raise CliError(
+            "bad_id", "an untyped id begins with U+001F, the marker of identifier kinds: use --id KIND=VALUE"
+        )
+    return list(dict.fromkeys(users + read_typed_ids(args, settings)))
 
 
 def add_dataset_filter(command: argparse.ArgumentParser) -> None:

@@ -8,7 +8,17 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from lakepurge.cli.arguments import Commands, Output, add_users, read_lake_settings, read_settings, read_users
+from lakepurge.cli.arguments import (
+    Commands,
+    Output,
+    add_no_expand,
+    add_users,
+    read_lake_settings,
+    read_settings,
+    read_typed_ids,
+    read_users,
+    with_typed_ids,
+)
 from lakepurge.cli.errors import EXIT_FAILED, EXIT_OK, CliError, check_aws_environment
 from lakepurge.core.s3uri import S3Uri
 
@@ -21,6 +31,7 @@ def register(commands: Commands) -> None:
         "export", cmd_export, help="a copy of the users' records (GDPR Art. 15): encrypted archive, link"
     )
     add_users(export)
+    add_no_expand(export)
     export.add_argument("--to", metavar="S3URI", help="s3://bucket/prefix/ for the archive (not the lake)")
     export.add_argument(
         "--open",
@@ -69,6 +80,7 @@ def cmd_export(args: argparse.Namespace, out: Output) -> int:
     except ValueError:
         raise CliError("usage", "--to takes an s3://bucket/prefix/ URI") from None
     settings = read_lake_settings(args)
+    users = with_typed_ids(args, settings, users)
     retention = args.retention_days or (
         settings.workflow.export_retention_days if settings.workflow is not None else DEFAULT_RETENTION_DAYS
     )
@@ -83,6 +95,7 @@ def cmd_export(args: argparse.Namespace, out: Output) -> int:
             expires_seconds=round(args.expires_days * 86400),
             say=out.say,
             retention_days=retention,
+            no_expand=read_typed_ids(args, settings, "no_expand"),
         )
     except ExportRefused as exc:
         raise CliError("export_refused", f"export refused, nothing read or written: {exc}") from None

@@ -8,13 +8,26 @@ import os
 import shlex
 from pathlib import Path
 
-from lakepurge.cli.arguments import DEFAULT_CONFIG, Commands, Output, add_users, read_lake_settings, read_users
+from lakepurge.cli.arguments import (
+    DEFAULT_CONFIG,
+    Commands,
+    Output,
+    add_no_expand,
+    add_users,
+    read_lake_settings,
+    read_typed_ids,
+    read_users,
+    typed_texts,
+    with_typed_ids,
+)
 from lakepurge.cli.errors import EXIT_FAILED, EXIT_NOT_CERTIFIABLE, EXIT_OK, EXIT_REFUSED, CliError
+from lakepurge.records.identifiers import kind_of
 
 
 def register(commands: Commands) -> None:
     purge = commands.add("purge", cmd_purge, help="report, erase, verify, certify (dry run unless --yes)")
     add_users(purge)
+    add_no_expand(purge)
     purge.add_argument(
         "--user-hash",
         action="append",
@@ -49,13 +62,16 @@ def register(commands: Commands) -> None:
 
 def cmd_purge(args: argparse.Namespace, out: Output) -> int:
     from lakepurge.indexing.coverage import IndexIncomplete
+    from lakepurge.indexing.resolution import ExpansionRefused
     from lakepurge.indexing.returning import UnknownHashes
     from lakepurge.ops.manual_purge import ReviewedReportMismatch, StaleReport, purge_users
+    from lakepurge.reports.kept import ExemptionsChanged
     from lakepurge.reports.report import ReportTampered, SafetyLimitExceeded
 
     hashes = _user_hashes(args)
     users = read_users(args, required=not hashes)
     settings = read_lake_settings(args)
+    users = with_typed_ids(args, settings, users)
     if args.verify is not None:
         settings = settings.model_copy(update={"purge": settings.purge.model_copy(update={"verify": args.verify})})
     try:
@@ -69,6 +85,7 @@ def cmd_purge(args: argparse.Namespace, out: Output) -> int:
             report_sha256=args.sha256,
             engine=args.engine,
             returning=hashes,  # resolved on the purge's own connection to the index
+            no_expand=read_typed_ids(args, settings, "no_expand"),
         )
     except UnknownHashes as exc:
         raise CliError(
@@ -79,7 +96,7 @@ def cmd_purge(args: argparse.Namespace, out: Output) -> int:
         out.say("  check the user ids; the dry run (without --yes) prints the whole plan; to erase anyway, add --force")
         out.result({"status": "REFUSED", "reason": str(exc)})
         return EXIT_REFUSED
-    except (ReportTampered, ReviewedReportMismatch, StaleReport) as exc:
+    except (ReportTampered, ReviewedReportMismatch, StaleReport, ExpansionRefused, ExemptionsChanged) as exc:
         out.say(f"lakepurge purge: refused, nothing erased: {exc}")
         out.result({"status": "REFUSED", "reason": str(exc)})
         return EXIT_REFUSED
@@ -106,6 +123,7 @@ def cmd_purge(args: argparse.Namespace, out: Output) -> int:
         return EXIT_REFUSED if run.refused else EXIT_OK
     if args.report:
         forget_users_file(args.users_file, args.report)
+        forget_users_file(args.ids_file, args.report, ".ids")
     out.result(document)
     return EXIT_OK if run.result.verified else EXIT_FAILED
 
@@ -124,19 +142,15 @@ def execute_command(
     """The command that executes exactly the report a dry run wrote, to paste as it is: the ids come from the
     --users-file given, or from a file the dry run writes (users_file_of), never printed and never a placeholder."""
     words = ["lakepurge", "purge"]
+    users = [user for user in users if kind_of(user) is None]  # the typed ones: _typed_ids_file
     if args.users and any("\n" in user or user.endswith("\r") for user in users):
         # such an id cannot be a line of a file: the operator gives the ids again as they gave them
         words.append("<the same user ids>")
     elif args.users:
-        path = users_file_of(request_id)
-        path.parent.mkdir(mode=0o700, exist_ok=True)
-        path.parent.chmod(0o700)
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(descriptor, "w", encoding="utf-8", newline="") as handle:
-            handle.write("".join(f"{user}\n" for user in users))
-        words += ["--users-file", str(path)]
+        words += ["--users-file", _private_file(users_file_of(request_id), users)]
     elif args.users_file:
         words += ["--users-file", str(Path(args.users_file).resolve())]
+    words += _typed_ids_file(args, request_id)
     for user_hash in hashes:
         words += ["--user-hash", user_hash]
     words += ["--report", request_id, "--sha256", sha256, "--yes"]
@@ -147,9 +161,29 @@ def execute_command(
     return shlex.join(words)
 
 
-def forget_users_file(users_file: str | None, request_id: str) -> None:
+def _typed_ids_file(args: argparse.Namespace, request_id: str) -> list[str]:
+    """The typed ids of the command to paste: those of --id in a file the dry run writes, beside the untyped ids'."""
+    if not args.typed_ids:
+        return ["--ids-file", str(Path(args.ids_file).resolve())] if args.ids_file else []
+    texts = typed_texts(args)
+    if any("\n" in text or text.endswith("\r") for text in texts):
+        return ["<the same --id ids>"]
+    return ["--ids-file", _private_file(users_file_of(request_id).with_suffix(".ids"), texts)]
+
+
+def _private_file(path: Path, lines: list[str]) -> str:
+    """The lines written to a file only this user can read (0600, in a 0700 directory)."""
+    path.parent.mkdir(mode=0o700, exist_ok=True)
+    path.parent.chmod(0o700)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8", newline="") as handle:
+        handle.write("".join(f"{line}\n" for line in lines))
+    return str(path)
+
+
+def forget_users_file(users_file: str | None, request_id: str, suffix: str = ".users") -> None:
     """The ids file a dry run wrote for this report goes once the report was executed (a file of the user's stays)."""
-    if users_file and Path(users_file).resolve() == users_file_of(request_id).resolve():
+    if users_file and Path(users_file).resolve() == users_file_of(request_id).with_suffix(suffix).resolve():
         Path(users_file).unlink(missing_ok=True)
 
 

@@ -7,7 +7,16 @@ import argparse
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from lakepurge.cli.arguments import Commands, Output, add_users, read_lake_settings, read_settings, read_users
+from lakepurge.cli.arguments import (
+    Commands,
+    Output,
+    add_users,
+    read_lake_settings,
+    read_settings,
+    read_users,
+    typed_texts,
+    with_typed_ids,
+)
 from lakepurge.cli.errors import EXIT_OK, CliError, check_aws_environment
 
 if TYPE_CHECKING:
@@ -46,6 +55,8 @@ def cmd_request(args: argparse.Namespace, out: Output) -> int:
 
     users = read_users(args)  # a wrong argument is reported before anything is touched
     settings = read_lake_settings(args)
+    named = with_typed_ids(args, settings, users)  # every id checked here; the typed ones filed as given
+    typed = [text.partition("=")[::2] for text in typed_texts(args)]
     request_id = args.request_id or f"req-{uuid.uuid4()}"
     try:
         filed = file_request(
@@ -57,10 +68,11 @@ def cmd_request(args: argparse.Namespace, out: Output) -> int:
             args.requester,
             request_id,
             kind="access" if args.access else "erasure",
+            typed_ids=typed,
         )
     except RequestRefused as exc:
         raise CliError("request_refused", str(exc)) from None
-    out.say(f"request {filed.request_id} filed for {len(users)} user(s); due {filed.deadline}")
+    out.say(f"request {filed.request_id} filed for {len(named)} user(s); due {filed.deadline}")
     out.say(f"  execution {filed.execution_arn}: the approvers get an email once the report is ready")
     out.result({"request_id": filed.request_id, "execution_arn": filed.execution_arn, "deadline": filed.deadline})
     return EXIT_OK

@@ -16,6 +16,7 @@ from lakepurge.cli.arguments import (
     read_settings,
     read_users,
     run_remote,
+    with_typed_ids,
 )
 from lakepurge.cli.errors import EXIT_FAILED, EXIT_OK, CliError, check_aws_environment
 
@@ -37,17 +38,20 @@ def register(commands: Commands) -> None:
 
 def cmd_verify(args: argparse.Namespace, out: Output) -> int:
     from lakepurge.ops.manual_purge import RemoteJobFailed, verify_users
+    from lakepurge.reports.kept import plan_lines
 
     users = read_users(args)
     if args.on == "emr-serverless":
         settings = read_settings(args)
+        users = with_typed_ids(args, settings, users)
         check_aws_environment()
         try:
             document = verify_users(settings, users, on=args.on, say=out.say)
         except RemoteJobFailed as exc:
             raise CliError("job_failed", str(exc), EXIT_FAILED) from exc
     else:
-        document = verify_users(read_lake_settings(args, spark=args.engine == "spark"), users, engine=args.engine)
+        settings = read_lake_settings(args, spark=args.engine == "spark")
+        document = verify_users(settings, with_typed_ids(args, settings, users), engine=args.engine)
         out.say(f"read {', then '.join(document['ran']) or 'nothing'}")
     out.say(
         f"checked {document['objects_checked']} object(s) and their noncurrent versions:"
@@ -56,6 +60,8 @@ def cmd_verify(args: argparse.Namespace, out: Output) -> int:
     for place in document["remaining"]:
         held = f"{place['lines']} line(s)" if "lines" in place else place.get("reason", "")
         out.say(f"  {place['object']} version {place.get('version_id')}: {held}")
+    for line in plan_lines(document.get("exemptions", ())):  # kept by right: not read, not left behind
+        out.say(line)
     out.result(document)
     return EXIT_OK if document["verified"] else EXIT_FAILED
 
@@ -86,6 +92,8 @@ def cmd_vacuum(args: argparse.Namespace, out: Output) -> int:
         f" and {'deleted' if run.applied else 'would delete'} {run.versions} noncurrent version(s) holding erased"
         f" users; {len(run.failed)} failed"
     )
+    if run.kept:
+        out.say(f"  {run.kept} object(s) of kept datasets ([[exemptions]]) left as they are")
     if not run.applied:
         out.say("dry run: nothing changed (run again with --yes to apply)")
     elif run.record:

@@ -12,8 +12,6 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     PrivateAttr,
     ValidationError,
@@ -23,8 +21,11 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from lakepurge.core import config_identity as identity
 from lakepurge.core.config_messages import plain_error
+from lakepurge.core.config_strict import Strict
 from lakepurge.core.s3uri import S3Uri
+from lakepurge.records.identifiers import IdentifierKind
 from lakepurge.records.lines import Inflation
 
 
@@ -32,11 +33,7 @@ class ConfigError(ValueError):
     """The configuration file is missing, unreadable or invalid; the message names the key."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class IndexConfig(_Strict):
+class IndexConfig(Strict):
     backend: Literal["postgres", "dynamodb"]
     dsn: str | None = None
     # Instead of dsn: the ARN or name of a Secrets Manager secret holding it, read at run time (cached for a few
@@ -84,7 +81,7 @@ class VaultConfig(IndexConfig):
         return self
 
 
-class ReportsConfig(_Strict):
+class ReportsConfig(Strict):
     location: str
     # Where erasure certificates go: an Object Lock bucket (compliance mode), so evidence cannot be rewritten;
     # unset: certificates/ under location.
@@ -98,7 +95,7 @@ class ReportsConfig(_Strict):
         return value
 
 
-class SidecarConfig(_Strict):
+class SidecarConfig(Strict):
     """One user per object, named in a small JSON object stored beside it (``<key><suffix>``)."""
 
     suffix: str = ".meta.json"
@@ -110,7 +107,7 @@ Format = Literal["jsonl", "csv", "parquet", "delta", "iceberg"]
 TABLE_FORMATS = ("delta", "iceberg")
 
 
-class CatalogConfig(_Strict):
+class CatalogConfig(Strict):
     """An Iceberg catalog (``[catalogs.NAME]``): where a table's current metadata file is recorded. NAME is the
     catalog's own name (a SQL catalog's ``catalog_name`` column). ``sql``: ``uri`` is a SQLAlchemy URL
     (``postgresql+psycopg2://``, ``postgresql+psycopg://``, ``sqlite:///``); ``glue``: the AWS Glue Data Catalog,
@@ -120,7 +117,7 @@ class CatalogConfig(_Strict):
     type: Literal["sql", "glue", "rest"]
     uri: Annotated[str, Field(min_length=1)] | None = None
     warehouse: Annotated[str, Field(min_length=1)] | None = None
-    properties: dict[str, str] = {}
+    properties: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _type_needs_its_keys(self) -> CatalogConfig:
@@ -134,7 +131,7 @@ class CatalogConfig(_Strict):
 EraseMode = Literal["blank", "drop", "delete-object"]
 
 
-class DatasetConfig(_Strict):
+class DatasetConfig(identity.DatasetIdentity):
     name: Annotated[str, Field(min_length=1)]
     format: Format = "jsonl"
     # The TOML key `location` (required but for Iceberg, whose catalog knows it): read it as `location`.
@@ -143,6 +140,13 @@ class DatasetConfig(_Strict):
     id_from_key: str | None = None
     id_sidecar: SidecarConfig | None = None
     id_tag: str | None = None
+    # The identifier kind ([identifiers.NAME]) every id of this dataset is: its ids are indexed in that kind's index
+    # form (normalised as it says). Unset: untyped, the ids are indexed exactly as read.
+    id_kind: identity.KindName | None = None
+    # "case-insensitive": id_fields name keys and columns in any case (Glue and Hive lower-case names); "exact": as is
+    column_names: Literal["exact", "case-insensitive"] = "exact"
+    id_kinds: dict[str, str] = Field(default_factory=dict)
+    id_composites: dict[identity.KindName, dict[identity.KindName, str]] = Field(default_factory=dict)
     # Default by format: "drop" for parquet and tables (a row cannot be blanked), "blank" for the line formats.
     erase: EraseMode = "blank"
     # Skip what Spark/Hive/Glue skip: path components below the location starting with '_' or '.' (a partition
@@ -165,8 +169,7 @@ class DatasetConfig(_Strict):
     # destroying the person's key and vault entries; no object is rewritten (lakepurge.protection.shred).
     protection: Literal["none", "crypto-shred"] = "none"
     personal_fields: tuple[Annotated[str, Field(min_length=1)], ...] = ()
-    # Set by Settings: the dataset's catalog, and its location once the catalog was asked
-    # (lakepurge.core.table_catalogs).
+    # Set by Settings: the dataset's catalog and its location once the catalog was asked (core.table_catalogs).
     _catalog_config: CatalogConfig | None = PrivateAttr(default=None)
     _resolved_location: str | None = PrivateAttr(default=None)
 
@@ -364,7 +367,7 @@ def _hidden_reason(relative: str) -> str | None:
     return next((reason for matched, reason in rules if matched), None)
 
 
-class IndexingConfig(_Strict):
+class IndexingConfig(Strict):
     # A line longer than this is reported as unindexable instead of being held in memory.
     max_record_bytes: Annotated[int, Field(gt=0)] = 16 * 1024 * 1024
     # A compressed object inflating past this size, or past this ratio to its compressed size (judged after its
@@ -389,7 +392,7 @@ Fraction = Annotated[float, Field(gt=0, le=1)]
 SENTINEL_IDS = ("0", "null", "none", "nil", "unknown", "n/a", "na", "-", "undefined", "anonymous")
 
 
-class SpliceConfig(_Strict):
+class SpliceConfig(Strict):
     """Rewriting a large object at the cost of the bytes that change (docs/ARCHITECTURE.md, "Server-side splice"):
     only the windows around the erased records go through the purge, the rest is copied inside S3."""
 
@@ -404,7 +407,7 @@ class SpliceConfig(_Strict):
     verify: Literal["changed-ranges", "full"] = "changed-ranges"
 
 
-class PurgeConfig(_Strict):
+class PurgeConfig(Strict):
     # A request that would erase more than these fractions of an object's or a dataset's records, or of a relational
     # table's rows, is refused unless forced: a wrong id (an empty string, a test account shared by everyone, a
     # placeholder such as '0') must not wipe a dataset. The object limit applies to objects of at least
@@ -439,14 +442,14 @@ class PurgeConfig(_Strict):
     max_report_age_minutes: Annotated[int, Field(ge=1)] = 60
 
 
-class VacuumConfig(_Strict):
+class VacuumConfig(Strict):
     # Noncurrent versions of a vacuumed object that hold a user on the suppression list (an erased user's old
     # version left by a purge with delete_noncurrent_versions = false) are deleted; "none" keeps every version.
     # A version holding only other people's data is never deleted.
     delete_versions: Literal["erased-users", "none"] = "erased-users"
 
 
-class JobsConfig(_Strict):
+class JobsConfig(Strict):
     # `verify`, `vacuum` and `index backfill` run in this process, without a JVM, when their work is at most this many
     # objects (and noncurrent versions) and bytes; above either, on local Spark (`--engine` chooses; `--on
     # emr-serverless` sends the job to the cluster whatever its size). Starting Spark costs 10-20 s; this process
@@ -456,7 +459,7 @@ class JobsConfig(_Strict):
     in_process_max_bytes: Annotated[int, Field(ge=0)] = 1024**3
 
 
-class PrivacyConfig(_Strict):
+class PrivacyConfig(Strict):
     """Where the secret key of the keyed hashes (HMAC-SHA256) that stand in for user ids in reports, certificates
     and the suppression list comes from: exactly one of hash_key_env and hash_key_secret. Keep the key stable:
     changing it forgets past erasures (docs/DEPLOY.md)."""
@@ -478,7 +481,7 @@ class PrivacyConfig(_Strict):
         return data
 
 
-class RelationalConfig(_Strict):
+class RelationalConfig(Strict):
     """A PostgreSQL table holding user data: erasing deletes the rows whose column equals the user id.
 
     Its DSN may DELETE from the table: give it as ``dsn`` (plaintext; local use) or, deployed, as ``dsn_secret``,
@@ -500,7 +503,7 @@ class RelationalConfig(_Strict):
         return self
 
 
-class LocalLauncherConfig(_Strict):
+class LocalLauncherConfig(Strict):
     """spark-submit in local mode on this machine (tests, the demo, a single host)."""
 
     kind: Literal["local"] = "local"
@@ -509,7 +512,7 @@ class LocalLauncherConfig(_Strict):
     work_dir: str | None = None
 
 
-class EmrServerlessLauncherConfig(_Strict):
+class EmrServerlessLauncherConfig(Strict):
     """StartJobRun on an EMR Serverless application."""
 
     kind: Literal["emr-serverless"]
@@ -532,7 +535,7 @@ class EmrServerlessLauncherConfig(_Strict):
 LauncherConfig = Annotated[LocalLauncherConfig | EmrServerlessLauncherConfig, Field(discriminator="kind")]
 
 
-class WorkflowConfig(_Strict):
+class WorkflowConfig(Strict):
     """The request -> report -> approval -> purge -> notification workflow (Step Functions)."""
 
     state_machine_arn: str | None = None  # where `lakepurge request` and the intake Lambda start executions
@@ -597,7 +600,7 @@ class WorkflowConfig(_Strict):
         return value
 
 
-class Settings(_Strict):
+class Settings(Strict):
     index: IndexConfig
     reports: ReportsConfig
     datasets: tuple[DatasetConfig, ...] = ()
@@ -611,7 +614,14 @@ class Settings(_Strict):
     # The key vault of the crypto-shred datasets (lakepurge.protection); needed once a dataset is protected.
     vault: VaultConfig | None = None
     # Iceberg catalogs by name ([catalogs.NAME]), which iceberg datasets name.
-    catalogs: dict[Annotated[str, Field(min_length=1)], CatalogConfig] = {}
+    catalogs: dict[Annotated[str, Field(min_length=1)], CatalogConfig] = Field(default_factory=dict)
+    # Identifier kinds by name ([identifiers.NAME]), which datasets name as their id_kind.
+    identifiers: dict[identity.KindName, identity.IdentifierConfig] = Field(default_factory=dict)
+    identifier_links: tuple[identity.IdentifierLinkConfig, ...] = ()
+    resolution: identity.ResolutionConfig = identity.ResolutionConfig()
+    exemptions: tuple[
+        identity.ExemptionConfig, ...
+    ] = ()  # [[exemptions]]: datasets kept under a legal obligation or hold
     _lookup_order: tuple[DatasetConfig, ...] = PrivateAttr(default=())
 
     @model_validator(mode="after")
@@ -629,6 +639,7 @@ class Settings(_Strict):
                         f" [catalogs.{dataset.catalog}] table (configured: {known})"
                     )
                 dataset._catalog_config = self.catalogs[dataset.catalog]
+        identity.check_identities(self.datasets, self.identifiers, self.identifier_links, self.exemptions)
         protected = [d.name for d in self.datasets if d.protection == "crypto-shred"]
         if protected and self.vault is None:
             raise ValueError(f"dataset(s) {', '.join(protected)} are crypto-shred: configure their [vault]")
@@ -647,6 +658,11 @@ class Settings(_Strict):
                 if dataset.uri.bucket == where.bucket and where.key.startswith(dataset.uri.key):
                     raise ValueError(f"workflow.exports_location {exports} lies inside dataset '{dataset.name}'")
         return self
+
+    @property
+    def identifier_kinds(self) -> dict[str, IdentifierKind]:
+        """The configured kinds of one value, as the readers and the request side apply them (not composite ones)."""
+        return {name: IdentifierKind(name, kind.normalise) for name, kind in self.identifiers.items() if not kind.parts}
 
     def dataset_for(self, bucket: str, key: str) -> DatasetConfig | None:
         """The dataset an object belongs to, or None for objects outside every dataset. Datasets with a configured

@@ -53,6 +53,10 @@ SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
     ("[[datasets]]", config.DatasetConfig),
     ("[datasets.id_sidecar]", config.SidecarConfig),
     ("[catalogs.NAME]", config.CatalogConfig),
+    ("[identifiers.NAME]", config.identity.IdentifierConfig),
+    ("[[identifier_links]]", config.identity.IdentifierLinkConfig),
+    ("[resolution]", config.identity.ResolutionConfig),
+    ("[[exemptions]]", config.identity.ExemptionConfig),
     ("[[relational]]", config.RelationalConfig),
     ("[indexing]", config.IndexingConfig),
     ("[purge]", config.PurgeConfig),
@@ -113,6 +117,17 @@ MEANINGS: dict[tuple[type[BaseModel], str], str] = {
         config.DatasetConfig,
         "id_sidecar",
     ): "one user per object, named in a JSON object beside it: see `[datasets.id_sidecar]`",
+    (config.DatasetConfig, "id_kinds"): (
+        'the kind each id field holds, field by field, instead of id_kind: { "buyer.email" = "email", customer ='
+        ' "customer_id" }, or a transform of a kind: email_sha = "sha256_hex(email)" (also md5_hex: lower-case hex'
+        " of the UTF-8 of the kind's normalised value). Files datasets with exact column names; every id field is"
+        " named here or in id_composites (docs/DATASETS.md)"
+    ),
+    (config.DatasetConfig, "id_composites"): (
+        "composite kinds ([identifiers.NAME] with parts) and the id field holding each part: { name_dob = {"
+        ' first_name = "fname", last_name = "lname", birth_date = "dob" } }; a record holds the kind only with every'
+        " part present"
+    ),
 }
 
 

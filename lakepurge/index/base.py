@@ -102,6 +102,31 @@ def hits_from_locations(found: dict[str, list[Location]]) -> Hits:
     return Hits(objects, len(found))
 
 
+class Beside(NamedTuple):
+    """An index form found on a line that also holds a known one (a record holding two ids: an order's email and
+    customer id), and the dataset of that record: the links resolution follows (lakepurge.indexing.resolution)."""
+
+    form: str  # the known form
+    other: str  # the other form on the same (object, line)
+    dataset: str
+
+
+def beside_in_objects(found: dict[str, list[Location]], objects: dict[str, ObjectIndex | None]) -> list[Beside]:
+    """The Beside rows of the known forms' locations, read from the rows of their objects (as indexed now: an object
+    replaced since the lookup is read at its new version, whose lines are the ones a purge would plan on)."""
+    beside: set[Beside] = set()
+    for form, locations in found.items():
+        for location in locations:
+            held = objects.get(location.s3path)
+            if held is None or location.whole_object:
+                continue
+            lines = set(location.lines)
+            for other, other_lines in held.lines_by_user.items():
+                if other != form and not lines.isdisjoint(other_lines):
+                    beside.add(Beside(form, other, held.dataset))
+    return sorted(beside)
+
+
 @dataclass(frozen=True, slots=True)
 class NoncurrentVersion:
     """A noncurrent version of an object in a versioned bucket, and the users whose records it holds.
@@ -130,6 +155,9 @@ class Coverage:
     versions: int  # noncurrent versions listed (0 in an unversioned bucket)
     failed: int  # objects that could not be indexed by that run
     drift: int = 0  # differences between the listing and the index that were found and not fixed
+    # The identifier forms the dataset's objects were indexed in (records.identifiers.id_forms): "" untyped, which an
+    # older record reads as. Another than the configuration's: the index names no id as a request now makes it.
+    id_forms: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +244,10 @@ class IndexStore(Protocol):
 
     def object_rows(self, s3path: str) -> dict[str, list[int]]:
         """The index rows of one object (user id -> sorted lines)."""
+
+    def ids_beside(self, forms: Sequence[str]) -> list[Beside]:
+        """The other ids on the same (object, line) as each of these, with the dataset of that line, each once, in
+        order: the links in records that resolution follows. Lines of whole objects (-1) are no records."""
 
     def get_object(self, s3path: str) -> ObjectIndex | None:
         """Everything indexed for one object (rows, version, counts, unindexable lines), or None."""

@@ -20,6 +20,7 @@ from botocore.exceptions import ClientError
 from lakepurge.core.logs import get_logger
 from lakepurge.index.base import (
     WHOLE_OBJECT,
+    Beside,
     Coverage,
     DatasetProblems,
     Hits,
@@ -30,6 +31,7 @@ from lakepurge.index.base import (
     ObjectIndex,
     UnindexableLine,
     UnindexableObject,
+    beside_in_objects,
     hits_from_locations,
 )
 from lakepurge.index.dynamodb_items import (
@@ -360,6 +362,12 @@ class DynamoIndexStore(DynamoTable):
     def object_rows(self, s3path: str) -> dict[str, list[int]]:
         meta = self._get_meta(s3path)
         return {} if meta is None else self._current_rows(meta)
+
+    def ids_beside(self, forms: Sequence[str]) -> list[Beside]:
+        # The objects' rows (no item names two ids at once): one read per object the forms are in.
+        found = self.lookup(forms)
+        paths = sorted({location.s3path for locations in found.values() for location in locations})
+        return beside_in_objects(found, dict(zip(paths, parallel(self.get_object, paths), strict=True)))
 
     def get_object(self, s3path: str) -> ObjectIndex | None:
         item = self._client.get_item(TableName=self._table, Key=meta_key(s3path), ConsistentRead=True).get("Item")

@@ -165,6 +165,7 @@ def coverage_item(coverage: Coverage) -> Item:
         "versions": {"N": str(coverage.versions)},
         "failed": {"N": str(coverage.failed)},
         "drift": {"N": str(coverage.drift)},
+        "id_forms": {"S": coverage.id_forms},
     }
 
 
@@ -179,6 +180,7 @@ def parse_coverage(item: Item) -> Coverage:
         versions=int(item["versions"]["N"]),
         failed=int(item["failed"]["N"]),
         drift=int(item["drift"]["N"]),
+        id_forms=item.get("id_forms", {"S": ""})["S"],  # an older item: untyped
     )
 
 

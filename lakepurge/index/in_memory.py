@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 
 from lakepurge.index.base import (
     WHOLE_OBJECT,
+    Beside,
     Coverage,
     DatasetProblems,
     Hits,
@@ -24,6 +25,7 @@ from lakepurge.index.base import (
     ObjectIndex,
     UnindexableLine,
     UnindexableObject,
+    beside_in_objects,
     hits_from_locations,
 )
 
@@ -190,6 +192,11 @@ class MemoryIndexStore:
         with self._lock:
             held = self._objects.get(s3path)
             return {} if held is None else {user: sorted(lines) for user, lines in held.rows.items()}
+
+    def ids_beside(self, forms: Sequence[str]) -> list[Beside]:
+        found = self.lookup(forms)
+        paths = {location.s3path for locations in found.values() for location in locations}
+        return beside_in_objects(found, {path: self.get_object(path) for path in paths})
 
     def get_object(self, s3path: str) -> ObjectIndex | None:
         with self._lock:

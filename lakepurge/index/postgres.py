@@ -18,6 +18,7 @@ from psycopg import sql
 
 from lakepurge.core.logs import get_logger
 from lakepurge.index.base import (
+    Beside,
     Coverage,
     DatasetProblems,
     Hits,
@@ -36,6 +37,7 @@ from lakepurge.index.postgres_sql import (
     APPLY_ERASURE,
     BIG_LOOKUP_SETTINGS,
     CLAIM,
+    COVERAGE_UPSERT,
     IDS_ARRAY,
     IDS_SPLIT,
     INDEXES,
@@ -48,6 +50,7 @@ from lakepurge.index.postgres_sql import (
     SMALL_LOOKUP,
     USER_ROWS,
     VIEW,
+    beside_rows,
     copy_text,
     needs_copy_escape,
 )
@@ -441,6 +444,10 @@ class PostgresIndexStore:
         return {user: list(lines) for user, lines in rows}
 
     @_reconnecting
+    def ids_beside(self, forms: Sequence[str]) -> list[Beside]:
+        return beside_rows(self._conn, forms)
+
+    @_reconnecting
     def object_records(self, s3paths: Sequence[str]) -> dict[str, int]:
         with self._conn.cursor() as cur:
             cur.execute("SELECT s3path, records FROM indexed_objects WHERE s3path = ANY(%s)", (list(s3paths),))
@@ -634,11 +641,7 @@ class PostgresIndexStore:
     @_reconnecting
     def record_coverage(self, coverage: Coverage) -> None:
         self._conn.execute(
-            "INSERT INTO dataset_coverage (dataset, location, method, started_at, finished_at, objects, versions,"
-            " failed, drift) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (dataset) DO UPDATE SET"
-            " location = EXCLUDED.location, method = EXCLUDED.method, started_at = EXCLUDED.started_at,"
-            " finished_at = EXCLUDED.finished_at, objects = EXCLUDED.objects, versions = EXCLUDED.versions,"
-            " failed = EXCLUDED.failed, drift = EXCLUDED.drift",
+            COVERAGE_UPSERT,
             (
                 coverage.dataset,
                 coverage.location,
@@ -649,6 +652,7 @@ class PostgresIndexStore:
                 coverage.versions,
                 coverage.failed,
                 coverage.drift,
+                coverage.id_forms,
             ),
         )
 
@@ -666,8 +670,8 @@ class PostgresIndexStore:
     def coverage(self) -> dict[str, Coverage]:
         with self._conn.cursor() as cur:
             cur.execute(
-                "SELECT dataset, location, method, started_at, finished_at, objects, versions, failed, drift"
-                " FROM dataset_coverage"
+                "SELECT dataset, location, method, started_at, finished_at, objects, versions, failed, drift,"
+                " id_forms FROM dataset_coverage"
             )
             return {row[0]: Coverage(*row) for row in cur.fetchall()}
 

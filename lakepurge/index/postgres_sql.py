@@ -5,6 +5,12 @@ with). lakepurge.index.postgres runs them; docs/ARCHITECTURE.md, "PostgreSQL", s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import psycopg
+
+from lakepurge.index.base import Beside
+
 # Schema, created on first use. Index rows carry an integer object id instead of the object's path: a row is about
 # half as wide, the userid index is covering (lookups read no heap page once the table is vacuumed), and ids compare
 # byte-wise (COLLATE "C": equality is the same, only the sort order of ids is byte order). The design's
@@ -63,6 +69,7 @@ CREATE TABLE IF NOT EXISTS dataset_coverage (
     failed      INTEGER     NOT NULL,
     drift       INTEGER     NOT NULL
 );
+ALTER TABLE dataset_coverage ADD COLUMN IF NOT EXISTS id_forms TEXT NOT NULL DEFAULT '';
 -- Where the records of an object's last version read start (lakepurge.records.record_map): a purge splices a large
 -- object at these offsets. The map names its version itself.
 CREATE TABLE IF NOT EXISTS record_maps (
@@ -201,3 +208,30 @@ def needs_copy_escape(value: str) -> bool:
 def copy_text(value: str) -> str:
     """Escape a value for COPY's text format (only when needed: ids and paths rarely hold these)."""
     return value.translate(_COPY_ESCAPES) if needs_copy_escape(value) else value
+
+
+# The other ids on the lines the given ids are on (a record holding two ids: resolution's links in records), by the
+# userid index then the (object_id, recordline) one; whole-object rows (-1) are no records.
+IDS_BESIDE = """
+SELECT DISTINCT a.userid, b.userid, o.dataset
+FROM user_rows a
+JOIN user_rows b ON b.object_id = a.object_id AND b.recordline = a.recordline AND b.userid <> a.userid
+JOIN indexed_objects o ON o.object_id = a.object_id
+WHERE a.userid = ANY(%s::text[]) AND a.recordline >= 0
+ORDER BY 1, 2, 3
+"""
+
+
+def beside_rows(conn: psycopg.Connection, forms: Sequence[str]) -> list[Beside]:
+    return [Beside(*row) for row in conn.execute(IDS_BESIDE, (list(dict.fromkeys(forms)),)).fetchall()]
+
+
+# A dataset's coverage, replaced whole (one row per dataset).
+COVERAGE_UPSERT = (
+    "INSERT INTO dataset_coverage (dataset, location, method, started_at, finished_at, objects, versions,"
+    " failed, drift, id_forms) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+    " ON CONFLICT (dataset) DO UPDATE SET"
+    " location = EXCLUDED.location, method = EXCLUDED.method, started_at = EXCLUDED.started_at,"
+    " finished_at = EXCLUDED.finished_at, objects = EXCLUDED.objects, versions = EXCLUDED.versions,"
+    " failed = EXCLUDED.failed, drift = EXCLUDED.drift, id_forms = EXCLUDED.id_forms"
+)

@@ -25,6 +25,7 @@ from lakepurge.core.s3uri import S3Uri
 from lakepurge.core.sparkutil import apply_job_environment, job_environment, on_executors
 from lakepurge.index import open_store
 from lakepurge.index.base import Coverage, IndexStore, NoncurrentVersion, ObjectIndex
+from lakepurge.indexing.coverage import forms_indexed
 from lakepurge.indexing.indexer import (
     failed_object,
     failure_reason,
@@ -109,7 +110,7 @@ def index_partition(
                 empty = ObjectIndex(s3path, dataset.name, head.etag, head.version_id, head.last_modified)
                 pending.append((failed_object(empty, reason), (s3path, "failed", 0, 0, 0, 0, reason, spent())))
                 continue
-            flag_erased_users(store, scanned, pseudonymizer)
+            flag_erased_users(store, scanned, pseudonymizer, settings)
             rows, unindexable = scanned.row_count, len(scanned.unindexable)
             row = (s3path, "scanned", scanned.records, rows, unindexable, head.size, "", spent())
             pending.append((scanned, row))
@@ -281,6 +282,7 @@ def run_backfill(spark: Any, settings: Settings, force: bool = False, datasets: 
     listings = [_list_dataset(s3, dataset, versioned[dataset.uri.bucket]) for dataset in chosen]
     store = open_store(settings.index)  # creates the schema once, on the driver
     try:
+        recorded = store.coverage()
         objects = [
             (listing.dataset.name, listing.dataset.uri.bucket, key, size)
             for listing in listings
@@ -301,6 +303,7 @@ def run_backfill(spark: Any, settings: Settings, force: bool = False, datasets: 
                     objects=len(listing.current),
                     versions=len(listing.noncurrent),
                     failed=failed.get(listing.dataset.name, 0),
+                    id_forms=forms_indexed(listing.dataset, recorded.get(listing.dataset.name), force),
                 )
             )
     finally:
@@ -418,6 +421,7 @@ def run_reconcile(
                     versions=len(listing.noncurrent),
                     failed=len(failures),
                     drift=0 if fix else left,
+                    id_forms=forms_indexed(dataset, recorded.get(dataset.name), False),
                 )
             )
             results.append(

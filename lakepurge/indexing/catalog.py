@@ -400,6 +400,9 @@ def render_entry(table: CatalogTable, glue_catalog: str = GLUE_CATALOG) -> str:
         f"id_fields = {_toml_list(table.id_fields)}",
         f"erase = {_toml_string('drop' if table.format in ('parquet', 'delta', 'iceberg') else 'blank')}",
     ]
+    if table.format in ("parquet", "jsonl", "csv"):
+        # The catalog lower-cases column names (a file's userId is its userid): the files' own spelling is found.
+        lines.append('column_names = "case-insensitive"')
     if table.partition_keys:
         lines.append(f"partition_keys = {_toml_list(table.partition_keys)}")
     lines.append(f"catalog_table = {_toml_string(table.qualified)}")

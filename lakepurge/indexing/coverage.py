@@ -17,7 +17,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from lakepurge.core.config import Settings
+from lakepurge.core.config import DatasetConfig, Settings
+from lakepurge.core.config_identity import dataset_id_forms
 from lakepurge.index.base import Coverage, DatasetProblems, IndexStore
 
 if TYPE_CHECKING:
@@ -78,6 +79,10 @@ def assess(
             reason, fix = "never fully indexed (no backfill or reconciliation recorded)", backfill
         elif record.location != dataset.location:
             reason, fix = f"indexed at another location ({record.location})", backfill
+        elif record.id_forms != dataset_id_forms(dataset):
+            was = f"kind {record.id_forms}" if record.id_forms else "untyped"
+            reason = f"indexed with other identifier forms ({was}): its id_kind or its normalisation changed"
+            fix = f"lakepurge index backfill --force --dataset {dataset.name}"
         elif record.failed:
             reason = f"{record.failed} object(s) could not be indexed (listed by lakepurge status)"
             fix = f"fix or remove them, then {reconcile}"
@@ -107,6 +112,16 @@ def assess(
             )
         )
     return assessed
+
+
+def forms_indexed(dataset: DatasetConfig, previous: Coverage | None, every_object_read: bool) -> str:
+    """The identifier forms a listing leaves a dataset indexed in: the configuration's when every object was read
+    again (a forced backfill) or the last listing recorded the same; else those it recorded, since objects at an
+    unchanged ETag are not read again and keep the forms they were indexed in."""
+    configured = dataset_id_forms(dataset)
+    if every_object_read or previous is None or previous.id_forms == configured:
+        return configured
+    return previous.id_forms
 
 
 def dead_letter_count(sqs: SQSClient, queue_url: str | None) -> int:

@@ -11,17 +11,20 @@ import re
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 from botocore.exceptions import ClientError
 
 from lakepurge.core.config import DatasetConfig, Settings
+from lakepurge.core.config_identity import exempt_datasets, id_rules
 from lakepurge.core.logs import get_logger, object_ref
 from lakepurge.core.privacy import Pseudonymizer
 from lakepurge.core.s3io import ObjectChanged, ObjectHead, head_object, head_version, open_body, open_seekable
 from lakepurge.index.base import WHOLE_OBJECT, IndexStore, NoncurrentVersion, ObjectIndex, UnindexableLine
 from lakepurge.records.formats import group_records
+from lakepurge.records.identifiers import index_forms
 from lakepurge.records.ids import IdFieldError, IdKeys, extract_ids, id_problem, parse_paths, parse_record
 from lakepurge.records.record_map import RecordMapBuilder
 from lakepurge.tables.detect import TableFormatError, detect_cached, key_table_format
@@ -99,17 +102,16 @@ def scan_object(s3: S3Client, settings: Settings, dataset: DatasetConfig, head: 
     )
     if dataset.per_object:
         _scan_owner(s3, dataset, head, result)
-        return result
+        return _in_index_forms(settings, dataset, result)
     assert dataset.id_fields is not None
     raw = open_seekable(s3, head) if dataset.format == "parquet" else open_body(s3, head)
     # Where a purge would splice the object, where its records start is noted as they are read.
     mapped = dataset.format != "parquet" and head.size >= settings.purge.splice.min_bytes
     builder = RecordMapBuilder(head.size) if mapped else None
     try:
-        indexing = settings.indexing
-        grouped = group_records(
-            raw, head.key, dataset.format, dataset.id_fields, indexing.max_record_bytes, indexing.inflation, builder
-        )
+        indexing, rules = settings.indexing, id_rules(dataset)
+        limits = (indexing.max_record_bytes, indexing.inflation)
+        grouped = group_records(raw, head.key, dataset.format, dataset.id_fields, *limits, builder, rules)
     finally:
         raw.close()
     result.lines_by_user = grouped.lines_by_user
@@ -117,6 +119,22 @@ def scan_object(s3: S3Client, settings: Settings, dataset: DatasetConfig, head: 
     result.unindexable.extend(UnindexableLine(item.line, item.reason) for item in grouped.unindexable)
     if builder is not None:
         result.record_map = builder.build(head.etag, head.version_id).encode()
+    return _in_index_forms(settings, dataset, result)
+
+
+def _in_index_forms(settings: Settings, dataset: DatasetConfig, result: ObjectIndex) -> ObjectIndex:
+    """The object's rows keyed by the index forms of its ids (its dataset's kind's: docs/design/PERSON.md); an
+    untyped dataset's rows are kept as read. A line whose id has no index form becomes unindexable. A dataset with
+    per-field kinds (id_kinds, id_composites) was read in index forms already (records.id_typing)."""
+    if dataset.id_kinds or dataset.id_composites:
+        return result
+    what = "id field(s) " + ", ".join(dataset.id_fields) if dataset.id_fields is not None else "the object's owner"
+    rows, bad = index_forms(result.lines_by_user, dataset.kind, bool(settings.identifiers), what)
+    result.lines_by_user = rows
+    if bad:
+        result.records -= len(bad)
+        result.unindexable.extend(UnindexableLine(line, reason) for line, reason in bad.items())
+        result.unindexable.sort(key=lambda item: item.line)
     return result
 
 
@@ -196,10 +214,14 @@ def tag_owners(
     return frozenset(values)
 
 
-def flag_erased_users(store: IndexStore, scanned: ObjectIndex, pseudonymizer: Pseudonymizer | None) -> None:
+def flag_erased_users(
+    store: IndexStore, scanned: ObjectIndex, pseudonymizer: Pseudonymizer | None, settings: Settings | None = None
+) -> None:
     """Count the object's users who are on the suppression list (erased before, back from a restored backup or a
-    replayed pipeline): the object is flagged in the index and in `lakepurge status`."""
-    if pseudonymizer is None or not scanned.lines_by_user:
+    replayed pipeline): the object is flagged in the index and in `lakepurge status`. Not in a dataset an exemption
+    keeps today ([[exemptions]]): its erased users' records are there by right, not back."""
+    kept = exempt_datasets(settings.exemptions, datetime.now(UTC).date()) if settings is not None else {}
+    if pseudonymizer is None or not scanned.lines_by_user or scanned.dataset in kept:
         return
     hashes = [pseudonymizer(user) for user in scanned.lines_by_user]
     scanned.returning_users = len(store.erased_among(hashes))
@@ -294,7 +316,7 @@ def _index_current(
             if not content_error(exc, dataset):
                 raise
             return _record_failure(store, dataset, head, exc, force)
-        flag_erased_users(store, scanned, pseudonymizer)
+        flag_erased_users(store, scanned, pseudonymizer, settings)
         written = store.replace_objects([scanned], force=force)
         if written:
             keep_record_maps(store, [(s3path, scanned.record_map)])

@@ -34,6 +34,7 @@ import orjson
 
 from lakepurge.core import aws
 from lakepurge.core.config import DatasetConfig, Settings
+from lakepurge.core.config_identity import id_rules
 from lakepurge.core.logs import get_logger
 from lakepurge.core.s3io import ObjectChanged, ObjectHead, head_object, head_version, open_body, open_seekable
 from lakepurge.core.s3uri import S3Uri
@@ -42,7 +43,8 @@ from lakepurge.indexing.coverage import DatasetCoverage
 from lakepurge.indexing.indexer import content_error
 from lakepurge.records.csv_records import HEADER_PROBLEM
 from lakepurge.records.formats import UNREAD_FROM_HERE, read_records
-from lakepurge.records.ids import Unindexable
+from lakepurge.records.identifiers import kind_of, record_forms
+from lakepurge.records.ids import IdFieldError, Record, Unindexable
 from lakepurge.records.lines import CHUNK_BYTES, open_decompressed
 
 if TYPE_CHECKING:
@@ -81,11 +83,16 @@ class DatasetLines:
 class Needles:
     """The byte forms of the requested ids a line may hold them in: raw UTF-8, JSON-escaped (ASCII \\u escapes, or
     UTF-8 with only quotes, backslashes and control characters escaped), CSV-quoted (quotes doubled), and Latin-1
-    (the usual encoding of a line that is not UTF-8)."""
+    (the usual encoding of a line that is not UTF-8). A typed id (an index form) is searched for by its normalised
+    value, lower-cased, in the line lower-cased too: a line holds it in any case and so may hold it (a normalisation
+    that removes characters, as digits does, is not undone: docs/LIMITS.md)."""
 
     def __init__(self, users: Sequence[str]) -> None:
         forms: set[bytes] = set()
-        for user in users:
+        self._lowered = any(kind_of(user) is not None for user in users)
+        for requested in users:
+            kind = kind_of(requested)
+            user = requested if kind is None else requested[len(kind) + 2 :].lower()
             raw = user.encode("utf-8", "surrogatepass")
             forms.update((raw, json.dumps(user)[1:-1].encode(), raw.replace(b'"', b'""')))
             with suppress(orjson.JSONEncodeError):  # a lone surrogate: its ASCII-escaped form is there already
@@ -103,6 +110,8 @@ class Needles:
     def found_in(self, data: bytes) -> bool:
         if not self._forms:
             return False
+        if self._lowered:
+            data = data + b"\n" + data.decode("utf-8", "replace").lower().encode()
         if len(self._forms) <= _FEW_FORMS or not self._width:
             return any(form in data for form in self._forms)
         width, prefixes = self._width, self._by_prefix
@@ -223,6 +232,17 @@ def _open(s3: S3Client, dataset: DatasetConfig, head: ObjectHead) -> IO[bytes]:
     return open_seekable(s3, head) if dataset.format == "parquet" else open_body(s3, head)
 
 
+def _without_index_form(record: Record, dataset: DatasetConfig, what: str) -> str | None:
+    """Why a typed dataset's record has no index form (the indexer made it unindexable), None when it has one."""
+    if dataset.kind is None:
+        return None
+    try:
+        record_forms(record.user_ids, dataset.kind, what)
+    except IdFieldError as exc:
+        return str(exc)
+    return None
+
+
 def _recorded_lines(
     s3: S3Client, settings: Settings, dataset: DatasetConfig, obj: UnindexableObject, limit: int
 ) -> list[tuple[int, str]]:
@@ -234,13 +254,16 @@ def _recorded_lines(
     indexing = settings.indexing
     raw = _open(s3, dataset, head)
     try:
+        fields, rules = dataset.id_fields, id_rules(dataset)
         items = read_records(
-            raw, head.key, dataset.format, dataset.id_fields, indexing.max_record_bytes, indexing.inflation
+            raw, head.key, dataset.format, fields, indexing.max_record_bytes, indexing.inflation, rules=rules
         )
         found: list[tuple[int, str]] = []
+        what = "id field(s) " + ", ".join(dataset.id_fields)  # as the indexer names them (indexer._in_index_forms)
         for item in items:
-            if isinstance(item, Unindexable):
-                found.append((item.line, item.reason))
+            reason = item.reason if isinstance(item, Unindexable) else _without_index_form(item, dataset, what)
+            if reason is not None:
+                found.append((item.line, reason))
                 if len(found) >= limit:
                     break
         return found

@@ -10,6 +10,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from lakepurge.core import aws
@@ -19,17 +20,17 @@ from lakepurge.core.privacy import Pseudonymizer, hash_key
 from lakepurge.core.s3uri import S3Uri
 from lakepurge.core.sparkutil import spark_on_demand, spark_session
 from lakepurge.index import open_existing
-from lakepurge.index.base import WHOLE_OBJECT
-from lakepurge.indexing import unindexable
-from lakepurge.indexing.coverage import IndexIncomplete, dead_letter_count
+from lakepurge.index.base import WHOLE_OBJECT, hits_from_locations
+from lakepurge.indexing import resolution, unindexable
+from lakepurge.indexing.coverage import IndexIncomplete, dead_letter_count, of_index
 from lakepurge.indexing.returning import record_erasure, resolve_hashes
 from lakepurge.protection import shred
 from lakepurge.purge.certificate import PurgeResult
 from lakepurge.purge.job import purge_relational, run_purge, verify_everywhere
 from lakepurge.purge.launch import inline_fits
-from lakepurge.reports import layout
+from lakepurge.reports import kept, layout
 from lakepurge.reports.layout import load_report, write_report
-from lakepurge.reports.report import Report, ReportObject, SafetyLimitExceeded, build_report
+from lakepurge.reports.report import NOT_SEARCHED, Report, ReportObject, SafetyLimitExceeded, build_report
 from lakepurge.tables.iceberg import bound_forms
 
 if TYPE_CHECKING:
@@ -146,6 +147,8 @@ def plan_lines(report: Report, replaced: int = 0) -> list[str]:
     ]
     for name, counts in sorted(report.datasets.items()):
         lines.append(f"  dataset {name}: {counts['records']} record(s) in {counts['objects']} object(s)")
+    for entry in report.not_searched:
+        lines.append(f"  dataset {entry['dataset']}: {NOT_SEARCHED.format(**entry)}")
     for versions in report.versions:
         lines.append(f"  dataset {versions.dataset}: {len(versions.version_ids)} noncurrent version(s) of one object")
     for table in report.relational:
@@ -158,7 +161,9 @@ def plan_lines(report: Report, replaced: int = 0) -> list[str]:
         )
         lines.append(f"    {plan.not_certifiable or plan.time_travel()}")
     shredded = shred.plan_lines(report.shred.summary(report.rewritten_datasets) if report.shred else None)
-    return lines + unindexable.plan_lines(unindexable.summary(report.unindexable)) + shredded
+    identifiers = resolution.plan_lines(report.summary().get("identifiers"))
+    lines += unindexable.plan_lines(unindexable.summary(report.unindexable)) + shredded + identifiers
+    return lines + kept.plan_lines(report.exemptions)
 
 
 def _reviewed_report(
@@ -174,7 +179,7 @@ def _reviewed_report(
     written), it was made for exactly these users and, unless forced, it is still fresh (:func:`_check_fresh`)."""
     uri = layout.report(settings, request_id)
     report, expected = load_report(s3, uri, sha256 or None)  # ReportTampered when it changed
-    if sorted(report.user_hashes) != sorted(pseudonymizer.many(users)):
+    if sorted(report.requested_hashes) != sorted(pseudonymizer.many(users)):
         raise ReviewedReportMismatch(f"report {request_id} was made for other user ids than the ones given")
     if not force:
         _check_fresh(s3, settings, report, pseudonymizer)
@@ -226,6 +231,7 @@ def purge_users(
     report_sha256: str | None = None,
     engine: Engine = "auto",
     returning: Sequence[str] = (),
+    no_expand: Sequence[str] = (),
 ) -> OperatorRun:
     """Report -> purge -> verify -> certificate, on one connection to the index. With report_id, the report a dry
     run wrote (and an operator reviewed) is executed exactly, instead of a new one being built. returning: keyed
@@ -252,7 +258,15 @@ def purge_users(
             dead_letters = dead_letter_count(aws.client("sqs"), settings.indexing.dead_letter_queue_url)
             try:
                 report = build_report(
-                    store, settings, users, request_id, pseudonymizer, force=force, dead_letters=dead_letters, s3=s3
+                    store,
+                    settings,
+                    users,
+                    request_id,
+                    pseudonymizer,
+                    force=force,
+                    dead_letters=dead_letters,
+                    s3=s3,
+                    no_expand=no_expand,
                 )
             except SafetyLimitExceeded as exc:
                 if not dry_run:
@@ -260,7 +274,15 @@ def purge_users(
                 # The dry run shows what the limits refuse: the operator decides with the whole plan in view.
                 refused = str(exc)
                 report = build_report(
-                    store, settings, users, request_id, pseudonymizer, force=True, dead_letters=dead_letters, s3=s3
+                    store,
+                    settings,
+                    users,
+                    request_id,
+                    pseudonymizer,
+                    force=True,
+                    dead_letters=dead_letters,
+                    s3=s3,
+                    no_expand=no_expand,
                 )
             uri, digest = write_report(s3, settings, report)
         replaced = _in_versioned_buckets(s3, settings, report)
@@ -270,6 +292,7 @@ def purge_users(
         if report.gaps:
             # The index cannot vouch for these datasets: "nothing found" there may be "never looked".
             raise IndexIncomplete(report.gaps)
+        kept.check_unchanged(settings, report.rewritten_datasets, report.exemptions, datetime.now(UTC).date())
         if dry_run:
             if refused:
                 say(f"REFUSED by the safety limits ([purge] in the configuration): {refused}")
@@ -348,10 +371,17 @@ def verify_users(
     hashes = tuple(pseudonymizer.many(users))
     store = open_existing(settings.index)
     try:
-        indexed = store.lookup(users)
-        old_versions = store.noncurrent_of(users)
+        indexed, old_versions = store.lookup(users), store.noncurrent_of(users)
+        coverage = [c.to_dict() for c in of_index(settings, store)] if settings.exemptions else []
     finally:
         store.close()
+    # The kept datasets ([[exemptions]] in force) hold the users by right: verification neither reads them nor counts
+    # them as left behind, and states them, as a certificate does.
+    hits = hits_from_locations(indexed).objects
+    exemptions = kept.statements(settings, datetime.now(UTC).date(), hits, old_versions, coverage)
+    held = kept.kept_datasets(exemptions)
+    left = [loc for locs in indexed.values() for loc in locs if _dataset_name(settings, loc.s3path) not in held]
+    old_versions = {path: v for path, v in old_versions.items() if _dataset_name(settings, path) not in held}
     job: dict[str, Any] = {}
     ran: dict[str, Any] = {"engine": "emr-serverless"}
     if on == "emr-serverless":
@@ -372,14 +402,21 @@ def verify_users(
         ran = {"engine": executors.engine_used, "ran": executors.decisions}
     return {
         "users": len(hashes),
-        "index_locations": sum(len(v) for v in indexed.values()),
+        "index_locations": len(left),
         "index_noncurrent_versions": sum(len(v) for v in old_versions.values()),
         "objects_checked": checked,
         "remaining": remaining,
-        "verified": not remaining and not indexed and not old_versions,
+        "verified": not remaining and not left and not old_versions,
+        **({"exemptions": list(exemptions)} if exemptions else {}),
         **ran,
         **({"job": job} if job else {}),
     }
+
+
+def _dataset_name(settings: Settings, s3path: str) -> str | None:
+    uri = S3Uri.parse(s3path)
+    dataset = settings.dataset_for(uri.bucket, uri.key)
+    return dataset.name if dataset is not None else None
 
 
 class RemoteJobFailed(Exception):

@@ -12,6 +12,7 @@ import orjson
 from lakepurge.core.config import Settings
 from lakepurge.core.logs import object_ref
 from lakepurge.core.privacy import Pseudonymizer
+from lakepurge.indexing.resolution import certified
 from lakepurge.purge.engine import ObjectOutcome, PurgeTarget
 from lakepurge.reports import layout
 from lakepurge.reports.report import Report
@@ -145,6 +146,7 @@ def write_certificate(
             "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "coverage": list(report.coverage),
             "unindexable": list(report.unindexable),
+            "not_searched": list(report.not_searched),
             "objects": [
                 {
                     "object": object_ref(o.s3path, datasets[r.dataset], pseudonymizer),
@@ -165,6 +167,7 @@ def write_certificate(
             ],
             "relational": list(result.relational),
             "tables": list(result.tables),
+            "identifiers": certified(report.identifiers),
             **(
                 {
                     "crypto_shred": result.shred,
@@ -176,6 +179,7 @@ def write_certificate(
                 if result.shred is not None
                 else {}
             ),
+            **({"exemptions": list(report.exemptions)} if report.exemptions else {}),
             "totals": {
                 "objects_rewritten": result.objects_rewritten,
                 "lines_erased": result.lines_erased,

@@ -22,6 +22,7 @@ import orjson
 from botocore.exceptions import ClientError, FlexibleChecksumError
 
 from lakepurge.core.config import DatasetConfig, IndexingConfig, Settings
+from lakepurge.core.config_identity import id_rules
 from lakepurge.core.logs import get_logger, object_ref
 from lakepurge.core.s3io import (
     ObjectChanged,
@@ -123,7 +124,10 @@ def still_holding(
     wanted = each_contained or (lambda ids: [user in users for user in ids])
     none_of = getattr(users, "none_of", None)
     limits = indexing.max_record_bytes, indexing.inflation
-    return lines_holding(staged.reader(), key, dataset.format, dataset.id_fields, *limits, wanted, none_of)
+    fields = dataset.id_fields
+    return lines_holding(
+        staged.reader(), key, dataset.format, fields, *limits, wanted, none_of, id_rules(dataset), dataset.kind
+    )
 
 
 def find_user_lines(
@@ -338,7 +342,7 @@ class _PurgeStep:
             return staged, len(rows)
         if body is None:
             body = open_body(s3, head)
-        owner = Ownership(dataset, self.users)
+        owner = Ownership(dataset, self.users, id_rules(dataset))
         gz = head.key.endswith(".gz")
         drop = dataset.erase == "drop"
         indexing = self.settings.indexing

@@ -16,6 +16,7 @@ from collections.abc import Container, Iterable, Iterator
 from typing import IO, Any
 
 from lakepurge.core.config import DatasetConfig
+from lakepurge.core.config_identity import id_rules
 from lakepurge.purge.ownership import Ownership, owned_rows
 from lakepurge.purge.splice import DROP, skip_lines, splice_batches
 from lakepurge.purge.streams import LastByte, LinesLost, Staged, gzip_chunks, read_chunks, to_the_end
@@ -344,7 +345,7 @@ def rewrite_parquet(
     import pyarrow.parquet as pq
 
     assert dataset.id_fields is not None
-    paths = parse_paths(dataset.id_fields)
+    paths, rules = parse_paths(dataset.id_fields), id_rules(dataset)
     parquet = pq.ParquetFile(source)
     metadata = parquet.metadata
     physical = parquet.schema
@@ -378,7 +379,8 @@ def rewrite_parquet(
         named = [t - first_row for t in targets[low:high]]
         gone = {row for row in range(rows) if first_row + row in hidden} if hidden else set()
         if named or gone:
-            owned = owned_rows(table.take(pa.array(named, type=pa.int64())), paths, users) if named else []
+            taken = table.take(pa.array(named, type=pa.int64())) if named else None
+            owned = owned_rows(taken, paths, users, rules, dataset.kind) if taken is not None else []
             dropped = [row for row, mine in zip(named, owned, strict=True) if mine]
             hidden_dropped += len(gone)
             erased.extend(first_row + row for row in dropped if row not in gone)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any, cast
 
 from lakepurge.core.config import DatasetConfig, Settings
+from lakepurge.core.config_identity import id_rules
 from lakepurge.core.s3io import ObjectHead, open_range
 from lakepurge.purge.ownership import Ownership
 from lakepurge.purge.rewrite import rewrite_csv, rewrite_jsonl
@@ -186,7 +187,7 @@ def _rewrite_window(
     prefix_lines = prefix.count(b"\n")
     shift = first_line - prefix_lines
     relative = [t - shift for t in targets]
-    owner = Ownership(dataset, users)
+    owner = Ownership(dataset, users, id_rules(dataset))
     drop = dataset.erase == "drop"
     try:
         if dataset.format == "jsonl":

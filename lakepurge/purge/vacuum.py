@@ -25,6 +25,7 @@ import orjson
 
 from lakepurge.core import aws
 from lakepurge.core.config import DatasetConfig, Settings
+from lakepurge.core.config_identity import exempt_datasets
 from lakepurge.core.logs import get_logger, object_ref
 from lakepurge.core.privacy import Pseudonymizer
 from lakepurge.core.s3io import ObjectChanged, ObjectHead, head_object, noncurrent_versions, open_body
@@ -217,6 +218,7 @@ class VacuumRun:
     applied: bool
     outcomes: tuple[VacuumOutcome, ...]
     record: str | None  # the vacuum's own record (applied runs)
+    kept: int = 0  # objects with placeholders left as they are: their dataset is kept ([[exemptions]])
 
     @property
     def placeholders(self) -> int:
@@ -239,13 +241,18 @@ class VacuumRun:
             "versions_deleted": self.versions,
             "record": self.record,
             "failed": [asdict(o) for o in self.failed],
+            **({"objects_kept": self.kept} if self.kept else {}),
         }
 
 
 def run_vacuum(spark: Any, settings: Settings, datasets: Iterable[str] = (), apply: bool = False) -> VacuumRun:
-    """Vacuum every object of which a purge recorded placeholders (blank-mode JSON Lines and CSV datasets)."""
+    """Vacuum every object of which a purge recorded placeholders (blank-mode JSON Lines and CSV datasets), except
+    those of a dataset an exemption keeps today: lakepurge neither rewrites a kept object nor deletes its versions
+    (they hold erased users' records by right, and a record under a legal hold is not altered)."""
     started = datetime.now(UTC)
     wanted = set(datasets)
+    exempt = exempt_datasets(settings.exemptions, started.date())
+    kept = 0
     s3 = aws.client("s3")
     batched = file_batches(s3, settings, apply)
     items: list[VacuumItem] = []
@@ -253,6 +260,9 @@ def run_vacuum(spark: Any, settings: Settings, datasets: Iterable[str] = (), app
         uri = S3Uri.parse(s3path)
         dataset = settings.dataset_for(uri.bucket, uri.key)
         if dataset is None or dataset.erase != "blank" or (wanted and dataset.name not in wanted):
+            continue
+        if dataset.name in exempt:
+            kept += 1
             continue
         items.append((dataset.name, s3path, [asdict(r) for r in batched.get(s3path, [])]))
     env = job_environment(settings)
@@ -262,7 +272,7 @@ def run_vacuum(spark: Any, settings: Settings, datasets: Iterable[str] = (), app
     outcomes = tuple(VacuumOutcome(**row) for row in rows)
     run_id = f"vac-{started.strftime('%Y%m%dT%H%M%SZ')}-{uuid.uuid4().hex[:8]}"
     record = _write_record(s3, settings, run_id, started, outcomes) if apply else None
-    return VacuumRun(run_id, apply, outcomes, record)
+    return VacuumRun(run_id, apply, outcomes, record, kept)
 
 
 def _write_record(

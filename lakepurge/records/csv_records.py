@@ -8,10 +8,13 @@ from __future__ import annotations
 import csv
 from collections import deque
 from collections.abc import Container, Iterator, Sequence
-from typing import IO, NamedTuple, cast
+from typing import IO, TYPE_CHECKING, NamedTuple, cast
 
-from lakepurge.records.ids import Record, Unindexable, id_problem
+from lakepurge.records.ids import EXACT, IdFieldError, Record, Unindexable, id_problem, resolve_top
 from lakepurge.records.lines import ByteSource, iter_lines, too_long
+
+if TYPE_CHECKING:
+    from lakepurge.records.id_typing import IdTyping
 
 _ALL_BUT_COMMA_AND_NEWLINE = bytes(byte for byte in range(256) if byte not in b",\n")
 
@@ -191,14 +194,22 @@ class _CsvFeed:
                 item = following
 
 
-def csv_id_columns(header: Sequence[str], columns: Sequence[str]) -> list[tuple[str, int | None]]:
-    """Each id column and its index in the header (None when the header lacks it)."""
+def csv_id_columns(header: Sequence[str], columns: Sequence[str], folded: bool = False) -> list[tuple[str, int | None]]:
+    """Each id column and its index in the header (None when the header lacks it). Names matched case-insensitively
+    (`folded`), each column is the header's one spelling of it; IdFieldError when the header has two."""
+    if folded:
+        columns = [path[0] for path in resolve_top(tuple((c,) for c in columns), header)]
     return [(c, header.index(c) if c in header else None) for c in columns]
 
 
-def csv_ids(row: Sequence[str], positions: Sequence[tuple[str, int | None]]) -> tuple[tuple[str, ...], str | None]:
+def csv_ids(
+    row: Sequence[str], positions: Sequence[tuple[str, int | None]], typing: IdTyping | None = None
+) -> tuple[tuple[str, ...], str | None]:
     """The ids of a CSV row and, when any cannot be indexed, why (the record is then unindexable: the purge never
-    takes it for anyone's). Invalid UTF-8 in the id columns (decoded with surrogateescape) is such a problem."""
+    takes it for anyone's). Invalid UTF-8 in the id columns (decoded with surrogateescape) is such a problem. With
+    typed fields (`typing`), the ids are the index forms of the row's non-empty id columns."""
+    if typing is not None:
+        return _typed_csv_ids(row, positions, typing)
     ids: list[str] = []
     for column, index in positions:
         value = row[index] if index is not None and index < len(row) else ""
@@ -218,8 +229,29 @@ def csv_ids(row: Sequence[str], positions: Sequence[tuple[str, int | None]]) -> 
     return tuple(dict.fromkeys(ids)), None
 
 
+def _typed_csv_ids(
+    row: Sequence[str], positions: Sequence[tuple[str, int | None]], typing: IdTyping
+) -> tuple[tuple[str, ...], str | None]:
+    values = {}
+    for column, index in positions:
+        value = row[index] if index is not None and index < len(row) else ""
+        if value:  # an empty cell is no value, as for an untyped column
+            if not value.isascii() and any("\udc80" <= ch <= "\udcff" for ch in value):
+                return (), f"invalid UTF-8 in id field '{column}'"
+            values[column] = value
+    try:
+        return typing.record_ids(values, EXACT), None
+    except IdFieldError as exc:
+        return (), str(exc)
+
+
 def read_csv(
-    stream: IO[bytes], columns: Sequence[str], max_bytes: int, spans: list[tuple[int, int]] | None = None
+    stream: IO[bytes],
+    columns: Sequence[str],
+    max_bytes: int,
+    spans: list[tuple[int, int]] | None = None,
+    folded: bool = False,
+    typing: IdTyping | None = None,
 ) -> Iterator[Record | Unindexable]:
     """CSV with a header row (line 0). A record's position is the line it starts on (quoted fields may span
     lines); records are those of csv_records (spans: as there). Invalid UTF-8 outside the id columns does not stop
@@ -231,14 +263,18 @@ def read_csv(
     if header.row is None:
         yield Unindexable(0, f"{HEADER_PROBLEM}{header.problem}")
         return
-    positions = csv_id_columns(header.row, columns)
+    try:
+        positions = csv_id_columns(header.row, columns, folded)
+    except IdFieldError as exc:  # a column named twice: which holds the id is not for lakepurge to guess
+        yield Unindexable(0, f"{HEADER_PROBLEM}{exc}")
+        return
     for record in records:
         if record.row is None:
             yield Unindexable(record.line, cast("str", record.problem))
             continue
         if not any(record.row):
             continue
-        ids, problem = csv_ids(record.row, positions)
+        ids, problem = csv_ids(record.row, positions, typing)
         if problem is not None:
             yield Unindexable(record.line, problem)
         else:

@@ -18,7 +18,16 @@ from typing import IO, NamedTuple
 
 from lakepurge.records.csv_records import read_csv
 from lakepurge.records.gc_pause import collector_paused
-from lakepurge.records.ids import IdFieldError, Record, Unindexable, extract_ids, parse_paths
+from lakepurge.records.ids import (
+    EXACT,
+    IdFieldError,
+    IdRules,
+    Record,
+    Unindexable,
+    extract_ids,
+    parse_paths,
+    resolve_top,
+)
 from lakepurge.records.jsonl_records import bulk_ids, jsonl_items, read_jsonl, single_field
 from lakepurge.records.lines import (
     DEFAULT_INFLATION,
@@ -47,6 +56,7 @@ def group_records(
     max_bytes: int,
     inflation: Inflation = DEFAULT_INFLATION,
     record_map: RecordMapBuilder | None = None,
+    rules: IdRules = EXACT,
 ) -> Grouped:
     """read_records, grouped by user id. The same answer as grouping read_records' items; for JSON Lines with one
     top-level id field, chunks of well-formed lines take a path without a Python step per line (the indexer's
@@ -55,7 +65,9 @@ def group_records(
     unindexable: list[Unindexable] = []
     records = 0
     paths = parse_paths(id_fields)
-    field = single_field(paths) if fmt == "jsonl" else None
+    # (typed fields: the bulk path only for one top-level field, whose values are then made index forms)
+    typed = rules.typing.single_field() if rules.typing is not None else None
+    field = single_field(paths) if fmt == "jsonl" and (rules.typing is None or typed is not None) else None
 
     def add(items: Iterable[Record | Unindexable]) -> None:
         nonlocal records
@@ -68,7 +80,7 @@ def group_records(
                 unindexable.append(item)  # type: ignore[arg-type]
 
     if field is None:
-        add(read_records(raw, key, fmt, id_fields, max_bytes, inflation, record_map))
+        add(read_records(raw, key, fmt, id_fields, max_bytes, inflation, record_map, rules))
         return Grouped(dict(lines_by_user), records, unindexable)
     # Thousands of new lists and, per line, a parsed record that is freed at once: none can form a cycle, and the
     # cyclic collector would otherwise run every few hundred lines (a fifth of the time).
@@ -78,9 +90,11 @@ def group_records(
             if record_map is not None:
                 stream = record_map.watch(stream)
             for first, lines in iter_line_batches(stream, max_bytes):
-                ids = bulk_ids(lines, field)
+                ids = bulk_ids(lines, field, rules.folded)
+                if ids is not None and typed is not None:
+                    ids = typed.forms(ids, f"id field '{field}'")
                 if ids is None:
-                    add(jsonl_items(first, lines, paths, max_bytes))
+                    add(jsonl_items(first, lines, paths, max_bytes, rules))
                     continue
                 records += len(ids)
                 for number, user in enumerate(ids, first):
@@ -91,12 +105,21 @@ def group_records(
 
 
 def read_parquet(
-    source: IO[bytes], paths: tuple[tuple[str, ...], ...], batch_rows: int = 65536
+    source: IO[bytes], paths: tuple[tuple[str, ...], ...], batch_rows: int = 65536, rules: IdRules = EXACT
 ) -> Iterator[Record | Unindexable]:
-    """Parquet rows by index, reading only the columns that hold ids, one batch at a time."""
+    """Parquet rows by index, reading only the columns that hold ids, one batch at a time. Names matched
+    case-insensitively, each id field is resolved against the file's columns once: a field that matches two
+    makes every row unindexable, naming them."""
     import pyarrow.parquet as pq
 
     parquet = pq.ParquetFile(source)
+    if rules.folded:
+        try:
+            paths = resolve_top(paths, parquet.schema_arrow.names)
+        except IdFieldError as exc:
+            for row in range(parquet.metadata.num_rows):
+                yield Unindexable(row, str(exc))
+            return
     names = set(parquet.schema_arrow.names)
     top = sorted({p[0] for p in paths if p[0] in names})
     if not top:
@@ -107,7 +130,7 @@ def read_parquet(
     for batch in parquet.iter_batches(batch_size=batch_rows, columns=top):
         for record in batch.to_pylist():
             try:
-                yield Record(row, extract_ids(record, paths))
+                yield Record(row, extract_ids(record, paths, rules))
             except IdFieldError as exc:
                 yield Unindexable(row, str(exc))
             row += 1
@@ -121,22 +144,23 @@ def read_records(
     max_bytes: int,
     inflation: Inflation = DEFAULT_INFLATION,
     record_map: RecordMapBuilder | None = None,
+    rules: IdRules = EXACT,
 ) -> Iterator[Record | Unindexable]:
     """Dispatch on format and compression. A truncated or corrupt gzip stream ends the iteration with an
     Unindexable at the line where the readable data stopped (the rest of the object cannot be located). record_map,
     when given, collects where the records of a JSON Lines or CSV object start."""
     paths = parse_paths(id_fields)
     if fmt == "parquet":
-        yield from read_parquet(raw, paths)
+        yield from read_parquet(raw, paths, rules=rules)
         return
     stream: ByteSource = open_decompressed(raw, key, inflation)
     spans = None
     if record_map is not None:
         stream, spans = record_map.watch(stream), record_map.spans
     items: Iterable[Record | Unindexable] = (
-        read_jsonl(stream, paths, max_bytes)  # type: ignore[arg-type]
+        read_jsonl(stream, paths, max_bytes, rules)  # type: ignore[arg-type]
         if fmt == "jsonl"
-        else read_csv(stream, id_fields, max_bytes, spans)  # type: ignore[arg-type]
+        else read_csv(stream, id_fields, max_bytes, spans, rules.folded, rules.typing)  # type: ignore[arg-type]
     )
     try:
         yield from items

@@ -11,11 +11,16 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
+
+if TYPE_CHECKING:
+    from lakepurge.records.id_typing import IdTyping
 
 # The longest user id, in UTF-8 bytes, that is indexed. DynamoDB keys allow 2048 bytes and a PostgreSQL btree entry
 # about 2700, and every row key also holds the object path: a longer id (or one holding NUL, which PostgreSQL text
@@ -42,6 +47,47 @@ class IdFieldError(ValueError):
     pass
 
 
+class IdRules(NamedTuple):
+    """How a dataset's id fields are read, besides their paths (docs/design/PERSON.md)."""
+
+    # column_names = "case-insensitive": a field names the key or column of any case (compared lower-cased, as Glue
+    # and Hive store names); two of them in one record or file make it unindexable
+    folded: bool = False
+    # a kind normalised as `number`: floats and decimals are ids too (as their decimal strings)
+    numbers: bool = False
+    # per-field kinds, transforms and composite kinds (records.id_typing): the ids are read as index forms
+    typing: IdTyping | None = None
+
+
+EXACT = IdRules()
+
+
+def ambiguous(field: str, names: Sequence[str]) -> str:
+    """Why a record or an object whose id field matches several keys or columns (case-insensitive names) is
+    unindexable: which is the id is not for lakepurge to guess."""
+    spelled = ", ".join(map(repr, names))
+    return f"id field {field!r} matches {spelled} (column_names = case-insensitive): which holds the id is ambiguous"
+
+
+def matching_names(names: Sequence[str], name: str) -> list[str]:
+    """The names (a record's keys, a file's columns) that a case-insensitive field `name` matches."""
+    folded = name.lower()
+    return [each for each in names if each.lower() == folded]
+
+
+def resolve_top(paths: tuple[tuple[str, ...], ...], names: Sequence[str]) -> tuple[tuple[str, ...], ...]:
+    """The paths with their first names spelled as the file's columns spell them (case-insensitive names: resolved
+    once per object against its schema). A field matching no column is kept as it is (missing); one matching
+    several raises IdFieldError naming them."""
+    resolved = []
+    for path in paths:
+        found = matching_names(names, path[0])
+        if len(found) > 1:
+            raise IdFieldError(ambiguous(".".join(path), found))
+        resolved.append((found[0], *path[1:]) if found else path)
+    return tuple(resolved)
+
+
 def id_problem(value: str, what: str) -> str | None:
     """Why an id cannot be stored by every index backend, or None. `what` names where the id came from
     ("id field 'user_id'"); the reason never quotes the id."""
@@ -60,7 +106,7 @@ def parse_paths(id_fields: Sequence[str]) -> tuple[tuple[str, ...], ...]:
     return tuple(tuple(field.split(".")) for field in id_fields)
 
 
-def _add_id(value: Any, field: str, out: list[str]) -> None:
+def _add_id(value: Any, field: str, out: list[str], numbers: bool) -> None:
     if isinstance(value, str):
         if not value:
             raise IdFieldError(f"id field '{field}' is empty")
@@ -72,30 +118,46 @@ def _add_id(value: Any, field: str, out: list[str]) -> None:
         out.append(str(value))
     elif value is None:
         return
+    elif numbers and isinstance(value, (float, Decimal)):
+        if not (value.is_finite() if isinstance(value, Decimal) else math.isfinite(value)):
+            raise IdFieldError(f"id field '{field}' holds a number that is not finite")
+        out.append(repr(value) if isinstance(value, float) else str(value))  # float: its shortest exact spelling
     else:
         raise IdFieldError(f"id field '{field}' holds a {type(value).__name__}, not a string or integer")
 
 
-def _collect(value: Any, path: tuple[str, ...], depth: int, field: str, out: list[str]) -> None:
+def _collect(value: Any, path: tuple[str, ...], depth: int, field: str, out: list[str], rules: IdRules) -> None:
     if type(value) is _Repeated:  # a key the object writes more than once: each of its values, at this same place
         for each in value:
-            _collect(each, path, depth, field, out)
+            _collect(each, path, depth, field, out, rules)
         return
     if depth == len(path):
         if isinstance(value, list):
             for item in value:
-                _add_id(item, field, out)
+                _add_id(item, field, out, rules.numbers)
         else:
-            _add_id(value, field, out)
+            _add_id(value, field, out, rules.numbers)
         return
     if isinstance(value, dict):
-        child = value.get(path[depth])
+        child = _folded_child(value, path[depth], field) if rules.folded else value.get(path[depth])
         if child is not None:
-            _collect(child, path, depth + 1, field, out)
+            _collect(child, path, depth + 1, field, out, rules)
     elif isinstance(value, list):
         # ids inside arrays of objects: "orders.buyer" finds the buyer of every order.
         for item in value:
-            _collect(item, path, depth, field, out)
+            _collect(item, path, depth, field, out, rules)
+
+
+def collect(value: Any, path: tuple[str, ...], field: str, out: list[str], rules: IdRules) -> None:
+    """The values at one id field's path of a record, appended to `out` (as extract_ids reads them)."""
+    _collect(value, path, 0, field, out, rules)
+
+
+def _folded_child(value: dict[str, Any], name: str, field: str) -> Any:
+    found = matching_names(list(value), name)
+    if len(found) > 1:
+        raise IdFieldError(ambiguous(field, found))
+    return value[found[0]] if found else None
 
 
 # -- objects that write a key more than once -------------------------------------------------------------------------
@@ -131,20 +193,33 @@ _ESCAPED_KEY = re.compile(rb'\\u[0-9A-Fa-f]{4}[^"]*"[ \t\r\n]*:')
 PLAIN_FIELD = re.compile(r"[A-Za-z0-9_.-]+")
 
 
-class IdKeys:
-    """The keys of a dataset's id fields as a JSON text writes them, to tell which texts may repeat one."""
+# The two characters outside ASCII that str.lower() turns into ASCII letters (K, the Kelvin sign, and İ): a key
+# holding one may match a field's name case-insensitively without a token's lower-cased bytes showing it.
+_LOWERED_TO_ASCII = (b"\xe2\x84\xaa", b"\xc4\xb0")
 
-    def __init__(self, paths: tuple[tuple[str, ...], ...]) -> None:
+
+class IdKeys:
+    """The keys of a dataset's id fields as a JSON text writes them, to tell which texts may repeat one (names
+    matched case-insensitively, `folded`: which may write one in two spellings, or one spelling twice)."""
+
+    def __init__(self, paths: tuple[tuple[str, ...], ...], folded: bool = False) -> None:
         names = sorted({name for path in paths for name in path})
-        self.tokens = tuple(orjson.dumps(name) for name in names)
+        self.folded = folded
+        self.tokens = tuple(orjson.dumps(name.lower() if folded else name) for name in names)
         self._plain = all(PLAIN_FIELD.fullmatch(name) for name in names)
 
     @classmethod
     @functools.cache
-    def of(cls, paths: tuple[tuple[str, ...], ...]) -> IdKeys:
-        return cls(paths)
+    def of(cls, paths: tuple[tuple[str, ...], ...], folded: bool = False) -> IdKeys:
+        return cls(paths, folded)
+
+    def _seen(self, text: bytes) -> bytes:
+        # Plain names are ASCII: bytes.lower() spells every ASCII case of one as its token does.
+        return text.lower() if self.folded else text
 
     def _escaped_key(self, text: bytes) -> bool:
+        if self.folded and (not self._plain or any(char in text for char in _LOWERED_TO_ASCII)):
+            return True  # a spelling the tokens cannot count: such a text is read exactly
         if b"\\" not in text:  # memchr: most texts hold no backslash at all
             return False
         # Another name could be spelled with any escape: such a text is read exactly.
@@ -152,7 +227,8 @@ class IdKeys:
 
     def may_repeat(self, text: bytes) -> bool:
         """Whether the JSON text may write one of the id fields' keys more than once (at any depth)."""
-        return self._escaped_key(text) or any(text.count(token) > 1 for token in self.tokens)
+        seen = self._seen(text)
+        return self._escaped_key(text) or any(seen.count(token) > 1 for token in self.tokens)
 
     def repeated_among(self, lines: list[bytes], holding: int) -> bool:
         """For the one key of a single top-level id field: whether any of the lines may write it more than once,
@@ -160,7 +236,7 @@ class IdKeys:
         so more occurrences in all than ``holding`` is the only way one could write it twice: one count, no step
         per line."""
         joined = b"\n".join(lines)
-        return self._escaped_key(joined) or joined.count(self.tokens[0]) != holding
+        return self._escaped_key(joined) or self._seen(joined).count(self.tokens[0]) != holding
 
 
 def parse_record(text: bytes, keys: IdKeys) -> Any:
@@ -181,18 +257,22 @@ def plain_ids(values: Sequence[Any]) -> bool:
     return max(map(len, values)) <= SHORT_ID_CHARS and "\x00" not in "".join(values)
 
 
-def extract_ids(record: dict[str, Any], paths: tuple[tuple[str, ...], ...]) -> tuple[str, ...]:
+def extract_ids(record: dict[str, Any], paths: tuple[tuple[str, ...], ...], rules: IdRules = EXACT) -> tuple[str, ...]:
     """All user ids a record names through the dataset's id fields, without duplicates.
 
-    Raises IdFieldError when no id field is present or a field holds something that is not an id.
+    Raises IdFieldError when no id field is present or a field holds something that is not an id (or, names
+    matched case-insensitively, one field names several keys). A dataset with typed fields (`rules.typing`) names
+    its ids in their index forms.
     """
-    if len(paths) == 1 and len(paths[0]) == 1:  # the common case, one top-level field holding a string: no walk
+    if rules.typing is not None:
+        return rules.typing.record_ids(record, rules)
+    if len(paths) == 1 and len(paths[0]) == 1 and not rules.folded:  # the common case: one top-level string, no walk
         value = record.get(paths[0][0])
         if type(value) is str and value and len(value) <= SHORT_ID_CHARS and "\x00" not in value:
             return (value,)
     found: list[str] = []
     for path in paths:
-        _collect(record, path, 0, ".".join(path), found)
+        _collect(record, path, 0, ".".join(path), found, rules)
     if not found:
         names = ", ".join(repr(".".join(p)) for p in paths)
         raise IdFieldError(f"id field {names} missing" if len(paths) == 1 else f"id fields {names} all missing")

@@ -18,8 +18,19 @@ from lakepurge.records.candidates import IdCandidates
 from lakepurge.records.csv_records import one_width_column, read_csv
 from lakepurge.records.formats import read_records
 from lakepurge.records.gc_pause import collector_paused
-from lakepurge.records.ids import IdKeys, Record, Unindexable, parse_paths, plain_ids
-from lakepurge.records.jsonl_records import jsonl_items, single_field
+from lakepurge.records.identifiers import IdentifierKind, record_forms
+from lakepurge.records.ids import (
+    EXACT,
+    IdFieldError,
+    IdKeys,
+    IdRules,
+    Record,
+    Unindexable,
+    parse_paths,
+    plain_ids,
+    resolve_top,
+)
+from lakepurge.records.jsonl_records import jsonl_items, single_field, spelling
 from lakepurge.records.limits import IN_MEMORY_BYTES
 from lakepurge.records.lines import (
     ByteSource,
@@ -41,13 +52,17 @@ def lines_holding(
     inflation: Inflation,
     wanted: Callable[[list[str]], list[bool]],
     none_of: Callable[[Any], bool] | None = None,
+    rules: IdRules = EXACT,
+    kind: IdentifierKind | None = None,
 ) -> list[int]:
     """The lines (records, rows) of an object whose ids include one of the wanted users, as read_records reads
     them. wanted answers for a list of ids at once; none_of, if given, whether none of a list of ids (UTF-8 bytes,
     a list or an Arrow array) is wanted (HashedUsers.none_of: by set operations). For JSON Lines whose id fields
     have plain names, an object (or, past IN_MEMORY_BYTES, a chunk) is first answered in bulk from every id it could
     hold (records.candidates): when none is wanted, no line is parsed. What verifying a freshly rewritten object
-    needs; anything the bulk answer cannot clear is parsed line by line."""
+    needs; anything the bulk answer cannot clear is parsed line by line. rules: as the indexer reads the ids. A
+    typed dataset (`kind`, or typed fields in rules) is read record by record, its ids compared in their index forms:
+    the bulk answers compare ids as read."""
     if none_of is None:
         none_of = functools.partial(_none_of, wanted)
     paths = parse_paths(id_fields)
@@ -55,25 +70,30 @@ def lines_holding(
 
     def from_items(items: Iterable[Record | Unindexable]) -> None:
         records = [item for item in items if type(item) is Record]
+        if kind is not None:
+            records = _in_index_forms(records, kind)
         ids = [user for record in records for user in record.user_ids]
         owned = iter(wanted(ids)) if ids else iter(())
         for record in records:
             if any([next(owned) for _ in record.user_ids]):
                 found.append(record.line)
 
-    if fmt == "csv" and len(id_fields) == 1:
+    if fmt == "csv" and len(id_fields) == 1 and rules.typing is None:  # (typed fields: read_records makes forms)
         try:
             whole, rows = _in_memory(open_decompressed(raw, key, inflation))
-            if whole is not None and _csv_none_wanted(whole, id_fields[0], none_of):
+            if kind is None and whole is not None and _csv_none_wanted(whole, id_fields[0], none_of, rules.folded):
                 return found
-            from_items(read_csv(rows, id_fields, max_bytes))  # type: ignore[arg-type]
+            from_items(read_csv(rows, id_fields, max_bytes, folded=rules.folded))  # type: ignore[arg-type]
         except TruncatedObject as exc:
             raise ValueError(f"the object could not be read to its end: {exc.reason}") from None
         return found
     if fmt != "jsonl":
-        from_items(read_records(raw, key, fmt, id_fields, max_bytes, inflation))
+        from_items(read_records(raw, key, fmt, id_fields, max_bytes, inflation, rules=rules))
         return found
-    candidates = IdCandidates.of(paths)
+    # (names in any case: the bulk answer's tokens are the exact names, so every line is read)
+    # (typed: the records hold values, not the index forms wanted, so every line is read)
+    typed = kind is not None or rules.typing is not None
+    candidates = None if rules.folded or typed else IdCandidates.of(paths)
 
     def none_wanted(data: bytes) -> bool:
         if candidates is None:
@@ -83,10 +103,10 @@ def lines_holding(
             return False
         return none_of(held.plain) and True not in wanted(held.decoded)
 
-    field = single_field(paths)
+    field = single_field(paths) if not typed else None
     get = operator.methodcaller("get", field)
     is_a_value = functools.partial(operator.is_not, None)
-    keys = IdKeys.of(paths)
+    keys = IdKeys.of(paths, rules.folded)
     with collector_paused():
         try:
             source: ByteSource = open_decompressed(raw, key, inflation)
@@ -99,20 +119,23 @@ def lines_holding(
                 if None not in lines and none_wanted(b"\n".join(lines)):  # type: ignore[arg-type]
                     continue
                 if field is None:
-                    from_items(jsonl_items(first, lines, paths, max_bytes))
+                    from_items(jsonl_items(first, lines, paths, max_bytes, rules))
                     continue
                 try:
                     if None in lines:
                         raise TypeError
-                    values = list(map(get, map(orjson.loads, lines)))  # type: ignore[arg-type]
+                    # (names in any case: the chunk's spelling, every other one counted by keys below)
+                    spelled = spelling(lines, field) if rules.folded else field  # type: ignore[arg-type]
+                    chunk_get = operator.methodcaller("get", spelled) if rules.folded else get
+                    values = list(map(chunk_get, map(orjson.loads, lines)))  # type: ignore[arg-type]
                 except (orjson.JSONDecodeError, AttributeError, TypeError):
-                    from_items(jsonl_items(first, lines, paths, max_bytes))
+                    from_items(jsonl_items(first, lines, paths, max_bytes, rules))
                     continue
                 present = list(filter(is_a_value, values))
                 if not present and not keys.repeated_among(lines, 0):  # type: ignore[arg-type]
                     continue  # no line writes the field (placeholders, records without it): no user
                 if not plain_ids(present) or keys.repeated_among(lines, len(present)):  # type: ignore[arg-type]
-                    from_items(jsonl_items(first, lines, paths, max_bytes))
+                    from_items(jsonl_items(first, lines, paths, max_bytes, rules))
                     continue
                 owned = wanted(present)
                 if True in owned:  # rare: only then walk the lines to number them
@@ -121,6 +144,17 @@ def lines_holding(
         except TruncatedObject as exc:
             raise ValueError(f"the object could not be read to its end: {exc.reason}") from None
     return found
+
+
+def _in_index_forms(records: list[Record], kind: IdentifierKind) -> list[Record]:
+    """The records with their ids in index forms; one with an id that has none is unindexable, nobody's."""
+    typed = []
+    for record in records:
+        try:
+            typed.append(Record(record.line, record_forms(record.user_ids, kind, "id field")))
+        except IdFieldError:
+            continue
+    return typed
 
 
 def _none_of(wanted: Callable[[list[str]], list[bool]], user_ids: Any) -> bool:
@@ -143,7 +177,7 @@ def _in_memory(stream: ByteSource) -> tuple[bytes | None, ByteSource]:
     return (head if len(head) <= IN_MEMORY_BYTES else None), _Prefixed(head, stream)
 
 
-def _csv_none_wanted(data: bytes, column_name: str, none_of: Callable[[list[bytes]], bool]) -> bool:
+def _csv_none_wanted(data: bytes, column_name: str, none_of: Callable[[list[bytes]], bool], folded: bool) -> bool:
     """Whether a whole CSV object provably holds none of the wanted users in its one id column, decided in a few
     C calls instead of a csv reader step per line; False when it cannot be told that way (the exact read follows).
 
@@ -156,6 +190,11 @@ def _csv_none_wanted(data: bytes, column_name: str, none_of: Callable[[list[byte
     if rows < 2:
         return False
     header = data[: data.find(b"\n")].decode("utf-8", "surrogateescape").split(",")
+    if folded:  # the header's one spelling of the column (two: the exact read says the object is unindexable)
+        try:
+            column_name = resolve_top(((column_name,),), header)[0][0]
+        except IdFieldError:
+            return False
     if column_name not in header:
         return False
     found = one_width_column(data, rows, header.index(column_name))

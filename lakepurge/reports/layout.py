@@ -349,15 +349,27 @@ class CertificateDocument(Document):
     # copies checked, the legal statement; and which datasets each method erased. Absent without a protected dataset.
     crypto_shred: dict[str, Any] | None = None
     erasure_methods: dict[str, list[str]] | None = None
+    # Typed datasets the request named no id of the kind of ({dataset, kind}: reports.report.not_searched), as approved
+    not_searched: list[dict[str, str]] = []
+    # A typed request's resolution (lakepurge.indexing.resolution.certified): identifiers erased per kind, as keyed
+    # hashes, and the links they were found by. Absent for a request that was not resolved.
+    identifiers: dict[str, Any] | None = None
+    # [[exemptions]] as the report stated them (lakepurge.reports.kept): each dataset kept, with its basis, until when
+    # and what the index found there (counts), or that its exemption ended. Absent when none is configured.
+    exemptions: list[dict[str, Any]] | None = None
     totals: CertificateTotals
     verification: CertificateVerification
 
     def to_json(self) -> dict[str, Any]:
         """A certificate without crypto-shred datasets is written as it always was (no null fields for them)."""
         document = self.model_dump(mode="json")
-        for name in ("crypto_shred", "erasure_methods"):
+        for name in ("crypto_shred", "erasure_methods", "exemptions"):
             if document[name] is None:
                 del document[name]
+        if not document["not_searched"]:  # nor, without typed datasets left unsearched, for those
+            del document["not_searched"]
+        if document["identifiers"] is None:
+            del document["identifiers"]
         return document
 
 
@@ -421,6 +433,8 @@ class ExportDocument(Document):
     coverage_gaps: list[str]  # datasets the index did not fully cover: their records may be missing
     archive_version_id: str | None = None  # the archive's S3 version (a versioned bucket); the others were deleted
     archive_expires_at: str | None = None  # when the archive is deleted ([workflow] export_retention_days)
+    # a typed request's resolution (lakepurge.indexing.resolution.Expansion.to_report): keyed hashes, kinds, links
+    identifiers: dict[str, Any] | None = None
 
 
 # -- reading and writing ----------------------------------------------------------------------------------------------

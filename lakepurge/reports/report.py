@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from lakepurge.core.config import DatasetConfig, Settings
+from lakepurge.core.config_identity import dataset_kinds
 from lakepurge.core.logs import get_logger, object_ref
 from lakepurge.core.privacy import OBJECT_REFERENCE, HashedUsers, Pseudonymizer, object_reference
 from lakepurge.core.s3io import ever_versioned, list_noncurrent, list_objects, sidecar_subjects
@@ -26,7 +27,10 @@ from lakepurge.index import relational_dsn
 from lakepurge.index.base import WHOLE_OBJECT, IndexStore
 from lakepurge.indexing import unindexable
 from lakepurge.indexing.coverage import DatasetCoverage, assess
+from lakepurge.indexing.resolution import expands, resolve
 from lakepurge.protection.shred import ShredPlan, plan_shred
+from lakepurge.records.identifiers import typed_kinds
+from lakepurge.reports import kept
 from lakepurge.tables.plan import TablePlan, plan_table
 
 if TYPE_CHECKING:
@@ -108,6 +112,19 @@ class Report:
     tables: tuple[TablePlan, ...] = ()
     # Crypto-shred datasets (lakepurge.protection.shred): the persons' keys the purge destroys, what keeps ciphertext.
     shred: ShredPlan | None = None
+    # Typed datasets the request names no id of the kind of ({dataset, kind}): not searched, and so stated.
+    not_searched: tuple[dict[str, str], ...] = ()
+    # A typed request's resolution (lakepurge.indexing.resolution.Expansion.to_report): the identifiers found per kind
+    # and link, as keyed hashes, and the request's own ("requested"); user_hashes holds them all. {}: not resolved.
+    identifiers: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def requested_hashes(self) -> tuple[str, ...]:
+        """The keyed hashes of the ids the request named (user_hashes adds those its resolution found)."""
+        return tuple(self.identifiers.get("requested", self.user_hashes))
+
+    # [[exemptions]] as the report found them (lakepurge.reports.kept): what is kept and why, or that one has ended.
+    exemptions: tuple[dict[str, Any], ...] = ()
 
     @property
     def lines(self) -> int:
@@ -117,8 +134,11 @@ class Report:
     def empty(self) -> bool:
         tables_empty = all(t.empty for t in self.tables)
         shred_empty = self.shred is None or not self.shred.persons
+        # Records kept under an exemption are not "nothing found": the approver approves keeping them, and the
+        # certificate states them (the workflow would otherwise end NOTHING_FOUND, telling the person no data exists).
         return (
-            not self.objects
+            not kept.keeps_anything(self.exemptions)
+            and not self.objects
             and not self.versions
             and not any(t.rows for t in self.relational)
             and tables_empty
@@ -134,7 +154,9 @@ class Report:
     @property
     def gaps(self) -> list[DatasetCoverage]:
         """The datasets whose coverage is not complete: while there is any, the request cannot be certified."""
-        gaps = [DatasetCoverage(**c) for c in self.coverage if not c["complete"]]
+        # A kept dataset is not erased, so its coverage (stated with it) cannot leave anything of this erasure behind.
+        kept_datasets = kept.kept_datasets(self.exemptions)
+        gaps = [DatasetCoverage(**c) for c in self.coverage if not c["complete"] and c["dataset"] not in kept_datasets]
         if self.version < UNINDEXABLE_CHECKED:
             gaps.append(
                 DatasetCoverage(
@@ -169,13 +191,15 @@ class Report:
         document["unindexable"] = tuple(document.get("unindexable", ()))
         document["tables"] = tuple(TablePlan.from_json(t) for t in document.get("tables", ()))
         document["shred"] = ShredPlan.from_json(document["shred"]) if document.get("shred") else None
+        document["not_searched"] = tuple(document.get("not_searched", ()))
+        document["exemptions"] = tuple(document.get("exemptions", ()))
         return cls(**document)
 
     def summary(self) -> dict[str, Any]:
         """What an approver sees: counts per dataset and table, never an id."""
         return {
             "request_id": self.request_id,
-            "users_requested": len(self.user_hashes),
+            "users_requested": len(self.requested_hashes),
             "users_found": self.users_found,
             "objects": len(self.objects),
             "lines": self.lines,
@@ -187,7 +211,41 @@ class Report:
             "unindexable": unindexable.summary(self.unindexable),
             **({"tables": {t.dataset: t.summary() for t in self.tables}} if self.tables else {}),
             **({"crypto_shred": self.shred.summary(self.rewritten_datasets)} if self.shred else {}),
+            **(
+                {"not_searched": {n["dataset"]: NOT_SEARCHED.format(**n) for n in self.not_searched}}
+                if self.not_searched
+                else {}
+            ),
+            **({"identifiers": identifiers_summary(self.identifiers)} if self.identifiers else {}),
+            **({"exemptions": list(self.exemptions)} if self.exemptions else {}),
         }
+
+
+def identifiers_summary(identifiers: dict[str, Any]) -> dict[str, Any]:
+    """A resolution as the approver sees it: identifiers per kind and per link, counts only (no value, no hash)."""
+    return {
+        "kinds": identifiers["kinds"],
+        "links": identifiers["links"],
+        "not_expanded": len(identifiers["not_expanded"]),
+        "beyond_depth": identifiers["beyond_depth"],
+        "max_depth": identifiers["max_depth"],
+    }
+
+
+NOT_SEARCHED = "not searched: the request names no {kind}"
+
+
+def not_searched(settings: Settings, users: list[str]) -> tuple[dict[str, str], ...]:
+    """The typed datasets a request (after its resolution) names no id of any kind of: no untyped id matches a
+    typed dataset, so nothing of the person's there is found. Stated per dataset (the report, the approval page,
+    the certificate), so that the gap is approved, never silent."""
+    named = set(typed_kinds(users))
+    gaps = []
+    for dataset in settings.datasets:
+        kinds = dataset_kinds(dataset)
+        if kinds and named.isdisjoint(kinds):
+            gaps.append({"dataset": dataset.name, "kind": " or ".join(kinds)})
+    return tuple(gaps)
 
 
 def sha256(data: bytes) -> str:
@@ -234,10 +292,19 @@ def build_report(
     force: bool = False,
     dead_letters: int = 0,
     s3: S3Client | None = None,
+    no_expand: Sequence[str] = (),
+    keeping: bool = True,
 ) -> Report:
     """Look the users up and plan the erasure, refusing one that breaks a safety limit unless forced. The report
     states every dataset's coverage and unindexable lines, read for the users (s3: the client that reads them; the
-    process's when None); whether an incomplete dataset stops the request is the caller's decision."""
+    process's when None); whether an incomplete dataset stops the request is the caller's decision. A typed request
+    is first resolved to every identifier of the person (lakepurge.indexing.resolution; no_expand: index forms not
+    followed), ExpansionRefused when a guard stops it, even forced. keeping: the [[exemptions]] apply (an access
+    request's report keeps nothing back: Art. 15 covers kept records too)."""
+    requested = users
+    expansion = resolve(store, settings, users, no_expand, pseudonymizer) if expands(settings, users) else None
+    if expansion is not None:
+        users = expansion.forms
     sentinel_problems = check_sentinels(settings, users)
     if sentinel_problems and not force:
         raise SafetyLimitExceeded("; ".join(sentinel_problems))
@@ -247,13 +314,21 @@ def build_report(
         store, settings, users, coverage, problems, lambda path, d: stored_name(path, d, pseudonymizer), s3
     )
     hits = store.lookup_objects(users)
+    noncurrent = store.noncurrent_of(users)
+    created = datetime.now(UTC)
+    exemptions = (
+        kept.statements(settings, created.date(), hits.objects, noncurrent, (c.to_dict() for c in coverage))
+        if keeping
+        else ()
+    )
+    kept_datasets = kept.kept_datasets(exemptions)
     objects = []
     for s3path in sorted(hits.objects):
         hit = hits.objects[s3path]
         uri = S3Uri.parse(s3path)
         dataset = settings.dataset_for(uri.bucket, uri.key)
-        if dataset is None or dataset.is_table:
-            continue  # indexed under a dataset since removed from the configuration; a table's files: planned below
+        if dataset is None or dataset.is_table or dataset.name in kept_datasets:
+            continue  # removed from the configuration since indexed; a table's files: planned below; kept: stated
         objects.append(
             ReportObject(
                 s3path=stored_name(s3path, dataset, pseudonymizer),
@@ -264,19 +339,19 @@ def build_report(
                 lines=hit.lines,
             )
         )
-    relational = count_relational(settings, users) if settings.relational else ()
+    relational = count_relational(settings, requested) if settings.relational else ()
     tables = plan_tables(store, settings, users, pseudonymizer)
     datasets = _check_limits(store, settings, objects + table_objects(tables), relational, force)
     versions = []
-    for s3path, version_ids in sorted(store.noncurrent_of(users).items()):
+    for s3path, version_ids in sorted(noncurrent.items()):
         uri = S3Uri.parse(s3path)
         dataset = settings.dataset_for(uri.bucket, uri.key)
-        if dataset is not None and version_ids and not dataset.is_table:
+        if dataset is not None and version_ids and not dataset.is_table and dataset.name not in kept_datasets:
             name = stored_name(s3path, dataset, pseudonymizer)
             versions.append(ReportVersions(name, dataset.name, tuple(sorted(version_ids))))
     return Report(
         request_id=request_id,
-        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        created_at=created.isoformat(timespec="seconds"),
         user_hashes=tuple(pseudonymizer.many(users)),
         users_found=hits.users_found,
         objects=tuple(objects),
@@ -288,6 +363,11 @@ def build_report(
         unindexable=tuple(statement.to_dict() for statement in lines),
         tables=tables,
         shred=plan_shred(store, settings, users),
+        not_searched=not_searched(settings, users),
+        identifiers=(
+            expansion.to_report(pseudonymizer) | {"requested": pseudonymizer.many(requested)} if expansion else {}
+        ),
+        exemptions=exemptions,
     )
 
 

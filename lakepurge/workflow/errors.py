@@ -15,6 +15,8 @@ from botocore.exceptions import ClientError, ConnectionError, EndpointConnection
 from urllib3.exceptions import ProtocolError
 
 from lakepurge.core.logs import get_logger
+from lakepurge.indexing.resolution import ExpansionRefused
+from lakepurge.reports.kept import ExemptionsChanged
 from lakepurge.reports.report import ReportTampered, SafetyLimitExceeded
 from lakepurge.workflow.approval import ApprovalRefused
 from lakepurge.workflow.steps import NotApproved
@@ -30,6 +32,8 @@ SAFE_ERRORS = (
     RequestConflict,
     ApprovalRefused,
     RequestRefused,
+    ExpansionRefused,  # kinds, counts, links and a keyed hash: no personal data
+    ExemptionsChanged,  # names datasets only
 )
 _TRANSIENT_CODES = {
     "Throttling",

@@ -5,8 +5,9 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from lakepurge.indexing import unindexable
+from lakepurge.indexing import resolution, unindexable
 from lakepurge.protection import shred
+from lakepurge.reports import kept
 from lakepurge.workflow.approval import ApprovalLink, PendingApproval
 from lakepurge.workflow.store import ErasureRequest
 
@@ -20,6 +21,8 @@ def _plan_lines(summary: dict[str, Any], kind: str = "erasure") -> list[str]:
     ]
     for name, counts in sorted(summary["datasets"].items()):
         lines.append(f"  dataset {name}: {counts['records']} record(s) in {counts['objects']} object(s)")
+    for name, why in sorted(summary.get("not_searched", {}).items()):
+        lines.append(f"  dataset {name}: {why}")  # a gap the approver approves, never a silent one
     totals = summary.get("relational_totals", {})
     for name, rows in sorted(summary["relational_rows"].items()):
         total = totals.get(name)
@@ -34,7 +37,8 @@ def _plan_lines(summary: dict[str, Any], kind: str = "erasure") -> list[str]:
         if not access:  # what the erasure does to the table's history, before anyone approves
             lines.append(f"    {table['time_travel']}")
     shredded = [] if access else shred.plan_lines(summary.get("crypto_shred"))
-    return lines + unindexable.plan_lines(summary.get("unindexable", {})) + shredded
+    identifiers = resolution.plan_lines(summary.get("identifiers"))
+    return lines + unindexable.plan_lines(summary.get("unindexable", {})) + shredded + identifiers
 
 
 def approval_email(
@@ -64,6 +68,11 @@ def approval_email(
             f" {request.deadline} ({request.days_left()} days left).",
             "",
             *_plan_lines(summary, request.kind),
+            *(
+                ["Exemptions from erasure:", *kept.plan_lines(summary["exemptions"])]
+                if summary.get("exemptions")
+                else []
+            ),
             "",
             *scope,
             "Review the report and approve or reject it here (the link is yours alone and works once):",
@@ -114,7 +123,7 @@ def confirmation_page(view: PendingApproval, approver_index: str, secret: str, a
     body = (
         f"<p>Request <b>{escape(view.request.request_id)}</b>, received {escape(view.request.received_at)}; "
         f"legal deadline <b>{escape(view.request.deadline)}</b> ({view.request.days_left()} days left).</p>"
-        f"<ul>{items}</ul>{_unindexable_objects(view)}"
+        f"<ul>{items}</ul>{_unindexable_objects(view)}{_kept_datasets(view)}"
         f"<p class='note'>Report SHA-256 <code>{escape(view.report_sha256)}</code>: {effect}. "
         f"Signed in as {escape(view.approver)}; this link expires at {escape(view.expires_at)}.</p>"
         f"{forms}"
@@ -142,6 +151,15 @@ def _unindexable_objects(view: PendingApproval) -> str:
         "<p class='note'>Unindexable lines (lakepurge cannot locate their records and does not erase them; each was"
         f" read for the requested users' ids):</p><ul id='unindexable'>{''.join(rows)}</ul>"
     )
+
+
+def _kept_datasets(view: PendingApproval) -> str:
+    """The datasets this erasure keeps ([[exemptions]]) and why, or whose exemption has ended, as their own section:
+    the approver approves keeping them as much as erasing the rest."""
+    rows = "".join(f"<li>{escape(line.strip())}</li>" for line in kept.plan_lines(view.report.exemptions))
+    if not rows:
+        return ""
+    return f"<h2>Exemptions from erasure</h2><ul id='kept'>{rows}</ul>"
 
 
 def decided_page(record: dict[str, Any], kind: str = "erasure", repeated: bool = False) -> str:

@@ -27,7 +27,7 @@ from lakepurge.indexing.returning import record_erasure
 from lakepurge.purge.engine import verify_object
 from lakepurge.purge.job import purge_relational, recorded_outcomes
 from lakepurge.purge.launch import JobState, PurgeJobSpec, inline_fits, launcher_for, run_inline
-from lakepurge.reports import layout
+from lakepurge.reports import kept, layout
 from lakepurge.reports.report import OBJECT_REFERENCE, Report, ReportTampered, build_report, resolve_references
 from lakepurge.workflow.approval import open_approval
 from lakepurge.workflow.events import (
@@ -89,7 +89,14 @@ def generate_report(
         queue_url = settings.indexing.dead_letter_queue_url
         dead_letters = dead_letter_count(clients.sqs or aws.client("sqs"), queue_url) if queue_url else 0
         report = build_report(
-            index, settings, users, request_id, pseudonymizer, dead_letters=dead_letters, s3=clients.s3
+            index,
+            settings,
+            users,
+            request_id,
+            pseudonymizer,
+            dead_letters=dead_letters,
+            s3=clients.s3,
+            keeping=request.kind != "access",  # an access export includes the kept datasets
         )
         uri, digest = layout.write_report(clients.s3, settings, report)
     summary = report.summary()
@@ -174,6 +181,8 @@ def start_purge(
         raise ReportTampered(f"request {request_id}: the approved report hash is not the generated one")
     # The one read of the report in this step (raises ReportTampered); the inline purge is handed it.
     planned, _ = layout.load_report(clients.s3, report.uri, decision.report_sha256)
+    # Exemptions changed since the approval (a legal hold placed, one ended) stop it before relational rows go.
+    kept.check_unchanged(settings, planned.rewritten_datasets, planned.exemptions, datetime.now(UTC).date())
     claimed, claim = requests.claim_purge_start(request_id, seconds_left)
     if not claimed:
         log.info("the purge was started by another delivery of this Task", extra={"request_id": request_id})

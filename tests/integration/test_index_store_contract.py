@@ -12,6 +12,7 @@ import pytest
 
 from lakepurge.index.base import (
     WHOLE_OBJECT,
+    Beside,
     Coverage,
     DatasetProblems,
     IndexStatus,
@@ -779,3 +780,22 @@ def test_given_an_object_with_unindexable_lines_when_a_purge_rewrites_it_then_it
     assert store.apply_erasure(A, '"a1"', NewVersion('"a2"', None, T0 + timedelta(seconds=1)), [0])
     assert store.problems() == {"events": DatasetProblems("events", 1, 1, 0, 0)}
     assert [(o.etag, o.lines) for o in store.problem_objects("events", limit=5)] == [('"a2"', tuple(bad))]
+
+
+def test_given_records_holding_two_ids_when_asking_ids_beside_then_each_names_the_others_until_its_line_is_erased(
+    store,
+):
+    # line 0 of A: an order with alice's email and customer id; line 1: her device; line 2: bob's order. B repeats
+    # the customer id (one answer per dataset); C is a whole object of two owners, no record.
+    store.replace_objects(
+        [
+            version(A, '"a1"', T0, {"alice": [0, 1], "c42": [0], "dev9": [1], "bob": [2], "c7": [2]}),
+            version(B, '"b1"', T0, {"alice": [3], "c42": [3]}),
+            version(C, '"c1"', T0, {"alice": [WHOLE_OBJECT], "carol": [WHOLE_OBJECT]}),
+        ]
+    )
+    assert store.ids_beside(["alice"]) == [Beside("alice", "c42", "events"), Beside("alice", "dev9", "events")]
+    assert store.ids_beside(["alice", "bob", "nobody"])[-1] == Beside("bob", "c7", "events")
+    assert store.ids_beside([]) == []
+    assert store.apply_erasure(A, '"a1"', NewVersion('"a2"', None, T0 + timedelta(hours=1)), [1])
+    assert store.ids_beside(["alice"]) == [Beside("alice", "c42", "events")]  # the device's record is gone

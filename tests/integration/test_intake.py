@@ -73,3 +73,56 @@ def test_given_a_sender_stating_when_it_received_the_request_when_filed_then_the
     assert before + timedelta(days=30) <= datetime.fromisoformat(filed["deadline"]) <= after + timedelta(days=30)
     assert request.deadline == filed["deadline"]
     assert request.stated_received_at == stated.isoformat()  # kept, as information only
+
+
+def test_given_an_event_naming_a_typed_email_when_filed_then_its_index_form_is_sealed_and_never_in_the_sfn_input(
+    intake: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    from lakepurge.records.identifiers import request_form
+
+    monkeypatch.setenv(
+        runtime.TOML_VARIABLE,
+        os.environ[runtime.TOML_VARIABLE] + '\n[identifiers.email]\nnormalise = ["trim", "casefold"]\n',
+    )
+    runtime.reset()
+    event = copy.deepcopy(load("eventbridge_deletion_requested.json"))
+    event["detail"]["user_ids"] = ["u-1"]
+    event["detail"]["ids"] = [{"kind": "email", "value": " Wanda@Example.COM "}]
+
+    filed = intake.handler(event, LambdaContext())
+
+    settings = runtime.settings()
+    store = RequestStore(settings, aws_client("s3"), aws_client("kms"))
+    request = store.get(filed["request_id"])
+    wanda = request_form("email=wanda@example.com", settings.identifier_kinds)
+    assert sorted(store.open(request)[0]) == sorted(["u-1", wanda])  # sealed with the untyped id, normalised
+    stored = aws_client("s3").list_objects_v2(Bucket="intake-reports")["Contents"]
+    for item in stored:
+        body = aws_client("s3").get_object(Bucket="intake-reports", Key=item["Key"])["Body"].read()
+        assert b"wanda" not in body.lower()  # sealed: never in clear where the request is kept
+    execution = aws_client("stepfunctions").describe_execution(executionArn=filed["execution_arn"])
+    assert orjson.loads(execution["input"]) == {"request_id": filed["request_id"]}
+
+
+def test_given_a_typed_id_on_the_command_line_when_a_request_is_filed_then_it_is_sealed_as_its_index_form(
+    intake: Any, tmp_path: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    from lakepurge.cli import main
+    from lakepurge.records.identifiers import request_form
+
+    config = tmp_path / "lakepurge.toml"
+    config.write_text(os.environ[runtime.TOML_VARIABLE] + '\n[identifiers.email]\nnormalise = ["trim", "casefold"]\n')
+    args = ["request", "u-1", "--id", "email= Wanda@Example.COM", "--request-id", "req-cli-typed", "--config"]
+
+    assert main([*args, str(config), "--json"]) == 0, capsys.readouterr().err
+
+    monkeypatch.setenv(runtime.TOML_VARIABLE, config.read_text())
+    runtime.reset()
+    settings = runtime.settings()
+    store = RequestStore(settings, aws_client("s3"), aws_client("kms"))
+    wanda = request_form("email=wanda@example.com", settings.identifier_kinds)
+    assert sorted(store.open(store.get("req-cli-typed"))[0]) == sorted(["u-1", wanda])

@@ -68,3 +68,15 @@ def test_given_an_id_longer_than_the_limit_when_the_intake_runs_then_it_refuses_
 
     with pytest.raises(RequestRefused, match=r"user id #2 is 66 bytes, longer than workflow\.max_user_id_bytes \(64\)"):
         intake.handler(_event(["alice@example.com", long_id]), LambdaContext())
+
+
+def test_given_a_typed_id_of_a_kind_not_configured_when_the_intake_runs_then_it_refuses_naming_the_kind(
+    intake: Any,
+) -> None:
+    event = _event([])
+    event["detail"]["ids"] = [{"kind": "email", "value": "wanda@example.com"}]
+
+    with pytest.raises(RequestRefused, match=r"typed id #1: identifier kind 'email' is not configured") as refused:
+        intake.handler(event, LambdaContext())
+
+    assert "wanda" not in str(refused.value)
