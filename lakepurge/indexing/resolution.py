@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakepurge.core.logs import get_logger
 from lakepurge.core.privacy import Pseudonymizer
-from lakepurge.records.identifiers import IdentifierKind, kind_of
+from lakepurge.records.identifiers import NORMALISATIONS, IdentifierKind, kind_of
 from lakepurge.records.ids import IdFieldError
 
 if TYPE_CHECKING:
@@ -47,7 +47,12 @@ _SQL_NORMALISATION = {
     "lower": "lower({})",
     "digits": "regexp_replace({}, '[^0-9]', '', 'g')",
     "nfkc": "normalize({}, NFKC)",
+    # a number's canonical decimal (trim_scale: no trailing zeros); what is no number there is no id (NULL). The
+    # exponent is bounded so that no cell makes the cast fail: such a cell is no id in Python either.
+    "number": "CASE WHEN {0} ~ '^[+-]?([0-9]+([.][0-9]*)?|[.][0-9]+)([eE][+-]?[0-9]{{1,4}})?$'"
+    " THEN trim_scale({0}::numeric)::text END",
 }
+assert set(_SQL_NORMALISATION) == set(NORMALISATIONS)  # a kind's link table is read with every normalisation
 
 
 class ExpansionRefused(Exception):
@@ -215,7 +220,7 @@ def _linked(
     """Per frontier form: every typed id linked to it, with the (first, by name) link it came by."""
     linked: dict[str, dict[str, str]] = defaultdict(dict)
     for beside in store.ids_beside(frontier):
-        if kind_of(beside.other) in kinds:
+        if kind_of(beside.other) in settings.identifiers:  # composite kinds too: a name and birth date beside her email
             via = f"records of {beside.dataset}"
             held = linked[beside.form].get(beside.other)
             linked[beside.form][beside.other] = via if held is None else min(held, via)

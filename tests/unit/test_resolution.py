@@ -218,3 +218,22 @@ def test_given_a_refused_resolution_in_a_workflow_task_when_it_fails_then_its_me
     with pytest.raises(ExpansionRefused, match="linked to 2 distinct customer_id through records of orders") as refused:
         generate_report()
     assert "test@" not in str(refused.value) and "C-42" not in str(refused.value)
+
+
+def test_given_an_order_holding_an_email_and_a_name_with_birth_date_when_the_email_is_resolved_then_both_are_found():
+    from lakepurge.records.id_typing import CompositeKind
+
+    composite = '[identifiers.name_dob]\nparts = { first_name = ["casefold"], birth_date = [] }\n'
+    configured = settings(composite)
+    name_dob = CompositeKind("name_dob", (("first_name", ("casefold",)), ("birth_date", ()))).form(
+        ["Alice", "1852-05-04"], "test"
+    )
+    index = MemoryIndexStore()
+    index.replace_objects([obj("s3://lake/orders/a.csv", {ALICE: [0], name_dob: [0]})])
+
+    expansion = resolve(index, configured, [ALICE])
+
+    assert [(i.form, i.via, i.depth) for i in expansion.identifiers] == [
+        (ALICE, "request", 0),
+        (name_dob, "records of orders", 1),
+    ]
