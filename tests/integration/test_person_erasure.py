@@ -99,7 +99,7 @@ SIGNUPS = (
     b'{"email":"carol@example.org","plan":"pro"}\n'
 )
 SIGNUPS_BEFORE = b'{"email":"bob@example.com","plan":"trial"}\n{"email":"Alice@example.com","plan":"trial"}\n'
-PURCHASES = b"customer,total\n73004217,10\n51000007,11\n73009931,12\n"
+PURCHASES = b"customer,total\n73004217,10\n51000007,11\n73009931.0,12\n"  # 73009931.0: the CRM's 73009931
 ACCOUNTS = [
     {"customer_id": 51000007, "city": "Leeds"},
     {"customer_id": 73004217, "city": "Oxford"},
@@ -191,9 +191,13 @@ def raw_in(text: str) -> list[str]:
 
 
 def test_given_only_her_email_when_alice_is_exported_purged_and_verified_then_every_identifier_of_hers_goes_everywhere(
-    person_lake: Any, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+    person_lake: Any,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     s3, config = person_lake
+    monkeypatch.setenv("POWERTOOLS_LOG_LEVEL", "DEBUG")  # the command line logs at WARNING unless asked: every log
     before = every_version_bytes("lake", "")
     current = {key: s3.get_object(Bucket="lake", Key=key)["Body"].read() for key, _ in before}
     printed: list[str] = []
@@ -273,6 +277,7 @@ def test_given_only_her_email_when_alice_is_exported_purged_and_verified_then_ev
 
     # no raw identifier of hers in the logs, the output, the reports or the certificate
     logged = "\n".join(json.dumps(record.__dict__, default=str) for record in caplog.records)
+    assert "request resolved" in logged  # the logs of every step were captured
     written = b"\n".join(
         s3.get_object(Bucket="reports", Key=item["Key"])["Body"].read()
         for item in s3.list_objects_v2(Bucket="reports").get("Contents", [])
