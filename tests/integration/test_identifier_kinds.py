@@ -208,7 +208,7 @@ def typed_purge_lake(index_backend, tmp_path, monkeypatch):
 
 
 def test_given_a_typed_email_when_exported_purged_and_verified_then_exactly_her_records_go_everywhere_typed_email(
-    typed_purge_lake, capsys, caplog
+    typed_purge_lake, capsys, caplog, monkeypatch
 ):
     import logging
 
@@ -216,6 +216,7 @@ def test_given_a_typed_email_when_exported_purged_and_verified_then_exactly_her_
     from tests.support.exports import kms_key, open_archive
 
     s3, config = typed_purge_lake
+    monkeypatch.setenv("POWERTOOLS_LOG_LEVEL", "DEBUG")  # the command line logs at WARNING unless asked: every log
 
     def body(key: str) -> bytes:
         return s3.get_object(Bucket="lake", Key=key)["Body"].read()
@@ -263,6 +264,7 @@ def test_given_a_typed_email_when_exported_purged_and_verified_then_exactly_her_
         assert [place["object"] for place in verified["remaining"]] == ["s3://lake/signups/planted.jsonl"]
 
     logged = "\n".join(str(record.__dict__) for record in caplog.records).casefold()
+    assert "request resolved" in logged  # the commands' logs were captured
     written = b"".join(
         s3.get_object(Bucket="reports", Key=item["Key"])["Body"].read()
         for item in s3.list_objects_v2(Bucket="reports").get("Contents", [])
