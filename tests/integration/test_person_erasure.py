@@ -299,3 +299,7 @@ def test_given_a_shared_email_linked_to_500_customers_when_purged_by_it_then_the
     assert every_version_bytes("lake", "") == before
     code, refused = cli(capsys, "verify", "--id", "email=test@example.com", "--config", config)
     assert code == 3 and "500 distinct customer_id" in refused["reason"], refused  # whose records: not one person's
+    export = ["export", "--id", "email=test@example.com", "--to", "s3://exports/x/", "--kms-key", kms_key()]
+    code, refused = cli(capsys, *export, "--config", config)
+    assert code == 3 and "500 distinct customer_id" in refused["error"], refused
+    assert "Contents" not in aws.client("s3").list_objects_v2(Bucket="exports")  # nothing exported
