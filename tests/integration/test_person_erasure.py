@@ -303,3 +303,26 @@ def test_given_a_shared_email_linked_to_500_customers_when_purged_by_it_then_the
     code, refused = cli(capsys, *export, "--config", config)
     assert code == 3 and "500 distinct customer_id" in refused["error"], refused
     assert "Contents" not in aws.client("s3").list_objects_v2(Bucket="exports")  # nothing exported
+
+
+def test_given_a_composite_parts_normalisation_changed_when_purged_then_its_datasets_are_not_covered_until_reindexed(
+    person_lake: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, config = person_lake
+    before = every_version_bytes("lake", "")
+    text = Path(config).read_text()
+    changed = text.replace('last_name = ["trim", "casefold"]', 'last_name = ["trim"]')
+    assert changed != text
+    Path(config).write_text(changed)
+
+    code, refused = cli(capsys, "purge", "--id", f"email={ALICE}", "--yes", "--config", config)
+
+    # the datasets holding the composite (people; orders through id_composites) were indexed with other forms
+    assert code != 0 and refused["status"] == "INDEX_INCOMPLETE", refused
+    assert {gap["dataset"] for gap in refused["datasets"]} == {"people", "orders"}
+    assert all("indexed with other identifier forms" in gap["reason"] for gap in refused["datasets"])
+    assert every_version_bytes("lake", "") == before  # nothing erased
+    for dataset in ("people", "orders"):
+        assert cli(capsys, "index", "backfill", "--force", "--dataset", dataset, "--config", config)[0] == 0
+    code, purged = cli(capsys, "purge", "--id", f"email={ALICE}", "--yes", "--config", config)
+    assert code == 0 and purged["verified"] is True, purged
