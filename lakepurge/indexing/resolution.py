@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from lakepurge.core.logs import get_logger
 from lakepurge.core.privacy import Pseudonymizer
-from lakepurge.records.identifiers import NORMALISATIONS, IdentifierKind, kind_of
+from lakepurge.records.id_typing import TRANSFORMS
+from lakepurge.records.identifiers import KIND_MARKER, NORMALISATIONS, IdentifierKind, kind_of
 from lakepurge.records.ids import IdFieldError
 
 if TYPE_CHECKING:
@@ -71,9 +72,12 @@ class Identifier:
 
     @property
     def kind(self) -> str:
+        """Its kind as counted and certified: the kind, or the transform of it a dataset holds (sha256_hex(email)),
+        so that her email and its digest, which the request names together, are not counted as two emails."""
         kind = kind_of(self.form)
         assert kind is not None
-        return kind
+        transform, marker, _ = self.form[len(kind) + 2 :].partition(KIND_MARKER)
+        return f"{transform}({kind})" if marker and transform in TRANSFORMS else kind
 
 
 @dataclass(frozen=True)

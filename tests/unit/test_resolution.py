@@ -237,3 +237,10 @@ def test_given_an_order_holding_an_email_and_a_name_with_birth_date_when_the_ema
         (ALICE, "request", 0),
         (name_dob, "records of orders", 1),
     ]
+
+
+def test_given_a_request_for_an_email_and_its_digest_when_counted_then_the_digest_is_its_own_line_not_a_second_email():
+    digest = "\x1femail\x1fsha256_hex\x1f" + "0" * 64  # as typed_request_forms makes it for a hashed column
+    expansion = resolve(MemoryIndexStore(), settings(), [ALICE, digest])
+    assert expansion.kinds() == {"email": 1, "sha256_hex(email)": 1}
+    assert expansion.by_link() == {"request": {"email": 1, "sha256_hex(email)": 1}}
