@@ -327,3 +327,24 @@ def test_given_a_composite_parts_normalisation_changed_when_purged_then_its_data
         assert cli(capsys, "index", "backfill", "--force", "--dataset", dataset, "--config", config)[0] == 0
     code, purged = cli(capsys, "purge", "--id", f"email={ALICE}", "--yes", "--config", config)
     assert code == 0 and purged["verified"] is True, purged
+
+
+def test_given_her_email_when_a_dry_run_is_reviewed_and_its_command_pasted_then_that_expansion_is_what_is_erased(
+    person_lake: Any, pg_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shlex
+
+    s3, config = person_lake
+    code, plan = cli(capsys, "purge", "--id", f"email={ALICE}", "--config", config)
+    assert code == 0 and plan["plan"]["identifiers"]["kinds"]["name_dob"] == 1, plan
+    assert raw_in(plan["execute"]) == []
+    # the CRM links her email to one more customer after the review: the approved expansion is what is erased
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO crm_accounts VALUES ('alice@example.com', '51000007')")
+
+    code, purged = cli(capsys, *shlex.split(plan["execute"])[1:])
+
+    assert code == 0 and purged["verified"] is True, purged
+    assert purged["request_id"] == plan["request_id"]
+    purchases = s3.get_object(Bucket="lake", Key="purchases/a.csv")["Body"].read()
+    assert purchases == without_her("purchases/a.csv", PURCHASES)  # the customer linked since is not erased
