@@ -24,9 +24,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from lakepurge.core.config_identity import held_transforms
 from lakepurge.core.logs import get_logger
 from lakepurge.core.privacy import Pseudonymizer
-from lakepurge.records.id_typing import TRANSFORMS
+from lakepurge.records.id_typing import TRANSFORMS, digest_forms
 from lakepurge.records.identifiers import KIND_MARKER, NORMALISATIONS, IdentifierKind, kind_of
 from lakepurge.records.ids import IdFieldError
 
@@ -160,6 +161,7 @@ def resolve(
         if kind_of(user) is not None:
             known[user] = Identifier(user, REQUEST, 0)
     frontier = [form for form in known if form not in skipped]
+    transforms = held_transforms(settings.datasets)
     beyond = 0
     with _LinkTables() as tables:
         for depth in range(1, resolution.max_depth + 2):
@@ -170,8 +172,10 @@ def resolve(
             new: dict[str, Identifier] = {}
             for source in frontier:
                 for other, via in sorted(linked.get(source, {}).items()):
-                    if other not in known and other not in skipped and other not in new:
-                        new[other] = Identifier(other, via, depth)
+                    # an email found by a link is looked for in the hashed columns too, as a request's email is
+                    for each in (other, *digest_forms(other, kinds, transforms)):
+                        if each not in known and each not in skipped and each not in new:
+                            new[each] = Identifier(each, via, depth)
             if depth > resolution.max_depth:
                 beyond = len(new)  # looked at only to check the guard and say what the bound left
                 break

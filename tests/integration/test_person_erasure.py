@@ -348,3 +348,19 @@ def test_given_her_email_when_a_dry_run_is_reviewed_and_its_command_pasted_then_
     assert purged["request_id"] == plan["request_id"]
     purchases = s3.get_object(Bucket="lake", Key="purchases/a.csv")["Body"].read()
     assert purchases == without_her("purchases/a.csv", PURCHASES)  # the customer linked since is not erased
+
+
+def test_given_only_her_customer_id_as_a_number_when_purged_then_her_email_its_digest_and_her_name_go_too(
+    person_lake: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    s3, config = person_lake
+    current = {key: s3.get_object(Bucket="lake", Key=key)["Body"].read() for key in HERS}
+    code, purged = cli(capsys, "purge", "--id", "customer_id=073004217.00", "--yes", "--config", config)
+    assert code == 0 and purged["verified"] is True, purged
+    assert purged["plan"]["identifiers"]["links"]["records of orders"] == {
+        "email": 1,
+        "name_dob": 1,
+        "sha256_hex(email)": 1,  # the marketing export's digest of the email the order holds
+    }
+    for key, body in current.items():
+        assert s3.get_object(Bucket="lake", Key=key)["Body"].read() == without_her(key, body), key

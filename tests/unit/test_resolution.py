@@ -244,3 +244,21 @@ def test_given_a_request_for_an_email_and_its_digest_when_counted_then_the_diges
     expansion = resolve(MemoryIndexStore(), settings(), [ALICE, digest])
     assert expansion.kinds() == {"email": 1, "sha256_hex(email)": 1}
     assert expansion.by_link() == {"request": {"email": 1, "sha256_hex(email)": 1}}
+
+
+def test_given_an_email_found_through_a_link_when_a_dataset_holds_its_digest_then_the_digest_is_found_too():
+    import hashlib
+
+    hashed = '[[datasets]]\nname = "marketing"\nlocation = "s3://lake/marketing/"\nid_fields = ["h"]\n'
+    configured = settings(hashed + 'id_kinds = { h = "sha256_hex(email)" }\n')
+    digest = "\x1femail\x1fsha256_hex\x1f" + hashlib.sha256(b"alice@example.com").hexdigest()
+    index = MemoryIndexStore()
+    index.replace_objects([obj("s3://lake/orders/a.csv", {ALICE: [0], C42: [0]})])
+
+    expansion = resolve(index, configured, [C42])  # a request naming her customer id only
+
+    assert [(i.form, i.via, i.kind) for i in expansion.identifiers] == [
+        (C42, "request", "customer_id"),
+        (ALICE, "records of orders", "email"),
+        (digest, "records of orders", "sha256_hex(email)"),  # what the marketing export holds of her
+    ]
