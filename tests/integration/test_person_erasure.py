@@ -1,16 +1,12 @@
 """Issue 31's acceptance: a person, not an id. On both index backends, a versioned lake on moto and a CRM link table
-in the test PostgreSQL, alice is her email in a JSON Lines dataset, her customer id in a CSV and a Parquet dataset
-(the integer 73004217 in Parquet, "73004217" in CSV: a `number` kind), the SHA-256 of her email in a marketing
-export, her first name, last name and birth date (a composite kind) in a people dataset; an orders dataset holds her
-email, customer id and name in one record, and the CRM links her email to a second customer id. A request naming only
-her email, in another spelling than any record's, exports and then erases her everywhere (every version), leaves
-every other byte as it was, states the expansion per kind and link, certifies every kind by keyed hash, and verifies;
-an untyped dataset holding her email as a string is not hers; a shared email linked to 500 customers is refused; no
-raw identifier of hers is in the logs, the output, the reports or the certificate."""
+in the test PostgreSQL (the person and her lake: tests/support/person.py). A request naming only her email, in another
+spelling than any record's, exports and then erases her everywhere (every version), leaves every other byte as it
+was, states the expansion per kind and link, certifies every kind by keyed hash, and verifies; an untyped dataset
+holding her email as a string is not hers; a shared email linked to 500 customers is refused; no raw identifier of
+hers is in the logs, the output, the reports or the certificate."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import tomllib
@@ -28,110 +24,26 @@ from lakepurge.core import aws
 from lakepurge.core.config import parse_settings
 from tests.support.cli import cli
 from tests.support.exports import kms_key, open_archive
-from tests.support.lakes import every_version_bytes, parquet_of, rows_of
+from tests.support.lakes import every_version_bytes, rows_of
+from tests.support.person import (
+    ACCOUNTS,
+    ALICE,
+    EVENTS,
+    HERS,
+    OBJECTS,
+    PEOPLE_BEFORE,
+    PERSON_TOML,
+    PURCHASES,
+    SIGNUPS_BEFORE,
+    crm_link,
+    raw_in,
+    without_her,
+)
 from tests.support.purging import HASH_KEY, index_keys
 
 pytestmark = pytest.mark.integration
 
-ALICE = " Alice@Example.COM "  # as the operator types her email: no record spells it so
-ALICE_SHA = hashlib.sha256(b"alice@example.com").hexdigest()
-CONFIG = """
-[purge]
-max_dataset_fraction = 1.0
-max_object_fraction = 1.0
-
-[identifiers.email]
-normalise = ["trim", "casefold"]
-[identifiers.customer_id]
-normalise = ["number"]
-[identifiers.name_dob]
-parts = { first_name = ["trim", "casefold"], last_name = ["trim", "casefold"], birth_date = [] }
-
-[[datasets]]
-name = "signups"
-location = "s3://lake/signups/"
-id_fields = ["email"]
-id_kind = "email"
-
-[[datasets]]
-name = "purchases"
-location = "s3://lake/purchases/"
-format = "csv"
-id_fields = ["customer"]
-id_kind = "customer_id"
-
-[[datasets]]
-name = "accounts"
-location = "s3://lake/accounts/"
-format = "parquet"
-id_fields = ["customer_id"]
-id_kind = "customer_id"
-
-[[datasets]]
-name = "marketing"
-location = "s3://lake/marketing/"
-id_fields = ["email_sha"]
-id_kinds = { email_sha = "sha256_hex(email)" }
-
-[[datasets]]
-name = "people"
-location = "s3://lake/people/"
-format = "csv"
-id_fields = ["fname", "lname", "dob"]
-id_composites = { name_dob = { first_name = "fname", last_name = "lname", birth_date = "dob" } }
-
-[[datasets]]
-name = "orders"
-location = "s3://lake/orders/"
-id_fields = ["email", "customer", "first", "last", "dob"]
-id_kinds = { email = "email", customer = "customer_id" }
-id_composites = { name_dob = { first_name = "first", last_name = "last", birth_date = "dob" } }
-
-[[datasets]]
-name = "events"
-location = "s3://lake/events/"
-id_fields = ["user"]
-"""
-SIGNUPS = (
-    b'{"email":"alice@example.com","plan":"pro"}\n'
-    b'{"email":"bob@example.com","plan":"free"}\n'
-    b'{"email":" ALICE@Example.com","plan":"team"}\n'
-    b'{"email":"carol@example.org","plan":"pro"}\n'
-)
-SIGNUPS_BEFORE = b'{"email":"bob@example.com","plan":"trial"}\n{"email":"Alice@example.com","plan":"trial"}\n'
-PURCHASES = b"customer,total\n73004217,10\n51000007,11\n73009931.0,12\n"  # 73009931.0: the CRM's 73009931
-ACCOUNTS = [
-    {"customer_id": 51000007, "city": "Leeds"},
-    {"customer_id": 73004217, "city": "Oxford"},
-    {"customer_id": 73009931, "city": "Bath"},
-]
-MARKETING = (
-    f'{{"email_sha":"{ALICE_SHA.upper()}","segment":"a"}}\n'
-    f'{{"email_sha":"{hashlib.sha256(b"bob@example.com").hexdigest()}","segment":"b"}}\n'
-    f'{{"email_sha":"{ALICE_SHA}","segment":"c"}}\n'
-).encode()
-PEOPLE = b"fname,lname,dob,note\nAlice,Liddell,1852-05-04,x\nBob,Builder,1990-01-01,y\n ALICE ,LIDDELL,1852-05-04,z\n"
-PEOPLE_BEFORE = b"fname,lname,dob,note\nBob,Builder,1990-01-01,y\n"  # a version without her: kept as it is
-ORDERS = (
-    b'{"email":"Alice@Example.com","customer":73004217,"first":"Alice","last":"Liddell","dob":"1852-05-04","n":1}\n'
-    b'{"email":"bob@example.com","customer":51000007,"first":"Bob","last":"Builder","dob":"1990-01-01","n":2}\n'
-)
-EVENTS = b'{"user":"Alice@Example.COM","ev":1}\n{"user":"bob","ev":2}\n'  # untyped: a string, not her email
-# The CRM: her email in another spelling beside her second customer id, bob, and the address every QA account has.
-CRM = [("ALICE@example.com ", "73009931"), ("bob@example.com", "51000007")] + [
-    ("test@example.com", str(60000000 + n)) for n in range(500)
-]
-# Every raw identifier of hers, as grepped (case-insensitively) in logs, output, reports and certificate.
-RAW = ("alice", "liddell", "1852-05-04", "73004217", "73009931", ALICE_SHA)
-# Her lines in each current object (a CSV's line 0 is its header; Parquet: row numbers).
-HERS = {
-    "signups/a.jsonl": [0, 2],
-    "purchases/a.csv": [1, 3],
-    "accounts/a.parquet": [1, 2],
-    "marketing/a.jsonl": [0, 2],
-    "people/a.csv": [1, 3],
-    "orders/a.jsonl": [0],
-}
+CONFIG = "[purge]\nmax_dataset_fraction = 1.0\nmax_object_fraction = 1.0\n" + PERSON_TOML
 
 
 @pytest.fixture
@@ -139,15 +51,7 @@ def person_lake(index_backend: str, pg_dsn: str, tmp_path: Path, monkeypatch: py
     """The versioned lake on moto (signups and people written twice), indexed from its events and reconciled, in
     either backend; the CRM table in the test PostgreSQL, named by [[identifier_links]]."""
     monkeypatch.setenv("LAKEPURGE_HASH_KEY", HASH_KEY)
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute("DROP TABLE IF EXISTS crm_accounts")
-        conn.execute("CREATE TABLE crm_accounts (email_address text, cust_id text)")
-        with conn.cursor() as cur:
-            cur.executemany("INSERT INTO crm_accounts VALUES (%s, %s)", CRM)
-    link = (
-        f'\n[[identifier_links]]\nname = "crm"\ndsn = "{pg_dsn}"\ntable = "crm_accounts"\n'
-        'columns = { email = "email_address", customer_id = "cust_id" }\n'
-    )
+    link = crm_link(pg_dsn)
     s3 = aws.client("s3")
     for bucket in ("lake", "reports", "exports"):
         s3.create_bucket(Bucket=bucket)
@@ -156,38 +60,13 @@ def person_lake(index_backend: str, pg_dsn: str, tmp_path: Path, monkeypatch: py
     monkeypatch.setenv("LAKEPURGE_CONFIG_TOML", toml)
     runtime.reset()
     settings = parse_settings(tomllib.loads(toml))
-    objects = [
-        ("signups/a.jsonl", SIGNUPS_BEFORE),
-        ("signups/a.jsonl", SIGNUPS),
-        ("people/a.csv", PEOPLE_BEFORE),
-        ("people/a.csv", PEOPLE),
-        ("purchases/a.csv", PURCHASES),
-        ("accounts/a.parquet", parquet_of(ACCOUNTS)),
-        ("marketing/a.jsonl", MARKETING),
-        ("orders/a.jsonl", ORDERS),
-        ("events/a.jsonl", EVENTS),
-    ]
-    for key, body in objects:  # each written and indexed as its S3 event would be
+    for key, body in OBJECTS:  # each written and indexed as its S3 event would be
         s3.put_object(Bucket="lake", Key=key, Body=body)
         index_keys(settings, "lake", [key])
     config = tmp_path / "lakepurge.toml"
     config.write_text(toml)
     yield s3, str(config)
     runtime.reset()
-
-
-def without_her(key: str, body: bytes) -> bytes:
-    """The object as it must be after the purge: her lines replaced by the format's empty record, every other byte
-    as it was (Parquet: her rows gone, the others' values as they were)."""
-    if key.endswith(".parquet"):
-        return parquet_of([row for n, row in enumerate(rows_of(body)) if n not in HERS[key]])
-    lines = body.split(b"\n")
-    empty = b"{}" if key.endswith(".jsonl") else b"," * lines[0].count(b",")
-    return b"\n".join(empty if n in HERS.get(key, ()) else line for n, line in enumerate(lines))
-
-
-def raw_in(text: str) -> list[str]:
-    return [raw for raw in RAW if raw.casefold() in text.casefold()]
 
 
 def test_given_only_her_email_when_alice_is_exported_purged_and_verified_then_every_identifier_of_hers_goes_everywhere(
@@ -236,7 +115,7 @@ def test_given_only_her_email_when_alice_is_exported_purged_and_verified_then_ev
         # the plan states the expansion per kind and per link, as counts
         assert purged["plan"]["identifiers"]["links"] == {
             "request": {"email": 1, "sha256_hex(email)": 1},  # her email, and its SHA-256 the marketing export holds
-            "records of orders": {"customer_id": 1, "name_dob": 1},
+            "records of shop_orders": {"customer_id": 1, "name_dob": 1},
             "link table crm": {"customer_id": 1},
         }
         assert "Identifiers of the person: 5 (customer_id 2, email 1, name_dob 1, sha256_hex(email) 1)" in out.err
@@ -246,14 +125,14 @@ def test_given_only_her_email_when_alice_is_exported_purged_and_verified_then_ev
         for key, body in current.items():
             got = s3.get_object(Bucket="lake", Key=key)["Body"].read()
             assert got == without_her(key, body), key
-        assert s3.get_object(Bucket="lake", Key="events/a.jsonl")["Body"].read() == EVENTS
+        assert s3.get_object(Bucket="lake", Key="web_events/a.jsonl")["Body"].read() == EVENTS
         # the old version holding her is gone; the one without her is kept as it was
         old = {(k, v) for (k, v) in before if before[k, v] != current[k] or k not in current}
         old_signups = next(kv for kv in before if kv[0] == "signups/a.jsonl" and before[kv] == SIGNUPS_BEFORE)
         old_people = next(kv for kv in before if kv[0] == "people/a.csv" and before[kv] == PEOPLE_BEFORE)
         assert old == {old_signups, old_people}
         assert old_signups not in after and after[old_people] == PEOPLE_BEFORE
-        held = [kv for kv, body in after.items() if kv[0] != "events/a.jsonl" and raw_in(body.decode("latin-1"))]
+        held = [kv for kv, body in after.items() if kv[0] != "web_events/a.jsonl" and raw_in(body.decode("latin-1"))]
         assert held == []  # no version of hers anywhere (Parquet's integers: its rows compared above)
 
         # the certificate lists every kind, by keyed hash only, and its verification passed
@@ -318,12 +197,12 @@ def test_given_a_composite_parts_normalisation_changed_when_purged_then_its_data
 
     code, refused = cli(capsys, "purge", "--id", f"email={ALICE}", "--yes", "--config", config)
 
-    # the datasets holding the composite (people; orders through id_composites) were indexed with other forms
+    # the datasets holding the composite (people; shop_orders through id_composites) were indexed with other forms
     assert code != 0 and refused["status"] == "INDEX_INCOMPLETE", refused
-    assert {gap["dataset"] for gap in refused["datasets"]} == {"people", "orders"}
+    assert {gap["dataset"] for gap in refused["datasets"]} == {"people", "shop_orders"}
     assert all("indexed with other identifier forms" in gap["reason"] for gap in refused["datasets"])
     assert every_version_bytes("lake", "") == before  # nothing erased
-    for dataset in ("people", "orders"):
+    for dataset in ("people", "shop_orders"):
         assert cli(capsys, "index", "backfill", "--force", "--dataset", dataset, "--config", config)[0] == 0
     code, purged = cli(capsys, "purge", "--id", f"email={ALICE}", "--yes", "--config", config)
     assert code == 0 and purged["verified"] is True, purged
@@ -357,7 +236,7 @@ def test_given_only_her_customer_id_as_a_number_when_purged_then_her_email_its_d
     current = {key: s3.get_object(Bucket="lake", Key=key)["Body"].read() for key in HERS}
     code, purged = cli(capsys, "purge", "--id", "customer_id=073004217.00", "--yes", "--config", config)
     assert code == 0 and purged["verified"] is True, purged
-    assert purged["plan"]["identifiers"]["links"]["records of orders"] == {
+    assert purged["plan"]["identifiers"]["links"]["records of shop_orders"] == {
         "email": 1,
         "name_dob": 1,
         "sha256_hex(email)": 1,  # the marketing export's digest of the email the order holds
