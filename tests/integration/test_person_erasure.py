@@ -154,6 +154,16 @@ def test_given_only_her_email_when_alice_is_exported_purged_and_verified_then_ev
         assert code == 1 and verified["verified"] is False, verified
         assert [place["object"] for place in verified["remaining"]] == ["s3://lake/people/planted.csv"]
         printed.append(json.dumps(verified))
+        # without the purge's report, what it erased through links is unknown: she is not verified, and it is said
+        for version in s3.list_object_versions(Bucket="lake", Prefix="people/planted.csv")["Versions"]:
+            s3.delete_object(Bucket="lake", Key=version["Key"], VersionId=version["VersionId"])
+        report_key = purged["report"].removeprefix("s3://reports/")
+        report_body = s3.get_object(Bucket="reports", Key=report_key)["Body"].read()
+        s3.delete_object(Bucket="reports", Key=report_key)
+        code, verified = cli(capsys, "verify", "--id", f"email={ALICE}", "--config", config)
+        assert code == 1 and verified["reports_unread"] == [purged["request_id"]], verified
+        assert verified["remaining"] == []  # nothing found: not verified for what could not be looked for
+        s3.put_object(Bucket="reports", Key=report_key, Body=report_body)
 
     # no raw identifier of hers in the logs, the output, the reports or the certificate
     logged = "\n".join(json.dumps(record.__dict__, default=str) for record in caplog.records)
