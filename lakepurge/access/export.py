@@ -91,6 +91,10 @@ class ExportRefused(Exception):
     The message names no user id."""
 
 
+class ExportExpansionRefused(ExportRefused):
+    """A guard of resolution stopped the export (a shared identifier): refused as the purge's, exit 3."""
+
+
 class ExportFailed(Exception):
     """An object could not be read; nothing was written (an incomplete copy is never delivered as complete)."""
 
@@ -399,7 +403,7 @@ def _resolved(
     try:
         return resolve(store, settings, users, no_expand, pseudonymizer)
     except ExpansionRefused as exc:
-        raise ExportRefused(str(exc)) from None
+        raise ExportExpansionRefused(str(exc)) from None
     finally:
         store.close()
 

@@ -19,7 +19,7 @@ from lakepurge.cli.arguments import (
     read_users,
     with_typed_ids,
 )
-from lakepurge.cli.errors import EXIT_FAILED, EXIT_OK, CliError, check_aws_environment
+from lakepurge.cli.errors import EXIT_FAILED, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, CliError, check_aws_environment
 from lakepurge.core.s3uri import S3Uri
 
 if TYPE_CHECKING:
@@ -66,7 +66,13 @@ def register(commands: Commands) -> None:
 
 def cmd_export(args: argparse.Namespace, out: Output) -> int:
     """GDPR Art. 15: a copy of the users' records, one encrypted archive, a time-limited link (access.export)."""
-    from lakepurge.access.export import DEFAULT_RETENTION_DAYS, ExportFailed, ExportRefused, export_users
+    from lakepurge.access.export import (
+        DEFAULT_RETENTION_DAYS,
+        ExportExpansionRefused,
+        ExportFailed,
+        ExportRefused,
+        export_users,
+    )
 
     if args.open is not None:
         return _open_export(args, out)
@@ -98,7 +104,8 @@ def cmd_export(args: argparse.Namespace, out: Output) -> int:
             no_expand=read_typed_ids(args, settings, "no_expand"),
         )
     except ExportRefused as exc:
-        raise CliError("export_refused", f"export refused, nothing read or written: {exc}") from None
+        code = EXIT_REFUSED if isinstance(exc, ExportExpansionRefused) else EXIT_USAGE
+        raise CliError("export_refused", f"export refused, nothing read or written: {exc}", code) from None
     except ExportFailed as exc:
         raise CliError("export_failed", f"export failed, nothing written: {exc}", EXIT_FAILED) from None
     out.result(run.summary())

@@ -18,7 +18,7 @@ from lakepurge.cli.arguments import (
     run_remote,
     with_typed_ids,
 )
-from lakepurge.cli.errors import EXIT_FAILED, EXIT_OK, CliError, check_aws_environment
+from lakepurge.cli.errors import EXIT_FAILED, EXIT_OK, EXIT_REFUSED, CliError, check_aws_environment
 
 
 def register(commands: Commands) -> None:
@@ -37,6 +37,17 @@ def register(commands: Commands) -> None:
 
 
 def cmd_verify(args: argparse.Namespace, out: Output) -> int:
+    from lakepurge.indexing.resolution import ExpansionRefused
+
+    try:
+        return _verify(args, out)
+    except ExpansionRefused as exc:  # a shared identifier: whose records would be looked for is not hers alone
+        out.say(f"lakepurge verify: refused: {exc}")
+        out.result({"status": "REFUSED", "reason": str(exc)})
+        return EXIT_REFUSED
+
+
+def _verify(args: argparse.Namespace, out: Output) -> int:
     from lakepurge.ops.manual_purge import RemoteJobFailed, verify_users
     from lakepurge.reports.kept import plan_lines
 
@@ -60,6 +71,8 @@ def cmd_verify(args: argparse.Namespace, out: Output) -> int:
     for place in document["remaining"]:
         held = f"{place['lines']} line(s)" if "lines" in place else place.get("reason", "")
         out.say(f"  {place['object']} version {place.get('version_id')}: {held}")
+    for request_id in document.get("reports_unread", ()):
+        out.say(f"  the report of {request_id}, which erased identifiers of theirs, could not be read: not verified")
     for line in plan_lines(document.get("exemptions", ())):  # kept by right: not read, not left behind
         out.say(line)
     out.result(document)

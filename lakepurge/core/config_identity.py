@@ -233,13 +233,18 @@ def typed_request_forms(
     kind's, the transforms of it that configured datasets hold, or a composite kind's. Raises RequestIdError."""
     kinds = {n: IdentifierKind(n, c.normalise) for n, c in identifiers.items() if c.parts is None}
     composites = {n: CompositeKind(n, tuple(c.parts.items())) for n, c in identifiers.items() if c.parts is not None}
+    return request_forms(text, kinds, composites, held_transforms(datasets))
+
+
+def held_transforms(datasets: Sequence[DatasetConfig]) -> dict[str, set[str]]:
+    """Per kind, the transforms configured datasets hold it through (id_kinds' ``sha256_hex(email)``)."""
     transforms: dict[str, set[str]] = {}
     for dataset in datasets:
         for spec in dataset.id_kinds.values():
             name, transform = parse_spec(spec)
             if transform is not None:
                 transforms.setdefault(name, set()).add(transform)
-    return request_forms(text, kinds, composites, transforms)
+    return transforms
 
 
 def dataset_kinds(dataset: DatasetConfig) -> tuple[str, ...]:

@@ -24,9 +24,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from lakepurge.core.config_identity import held_transforms
 from lakepurge.core.logs import get_logger
 from lakepurge.core.privacy import Pseudonymizer
-from lakepurge.records.identifiers import IdentifierKind, kind_of
+from lakepurge.records.id_typing import TRANSFORMS, digest_forms
+from lakepurge.records.identifiers import KIND_MARKER, NORMALISATIONS, IdentifierKind, kind_of
 from lakepurge.records.ids import IdFieldError
 
 if TYPE_CHECKING:
@@ -47,7 +49,12 @@ _SQL_NORMALISATION = {
     "lower": "lower({})",
     "digits": "regexp_replace({}, '[^0-9]', '', 'g')",
     "nfkc": "normalize({}, NFKC)",
+    # a number's canonical decimal (trim_scale: no trailing zeros); what is no number there is no id (NULL). The
+    # exponent is bounded so that no cell makes the cast fail: such a cell is no id in Python either.
+    "number": "CASE WHEN {0} ~ '^[+-]?([0-9]+([.][0-9]*)?|[.][0-9]+)([eE][+-]?[0-9]{{1,4}})?$'"
+    " THEN trim_scale({0}::numeric)::text END",
 }
+assert set(_SQL_NORMALISATION) == set(NORMALISATIONS)  # a kind's link table is read with every normalisation
 
 
 class ExpansionRefused(Exception):
@@ -66,9 +73,12 @@ class Identifier:
 
     @property
     def kind(self) -> str:
+        """Its kind as counted and certified: the kind, or the transform of it a dataset holds (sha256_hex(email)),
+        so that her email and its digest, which the request names together, are not counted as two emails."""
         kind = kind_of(self.form)
         assert kind is not None
-        return kind
+        transform, marker, _ = self.form[len(kind) + 2 :].partition(KIND_MARKER)
+        return f"{transform}({kind})" if marker and transform in TRANSFORMS else kind
 
 
 @dataclass(frozen=True)
@@ -151,6 +161,7 @@ def resolve(
         if kind_of(user) is not None:
             known[user] = Identifier(user, REQUEST, 0)
     frontier = [form for form in known if form not in skipped]
+    transforms = held_transforms(settings.datasets)
     beyond = 0
     with _LinkTables() as tables:
         for depth in range(1, resolution.max_depth + 2):
@@ -161,8 +172,10 @@ def resolve(
             new: dict[str, Identifier] = {}
             for source in frontier:
                 for other, via in sorted(linked.get(source, {}).items()):
-                    if other not in known and other not in skipped and other not in new:
-                        new[other] = Identifier(other, via, depth)
+                    # an email found by a link is looked for in the hashed columns too, as a request's email is
+                    for each in (other, *digest_forms(other, kinds, transforms)):
+                        if each not in known and each not in skipped and each not in new:
+                            new[each] = Identifier(each, via, depth)
             if depth > resolution.max_depth:
                 beyond = len(new)  # looked at only to check the guard and say what the bound left
                 break
@@ -215,7 +228,7 @@ def _linked(
     """Per frontier form: every typed id linked to it, with the (first, by name) link it came by."""
     linked: dict[str, dict[str, str]] = defaultdict(dict)
     for beside in store.ids_beside(frontier):
-        if kind_of(beside.other) in kinds:
+        if kind_of(beside.other) in settings.identifiers:  # composite kinds too: a name and birth date beside her email
             via = f"records of {beside.dataset}"
             held = linked[beside.form].get(beside.other)
             linked[beside.form][beside.other] = via if held is None else min(held, via)

@@ -20,7 +20,7 @@ from lakepurge.core.privacy import Pseudonymizer, hash_key
 from lakepurge.core.s3uri import S3Uri
 from lakepurge.core.sparkutil import spark_on_demand, spark_session
 from lakepurge.index import open_existing
-from lakepurge.index.base import WHOLE_OBJECT, hits_from_locations
+from lakepurge.index.base import WHOLE_OBJECT, IndexStore, hits_from_locations
 from lakepurge.indexing import resolution, unindexable
 from lakepurge.indexing.coverage import IndexIncomplete, dead_letter_count, of_index
 from lakepurge.indexing.returning import record_erasure, resolve_hashes
@@ -368,9 +368,10 @@ def verify_users(
     (``engine`` forces either), or ``on="emr-serverless"`` (lakepurge_jobs/verify.py, given the users' keyed hashes
     only): an independent check that does not trust the index."""
     pseudonymizer = Pseudonymizer.from_config(settings.privacy)
-    hashes = tuple(pseudonymizer.many(users))
     store = open_existing(settings.index)
     try:
+        users, erased_before, unread = _every_identifier(settings, store, users, pseudonymizer)
+        hashes = tuple(dict.fromkeys([*pseudonymizer.many(users), *erased_before]))
         indexed, old_versions = store.lookup(users), store.noncurrent_of(users)
         coverage = [c.to_dict() for c in of_index(settings, store)] if settings.exemptions else []
     finally:
@@ -387,7 +388,7 @@ def verify_users(
     if on == "emr-serverless":
         from lakepurge.ops.remote_jobs import verify_remote
 
-        run, answer = verify_remote(settings, users, say)
+        run, answer = verify_remote(settings, users, say, more_hashes=erased_before)
         job = run.summary()
         if answer is None:
             raise RemoteJobFailed(
@@ -406,11 +407,34 @@ def verify_users(
         "index_noncurrent_versions": sum(len(v) for v in old_versions.values()),
         "objects_checked": checked,
         "remaining": remaining,
-        "verified": not remaining and not left and not old_versions,
+        "verified": not remaining and not left and not old_versions and not unread,
+        **({"reports_unread": unread} if unread else {}),
         **({"exemptions": list(exemptions)} if exemptions else {}),
         **ran,
         **({"job": job} if job else {}),
     }
+
+
+def _every_identifier(
+    settings: Settings, store: IndexStore, users: list[str], pseudonymizer: Pseudonymizer
+) -> tuple[list[str], list[str], list[str]]:
+    """Every identifier of the person a typed request names (an untyped one is the users as given): those resolved
+    now (records and link tables), and, as keyed hashes, every identifier the erasures of any of them erased. A link
+    in records goes with the record it is in, so after a purge only that purge's report still knows her customer id
+    or her name and birth date. Returns (forms, earlier hashes, request ids whose report could not be read)."""
+    if not resolution.expands(settings, users):
+        return users, [], []
+    forms = resolution.resolve(store, settings, users, pseudonymizer=pseudonymizer).forms
+    s3 = aws.client("s3")
+    earlier: list[str] = []
+    unread: list[str] = []
+    for request_id in sorted(set(store.erased_requests(pseudonymizer.many(forms)).values())):
+        found = layout.find_report(s3, settings, request_id)
+        if found is None:
+            unread.append(request_id)  # what it erased is unknown: verification cannot say she is gone
+        else:
+            earlier.extend(found[0].user_hashes)
+    return forms, earlier, unread
 
 
 def _dataset_name(settings: Settings, s3path: str) -> str | None:

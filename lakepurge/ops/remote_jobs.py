@@ -104,12 +104,14 @@ def verify_remote(
     say: Say,
     poll_seconds: float = 10.0,
     launcher: EmrServerlessLauncher | None = None,
+    more_hashes: Sequence[str] = (),
 ) -> tuple[RemoteRun, dict[str, Any] | None]:
     """The lake-wide half of `verify` on EMR Serverless: the job reads every object (and noncurrent version) for
-    the users' keyed hashes and writes what remains. Returns the run and its result (None if it wrote none)."""
+    the users' keyed hashes (and more_hashes: identifiers known by keyed hash only) and writes what remains. Returns
+    the run and its result (None if it wrote none)."""
     s3 = aws.client("s3")
     pseudonymizer = Pseudonymizer.from_config(settings.privacy)
-    hashes = sorted(pseudonymizer.many(users))
+    hashes = sorted({*pseudonymizer.many(users), *more_hashes})
     # Iceberg manifests' bounds truncate long ids: their forms are looked for too (hashed, as the ids are).
     bound = sorted(pseudonymizer.many(form for user in users for form in bound_forms(user)))
     verification_id = uuid.uuid4().hex

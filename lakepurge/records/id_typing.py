@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from lakepurge.records.identifiers import KIND_MARKER, IdentifierKind, RequestIdError, request_form
+from lakepurge.records.identifiers import KIND_MARKER, IdentifierKind, RequestIdError, kind_of, request_form
 from lakepurge.records.ids import IdFieldError, IdRules, collect, id_problem
 
 if TYPE_CHECKING:
@@ -196,6 +196,19 @@ def request_forms(
     if equals and name in composites:
         return [composite_request(composites[name], value)]
     form = request_form(text, kinds)
-    kind = kinds[name]
-    normalised = kind.normalised(value).encode("utf-8")  # valid: request_form refused anything else
-    return [form] + [transformed_form(kind, t, TRANSFORMS[t](normalised)) for t in sorted(transforms.get(name, ()))]
+    return [form, *digest_forms(form, kinds, transforms)]
+
+
+def digest_forms(form: str, kinds: Mapping[str, IdentifierKind], transforms: Mapping[str, Iterable[str]]) -> list[str]:
+    """The forms of an index form of a kind under each transform a configured dataset holds that kind through
+    (`transforms`: kind -> transform names): how a hashed column holds that identifier, whether a request named it or
+    a link found it. None for a composite's or a transform's own form."""
+    name = kind_of(form)
+    kind = kinds.get(name) if name is not None else None
+    if kind is None or not transforms.get(kind.name):
+        return []
+    normalised = form[len(kind.prefix) :]
+    if KIND_MARKER in normalised:  # already a transform's (a record or a request cannot give a value holding U+001F)
+        return []
+    data = normalised.encode("utf-8")
+    return [transformed_form(kind, t, TRANSFORMS[t](data)) for t in sorted(transforms[kind.name])]

@@ -11,7 +11,6 @@ import json
 import logging
 import tomllib
 import uuid
-import zipfile
 from collections import defaultdict
 from typing import Any
 
@@ -22,13 +21,13 @@ from hypothesis import strategies as st
 
 from lakepurge import cli
 from lakepurge.access.export import ExportRefused, export_users
-from lakepurge.access.sealing import unseal
 from lakepurge.core.aws import client
 from lakepurge.core.config import parse_settings
 from lakepurge.core.s3uri import S3Uri
 from lakepurge.index import open_store
 from lakepurge.local.samples import generate_lake, settings_toml
 from lakepurge.reports import layout
+from tests.support.exports import kms_key, open_archive
 from tests.support.invariant import record_spans
 from tests.support.lakes import index_toml
 from tests.support.purging import HASH_KEY, index_lake
@@ -78,17 +77,6 @@ def lake_state(s3: Any, bucket: str) -> list[tuple[Any, ...]]:
         state += [(v["Key"], v["VersionId"], v["ETag"], v["IsLatest"], v["Size"]) for v in page.get("Versions", [])]
         state += [(m["Key"], m["VersionId"], "marker", m["IsLatest"]) for m in page.get("DeleteMarkers", [])]
     return sorted(state, key=repr)
-
-
-def open_archive(s3: Any, uri: str) -> tuple[dict[str, Any], zipfile.ZipFile]:
-    location = S3Uri.parse(uri)
-    sealed = s3.get_object(Bucket=location.bucket, Key=location.key)["Body"].read()
-    archive = zipfile.ZipFile(io.BytesIO(unseal(io.BytesIO(sealed), client("kms"))))
-    return json.loads(archive.read("manifest.json")), archive
-
-
-def kms_key() -> str:
-    return client("kms").create_key(Description="exports")["KeyMetadata"]["KeyId"]
 
 
 def shift_one_object(s3: Any, lake: Any, users: set[str], truth: dict[str, set[int]]) -> str | None:

@@ -116,6 +116,7 @@ def test_given_a_composite_name_and_birth_date_when_looked_up_then_the_rows_hold
         'name_dob=["alice","liddell","1852-05-04"]': [("s3://lake/crm/a.csv", [1, 2])],  # line 0 is the header
         "customer_id=C-1": [("s3://lake/orders/a.parquet", [0, 1])],
         "email=alice@example.com": [("s3://lake/orders/a.parquet", [0])],  # (resolved: beside C-1 on line 0)
+        f"sha256_hex(email)={ALICE_SHA}": [("s3://lake/marketing/a.jsonl", [0, 2])],  # (that email's digest)
     }
 
 

@@ -18,6 +18,7 @@ from lakepurge.core.config import parse_settings
 from lakepurge.core.s3uri import S3Uri
 from lakepurge.indexing.indexer import index_object
 from lakepurge.records.identifiers import request_form
+from tests.support.lakes import parquet_of, rows_of
 
 pytestmark = pytest.mark.integration
 
@@ -174,25 +175,6 @@ PROFILE_ROWS = [
 ALICE = " Alice@Example.COM "  # as the operator types her email: another spelling than every record's
 
 
-def parquet_of(rows: list[dict]) -> bytes:
-    import io
-
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    sink = io.BytesIO()
-    pq.write_table(pa.Table.from_pylist(rows), sink)
-    return sink.getvalue()
-
-
-def rows_of(body: bytes) -> list[dict]:
-    import io
-
-    import pyarrow.parquet as pq
-
-    return pq.read_table(io.BytesIO(body)).to_pylist()
-
-
 @pytest.fixture
 def typed_purge_lake(index_backend, tmp_path, monkeypatch):
     """Alice's email in three typed datasets (JSON Lines, CSV, Parquet) in other spellings than the request's, and
@@ -226,14 +208,15 @@ def typed_purge_lake(index_backend, tmp_path, monkeypatch):
 
 
 def test_given_a_typed_email_when_exported_purged_and_verified_then_exactly_her_records_go_everywhere_typed_email(
-    typed_purge_lake, capsys, caplog
+    typed_purge_lake, capsys, caplog, monkeypatch
 ):
     import logging
 
-    from tests.integration.test_export import kms_key, open_archive
     from tests.support.cli import cli
+    from tests.support.exports import kms_key, open_archive
 
     s3, config = typed_purge_lake
+    monkeypatch.setenv("POWERTOOLS_LOG_LEVEL", "DEBUG")  # the command line logs at WARNING unless asked: every log
 
     def body(key: str) -> bytes:
         return s3.get_object(Bucket="lake", Key=key)["Body"].read()
@@ -281,6 +264,7 @@ def test_given_a_typed_email_when_exported_purged_and_verified_then_exactly_her_
         assert [place["object"] for place in verified["remaining"]] == ["s3://lake/signups/planted.jsonl"]
 
     logged = "\n".join(str(record.__dict__) for record in caplog.records).casefold()
+    assert "request resolved" in logged  # the commands' logs were captured
     written = b"".join(
         s3.get_object(Bucket="reports", Key=item["Key"])["Body"].read()
         for item in s3.list_objects_v2(Bucket="reports").get("Contents", [])

@@ -270,3 +270,27 @@ def test_given_alices_email_when_an_operator_dry_runs_a_purge_then_the_plan_show
         purge_users(settings, [shared], dry_run=True, say=said.append)
     run = purge_users(settings, [shared], dry_run=True, say=said.append, no_expand=[shared])
     assert "  not followed (--no-expand): 1 identifier(s)" in said
+
+
+def test_given_a_number_kind_in_a_link_table_when_resolved_then_each_spelling_of_the_number_links_and_no_cell_fails(
+    pg_dsn,
+):
+    from lakepurge.index.in_memory import MemoryIndexStore
+    from lakepurge.indexing.resolution import resolve
+
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS crm_numbers")
+        conn.execute("CREATE TABLE crm_numbers (email text, cust_id text)")
+        rows = [("a@x.org", "0042.50"), ("b@x.org", "4.25e1"), ("c@x.org", "42.5 "), ("d@x.org", "1e99999")]
+        rows += [("d@x.org", "-1e-9999"), ("e@x.org", "x42.5")]
+        conn.cursor().executemany("INSERT INTO crm_numbers VALUES (%s, %s)", rows)
+    toml = (
+        '[index]\nbackend = "postgres"\ndsn = "postgresql://x@localhost/db"\n[reports]\nlocation = "s3://r/r/"\n'
+        '[identifiers.email]\n[identifiers.customer_id]\nnormalise = ["number"]\n'
+        f'[[identifier_links]]\nname = "crm"\ndsn = "{pg_dsn}"\ntable = "crm_numbers"\n'
+        'columns = { email = "email", customer_id = "cust_id" }\n'
+    )
+    settings = parse_settings(tomllib.loads(toml))
+    expansion = resolve(MemoryIndexStore(), settings, [request_form("customer_id=42.500", settings.identifier_kinds)])
+    # 0042.50 and 4.25e1 are 42.5; "42.5 " is no number (as a record's would be), nor is x42.5; no cell fails the query
+    assert sorted(i.form.rsplit("\x1f", 1)[1] for i in expansion.identifiers) == ["42.5", "a@x.org", "b@x.org"]

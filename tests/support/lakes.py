@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import re
 import tomllib
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from lakepurge.core import aws
 from lakepurge.core.config import Settings, parse_settings
@@ -81,3 +85,14 @@ def every_version_bytes(bucket: str, prefix: str) -> dict[tuple[str, str], bytes
             body = s3.get_object(Bucket=bucket, Key=version["Key"], VersionId=version["VersionId"])["Body"].read()
             out[version["Key"], version["VersionId"]] = body
     return out
+
+
+def parquet_of(rows: list[dict[str, Any]]) -> bytes:
+    """A Parquet object of these rows (pyarrow's types inferred from the values)."""
+    sink = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(rows), sink)
+    return sink.getvalue()
+
+
+def rows_of(body: bytes) -> list[dict[str, Any]]:
+    return list(pq.read_table(io.BytesIO(body)).to_pylist())

@@ -218,3 +218,47 @@ def test_given_a_refused_resolution_in_a_workflow_task_when_it_fails_then_its_me
     with pytest.raises(ExpansionRefused, match="linked to 2 distinct customer_id through records of orders") as refused:
         generate_report()
     assert "test@" not in str(refused.value) and "C-42" not in str(refused.value)
+
+
+def test_given_an_order_holding_an_email_and_a_name_with_birth_date_when_the_email_is_resolved_then_both_are_found():
+    from lakepurge.records.id_typing import CompositeKind
+
+    composite = '[identifiers.name_dob]\nparts = { first_name = ["casefold"], birth_date = [] }\n'
+    configured = settings(composite)
+    name_dob = CompositeKind("name_dob", (("first_name", ("casefold",)), ("birth_date", ()))).form(
+        ["Alice", "1852-05-04"], "test"
+    )
+    index = MemoryIndexStore()
+    index.replace_objects([obj("s3://lake/orders/a.csv", {ALICE: [0], name_dob: [0]})])
+
+    expansion = resolve(index, configured, [ALICE])
+
+    assert [(i.form, i.via, i.depth) for i in expansion.identifiers] == [
+        (ALICE, "request", 0),
+        (name_dob, "records of orders", 1),
+    ]
+
+
+def test_given_a_request_for_an_email_and_its_digest_when_counted_then_the_digest_is_its_own_line_not_a_second_email():
+    digest = "\x1femail\x1fsha256_hex\x1f" + "0" * 64  # as typed_request_forms makes it for a hashed column
+    expansion = resolve(MemoryIndexStore(), settings(), [ALICE, digest])
+    assert expansion.kinds() == {"email": 1, "sha256_hex(email)": 1}
+    assert expansion.by_link() == {"request": {"email": 1, "sha256_hex(email)": 1}}
+
+
+def test_given_an_email_found_through_a_link_when_a_dataset_holds_its_digest_then_the_digest_is_found_too():
+    import hashlib
+
+    hashed = '[[datasets]]\nname = "marketing"\nlocation = "s3://lake/marketing/"\nid_fields = ["h"]\n'
+    configured = settings(hashed + 'id_kinds = { h = "sha256_hex(email)" }\n')
+    digest = "\x1femail\x1fsha256_hex\x1f" + hashlib.sha256(b"alice@example.com").hexdigest()
+    index = MemoryIndexStore()
+    index.replace_objects([obj("s3://lake/orders/a.csv", {ALICE: [0], C42: [0]})])
+
+    expansion = resolve(index, configured, [C42])  # a request naming her customer id only
+
+    assert [(i.form, i.via, i.kind) for i in expansion.identifiers] == [
+        (C42, "request", "customer_id"),
+        (ALICE, "records of orders", "email"),
+        (digest, "records of orders", "sha256_hex(email)"),  # what the marketing export holds of her
+    ]

@@ -1,0 +1,92 @@
+"""Issue 31's acceptance through the deployed workflow: an EventBridge event naming only alice's email is resolved
+to her customer ids (an order's record, the CRM table), the SHA-256 of her email and her name with birth date; the
+approval page states that expansion in counts; the approved purge erases her from every dataset, every other byte as
+it was; and none of her identifiers (any spelling of her email, her name, birth date, customer ids, the hex of her
+hashed email) is in the execution's history, the emails, the page, the logs, the notifications or the certificate.
+The person and her lake: tests/support/person.py."""
+
+from __future__ import annotations
+
+import copy
+import json
+import tomllib
+from collections.abc import Iterator
+from dataclasses import replace
+
+import orjson
+import pytest
+
+from lakepurge import runtime
+from lakepurge.core import aws
+from lakepurge.core.config import parse_settings
+from lakepurge.local.samples import SampleObject
+from lakepurge.local.workflow import sent_emails
+from tests.support.events import LambdaContext, load
+from tests.support.lakes import LakeCase, index_toml
+from tests.support.person import ALICE, HERS, OBJECTS, PERSON_TOML, crm_link, raw_in, without_her
+from tests.support.purging import HASH_KEY
+from tests.support.workflow import RecordList, WorkflowCase, call_approval, deploy_case, link_in
+
+pytestmark = pytest.mark.e2e
+
+CURRENT = dict(OBJECTS)  # the bucket is not versioned here: the last body of each key (versions: the integration test)
+
+
+@pytest.fixture
+def person_workflow(lake_factory, pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[WorkflowCase]:
+    """The sample lake and alice's datasets beside it, indexed, reconciled and deployed; the CRM in PostgreSQL."""
+    monkeypatch.setenv("LAKEPURGE_HASH_KEY", HASH_KEY)
+    sample = lake_factory(index_toml("postgres", pg_dsn), objects=6, users=5)
+    person = [SampleObject(key, body) for key, body in CURRENT.items()]
+    for obj in person:
+        aws.client("s3").put_object(Bucket="lake", Key=obj.key, Body=obj.body)
+    toml = sample.toml + PERSON_TOML + crm_link(pg_dsn)
+    lake = LakeCase(
+        replace(sample.lake, objects=sample.lake.objects + person), parse_settings(tomllib.loads(toml)), toml
+    )
+    case = deploy_case(lake)
+    monkeypatch.setenv("LAKEPURGE_CONFIG_TOML", case.toml)
+    runtime.reset()
+    yield case
+
+
+def test_given_an_event_naming_only_her_email_when_approved_then_every_identifier_of_hers_goes_and_none_leaves_raw(
+    person_workflow: WorkflowCase, service_logs: RecordList
+) -> None:
+    from lakepurge_lambdas import intake
+
+    case = person_workflow
+    event = copy.deepcopy(load("eventbridge_deletion_requested.json"))
+    event["detail"] = {"ids": [{"kind": "email", "value": ALICE}], "requester": "privacy-portal"}
+    event["detail"]["request_id"] = "req-person"
+
+    filed = intake.handler(event, LambdaContext())
+    mails = case.emails(filed["request_id"])
+    page = call_approval("GET", link_in(mails[0]))
+
+    # the approver sees the expansion per kind and link, in counts
+    assert page["statusCode"] == 200
+    assert "Identifiers of the person: 5 (customer_id 2, email 1, name_dob 1, sha256_hex(email) 1)" in page["body"]
+    assert "records of shop_orders: customer_id 1, name_dob 1" in page["body"]
+    assert "link table crm: customer_id 1" in page["body"]
+    case.approve_and_finish("req-person")
+
+    s3 = aws.client("s3")
+    for key in HERS:
+        assert s3.get_object(Bucket="lake", Key=key)["Body"].read() == without_her(key, CURRENT[key]), key
+    assert s3.get_object(Bucket="lake", Key="web_events/a.jsonl")["Body"].read() == CURRENT["web_events/a.jsonl"]
+    certificate = orjson.loads(s3.get_object(Bucket="lake-reports", Key="certificates/req-person.json")["Body"].read())
+    assert certificate["verification"]["passed"] is True
+    erased = {kind: len(hashes) for kind, hashes in certificate["identifiers"]["erased"].items()}
+    assert erased == {"customer_id": 2, "email": 1, "name_dob": 1, "sha256_hex(email)": 1}
+    left = {
+        "history": json.dumps(case.history("req-person"), default=str),
+        "emails": json.dumps([m for m in sent_emails() if "req-person" in m["subject"]]),
+        "page": page["body"],
+        "logs": "\n".join(json.dumps(r.__dict__, default=str) for r in service_logs.records),
+        "certificate": json.dumps(certificate),
+        "notifications": json.dumps(case.notifications()),
+    }
+    assert "req-person" in left["logs"], "the handlers' logs were not captured"
+    for where, text in left.items():
+        assert raw_in(text) == [], f"an identifier of hers is in the {where}"
