@@ -7,22 +7,15 @@ from __future__ import annotations
 
 import copy
 import json
-import tomllib
-from collections.abc import Iterator
-from dataclasses import replace
+from collections.abc import Callable
 
 import orjson
 import pytest
 
-from lakepurge import runtime
 from lakepurge.core import aws
-from lakepurge.core.config import parse_settings
-from lakepurge.local.samples import SampleObject
 from lakepurge.local.workflow import sent_emails
 from tests.support.events import LambdaContext, load
-from tests.support.lakes import LakeCase, index_toml
-from tests.support.purging import HASH_KEY
-from tests.support.workflow import RecordList, WorkflowCase, call_approval, deploy_case, link_in
+from tests.support.workflow import RecordList, WorkflowCase, call_approval, link_in
 
 pytestmark = pytest.mark.e2e
 
@@ -53,21 +46,10 @@ ACCOUNTS = b"customer,total\nC-1,10\n"
 
 
 @pytest.fixture
-def typed_workflow(lake_factory, pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[WorkflowCase]:
+def typed_workflow(workflow_case: Callable[..., WorkflowCase]) -> WorkflowCase:
     """The sample lake and two typed datasets beside it, indexed, reconciled and deployed."""
-    monkeypatch.setenv("LAKEPURGE_HASH_KEY", HASH_KEY)
-    sample = lake_factory(index_toml("postgres", pg_dsn), objects=6, users=5)
-    typed = [SampleObject("signups/a.jsonl", SIGNUPS), SampleObject("accounts/a.csv", ACCOUNTS)]
-    for obj in typed:
-        aws.client("s3").put_object(Bucket="lake", Key=obj.key, Body=obj.body)
-    toml = sample.toml + TYPED
-    lake = LakeCase(
-        replace(sample.lake, objects=sample.lake.objects + typed), parse_settings(tomllib.loads(toml)), toml
-    )
-    case = deploy_case(lake)
-    monkeypatch.setenv("LAKEPURGE_CONFIG_TOML", case.toml)
-    runtime.reset()
-    yield case
+    typed = [("signups/a.jsonl", SIGNUPS), ("accounts/a.csv", ACCOUNTS)]
+    return workflow_case(objects=6, users=5, beside=typed, beside_toml=TYPED)
 
 
 def test_given_an_event_naming_an_email_when_approved_then_her_records_go_and_no_spelling_of_it_leaves_the_stack(
