@@ -5,16 +5,12 @@ history, the emails, the logs or the certificate."""
 
 from __future__ import annotations
 
-import copy
-import json
 from collections.abc import Callable
 
 import orjson
 import pytest
 
 from lakepurge.core import aws
-from lakepurge.local.workflow import sent_emails
-from tests.support.events import LambdaContext, load
 from tests.support.workflow import RecordList, WorkflowCase, call_approval, link_in
 
 pytestmark = pytest.mark.e2e
@@ -55,16 +51,9 @@ def typed_workflow(workflow_case: Callable[..., WorkflowCase]) -> WorkflowCase:
 def test_given_an_event_naming_an_email_when_approved_then_her_records_go_and_no_spelling_of_it_leaves_the_stack(
     typed_workflow: WorkflowCase, service_logs: RecordList
 ) -> None:
-    from lakepurge_lambdas import intake
-
     case = typed_workflow
-    event = copy.deepcopy(load("eventbridge_deletion_requested.json"))
-    event["detail"] = {"ids": [{"kind": "email", "value": "ALICE@example.com "}], "requester": "privacy-portal"}
-    event["detail"]["request_id"] = "req-typed"
-
-    filed = intake.handler(event, LambdaContext())
-    mails = case.emails(filed["request_id"])
-    page = call_approval("GET", link_in(mails[0]))
+    filed = case.file_event([{"kind": "email", "value": "ALICE@example.com "}], "req-typed")
+    page = call_approval("GET", link_in(case.emails(filed)[0]))
 
     assert page["statusCode"] == 200
     assert "<li>dataset accounts: not searched: the request names no customer_id</li>" in page["body"]
@@ -77,14 +66,5 @@ def test_given_an_event_naming_an_email_when_approved_then_her_records_go_and_no
     certificate = orjson.loads(s3.get_object(Bucket="lake-reports", Key="certificates/req-typed.json")["Body"].read())
     assert certificate["verification"]["passed"] is True
     assert certificate["not_searched"] == [{"dataset": "accounts", "kind": "customer_id"}]
-    left = {
-        "history": json.dumps(case.history("req-typed"), default=str),
-        "emails": json.dumps([m for m in sent_emails() if "req-typed" in m["subject"]]),
-        "page": page["body"],
-        "logs": "\n".join(json.dumps(r.__dict__, default=str) for r in service_logs.records),
-        "certificate": json.dumps(certificate),
-        "notifications": json.dumps(case.notifications()),
-    }
-    assert "req-typed" in left["logs"], "the handlers' logs were not captured"
-    for where, text in left.items():
+    for where, text in case.what_left("req-typed", page["body"], certificate, service_logs).items():
         assert "alice@" not in text.casefold(), f"a spelling of her email is in the {where}"

@@ -7,16 +7,12 @@ The person and her lake: tests/support/person.py."""
 
 from __future__ import annotations
 
-import copy
-import json
 from collections.abc import Callable
 
 import orjson
 import pytest
 
 from lakepurge.core import aws
-from lakepurge.local.workflow import sent_emails
-from tests.support.events import LambdaContext, load
 from tests.support.person import ALICE, HERS, OBJECTS, PERSON_TOML, crm_link, raw_in, without_her
 from tests.support.workflow import RecordList, WorkflowCase, call_approval, link_in
 
@@ -34,16 +30,9 @@ def person_workflow(workflow_case: Callable[..., WorkflowCase], pg_dsn: str) -> 
 def test_given_an_event_naming_only_her_email_when_approved_then_every_identifier_of_hers_goes_and_none_leaves_raw(
     person_workflow: WorkflowCase, service_logs: RecordList
 ) -> None:
-    from lakepurge_lambdas import intake
-
     case = person_workflow
-    event = copy.deepcopy(load("eventbridge_deletion_requested.json"))
-    event["detail"] = {"ids": [{"kind": "email", "value": ALICE}], "requester": "privacy-portal"}
-    event["detail"]["request_id"] = "req-person"
-
-    filed = intake.handler(event, LambdaContext())
-    mails = case.emails(filed["request_id"])
-    page = call_approval("GET", link_in(mails[0]))
+    filed = case.file_event([{"kind": "email", "value": ALICE}], "req-person")
+    page = call_approval("GET", link_in(case.emails(filed)[0]))
 
     # the approver sees the expansion per kind and link, in counts
     assert page["statusCode"] == 200
@@ -60,14 +49,5 @@ def test_given_an_event_naming_only_her_email_when_approved_then_every_identifie
     assert certificate["verification"]["passed"] is True
     erased = {kind: len(hashes) for kind, hashes in certificate["identifiers"]["erased"].items()}
     assert erased == {"customer_id": 2, "email": 1, "name_dob": 1, "sha256_hex(email)": 1}
-    left = {
-        "history": json.dumps(case.history("req-person"), default=str),
-        "emails": json.dumps([m for m in sent_emails() if "req-person" in m["subject"]]),
-        "page": page["body"],
-        "logs": "\n".join(json.dumps(r.__dict__, default=str) for r in service_logs.records),
-        "certificate": json.dumps(certificate),
-        "notifications": json.dumps(case.notifications()),
-    }
-    assert "req-person" in left["logs"], "the handlers' logs were not captured"
-    for where, text in left.items():
+    for where, text in case.what_left("req-person", page["body"], certificate, service_logs).items():
         assert raw_in(text) == [], f"an identifier of hers is in the {where}"
