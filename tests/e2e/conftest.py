@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import importlib
 import logging
+import tomllib
 from collections.abc import Callable, Collection, Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from lakepurge import runtime
 from lakepurge.core import aws
+from lakepurge.core.config import parse_settings
 from lakepurge.core.logs import SERVICE
+from lakepurge.local.samples import SampleObject
 from lakepurge.local.workflow import EXPORT_FUNCTIONS, FUNCTIONS
 from tests.support.lakes import LakeCase, index_toml
 from tests.support.purging import HASH_KEY
@@ -32,13 +36,24 @@ def workflow_case(
         versioned_reports: bool = False,
         objects: int = 24,
         users: int = 30,
+        beside: Collection[tuple[str, bytes]] = (),
+        beside_toml: str = "",
         **options: Any,
     ) -> WorkflowCase:
         """``unindexed`` picks, once the lake exists, datasets left out of the index and of its coverage;
-        ``versioned_reports`` versions the reports bucket as the template does."""
+        ``versioned_reports`` versions the reports bucket as the template does; ``beside`` are a test's own objects
+        (key, body) written to the lake's bucket beside the sample's, of the datasets ``beside_toml`` configures."""
         lake = lake_factory(index_toml("postgres", pg_dsn), objects=objects, users=users, versioned=versioned)
         if versioned_reports:
             aws.client("s3").put_bucket_versioning(Bucket="lake-reports", VersioningConfiguration={"Status": "Enabled"})
+        if beside or beside_toml:
+            own = [SampleObject(key, body) for key, body in beside]
+            for obj in own:
+                aws.client("s3").put_object(Bucket=lake.lake.bucket, Key=obj.key, Body=obj.body)
+            toml = lake.toml + beside_toml
+            lake = LakeCase(
+                replace(lake.lake, objects=lake.lake.objects + own), parse_settings(tomllib.loads(toml)), toml
+            )
         case = deploy_case(lake, unindexed=unindexed(lake) if unindexed else (), **options)
         monkeypatch.setenv("LAKEPURGE_CONFIG_TOML", case.toml)
         runtime.reset()

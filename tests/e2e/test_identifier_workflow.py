@@ -5,24 +5,13 @@ history, the emails, the logs or the certificate."""
 
 from __future__ import annotations
 
-import copy
-import json
-import tomllib
-from collections.abc import Iterator
-from dataclasses import replace
+from collections.abc import Callable
 
 import orjson
 import pytest
 
-from lakepurge import runtime
 from lakepurge.core import aws
-from lakepurge.core.config import parse_settings
-from lakepurge.local.samples import SampleObject
-from lakepurge.local.workflow import sent_emails
-from tests.support.events import LambdaContext, load
-from tests.support.lakes import LakeCase, index_toml
-from tests.support.purging import HASH_KEY
-from tests.support.workflow import RecordList, WorkflowCase, call_approval, deploy_case, link_in
+from tests.support.workflow import RecordList, WorkflowCase, call_approval, link_in
 
 pytestmark = pytest.mark.e2e
 
@@ -53,36 +42,18 @@ ACCOUNTS = b"customer,total\nC-1,10\n"
 
 
 @pytest.fixture
-def typed_workflow(lake_factory, pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[WorkflowCase]:
+def typed_workflow(workflow_case: Callable[..., WorkflowCase]) -> WorkflowCase:
     """The sample lake and two typed datasets beside it, indexed, reconciled and deployed."""
-    monkeypatch.setenv("LAKEPURGE_HASH_KEY", HASH_KEY)
-    sample = lake_factory(index_toml("postgres", pg_dsn), objects=6, users=5)
-    typed = [SampleObject("signups/a.jsonl", SIGNUPS), SampleObject("accounts/a.csv", ACCOUNTS)]
-    for obj in typed:
-        aws.client("s3").put_object(Bucket="lake", Key=obj.key, Body=obj.body)
-    toml = sample.toml + TYPED
-    lake = LakeCase(
-        replace(sample.lake, objects=sample.lake.objects + typed), parse_settings(tomllib.loads(toml)), toml
-    )
-    case = deploy_case(lake)
-    monkeypatch.setenv("LAKEPURGE_CONFIG_TOML", case.toml)
-    runtime.reset()
-    yield case
+    typed = [("signups/a.jsonl", SIGNUPS), ("accounts/a.csv", ACCOUNTS)]
+    return workflow_case(objects=6, users=5, beside=typed, beside_toml=TYPED)
 
 
 def test_given_an_event_naming_an_email_when_approved_then_her_records_go_and_no_spelling_of_it_leaves_the_stack(
     typed_workflow: WorkflowCase, service_logs: RecordList
 ) -> None:
-    from lakepurge_lambdas import intake
-
     case = typed_workflow
-    event = copy.deepcopy(load("eventbridge_deletion_requested.json"))
-    event["detail"] = {"ids": [{"kind": "email", "value": "ALICE@example.com "}], "requester": "privacy-portal"}
-    event["detail"]["request_id"] = "req-typed"
-
-    filed = intake.handler(event, LambdaContext())
-    mails = case.emails(filed["request_id"])
-    page = call_approval("GET", link_in(mails[0]))
+    filed = case.file_event([{"kind": "email", "value": "ALICE@example.com "}], "req-typed")
+    page = call_approval("GET", link_in(case.emails(filed)[0]))
 
     assert page["statusCode"] == 200
     assert "<li>dataset accounts: not searched: the request names no customer_id</li>" in page["body"]
@@ -95,14 +66,5 @@ def test_given_an_event_naming_an_email_when_approved_then_her_records_go_and_no
     certificate = orjson.loads(s3.get_object(Bucket="lake-reports", Key="certificates/req-typed.json")["Body"].read())
     assert certificate["verification"]["passed"] is True
     assert certificate["not_searched"] == [{"dataset": "accounts", "kind": "customer_id"}]
-    left = {
-        "history": json.dumps(case.history("req-typed"), default=str),
-        "emails": json.dumps([m for m in sent_emails() if "req-typed" in m["subject"]]),
-        "page": page["body"],
-        "logs": "\n".join(json.dumps(r.__dict__, default=str) for r in service_logs.records),
-        "certificate": json.dumps(certificate),
-        "notifications": json.dumps(case.notifications()),
-    }
-    assert "req-typed" in left["logs"], "the handlers' logs were not captured"
-    for where, text in left.items():
+    for where, text in case.what_left("req-typed", page["body"], certificate, service_logs).items():
         assert "alice@" not in text.casefold(), f"a spelling of her email is in the {where}"

@@ -7,25 +7,14 @@ The person and her lake: tests/support/person.py."""
 
 from __future__ import annotations
 
-import copy
-import json
-import tomllib
-from collections.abc import Iterator
-from dataclasses import replace
+from collections.abc import Callable
 
 import orjson
 import pytest
 
-from lakepurge import runtime
 from lakepurge.core import aws
-from lakepurge.core.config import parse_settings
-from lakepurge.local.samples import SampleObject
-from lakepurge.local.workflow import sent_emails
-from tests.support.events import LambdaContext, load
-from tests.support.lakes import LakeCase, index_toml
 from tests.support.person import ALICE, HERS, OBJECTS, PERSON_TOML, crm_link, raw_in, without_her
-from tests.support.purging import HASH_KEY
-from tests.support.workflow import RecordList, WorkflowCase, call_approval, deploy_case, link_in
+from tests.support.workflow import RecordList, WorkflowCase, call_approval, link_in
 
 pytestmark = pytest.mark.e2e
 
@@ -33,36 +22,17 @@ CURRENT = dict(OBJECTS)  # the bucket is not versioned here: the last body of ea
 
 
 @pytest.fixture
-def person_workflow(lake_factory, pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[WorkflowCase]:
+def person_workflow(workflow_case: Callable[..., WorkflowCase], pg_dsn: str) -> WorkflowCase:
     """The sample lake and alice's datasets beside it, indexed, reconciled and deployed; the CRM in PostgreSQL."""
-    monkeypatch.setenv("LAKEPURGE_HASH_KEY", HASH_KEY)
-    sample = lake_factory(index_toml("postgres", pg_dsn), objects=6, users=5)
-    person = [SampleObject(key, body) for key, body in CURRENT.items()]
-    for obj in person:
-        aws.client("s3").put_object(Bucket="lake", Key=obj.key, Body=obj.body)
-    toml = sample.toml + PERSON_TOML + crm_link(pg_dsn)
-    lake = LakeCase(
-        replace(sample.lake, objects=sample.lake.objects + person), parse_settings(tomllib.loads(toml)), toml
-    )
-    case = deploy_case(lake)
-    monkeypatch.setenv("LAKEPURGE_CONFIG_TOML", case.toml)
-    runtime.reset()
-    yield case
+    return workflow_case(objects=6, users=5, beside=CURRENT.items(), beside_toml=PERSON_TOML + crm_link(pg_dsn))
 
 
 def test_given_an_event_naming_only_her_email_when_approved_then_every_identifier_of_hers_goes_and_none_leaves_raw(
     person_workflow: WorkflowCase, service_logs: RecordList
 ) -> None:
-    from lakepurge_lambdas import intake
-
     case = person_workflow
-    event = copy.deepcopy(load("eventbridge_deletion_requested.json"))
-    event["detail"] = {"ids": [{"kind": "email", "value": ALICE}], "requester": "privacy-portal"}
-    event["detail"]["request_id"] = "req-person"
-
-    filed = intake.handler(event, LambdaContext())
-    mails = case.emails(filed["request_id"])
-    page = call_approval("GET", link_in(mails[0]))
+    filed = case.file_event([{"kind": "email", "value": ALICE}], "req-person")
+    page = call_approval("GET", link_in(case.emails(filed)[0]))
 
     # the approver sees the expansion per kind and link, in counts
     assert page["statusCode"] == 200
@@ -79,14 +49,5 @@ def test_given_an_event_naming_only_her_email_when_approved_then_every_identifie
     assert certificate["verification"]["passed"] is True
     erased = {kind: len(hashes) for kind, hashes in certificate["identifiers"]["erased"].items()}
     assert erased == {"customer_id": 2, "email": 1, "name_dob": 1, "sha256_hex(email)": 1}
-    left = {
-        "history": json.dumps(case.history("req-person"), default=str),
-        "emails": json.dumps([m for m in sent_emails() if "req-person" in m["subject"]]),
-        "page": page["body"],
-        "logs": "\n".join(json.dumps(r.__dict__, default=str) for r in service_logs.records),
-        "certificate": json.dumps(certificate),
-        "notifications": json.dumps(case.notifications()),
-    }
-    assert "req-person" in left["logs"], "the handlers' logs were not captured"
-    for where, text in left.items():
+    for where, text in case.what_left("req-person", page["body"], certificate, service_logs).items():
         assert raw_in(text) == [], f"an identifier of hers is in the {where}"

@@ -7,19 +7,14 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
-import tomllib
 
 import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lakepurge import runtime
 from lakepurge.cli import main
-from lakepurge.core import aws
-from lakepurge.core.config import parse_settings
-from lakepurge.indexing.indexer import index_object
+from tests.support.lakes import hand_made_lake
 
 pytestmark = pytest.mark.integration
 
@@ -71,22 +66,9 @@ def orders() -> bytes:
 @pytest.fixture
 def typed_fields_lake(index_backend, tmp_path):
     """The three datasets on moto, indexed by the event indexer into the backend (index_backend starts moto)."""
-    s3 = aws.client("s3")
-    s3.create_bucket(Bucket="lake")
-    s3.create_bucket(Bucket="reports")
-    toml = f'[index]\n{index_backend}\n[reports]\nlocation = "s3://reports/r/"\n{IDENTIFIERS}{DATASETS}'
-    os.environ["LAKEPURGE_CONFIG_TOML"] = toml
-    runtime.reset()
-    settings = parse_settings(tomllib.loads(toml))
-    store = runtime.index_store()
-    for key, body in (("marketing/a.jsonl", MARKETING), ("crm/a.csv", CRM), ("orders/a.parquet", orders())):
-        s3.put_object(Bucket="lake", Key=key, Body=body)
-        assert index_object(s3, store, settings, "lake", key).action == "indexed"
-    config = tmp_path / "lakepurge.toml"
-    config.write_text(toml)
-    yield store, str(config)
-    os.environ.pop("LAKEPURGE_CONFIG_TOML", None)
-    runtime.reset()
+    objects = (("marketing/a.jsonl", MARKETING), ("crm/a.csv", CRM), ("orders/a.parquet", orders()))
+    with hand_made_lake(index_backend, tmp_path, IDENTIFIERS + DATASETS, objects) as lake:
+        yield lake.store, lake.config
 
 
 def looked_up(capsys, config: str, *ids: str) -> dict[str, list[tuple[str, list[int]]]]:

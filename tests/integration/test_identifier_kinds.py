@@ -4,7 +4,6 @@ untyped dataset beside it keeps today's exact matching."""
 
 from __future__ import annotations
 
-import os
 import tomllib
 from pathlib import Path
 
@@ -13,12 +12,11 @@ import pytest
 
 from lakepurge import runtime
 from lakepurge.cli import main
-from lakepurge.core import aws
 from lakepurge.core.config import parse_settings
 from lakepurge.core.s3uri import S3Uri
 from lakepurge.indexing.indexer import index_object
 from lakepurge.records.identifiers import request_form
-from tests.support.lakes import parquet_of, rows_of
+from tests.support.lakes import hand_made_lake, parquet_of, rows_of
 
 pytestmark = pytest.mark.integration
 
@@ -55,22 +53,9 @@ EVENTS = b'{"email":"alice@example.com","ev":1}\n{"email":"Alice@Example.COM ","
 @pytest.fixture
 def typed_lake(index_backend, tmp_path):
     """The three datasets on moto, indexed by the event indexer into the backend (index_backend starts moto)."""
-    s3 = aws.client("s3")
-    s3.create_bucket(Bucket="lake")
-    s3.create_bucket(Bucket="reports")
-    toml = f'[index]\n{index_backend}\n[reports]\nlocation = "s3://reports/r/"\n{IDENTIFIERS}{DATASETS}'
-    os.environ["LAKEPURGE_CONFIG_TOML"] = toml
-    runtime.reset()
-    settings = parse_settings(tomllib.loads(toml))
-    store = runtime.index_store()
-    for key, body in (("signups/a.jsonl", SIGNUPS), ("orders/a.csv", ORDERS), ("events/a.jsonl", EVENTS)):
-        s3.put_object(Bucket="lake", Key=key, Body=body)
-        assert index_object(s3, store, settings, "lake", key).action == "indexed"
-    config = tmp_path / "lakepurge.toml"
-    config.write_text(toml)
-    yield settings, store, str(config)
-    os.environ.pop("LAKEPURGE_CONFIG_TOML", None)
-    runtime.reset()
+    objects = (("signups/a.jsonl", SIGNUPS), ("orders/a.csv", ORDERS), ("events/a.jsonl", EVENTS))
+    with hand_made_lake(index_backend, tmp_path, IDENTIFIERS + DATASETS, objects) as lake:
+        yield lake.settings, lake.store, lake.config
 
 
 def lines(found, user):
@@ -179,32 +164,20 @@ ALICE = " Alice@Example.COM "  # as the operator types her email: another spelli
 def typed_purge_lake(index_backend, tmp_path, monkeypatch):
     """Alice's email in three typed datasets (JSON Lines, CSV, Parquet) in other spellings than the request's, and
     the same strings in an untyped dataset; indexed and reconciled (the coverage a certified purge needs)."""
-    from tests.support.purging import HASH_KEY, index_keys
+    from tests.support.purging import HASH_KEY
 
     monkeypatch.setenv("LAKEPURGE_HASH_KEY", HASH_KEY)
-    s3 = aws.client("s3")
-    for bucket in ("lake", "reports", "export-out"):
-        s3.create_bucket(Bucket=bucket)
     limits = "[purge]\nmax_dataset_fraction = 1.0\nmax_object_fraction = 1.0\n"
-    toml = f'[index]\n{index_backend}\n[reports]\nlocation = "s3://reports/r/"\n{limits}{IDENTIFIERS}{TYPED_LAKE}'
-    os.environ["LAKEPURGE_CONFIG_TOML"] = toml
-    runtime.reset()
-    settings = parse_settings(tomllib.loads(toml))
-    bodies = {
+    objects = {
         "signups/a.jsonl": TYPED_SIGNUPS,
         "orders/a.csv": TYPED_ORDERS,
         "profiles/a.parquet": parquet_of(PROFILE_ROWS),
         "events/a.jsonl": EVENTS,
         "accounts/a.csv": ORDERS,
-    }
-    for key, body in bodies.items():
-        s3.put_object(Bucket="lake", Key=key, Body=body)
-    index_keys(settings, "lake", list(bodies))
-    config = tmp_path / "lakepurge.toml"
-    config.write_text(toml)
-    yield s3, str(config)
-    os.environ.pop("LAKEPURGE_CONFIG_TOML", None)
-    runtime.reset()
+    }.items()
+    toml_tail = limits + IDENTIFIERS + TYPED_LAKE
+    with hand_made_lake(index_backend, tmp_path, toml_tail, objects, ("export-out",), reconciled=True) as lake:
+        yield lake.s3, lake.config
 
 
 def test_given_a_typed_email_when_exported_purged_and_verified_then_exactly_her_records_go_everywhere_typed_email(
@@ -304,7 +277,6 @@ def test_given_a_kinds_normalisation_changed_when_coverage_is_assessed_then_its_
 def test_given_more_typed_values_without_an_email_than_the_index_lists_when_reported_then_each_is_read_for_her(
     typed_purge_lake, capsys
 ):
-    from lakepurge.indexing.indexer import index_object
     from tests.support.cli import cli
 
     s3, config = typed_purge_lake

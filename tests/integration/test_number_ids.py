@@ -6,7 +6,6 @@ canonical decimal of each id, so `lakepurge lookup --id order_no=12345` finds th
 from __future__ import annotations
 
 import io
-import tomllib
 from decimal import Decimal
 
 import orjson
@@ -14,12 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lakepurge import runtime
 from lakepurge.cli import main
-from lakepurge.core import aws
-from lakepurge.core.config import parse_settings
-from lakepurge.index import open_store
-from lakepurge.indexing.indexer import index_object
+from tests.support.lakes import hand_made_lake
 
 pytestmark = pytest.mark.integration
 
@@ -69,23 +64,8 @@ OBJECTS = {
 @pytest.fixture
 def number_lake(index_backend, tmp_path):
     """The three datasets on moto, each object indexed by the event indexer into the backend."""
-    s3 = aws.client("s3")
-    for bucket in ("lake", "reports"):
-        s3.create_bucket(Bucket=bucket)
-    toml = f'[index]\n{index_backend}\n[reports]\nlocation = "s3://reports/r/"\n{CONFIG}'
-    config = tmp_path / "lakepurge.toml"
-    config.write_text(toml)
-    settings = parse_settings(tomllib.loads(toml))
-    runtime.reset()
-    store = open_store(settings.index)
-    try:
-        for key, body in OBJECTS.items():
-            s3.put_object(Bucket="lake", Key=key, Body=body)
-            assert index_object(s3, store, settings, "lake", key).action == "indexed"
-        yield store, str(config)
-    finally:
-        store.close()
-        runtime.reset()
+    with hand_made_lake(index_backend, tmp_path, CONFIG, OBJECTS.items()) as lake:
+        yield lake.store, lake.config
 
 
 def looked_up(capsys: pytest.CaptureFixture[str], config: str, *ids: str) -> dict[str, dict[str, list[int]]]:

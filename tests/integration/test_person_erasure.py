@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,13 +17,11 @@ import orjson
 import psycopg
 import pytest
 
-from lakepurge import runtime
 from lakepurge.cli import main
 from lakepurge.core import aws
-from lakepurge.core.config import parse_settings
 from tests.support.cli import cli
 from tests.support.exports import kms_key, open_archive
-from tests.support.lakes import every_version_bytes, rows_of
+from tests.support.lakes import every_version_bytes, hand_made_lake, rows_of
 from tests.support.person import (
     ACCOUNTS,
     ALICE,
@@ -39,7 +36,7 @@ from tests.support.person import (
     raw_in,
     without_her,
 )
-from tests.support.purging import HASH_KEY, index_keys
+from tests.support.purging import HASH_KEY
 
 pytestmark = pytest.mark.integration
 
@@ -51,22 +48,9 @@ def person_lake(index_backend: str, pg_dsn: str, tmp_path: Path, monkeypatch: py
     """The versioned lake on moto (signups and people written twice), indexed from its events and reconciled, in
     either backend; the CRM table in the test PostgreSQL, named by [[identifier_links]]."""
     monkeypatch.setenv("LAKEPURGE_HASH_KEY", HASH_KEY)
-    link = crm_link(pg_dsn)
-    s3 = aws.client("s3")
-    for bucket in ("lake", "reports", "exports"):
-        s3.create_bucket(Bucket=bucket)
-    s3.put_bucket_versioning(Bucket="lake", VersioningConfiguration={"Status": "Enabled"})
-    toml = f'[index]\n{index_backend}\n[reports]\nlocation = "s3://reports/r/"\n{CONFIG}{link}'
-    monkeypatch.setenv("LAKEPURGE_CONFIG_TOML", toml)
-    runtime.reset()
-    settings = parse_settings(tomllib.loads(toml))
-    for key, body in OBJECTS:  # each written and indexed as its S3 event would be
-        s3.put_object(Bucket="lake", Key=key, Body=body)
-        index_keys(settings, "lake", [key])
-    config = tmp_path / "lakepurge.toml"
-    config.write_text(toml)
-    yield s3, str(config)
-    runtime.reset()
+    tail = CONFIG + crm_link(pg_dsn)
+    with hand_made_lake(index_backend, tmp_path, tail, OBJECTS, ("exports",), versioned=True, reconciled=True) as lake:
+        yield lake.s3, lake.config
 
 
 def test_given_only_her_email_when_alice_is_exported_purged_and_verified_then_every_identifier_of_hers_goes_everywhere(

@@ -19,7 +19,6 @@ import orjson
 import psycopg
 import pytest
 
-from lakepurge import runtime
 from lakepurge.access.export import ExportRefused, export_users
 from lakepurge.cli import main
 from lakepurge.core import aws
@@ -29,7 +28,7 @@ from lakepurge.core.privacy import Pseudonymizer
 from lakepurge.core.s3io import head_object
 from lakepurge.core.s3uri import S3Uri
 from lakepurge.index.base import Coverage
-from lakepurge.indexing.indexer import index_object, scan_object
+from lakepurge.indexing.indexer import scan_object
 from lakepurge.indexing.resolution import ExpansionRefused, certified
 from lakepurge.ops.manual_purge import purge_users
 from lakepurge.records.identifiers import request_form
@@ -37,6 +36,7 @@ from lakepurge.reports.report import build_report
 from lakepurge.workflow.approval import ApprovalLink, PendingApproval
 from lakepurge.workflow.pages import approval_email, confirmation_page
 from lakepurge.workflow.store import ErasureRequest
+from tests.support.lakes import hand_made_lake
 
 pytestmark = pytest.mark.integration
 
@@ -96,35 +96,24 @@ def person_lake(index_backend, pg_dsn, tmp_path):
         f'[[identifier_links]]\nname = "crm"\ndsn = "{pg_dsn}"\ntable = "crm_customers"\n'
         'columns = { email = "email_address", customer_id = "cust_id" }\n'
     )
-    s3 = aws.client("s3")
-    s3.create_bucket(Bucket="lake")
-    s3.create_bucket(Bucket="reports")
-    toml = f'[index]\n{index_backend}\n[reports]\nlocation = "s3://reports/r/"\n{DATASETS}{link}'
-    os.environ["LAKEPURGE_CONFIG_TOML"] = toml
-    runtime.reset()
-    settings = parse_settings(tomllib.loads(toml))
-    store = runtime.index_store()
-    for key, body in (("signups/a.jsonl", SIGNUPS), ("purchases/a.csv", PURCHASES), ("orders/a.jsonl", ORDERS)):
-        s3.put_object(Bucket="lake", Key=key, Body=body)
-        assert index_object(s3, store, settings, "lake", key).action == "indexed"
-    # the orders' customer ids, beside their emails (see the module docstring)
-    head = head_object(s3, "lake", "orders/a.jsonl")
-    assert head is not None
-    orders = scan_object(s3, settings, settings.dataset_named("orders"), head)
-    customer = settings.identifier_kinds["customer_id"]
-    for line, record in enumerate(ORDERS.splitlines()):
-        orders.lines_by_user.setdefault(customer.index_form(orjson.loads(record)["customer"]), []).append(line)
-    assert store.replace_objects([orders], force=True) == 1
-    now = datetime.now(UTC)
-    for dataset in settings.datasets:  # as a backfill records it: every dataset completely indexed
-        store.record_coverage(
-            Coverage(dataset.name, dataset.location, "backfill", now, now, 1, 0, 0, id_forms=dataset_id_forms(dataset))
-        )
-    config = tmp_path / "lakepurge.toml"
-    config.write_text(toml)
-    yield settings, store, str(config)
-    os.environ.pop("LAKEPURGE_CONFIG_TOML", None)
-    runtime.reset()
+    objects = (("signups/a.jsonl", SIGNUPS), ("purchases/a.csv", PURCHASES), ("orders/a.jsonl", ORDERS))
+    with hand_made_lake(index_backend, tmp_path, DATASETS + link, objects) as lake:
+        settings, store = lake.settings, lake.store
+        # the orders' customer ids, beside their emails (see the module docstring)
+        head = head_object(lake.s3, "lake", "orders/a.jsonl")
+        assert head is not None
+        orders = scan_object(lake.s3, settings, settings.dataset_named("orders"), head)
+        customer = settings.identifier_kinds["customer_id"]
+        for line, record in enumerate(ORDERS.splitlines()):
+            orders.lines_by_user.setdefault(customer.index_form(orjson.loads(record)["customer"]), []).append(line)
+        assert store.replace_objects([orders], force=True) == 1
+        now = datetime.now(UTC)
+        for dataset in settings.datasets:  # as a backfill records it: every dataset completely indexed
+            forms = dataset_id_forms(dataset)
+            store.record_coverage(
+                Coverage(dataset.name, dataset.location, "backfill", now, now, 1, 0, 0, id_forms=forms)
+            )
+        yield settings, store, lake.config
 
 
 def email(settings, value):

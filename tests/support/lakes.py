@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import io
+import os
 import re
 import tomllib
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from lakepurge import runtime
 from lakepurge.core import aws
 from lakepurge.core.config import Settings, parse_settings
+from lakepurge.index.base import IndexStore
+from lakepurge.indexing.backfill import run_reconcile
+from lakepurge.indexing.indexer import index_object
 from lakepurge.local.samples import SampleLake, generate_lake, settings_toml
 
 REPORTS = "s3://lake-reports/"
@@ -60,6 +68,52 @@ def make_lake(index: str, bucket: str = "lake", versioned: bool = False, **sizes
     lake.upload(s3)
     toml = settings_toml(bucket, index, REPORTS)
     return LakeCase(lake, parse_settings(tomllib.loads(toml)), toml)
+
+
+@dataclass(frozen=True)
+class HandMadeLake:
+    s3: Any
+    settings: Settings
+    store: IndexStore
+    config: str  # the path of the configuration file, for the CLI's --config
+
+
+@contextmanager
+def hand_made_lake(
+    index: str,
+    tmp_path: Path,
+    toml_tail: str,
+    objects: Iterable[tuple[str, bytes]],
+    buckets: tuple[str, ...] = (),
+    versioned: bool = False,
+    reconciled: bool = False,
+) -> Iterator[HandMadeLake]:
+    """A lake of a test's own objects in bucket `lake` on moto (reports in `reports`, any other buckets named),
+    configured by toml_tail (its identifiers and datasets) as the process's and the CLI's configuration: each object
+    written and indexed in order as its S3 event would (a key written twice makes a noncurrent version in a versioned
+    lake), then, if reconciled, every dataset reconciled (the coverage a certified purge needs)."""
+    s3 = aws.client("s3")
+    for bucket in ("lake", "reports", *buckets):
+        s3.create_bucket(Bucket=bucket)
+    if versioned:
+        s3.put_bucket_versioning(Bucket="lake", VersioningConfiguration={"Status": "Enabled"})
+    toml = f'[index]\n{index}\n[reports]\nlocation = "s3://reports/r/"\n{toml_tail}'
+    os.environ["LAKEPURGE_CONFIG_TOML"] = toml
+    runtime.reset()
+    try:
+        settings = parse_settings(tomllib.loads(toml))
+        store = runtime.index_store()
+        for key, body in objects:
+            s3.put_object(Bucket="lake", Key=key, Body=body)
+            assert index_object(s3, store, settings, "lake", key).action == "indexed"
+        if reconciled:
+            run_reconcile(None, settings, [d.name for d in settings.datasets])
+        config = tmp_path / "lakepurge.toml"
+        config.write_text(toml)
+        yield HandMadeLake(s3, settings, store, str(config))
+    finally:
+        os.environ.pop("LAKEPURGE_CONFIG_TOML", None)
+        runtime.reset()
 
 
 @dataclass(frozen=True)

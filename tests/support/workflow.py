@@ -61,6 +61,15 @@ class WorkflowCase:
         )
         return request_id
 
+    def file_event(self, ids: list[dict[str, str]], request_id: str) -> str:
+        """A deletion request naming these typed ids, filed through the intake handler as its EventBridge event."""
+        from lakepurge_lambdas import intake
+
+        event = copy.deepcopy(load("eventbridge_deletion_requested.json"))
+        event["detail"] = {"ids": ids, "requester": "privacy-portal", "request_id": request_id}
+        filed: str = intake.handler(event, LambdaContext())["request_id"]
+        return filed
+
     def execution_arn(self, request_id: str) -> str:
         access = self.kinds.get(request_id) == "access"
         machine = self.deployed.export_state_machine_arn if access else self.deployed.state_machine_arn
@@ -127,6 +136,20 @@ class WorkflowCase:
                 )
                 sqs.delete_message(QueueUrl=self.queue_url, ReceiptHandle=message["ReceiptHandle"])
         return found
+
+    def what_left(self, request_id: str, page: str, certificate: dict[str, Any], logs: RecordList) -> dict[str, str]:
+        """All the stack gave out of the request, as text by where it went (to search for raw identifiers): the
+        execution's history, the emails, the approval page, the handlers' logs, the certificate, the notifications."""
+        left = {
+            "history": json.dumps(self.history(request_id), default=str),
+            "emails": json.dumps([m for m in local_workflow.sent_emails() if request_id in m["subject"]]),
+            "page": page,
+            "logs": "\n".join(json.dumps(r.__dict__, default=str) for r in logs.records),
+            "certificate": json.dumps(certificate),
+            "notifications": json.dumps(self.notifications()),
+        }
+        assert request_id in left["logs"], "the handlers' logs were not captured"
+        return left
 
 
 def _dataset_of(settings: Settings, bucket: str, key: str) -> str | None:
