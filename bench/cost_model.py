@@ -260,6 +260,48 @@ def dollars(c: Cost, a: Assumptions, figures: dict[str, Any], dynamodb: bool = T
     return c.s3_dollars() + c.emr_dollars(a, figures["spark_utilisation"]) + c.workflow_dollars(a) + index
 
 
+EMR_VCPUS = (16, 64, 256)  # EMR Serverless jobs of 4, 16 and 64 executors of 4 vCPU
+DYNAMODB_WRU_PER_S = 40_000  # an on-demand table's default write throughput limit (raise it for a backfill)
+
+
+def hours_on(vcpus: int, cpu_s: float, moved: float, a: Assumptions, figures: dict[str, Any]) -> float:
+    """Wall hours of Spark work of cpu_s CPU-seconds moving `moved` bytes, on vcpus executor vCPUs: the longer of
+    the CPU over the vCPUs at the measured utilisation and the bytes at s3_mb_per_vcpu_s, plus the fixed time."""
+    compute = cpu_s / (vcpus * figures["spark_utilisation"])
+    transfer = moved / 1e6 / (vcpus * a.s3_mb_per_vcpu_s)
+    return (max(compute, transfer) + a.job_fixed_s) / 3600
+
+
+def extrapolation(a: Assumptions, figures: dict[str, Any]) -> list[str]:
+    out = [
+        "",
+        "## On EMR Serverless: wall hours by job size (executor vCPUs), from the per-core figures",
+        "",
+        "| lake | format | work | "
+        + " | ".join(f"{v} vCPU" for v in EMR_VCPUS)
+        + " | bound by the index (PostgreSQL one backend / DynamoDB at 40,000 WRU/s) |",
+        "| --- | --- | --- |" + " ---: |" * len(EMR_VCPUS) + " --- |",
+    ]
+    for tb in (1, 10, 50):
+        for fmt in ("jsonl", "parquet"):
+            lake = Lake(fmt, tb * TB, a)
+            rate = figures["backfill_jsonl_mb_per_cpu_s" if fmt == "jsonl" else "index_parquet_mb_per_cpu_s"]
+            cpu = tb * TB / 1e6 / rate
+            pg_h = lake.records / figures["pg_rows_per_s"] / 3600
+            ddb_h = lake.pairs * lake.item_wru / DYNAMODB_WRU_PER_S / 3600
+            cells = " | ".join(f"{hours_on(v, cpu, tb * TB, a, figures):.2f}" for v in EMR_VCPUS)
+            out.append(f"| {tb} TB | {fmt} | backfill | {cells} | {pg_h:,.1f} h / {ddb_h:,.1f} h |")
+            run = erase(fmt, "scattered", a.requests_per_month, tb * TB, a, figures)
+            moved = run.bytes_in + run.bytes_out
+            cells = " | ".join(f"{hours_on(v, run.cpu_s, moved, a, figures):.2f}" for v in EMR_VCPUS)
+            out.append(f"| {tb} TB | {fmt} | purge of 100 scattered people | {cells} | included |")
+    return out
+
+
+def money(value: float) -> str:
+    return f"{value:,.2f}" if value < 100 else f"{value:,.0f}"
+
+
 STANDING_MONTH = 3 * PRICES["kms_key_month"] + 4 * PRICES["secret_month"]  # 3 KMS keys, 4 secrets
 
 
@@ -291,9 +333,9 @@ def render(a: Assumptions, figures: dict[str, Any]) -> str:
                 out.append(
                     f"| {tb} TB | {fmt} | {layout} | {tb * TB // a.object_bytes:,} | {c.objects:,}"
                     f" | {(c.bytes_in + c.bytes_out) / 1e9:,.2f} | {c.requests_get + c.requests_put:,.0f}"
-                    f" | {c.cpu_s / 3600:.3f} | {one:.2f} / {dollars(c, a, figures, dynamodb=False):.2f}"
-                    f" | {one * a.requests_per_month:,.0f}"
-                    f" | {(w.bytes_in + w.bytes_out) / 1e9:,.0f} GB, ${dollars(w, a, figures):.2f} |"
+                    f" | {c.cpu_s / 3600:.3f} | {money(one)} / {money(dollars(c, a, figures, dynamodb=False))}"
+                    f" | {money(one * a.requests_per_month)}"
+                    f" | {(w.bytes_in + w.bytes_out) / 1e9:,.0f} GB, ${money(dollars(w, a, figures))} |"
                 )
     out += [
         "",
@@ -312,8 +354,8 @@ def render(a: Assumptions, figures: dict[str, Any]) -> str:
                 theirs = f"${faf['total']:.2f} ({faf['objects']:,})" if faf and fmt == "parquet" else "-"
                 out.append(
                     f"| {tb} TB | {fmt} | {layout} | {c.objects:,} | {(c.bytes_in + c.bytes_out) / 1e9:,.0f}"
-                    f" | {c.cpu_s / 3600:.2f} | {c.index_rows:.1e}, ${c.index_dollars():.2f}"
-                    f" | {dollars(c, a, figures):.2f} / {dollars(c, a, figures, dynamodb=False):.2f} | {theirs} |"
+                    f" | {c.cpu_s / 3600:.2f} | {c.index_rows:.1e}, ${money(c.index_dollars())}"
+                    f" | {money(dollars(c, a, figures))} / {money(dollars(c, a, figures, dynamodb=False))} | {theirs} |"
                 )
     out += [
         "",
@@ -330,11 +372,13 @@ def render(a: Assumptions, figures: dict[str, Any]) -> str:
             i = index_cost(fmt, tb * TB, a, figures)
             out.append(
                 f"| {tb} TB | {fmt} | {i['items']:.1e} / {i['ddb_gb']:,.0f} | {i['rows']:.1e} / {i['pg_gb']:,.0f}"
-                f" | {i['backfill_cpu_h']:,.1f} | {i['backfill_dollars_ddb']:,.0f} / {i['backfill_dollars_pg']:,.0f}"
-                f" | {i['backfill_pg_copy_hours']:,.0f} | {i['ddb_storage_month']:,.0f} / {i['pg_storage_month']:,.0f}"
-                f" | {i['ingest_month_ddb']:,.0f} / {i['ingest_month_pg']:,.0f} |"
+                f" | {i['backfill_cpu_h']:,.1f}"
+                f" | {money(i['backfill_dollars_ddb'])} / {money(i['backfill_dollars_pg'])}"
+                f" | {i['backfill_pg_copy_hours']:,.0f}"
+                f" | {money(i['ddb_storage_month'])} / {money(i['pg_storage_month'])}"
+                f" | {money(i['ingest_month_ddb'])} / {money(i['ingest_month_pg'])} |"
             )
-    return "\n".join(out)
+    return "\n".join(out + extrapolation(a, figures))
 
 
 def measure(figures: dict[str, Any]) -> dict[str, Any]:
