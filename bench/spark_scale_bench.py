@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    .venv/bin/python bench/spark_scale_bench.py                       # 1,200 objects (~1.6 GB): ~12 min
+    .venv/bin/python bench/spark_scale_bench.py                       # 1,000 objects (~1.3 GB): ~10 min
     .venv/bin/python bench/spark_scale_bench.py --objects 40 --masters 'local[1]'   # a smoke test: ~1 min
 
 One lake of JSON Lines review objects (purge_bench's generator: ~1.3 MB objects of 5,000 records, users of 50
@@ -277,7 +277,7 @@ def render(out: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--objects", type=int, default=1200)
+    parser.add_argument("--objects", type=int, default=1000)
     parser.add_argument("--records-per-object", type=int, default=5000)
     parser.add_argument("--purge-users", type=int, default=800, help="users erased by each purge (drawn from all)")
     parser.add_argument("--masters", default=MASTERS, help=f"comma-separated outside brackets ({MASTERS})")
