@@ -258,8 +258,8 @@ def render(out: dict[str, Any]) -> str:
         f"lake: {out['objects']} objects, {out['bytes'] / 1e6:,.0f} MB, {out['records']:,} records;"
         f" purge of {out['purge_users']} users",
         "| master | slots | phase | wall s | MB/s | speedup vs the first master"
-        " | CPU s (bench tree / moto / PostgreSQL) | task CPU s | load before |",
-        "| --- | ---: | --- | ---: | ---: | ---: | --- | ---: | ---: |",
+        " | CPU s (bench tree / moto / PostgreSQL) | cores used | task CPU s | load before |",
+        "| --- | ---: | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |",
     ]
     base = {phase: out["runs"][0][phase]["wall_s"] for phase in ("backfill", "purge")}
     for run in out["runs"]:
@@ -270,6 +270,7 @@ def render(out: dict[str, Any]) -> str:
                 f"| {run['master']} | {run['slots']} | {phase} | {p['wall_s']:.1f} | {moved / 1e6 / p['wall_s']:.1f}"
                 f" | {base[phase] / p['wall_s']:.2f}x | {p['tree_cpu_s']:.1f} / {p['moto_cpu_s']:.1f}"
                 f" / {p['postgres_cpu_s']:.1f}"
+                f" | {(p['tree_cpu_s'] + p['moto_cpu_s'] + p['postgres_cpu_s']) / p['wall_s']:.2f}"
                 f" | {p.get('task_cpu_s', '-')} | {p['load_before']} |"
             )
     return "\n".join(lines)
