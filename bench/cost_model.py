@@ -63,11 +63,11 @@ FIGURES = {
     # bench/index_bench.py: bytes per user_rows row with its indexes (740 MB for 5,000,000 rows).
     "pg_bytes_per_row": 148.0,
     # bench/splice_bench.py (2026-11-26): S3 requests of one spliced object, 1 window (JSON Lines) / 1 of 8 row
-    # groups (Parquet); 4 more per further window. A whole rewrite: GET, multipart PUT, HEAD (see parts below).
+    # groups (Parquet); 4 more per further window, 10 per further group. A whole rewrite: GET, multipart PUT, HEAD.
     "requests_splice_jsonl_1_window": 12,
     "requests_splice_parquet_1_group": 20,
-    # bench/spark_scale_bench.py on local[1]: CPU of the bench's processes / wall time held (backfill 0.39, purge
-    # 0.57; the rest waiting on moto and PostgreSQL, which have their own cores on AWS).
+    # bench/spark_scale_bench.py on local[1], quiet run of 22:15: CPU of the bench's processes over the wall time held
+    # (backfill 0.42, purge 0.62; the rest waiting on moto and PostgreSQL, which have their own cores on AWS).
     "spark_utilisation": 0.5,
 }
 FIGURES_FILE = Path(__file__).resolve().parent / "results" / "cost_figures.json"
