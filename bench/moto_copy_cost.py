@@ -34,17 +34,11 @@ BUCKET = "moto-copy-cost"
 PART = 5 * MiB
 
 
-def process_cpu(pid: int) -> float:
-    """CPU seconds (user and system) another process has used, from /proc (Linux)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def timed(pid: int, call: Callable[[], Any]) -> tuple[float, float, Any]:
     """Wall seconds and moto's CPU seconds of one call, and its result."""
-    cpu, start = process_cpu(pid), time.perf_counter()
+    cpu, start = pb.process_cpu(pid), time.perf_counter()
     result = call()
-    return time.perf_counter() - start, process_cpu(pid) - cpu, result
+    return time.perf_counter() - start, pb.process_cpu(pid) - cpu, result
 
 
 def measure(s3: Any, pid: int, size: int, reps: int) -> dict[str, tuple[float, float]]:

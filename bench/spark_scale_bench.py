@@ -161,27 +161,6 @@ def measured(moto_pid: int, data_dir: Path, call: Callable[[], Any]) -> Phase:
     )
 
 
-def settings_for(dsn: str) -> Any:
-    from lakepurge.core.config import parse_settings
-
-    return parse_settings(
-        {
-            "index": {"backend": "postgres", "dsn": dsn},
-            "reports": {"location": f"s3://{pb.REPORTS_BUCKET}/"},
-            "datasets": [
-                {
-                    "name": pb.DATASET,
-                    "location": f"s3://{pb.BUCKET}/reviews/",
-                    "format": "jsonl",
-                    "id_fields": ["user_id"],
-                    "erase": "blank",
-                }
-            ],
-            "purge": {"max_dataset_fraction": 1.0},
-        }
-    )
-
-
 def quiet(_: str) -> None:
     return None
 
@@ -197,7 +176,7 @@ def run_master(master: str, lake: pb.Lake, postgres: Any, moto_pid: int, users: 
     database = f"scale_{n}"
     with psycopg.connect(server_dsn, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {database}")
-    settings = settings_for(server_dsn.rsplit("/", 1)[0] + "/" + database)
+    settings = pb.bench_settings(server_dsn.rsplit("/", 1)[0] + "/" + database)
     started = time.perf_counter()
     spark = session(master)
     warm(spark)

@@ -207,14 +207,8 @@ HEADER = (
 )
 
 
-def process_cpu(pid: int) -> float:
-    """CPU seconds (user and system) another process has used, from /proc (Linux)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def cpu_now(moto_pid: int) -> tuple[float, float]:
-    return time.process_time(), process_cpu(moto_pid)
+    return time.process_time(), pb.process_cpu(moto_pid)
 
 
 def cpu_since(before: tuple[float, float], moto_pid: int) -> tuple[float, float]:
