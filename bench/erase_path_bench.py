@@ -462,12 +462,6 @@ def part_one(
 # -- part 2: the full erase path through moto ------------------------------------------------------------------------
 
 
-def process_cpu(pid: int) -> float:
-    """CPU seconds (user and system) another process has used, from /proc (Linux)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def part_two(lake: pb.Lake, spec: LakeSpec, reps: int, workers: int, out: dict[str, Any]) -> None:
     from lakepurge.core import aws
     from lakepurge.indexing.backfill import run_reconcile
@@ -498,9 +492,9 @@ def part_two(lake: pb.Lake, spec: LakeSpec, reps: int, workers: int, out: dict[s
                     chosen = draw(spec.scale, layout, user_set, rng)
                     keys = lake.affected(chosen)
                     load = os.getloadavg()[0]
-                    cpu_before = time.process_time() + process_cpu(moto.process.pid)
+                    cpu_before = time.process_time() + pb.process_cpu(moto.process.pid)
                     copy_s = pb.plain_copy(s3, keys, workers)
-                    copy_cpu = time.process_time() + process_cpu(moto.process.pid) - cpu_before
+                    copy_cpu = time.process_time() + pb.process_cpu(moto.process.pid) - cpu_before
                     dsn = databases.fresh()
                     settings = settings_for(dsn, workers)
                     wanted = [lake.user_ids[u] for u in chosen]
@@ -508,11 +502,11 @@ def part_two(lake: pb.Lake, spec: LakeSpec, reps: int, workers: int, out: dict[s
                     positions = {key: index for index, key in enumerate(lake.keys)}
                     expected = sum(1 for key in keys for u in lake.owners[positions[key]] if u in chosen_set)
                     gc.collect()
-                    cpu_before = time.process_time() + process_cpu(moto.process.pid)
+                    cpu_before = time.process_time() + pb.process_cpu(moto.process.pid)
                     start = time.perf_counter()
                     run = purge_users(settings, wanted, dry_run=False, force=True, say=quiet, engine="inline")
                     path_s = time.perf_counter() - start
-                    path_cpu = time.process_time() + process_cpu(moto.process.pid) - cpu_before
+                    path_cpu = time.process_time() + pb.process_cpu(moto.process.pid) - cpu_before
                     result = run.result
                     if result is None or not result.verified or result.lines_erased != expected:
                         raise RuntimeError(

@@ -135,6 +135,12 @@ FULL = Scale(1000, 5000, 100_000, 50, reps=5, slow_engine_reps=3, e2e_reps=3, e2
 QUICK = Scale(50, 1000, 5_000, 10, reps=3, slow_engine_reps=3, e2e_reps=1, e2e_reps_100=1, versioned_reps=1)
 
 
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user and system) another process has used, from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 

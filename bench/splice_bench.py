@@ -180,10 +180,15 @@ class Row:
     requests: int
     spliced: bool = False
     calls: dict[str, float] = field(default_factory=dict)  # seconds waiting on each S3 operation
+    cpu: tuple[float, float] = (0.0, 0.0)  # CPU seconds of this process (the purge) and of the moto server
 
     def note(self) -> str:
         slowest = sorted(self.calls.items(), key=lambda item: -item[1])[:5]
-        return f"- {self.case}: " + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in slowest)
+        return (
+            f"- {self.case}: "
+            + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in slowest)
+            + f"; CPU: this process {self.cpu[0]:.2f} s, moto {self.cpu[1]:.2f} s"
+        )
 
     def line(self, size: int, copy: Row | None) -> str:
         through = self.received + self.sent
@@ -202,19 +207,32 @@ HEADER = (
 )
 
 
-def timed_copy(s3: Any, wire: Wire, key: str) -> Row:
+def cpu_now(moto_pid: int) -> tuple[float, float]:
+    return time.process_time(), pb.process_cpu(moto_pid)
+
+
+def cpu_since(before: tuple[float, float], moto_pid: int) -> tuple[float, float]:
+    after = cpu_now(moto_pid)
+    return after[0] - before[0], after[1] - before[1]
+
+
+def timed_copy(s3: Any, wire: Wire, key: str, moto_pid: int) -> Row:
     wire.reset()
     gc.collect()
+    cpu = cpu_now(moto_pid)
     start = time.perf_counter()
     data = s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()
     s3.put_object(Bucket=BUCKET, Key=key, Body=data)
     seconds = time.perf_counter() - start
+    used = cpu_since(cpu, moto_pid)
     del data
     requests = sum(wire.requests.values())
-    return Row("plain GET + PUT copy", seconds, wire.received, wire.sent, requests, calls=dict(wire.seconds))
+    return Row("plain GET + PUT copy", seconds, wire.received, wire.sent, requests, calls=dict(wire.seconds), cpu=used)
 
 
-def timed_purge(s3: Any, wire: Wire, store: Any, cfg: Any, key: str, user: str, planted: list[int], case: str) -> Row:
+def timed_purge(
+    s3: Any, wire: Wire, store: Any, cfg: Any, key: str, user: str, planted: list[int], case: str, moto_pid: int
+) -> Row:
     from lakepurge.purge.engine import PurgeTarget, purge_object
 
     s3path = f"s3://{BUCKET}/{key}"
@@ -224,11 +242,13 @@ def timed_purge(s3: Any, wire: Wire, store: Any, cfg: Any, key: str, user: str, 
         raise AssertionError(f"{case}: the index names {len(lines)} records, {len(planted)} were planted")
     wire.reset()
     gc.collect()
+    cpu = cpu_now(moto_pid)
     start = time.perf_counter()
     outcome = purge_object(s3, store, cfg, PurgeTarget(s3path, "events", held.etag, lines), {user})
     seconds = time.perf_counter() - start
+    used = cpu_since(cpu, moto_pid)
     requests = sum(wire.requests.values())
-    row = Row(case, seconds, wire.received, wire.sent, requests, outcome.splice is not None, dict(wire.seconds))
+    row = Row(case, seconds, wire.received, wire.sent, requests, outcome.splice is not None, dict(wire.seconds), used)
     if outcome.status != "erased" or outcome.lines_erased != len(planted):
         raise AssertionError(f"{case}: {outcome.status}, {outcome.lines_erased} erased of {len(planted)}")
     return row
@@ -243,7 +263,7 @@ def left_in(s3: Any, key: str, user: str, fmt: str) -> bool:
     return user in pq.read_table(io.BytesIO(body), columns=["user_id"]).column("user_id").to_pylist()
 
 
-def run_format(fmt: str, size: int, s3: Any, wire: Wire, dsn: str) -> list[str]:
+def run_format(fmt: str, size: int, s3: Any, wire: Wire, dsn: str, moto_pid: int) -> list[str]:
     from lakepurge.index import open_store
     from lakepurge.indexing.indexer import index_object
 
@@ -257,17 +277,18 @@ def run_format(fmt: str, size: int, s3: Any, wire: Wire, dsn: str) -> list[str]:
         actual = len(data)
         del data
         pb.progress(f"{fmt}: {actual / MiB:,.0f} MiB uploaded; copying ...")
-        copy = timed_copy(s3, wire, key)
+        copy = timed_copy(s3, wire, key, moto_pid)
         pb.progress(f"{fmt}: copied in {copy.seconds:.1f} s; indexing (not timed) ...")
         index_object(s3, store, cfg, BUCKET, key)
         rows = [copy]
         for user, planted, case in ((ONE, one, "erase 1 record"), (HUNDRED, hundred, "erase 100 records")):
             pb.progress(f"{fmt}: {case} ...")
-            rows.append(timed_purge(s3, wire, store, cfg, key, user, planted, f"{case}"))
+            rows.append(timed_purge(s3, wire, store, cfg, key, user, planted, case, moto_pid))
             if left_in(s3, key, user, fmt):
                 raise AssertionError(f"{fmt}, {case}: the user's id is still in the object")
         table = [r.line(actual, None if r is copy else copy) for r in rows]
-        notes = ["", "Time waiting on S3 operations (summed over the threads that wait):", *(r.note() for r in rows)]
+        waits = "Time waiting on S3 operations (summed over the threads that wait), and CPU time:"
+        notes = ["", waits, *(r.note() for r in rows)]
         return [f"\n{fmt}, {actual / MiB:,.0f} MiB ({actual:,} bytes):\n", HEADER, *table, *notes]
     finally:
         store.close()
@@ -295,7 +316,8 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         print(f"load average at the start: {os.getloadavg()[0]:.1f}", flush=True)
         for fmt in args.formats.split(","):
-            print("\n".join(run_format(fmt.strip(), args.size_mib * MiB, s3, wire, postgres.dsn)), flush=True)
+            lines = run_format(fmt.strip(), args.size_mib * MiB, s3, wire, postgres.dsn, moto.process.pid)
+            print("\n".join(lines), flush=True)
         print(f"\nload average at the end: {os.getloadavg()[0]:.1f}; {time.perf_counter() - started:.0f} s")
     finally:
         moto.stop()

@@ -6,6 +6,7 @@ ETag and last-modified time, so re-delivered, duplicated or out-of-order events 
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -13,6 +14,12 @@ from typing import NamedTuple, Protocol
 
 # The line number stored for a user who owns a whole object (id from the key, a sidecar or a tag).
 WHOLE_OBJECT = -1
+
+
+def moved_up(line: int, dropped: Sequence[int]) -> int:
+    """A line's number once the `dropped` lines (sorted, one row each) are removed from its object; a whole-object
+    row (WHOLE_OBJECT) keeps its mark."""
+    return line if line < 0 else line - bisect.bisect_left(dropped, line)
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,11 +232,15 @@ class IndexStore(Protocol):
         noncurrent version (record_noncurrent), in the same step.
         """
 
-    def apply_erasure(self, s3path: str, before_etag: str, after: NewVersion, erased_lines: Sequence[int]) -> bool:
+    def apply_erasure(
+        self, s3path: str, before_etag: str, after: NewVersion, erased_lines: Sequence[int], dropped: bool = False
+    ) -> bool:
         """The purge rewrote an object by blanking lines: move its index from before_etag to the new version and
-        drop the erased lines' rows, in one step (every other line kept its number). Returns False, changing
-        nothing, when the index no longer holds before_etag. The version rewritten (when it has a version id) keeps
-        all of its users, the erased ones included, as a noncurrent version until the purge deletes it."""
+        drop the erased lines' rows, in one step (every other line kept its number). dropped: the erased lines were
+        removed, one row each (Parquet rows), so every later line, unindexable ones included, moves up by the
+        erased lines before it (moved_up). Returns False, changing nothing, when the index no longer holds
+        before_etag. The version rewritten (when it has a version id) keeps all of its users, the erased ones
+        included, as a noncurrent version until the purge deletes it."""
 
     def remove_object(self, s3path: str) -> bool:
         """Drop every row of an object that no longer exists. Returns whether it was indexed. When the version

@@ -33,6 +33,7 @@ from lakepurge.index.base import (
     UnindexableObject,
     beside_in_objects,
     hits_from_locations,
+    moved_up,
 )
 from lakepurge.index.dynamodb_items import (
     COVERAGE_PARTITION,
@@ -282,7 +283,9 @@ class DynamoIndexStore(DynamoTable):
 
     # -- reads ----------------------------------------------------------------------------------------------------
 
-    def apply_erasure(self, s3path: str, before_etag: str, after: NewVersion, erased_lines: Sequence[int]) -> bool:
+    def apply_erasure(
+        self, s3path: str, before_etag: str, after: NewVersion, erased_lines: Sequence[int], dropped: bool = False
+    ) -> bool:
         # Rows are keyed by the object's version here, so the new version's rows are written whole, and the flip to
         # them is conditional on the version read: a version indexed in between (S3's LastModified has whole
         # seconds, so it may not look newer) keeps its rows.
@@ -290,9 +293,13 @@ class DynamoIndexStore(DynamoTable):
         if base is None or base.etag != before_etag:
             return False
         erased = set(erased_lines)
+        order = sorted(erased) if dropped else []
         rows = {
-            user: kept for user, lines in base.lines_by_user.items() if (kept := [n for n in lines if n not in erased])
+            user: kept
+            for user, lines in base.lines_by_user.items()
+            if (kept := [moved_up(n, order) for n in lines if n not in erased])
         }
+        unindexable = [UnindexableLine(moved_up(u.line, order), u.reason) for u in base.unindexable]
         new = replace(
             base,
             etag=after.etag,
@@ -300,6 +307,7 @@ class DynamoIndexStore(DynamoTable):
             last_modified=after.last_modified,
             lines_by_user=rows,
             records=max(base.records - len(erased), 0),
+            unindexable=unindexable,
         )
         return self._replace_round([new], force=True, moving_from=before_etag) == 1
 

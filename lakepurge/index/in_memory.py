@@ -27,6 +27,7 @@ from lakepurge.index.base import (
     UnindexableObject,
     beside_in_objects,
     hits_from_locations,
+    moved_up,
 )
 
 
@@ -106,8 +107,11 @@ class MemoryIndexStore:
         _, users = self._noncurrent.setdefault(key, (version.dataset, set()))
         users.update(version.users)
 
-    def apply_erasure(self, s3path: str, before_etag: str, after: NewVersion, erased_lines: Sequence[int]) -> bool:
+    def apply_erasure(
+        self, s3path: str, before_etag: str, after: NewVersion, erased_lines: Sequence[int], dropped: bool = False
+    ) -> bool:
         erased = set(erased_lines)
+        order = sorted(erased) if dropped else []
         with self._lock:
             held = self._objects.get(s3path)
             if held is None or held.etag != before_etag:
@@ -118,8 +122,11 @@ class MemoryIndexStore:
             held.last_modified = _utc(after.last_modified)
             held.records = max(held.records - len(erased), 0)
             held.rows = {
-                user: kept for user, lines in held.rows.items() if (kept := [n for n in lines if n not in erased])
+                user: kept
+                for user, lines in held.rows.items()
+                if (kept := [moved_up(n, order) for n in lines if n not in erased])
             }
+            held.unindexable = [UnindexableLine(moved_up(u.line, order), u.reason) for u in held.unindexable]
         return True
 
     def remove_object(self, s3path: str) -> bool:

@@ -35,6 +35,7 @@ from lakepurge.index.base import (
 from lakepurge.index.postgres_sql import (
     ALL_OBJECTS,
     APPLY_ERASURE,
+    APPLY_ROW_DROP,
     BIG_LOOKUP_SETTINGS,
     CLAIM,
     COVERAGE_UPSERT,
@@ -255,19 +256,22 @@ class PostgresIndexStore:
             )
 
     @_reconnecting
-    def apply_erasure(self, s3path: str, before_etag: str, after: NewVersion, erased_lines: Sequence[int]) -> bool:
+    def apply_erasure(
+        self, s3path: str, before_etag: str, after: NewVersion, erased_lines: Sequence[int], dropped: bool = False
+    ) -> bool:
+        statement = APPLY_ROW_DROP if dropped and erased_lines else APPLY_ERASURE
         values = {
             "s3path": s3path,
             "before": before_etag,
             "etag": after.etag,
             "version": after.version_id,
             "modified": after.last_modified,
-            "lines": list(erased_lines),
-            "erased": len(erased_lines),
+            "lines": sorted(set(erased_lines)),
+            "erased": len(set(erased_lines)),
         }
         # An object indexed without a version id (its bucket unversioned then) leaves no version to keep: one
         # statement, one round trip.
-        if self._conn.execute(APPLY_ERASURE.format(only=" AND version_id IS NULL"), values).fetchone() is not None:
+        if self._conn.execute(statement.format(only=" AND version_id IS NULL"), values).fetchone() is not None:
             return True
         with self._conn.transaction(), self._conn.cursor() as cur:
             cur.execute(
@@ -278,7 +282,7 @@ class PostgresIndexStore:
             rewritten = cur.fetchone()
             if rewritten is not None:
                 self._keep_as_noncurrent(cur, [(s3path, rewritten[0], rewritten[1], rewritten[2])])
-            cur.execute(APPLY_ERASURE.format(only=""), values)
+            cur.execute(statement.format(only=""), values)
             return cur.fetchone() is not None
 
     @_reconnecting

@@ -131,6 +131,18 @@ APPLY_ERASURE = (
     " AND recordline = ANY(%(lines)s::int[]))"
     " SELECT object_id FROM updated"
 )
+# The same when the erased lines were dropped (Parquet rows): the later rows move up by the erased lines before them,
+# counted by width_bucket's binary search in the sorted array (a row left is never one of them), on the server: the
+# object's rows never travel to the client and back.
+APPLY_ROW_DROP = APPLY_ERASURE.replace(
+    " SELECT object_id FROM updated",
+    ", moved AS (UPDATE user_rows SET recordline = recordline - width_bucket(recordline, %(lines)s::int[])"
+    " WHERE object_id IN (SELECT object_id FROM updated) AND recordline > (%(lines)s::int[])[1]"
+    " AND recordline <> ALL(%(lines)s::int[])),"
+    " unindexable AS (UPDATE unindexable_lines SET recordline = recordline - width_bucket(recordline, %(lines)s::int[])"
+    " WHERE s3path = %(s3path)s AND recordline > (%(lines)s::int[])[1] AND EXISTS (SELECT 1 FROM updated))"
+    " SELECT object_id FROM updated",
+)
 
 # Claims the objects of a batch, in path order (two batches touching the same objects cannot deadlock); returns the
 # claimed ones, not those of which a newer or identical version is already indexed.

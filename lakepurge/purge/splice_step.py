@@ -164,7 +164,11 @@ class SpliceStep:
             new_map = self.record_map.shifted(written.etag, written.version_id, size, spliced.moves).encode()
         version = NewVersion(written.etag, written.version_id, head.last_modified)
         drop = step.dataset.erase == "drop"
-        if not drop and self.scanned is None and store.apply_erasure(s3path, head.etag, version, outcome.erased_lines):
+        # Blanked lines keep every number; dropped Parquet rows (one row each) move the later ones up, which the
+        # index does in place (PostgreSQL: on the server) instead of reading the object's rows and writing them back.
+        in_place = not drop or isinstance(spliced, ParquetSpliced)
+        erased = outcome.erased_lines
+        if in_place and self.scanned is None and store.apply_erasure(s3path, head.etag, version, erased, drop):
             self._keep_map(s3path, new_map)
             return
         base = self.scanned if self.scanned is not None else store.get_object(s3path)

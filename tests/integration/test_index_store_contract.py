@@ -634,6 +634,31 @@ def _assert_newer_kept(store: IndexStore) -> None:
     assert dump_noncurrent(store) == {("alice", A, "va1"), ("bob", A, "va1")}
 
 
+def test_given_an_object_when_a_purge_drops_rows_then_its_later_rows_and_unindexable_lines_move_up(store):
+    # Parquet rows dropped (issue 34): rows 1 and 5 go; 0 stays; 2, 3, 4 move up by one; 6, 7, 8 by two.
+    rows = {"alice": [1, 5], "bob": [0, 2, 6], "carol": [3, 7]}
+    bad = [UnindexableLine(4, "not valid JSON"), UnindexableLine(8, "no user id")]
+    store.replace_objects(
+        [version(A, '"a1"', T0, rows, bad, version_id="va1"), version(B, '"b1"', T0, {"alice": [0], "bob": [3]})]
+    )
+    after = NewVersion('"a2"', "va2", T0 + timedelta(seconds=5))
+    assert store.apply_erasure(A, '"a0"', after, [5, 1], dropped=True) is False  # not the indexed version
+    assert store.object_rows(A) == rows
+    assert store.apply_erasure(A, '"a1"', after, [5, 1], dropped=True) is True
+    assert store.object_rows(A) == {"bob": [0, 1, 4], "carol": [2, 5]}
+    held = store.get_object(A)
+    assert held is not None
+    assert (held.etag, held.version_id, held.records) == ('"a2"', "va2", 7)
+    assert held.unindexable == [UnindexableLine(3, "not valid JSON"), UnindexableLine(6, "no user id")]
+    assert store.lookup(["alice", "bob"]) == {
+        "alice": [Location(B, '"b1"', (0,))],
+        "bob": [Location(A, '"a2"', (0, 1, 4)), Location(B, '"b1"', (3,))],
+    }
+    # The version rewritten still holds every user until the purge deletes it; the other object is untouched.
+    assert dump_noncurrent(store) == {("alice", A, "va1"), ("bob", A, "va1"), ("carol", A, "va1")}
+    assert store.object_rows(B) == {"alice": [0], "bob": [3]}
+
+
 def test_given_a_newer_version_indexed_in_the_same_second_when_a_purge_moves_the_index_then_the_newer_stays(store):
     _purge_race_start(store)
     store.replace_objects([NEWER])

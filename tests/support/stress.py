@@ -225,9 +225,11 @@ class JitterStore:
             )
         return written
 
-    def apply_erasure(self, s3path: str, before_etag: str, after: Any, erased_lines: Any) -> bool:
+    def apply_erasure(
+        self, s3path: str, before_etag: str, after: Any, erased_lines: Any, dropped: bool = False
+    ) -> bool:
         self._pause()
-        done = self._inner.apply_erasure(s3path, before_etag, after, erased_lines)
+        done = self._inner.apply_erasure(s3path, before_etag, after, erased_lines, dropped)
         self._trace.add(
             _key_of(s3path),
             f"index.apply_erasure {_short(before_etag)}->{_short(after.etag)} lm={after.last_modified}"
