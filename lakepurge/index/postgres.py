@@ -50,6 +50,7 @@ from lakepurge.index.postgres_sql import (
     SET_RECORD_MAP,
     SMALL_LOOKUP,
     USER_ROWS,
+    VERSION_REWRITTEN,
     VIEW,
     beside_rows,
     copy_text,
@@ -274,11 +275,7 @@ class PostgresIndexStore:
         if self._conn.execute(statement.format(only=" AND version_id IS NULL"), values).fetchone() is not None:
             return True
         with self._conn.transaction(), self._conn.cursor() as cur:
-            cur.execute(
-                "SELECT object_id, version_id, dataset FROM indexed_objects WHERE s3path = %s AND etag = %s"
-                " AND version_id IS NOT NULL AND version_id IS DISTINCT FROM %s FOR UPDATE",
-                (s3path, before_etag, after.version_id),
-            )
+            cur.execute(VERSION_REWRITTEN, (s3path, before_etag, after.version_id))
             rewritten = cur.fetchone()
             if rewritten is not None:
                 self._keep_as_noncurrent(cur, [(s3path, rewritten[0], rewritten[1], rewritten[2])])

@@ -247,3 +247,9 @@ COVERAGE_UPSERT = (
     " finished_at = EXCLUDED.finished_at, objects = EXCLUDED.objects, versions = EXCLUDED.versions,"
     " failed = EXCLUDED.failed, drift = EXCLUDED.drift, id_forms = EXCLUDED.id_forms"
 )
+
+# The indexed version an erasure rewrote, locked: in a versioned bucket it stays on storage, a noncurrent version.
+VERSION_REWRITTEN = (
+    "SELECT object_id, version_id, dataset FROM indexed_objects WHERE s3path = %s AND etag = %s"
+    " AND version_id IS NOT NULL AND version_id IS DISTINCT FROM %s FOR UPDATE"
+)
