@@ -662,7 +662,7 @@ class Settings(Strict):
     @property
     def identifier_kinds(self) -> dict[str, IdentifierKind]:
         """The configured kinds of one value, as the readers and the request side apply them (not composite ones)."""
-        return {name: IdentifierKind(name, kind.normalise) for name, kind in self.identifiers.items() if not kind.parts}
+        return identity.value_kinds(self.identifiers)
 
     def dataset_for(self, bucket: str, key: str) -> DatasetConfig | None:
         """The dataset an object belongs to, or None for objects outside every dataset. Datasets with a configured

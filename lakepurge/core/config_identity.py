@@ -231,9 +231,13 @@ def typed_request_forms(
 ) -> list[str]:
     """The index forms a request's --id KIND=VALUE is looked for under (records.id_typing.request_forms): its
     kind's, the transforms of it that configured datasets hold, or a composite kind's. Raises RequestIdError."""
-    kinds = {n: IdentifierKind(n, c.normalise) for n, c in identifiers.items() if c.parts is None}
     composites = {n: CompositeKind(n, tuple(c.parts.items())) for n, c in identifiers.items() if c.parts is not None}
-    return request_forms(text, kinds, composites, held_transforms(datasets))
+    return request_forms(text, value_kinds(identifiers), composites, held_transforms(datasets))
+
+
+def value_kinds(identifiers: Mapping[str, IdentifierConfig]) -> dict[str, IdentifierKind]:
+    """The configured kinds of one value (not composite ones), as the readers and the request side apply them."""
+    return {name: IdentifierKind(name, kind.normalise) for name, kind in identifiers.items() if kind.parts is None}
 
 
 def held_transforms(datasets: Sequence[DatasetConfig]) -> dict[str, set[str]]:
