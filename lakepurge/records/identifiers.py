@@ -120,10 +120,11 @@ class IdentifierKind:
         return form
 
 
-def id_forms(kind: IdentifierKind | None) -> str:
-    """The fingerprint of the index forms a dataset's ids are indexed in (its coverage records it): "" untyped, else
-    the kind and its normalisations. A dataset indexed in another is not covered until re-indexed."""
-    return "" if kind is None else f"{kind.name}:{','.join(kind.normalise)}"
+def id_forms(kind: IdentifierKind) -> str:
+    """The fingerprint of the index forms a kind's ids are indexed in: the kind and its normalisations (a dataset's
+    coverage records it, core.config_identity.dataset_id_forms). A dataset indexed in another is not covered until
+    re-indexed."""
+    return f"{kind.name}:{','.join(kind.normalise)}"
 
 
 def kind_of(form: str) -> str | None:
