@@ -154,7 +154,7 @@ def _read_parquet(
         if inside:
             table = source.read_row_group(index)
             table = table.cast(plain) if plain is not None else table
-            owned = owned_rows(table, paths, users, id_rules(dataset), dataset.kind)
+            owned = owned_rows(table, paths, users, id_rules(dataset))
             keep = [row for row in inside if owned[row]]
             if keep:
                 taken = table.take(keep)

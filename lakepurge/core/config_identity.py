@@ -48,14 +48,15 @@ class DatasetIdentity(Strict):
     are DatasetConfig's, explained in config_reference.MEANINGS): checked here, turned into the readers' IdTyping by
     check_typed_datasets."""
 
-    # Set by Settings (check_typed_datasets): the kind of id_kind, and how the readers turn typed fields into forms.
-    _kind: IdentifierKind | None = PrivateAttr(default=None)
+    # Set by Settings (check_typed_datasets): how the readers turn typed fields into index forms (id_kind, id_kinds,
+    # id_composites).
     _id_typing: IdTyping | None = PrivateAttr(default=None)
 
     @property
-    def kind(self) -> IdentifierKind | None:
-        """The kind of the dataset's ids (None: untyped): every reader of its ids makes their index forms with it."""
-        return self._kind
+    def id_typing(self) -> IdTyping | None:
+        """How every reader of the dataset's ids makes their index forms as it reads them (None: untyped, the ids as
+        read). An id_kind is every id field typed that kind, as id_kinds would name them."""
+        return self._id_typing
 
     @model_validator(mode="after")
     def _typed_fields_are_id_fields(self) -> DatasetIdentity:
@@ -147,17 +148,12 @@ def check_links(links: Sequence[IdentifierLinkConfig], identifiers: Mapping[str,
 
 def check_typed_datasets(datasets: Sequence[DatasetConfig], identifiers: Mapping[str, IdentifierConfig]) -> None:
     """Every dataset's id_kind names a configured kind, and only datasets whose readers make index forms have one
-    (nor case-insensitive column names: check_column_names). Each typed dataset is given its kind
-    (DatasetConfig.kind), which its readers apply."""
+    (nor case-insensitive column names: check_column_names). Each typed dataset is given its IdTyping
+    (DatasetConfig.id_typing), which its readers apply."""
     check_column_names(datasets)
     for dataset in datasets:
         if dataset.id_kinds or dataset.id_composites:
             dataset._id_typing = _typing(dataset, identifiers)
-        if dataset.id_kind is not None and identifiers.get(dataset.id_kind, IdentifierConfig()).parts is not None:
-            raise ValueError(
-                f"dataset '{dataset.name}': id_kind '{dataset.id_kind}' is composite: name its parts' fields"
-                " in id_composites"
-            )
         if dataset.id_kind is None:
             continue
         if dataset.id_kind not in identifiers:
@@ -166,13 +162,21 @@ def check_typed_datasets(datasets: Sequence[DatasetConfig], identifiers: Mapping
                 f"dataset '{dataset.name}' names id_kind '{dataset.id_kind}', which has no"
                 f" [identifiers.{dataset.id_kind}] table (configured: {known})"
             )
+        if identifiers[dataset.id_kind].parts is not None:
+            raise ValueError(
+                f"dataset '{dataset.name}': id_kind '{dataset.id_kind}' is composite: name its parts' fields"
+                " in id_composites"
+            )
         # Tables, one-user-per-object and pseudonymised datasets: their readers make no index forms yet (issue 31).
-        if dataset.is_table or dataset.per_object or dataset.protection != "none":
+        if dataset.is_table or dataset.per_object or dataset.protection != "none" or dataset.id_fields is None:
             raise ValueError(
                 f"dataset '{dataset.name}': id_kind is for datasets of files (jsonl, csv, parquet) with id_fields"
                 " that are not pseudonymised"
             )
-        dataset._kind = IdentifierKind(dataset.id_kind, identifiers[dataset.id_kind].normalise)
+        # Every id field typed the kind, as id_kinds would name it: one walk of a record makes its index forms, for
+        # every reader (its coverage fingerprint stays the kind's alone: dataset_id_forms).
+        kind = FieldKind(IdentifierKind(dataset.id_kind, identifiers[dataset.id_kind].normalise))
+        dataset._id_typing = IdTyping(tuple((path, kind) for path in parse_paths(dataset.id_fields)))
 
 
 def check_column_names(datasets: Sequence[DatasetConfig]) -> None:
@@ -185,19 +189,14 @@ def check_column_names(datasets: Sequence[DatasetConfig]) -> None:
             )
 
 
-def id_rules(dataset: DatasetConfig, kind: IdentifierKind | None = None) -> IdRules:
-    """How the dataset's ids are read, besides their paths: names in any case (column_names), numbers by value (a
-    kind normalised as `number`), typed fields (id_kinds, id_composites). Every reader of the dataset's ids reads
-    them by these rules, so they agree."""
-    kind = kind if kind is not None else dataset.kind
-    if dataset._id_typing is None and (dataset.id_kinds or dataset.id_composites):
+def id_rules(dataset: DatasetConfig) -> IdRules:
+    """How the dataset's ids are read, besides their paths: names in any case (column_names), typed fields (id_kind,
+    id_kinds, id_composites: numbers by value where a kind is normalised as `number`). Every reader of the dataset's
+    ids reads them by these rules, so they agree."""
+    if dataset._id_typing is None and (dataset.id_kind is not None or dataset.id_kinds or dataset.id_composites):
         # read untyped, its values would never meet a request's forms: only Settings knows the kinds they name
-        raise ValueError(f"dataset '{dataset.name}': its id_kinds are resolved by the Settings it is read with")
-    return IdRules(
-        folded=dataset.column_names == "case-insensitive",
-        numbers=kind is not None and kind.numbers,  # (the dataset's id_kind unless a reader names one)
-        typing=dataset._id_typing,
-    )
+        raise ValueError(f"dataset '{dataset.name}': its identifier kinds are resolved by the Settings it is read with")
+    return IdRules(folded=dataset.column_names == "case-insensitive", typing=dataset._id_typing)
 
 
 def _typing(dataset: DatasetConfig, identifiers: Mapping[str, IdentifierConfig]) -> IdTyping:
@@ -265,9 +264,12 @@ def dataset_id_forms(dataset: DatasetConfig) -> str:
     which column a form is read from: the kind and its normalisations, each typed field's kind and transform, each
     composite's parts and columns, names in any case. A dataset indexed under another is not covered until
     re-indexed."""
-    parts = [id_forms(dataset.kind)] if dataset.kind is not None else []
+    parts = []
     typing = dataset._id_typing
-    if typing is not None:
+    if typing is not None and dataset.id_kind is not None:
+        # every field that one kind: the kind alone, as coverage has recorded an id_kind dataset since it came
+        parts.append(id_forms(typing.fields[0][1].kind))
+    elif typing is not None:
         for path, field_kind in typing.fields:
             transform = f"/{field_kind.transform}" if field_kind.transform else ""
             parts.append(f"{'.'.join(path)}={id_forms(field_kind.kind)}{transform}")

@@ -123,13 +123,13 @@ def scan_object(s3: S3Client, settings: Settings, dataset: DatasetConfig, head: 
 
 
 def _in_index_forms(settings: Settings, dataset: DatasetConfig, result: ObjectIndex) -> ObjectIndex:
-    """The object's rows keyed by the index forms of its ids (its dataset's kind's: docs/design/PERSON.md); an
-    untyped dataset's rows are kept as read. A line whose id has no index form becomes unindexable. A dataset with
-    per-field kinds (id_kinds, id_composites) was read in index forms already (records.id_typing)."""
-    if dataset.id_kinds or dataset.id_composites:
+    """The object's rows keyed by the index forms of its ids (docs/design/PERSON.md). A typed dataset (id_kind,
+    id_kinds, id_composites) was read in index forms already (records.id_typing); an untyped dataset's rows are kept
+    as read, but for an id that spells a typed form where kinds are configured: its line becomes unindexable."""
+    if dataset.id_typing is not None:
         return result
     what = "id field(s) " + ", ".join(dataset.id_fields) if dataset.id_fields is not None else "the object's owner"
-    rows, bad = index_forms(result.lines_by_user, dataset.kind, bool(settings.identifiers), what)
+    rows, bad = index_forms(result.lines_by_user, bool(settings.identifiers), what)
     result.lines_by_user = rows
     if bad:
         result.records -= len(bad)

@@ -43,8 +43,8 @@ from lakepurge.indexing.coverage import DatasetCoverage
 from lakepurge.indexing.indexer import content_error
 from lakepurge.records.csv_records import HEADER_PROBLEM
 from lakepurge.records.formats import UNREAD_FROM_HERE, read_records
-from lakepurge.records.identifiers import kind_of, record_forms
-from lakepurge.records.ids import IdFieldError, Record, Unindexable
+from lakepurge.records.identifiers import kind_of
+from lakepurge.records.ids import Unindexable
 from lakepurge.records.lines import CHUNK_BYTES, open_decompressed
 
 if TYPE_CHECKING:
@@ -232,17 +232,6 @@ def _open(s3: S3Client, dataset: DatasetConfig, head: ObjectHead) -> IO[bytes]:
     return open_seekable(s3, head) if dataset.format == "parquet" else open_body(s3, head)
 
 
-def _without_index_form(record: Record, dataset: DatasetConfig, what: str) -> str | None:
-    """Why a typed dataset's record has no index form (the indexer made it unindexable), None when it has one."""
-    if dataset.kind is None:
-        return None
-    try:
-        record_forms(record.user_ids, dataset.kind, what)
-    except IdFieldError as exc:
-        return str(exc)
-    return None
-
-
 def _recorded_lines(
     s3: S3Client, settings: Settings, dataset: DatasetConfig, obj: UnindexableObject, limit: int
 ) -> list[tuple[int, str]]:
@@ -259,11 +248,9 @@ def _recorded_lines(
             raw, head.key, dataset.format, fields, indexing.max_record_bytes, indexing.inflation, rules=rules
         )
         found: list[tuple[int, str]] = []
-        what = "id field(s) " + ", ".join(dataset.id_fields)  # as the indexer names them (indexer._in_index_forms)
         for item in items:
-            reason = item.reason if isinstance(item, Unindexable) else _without_index_form(item, dataset, what)
-            if reason is not None:
-                found.append((item.line, reason))
+            if isinstance(item, Unindexable):
+                found.append((item.line, item.reason))
                 if len(found) >= limit:
                     break
         return found

@@ -125,9 +125,7 @@ def still_holding(
     none_of = getattr(users, "none_of", None)
     limits = indexing.max_record_bytes, indexing.inflation
     fields = dataset.id_fields
-    return lines_holding(
-        staged.reader(), key, dataset.format, fields, *limits, wanted, none_of, id_rules(dataset), dataset.kind
-    )
+    return lines_holding(staged.reader(), key, dataset.format, fields, *limits, wanted, none_of, id_rules(dataset))
 
 
 def find_user_lines(

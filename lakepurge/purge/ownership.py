@@ -4,8 +4,8 @@ index never erases, or exports, someone else's record; a record whose ids cannot
 
 :class:`Ownership` decides JSON Lines lines and CSV records and remembers what it decided (the lines taken, how
 many the index named in vain); :func:`owned_rows` decides the rows of a Parquet row group. A typed dataset's ids
-are compared in their index forms (records.identifiers, as the indexer keys them), and only through the general
-path: the bulk paths compare ids as read, which only an untyped dataset's are.
+are read in their index forms (the id rules' typing, as the indexer keys them), and only through the general path:
+the bulk paths compare ids as read, which only an untyped dataset's are.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import orjson
 
 from lakepurge.core.config import DatasetConfig
 from lakepurge.records.csv_records import csv_id_columns, csv_ids
-from lakepurge.records.identifiers import IdentifierKind, record_forms
 from lakepurge.records.ids import (
     EXACT,
     IdFieldError,
@@ -46,7 +45,6 @@ class Ownership:
         self._keys = IdKeys.of(self._paths, self._rules.folded)
         self._columns: list[tuple[str, int | None]] | None = None
         self._fields = dataset.id_fields
-        self._kind = getattr(dataset, "kind", None)  # (a stand-in with id_fields alone: untyped)
         self.users = users
         self.erased: list[int] = []
         self.not_matching = 0
@@ -59,7 +57,7 @@ class Ownership:
         one = len(self._paths) == 1 and len(self._paths[0]) == 1 and self._rules.typing is None  # (typed: forms)
         field = self._paths[0][0] if one else None
         each_contained = getattr(self.users, "each_contained", None)
-        if field is not None and each_contained is not None and self._kind is None:
+        if field is not None and each_contained is not None:
             try:
                 # (names in any case: the lines' spelling; keys below counts every other one)
                 field = spelling(contents, field) if self._rules.folded else field
@@ -74,7 +72,7 @@ class Ownership:
     def json_line(self, line: int, content: bytes) -> bool:
         try:
             record = parse_record(content, self._keys)
-            ids = self._ids(extract_ids(record, self._paths, self._rules)) if isinstance(record, dict) else ()
+            ids = extract_ids(record, self._paths, self._rules) if isinstance(record, dict) else ()
             owned = any(u in self.users for u in ids)
         except (orjson.JSONDecodeError, ValueError):
             owned = False
@@ -104,7 +102,7 @@ class Ownership:
         """The id column's index when rows can be decided by it alone (csv_plain_ids): the dataset has one id
         column, the header names it, and the users are looked up in batches. None otherwise."""
         assert self._columns is not None
-        if self._rules.typing is not None or self._kind is not None:  # typed: each row's index forms, row by row
+        if self._rules.typing is not None:  # typed: each row's index forms, row by row
             return None
         if len(self._columns) == 1 and getattr(self.users, "each_contained", None) is not None:
             return self._columns[0][1]
@@ -115,7 +113,7 @@ class Ownership:
         as csv_ids reads it, to the same string); None otherwise, and nothing is noted (the rows are then decided
         row by row)."""
         joined = b"".join(ids)
-        if self._kind is not None or self._rules.typing is not None or not joined.isascii():
+        if self._rules.typing is not None or not joined.isascii():
             return None
         values = list(map(bytes.decode, ids))  # ASCII: the same as the surrogateescape decoding of the row
         if not plain_ids(values):
@@ -126,16 +124,8 @@ class Ownership:
         """As the indexer reads the row: a row with an id it would not index (too long, NUL, invalid UTF-8) is
         nobody's."""
         assert self._columns is not None
-        ids, problem = csv_ids(row, self._columns, self._rules.typing)
-        if problem is None:
-            try:
-                ids = self._ids(ids)
-            except IdFieldError:
-                problem = "no index form"
+        ids, problem = csv_ids(row, self._columns, self._rules.typing, self._rules.folded)
         return self._note(line, problem is None and any(u in self.users for u in ids))
-
-    def _ids(self, ids: tuple[str, ...]) -> tuple[str, ...]:
-        return record_forms(ids, self._kind, "id field")
 
     def _note_many(self, lines: list[int], owned: list[bool]) -> list[bool]:
         self.erased.extend(itertools.compress(lines, owned))
@@ -155,10 +145,9 @@ def owned_rows(
     paths: tuple[tuple[str, ...], ...],
     users: Container[str],
     rules: IdRules = EXACT,
-    kind: IdentifierKind | None = None,
 ) -> list[bool]:
-    """For each row of a Parquet table (a row group), whether its ids (in the index forms of the dataset's kind or
-    typed fields) name one of the users. A row whose ids cannot be read (the indexer reports it unindexable) is
+    """For each row of a Parquet table (a row group), whether its ids (in their index forms where the rules type
+    them) name one of the users. A row whose ids cannot be read (the indexer reports it unindexable) is
     nobody's. The purge drops these rows; the export takes them."""
     if rules.folded:  # each field resolved against the columns, as the indexer's read_parquet resolves it
         try:
@@ -169,7 +158,7 @@ def owned_rows(
     owned = []
     for record in table.select(top).to_pylist():
         try:
-            ids: tuple[str, ...] = record_forms(extract_ids(record, paths, rules), kind, "id field")
+            ids: tuple[str, ...] = extract_ids(record, paths, rules)
         except ValueError:
             ids = ()
         owned.append(any(u in users for u in ids))

@@ -380,7 +380,7 @@ def rewrite_parquet(
         gone = {row for row in range(rows) if first_row + row in hidden} if hidden else set()
         if named or gone:
             taken = table.take(pa.array(named, type=pa.int64())) if named else None
-            owned = owned_rows(taken, paths, users, rules, dataset.kind) if taken is not None else []
+            owned = owned_rows(taken, paths, users, rules) if taken is not None else []
             dropped = [row for row, mine in zip(named, owned, strict=True) if mine]
             hidden_dropped += len(gone)
             erased.extend(first_row + row for row in dropped if row not in gone)

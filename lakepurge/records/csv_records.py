@@ -10,7 +10,7 @@ from collections import deque
 from collections.abc import Container, Iterator, Sequence
 from typing import IO, TYPE_CHECKING, NamedTuple, cast
 
-from lakepurge.records.ids import EXACT, IdFieldError, Record, Unindexable, id_problem, resolve_top
+from lakepurge.records.ids import EXACT, IdFieldError, IdRules, Record, Unindexable, id_problem, resolve_top
 from lakepurge.records.lines import ByteSource, iter_lines, too_long
 
 if TYPE_CHECKING:
@@ -203,13 +203,17 @@ def csv_id_columns(header: Sequence[str], columns: Sequence[str], folded: bool =
 
 
 def csv_ids(
-    row: Sequence[str], positions: Sequence[tuple[str, int | None]], typing: IdTyping | None = None
+    row: Sequence[str],
+    positions: Sequence[tuple[str, int | None]],
+    typing: IdTyping | None = None,
+    folded: bool = False,
 ) -> tuple[tuple[str, ...], str | None]:
     """The ids of a CSV row and, when any cannot be indexed, why (the record is then unindexable: the purge never
     takes it for anyone's). Invalid UTF-8 in the id columns (decoded with surrogateescape) is such a problem. With
-    typed fields (`typing`), the ids are the index forms of the row's non-empty id columns."""
+    typed fields (`typing`), the ids are the index forms of the row's non-empty id columns (`positions` spell them
+    as the header does: names in any case, `folded`, the typing's fields match them so)."""
     if typing is not None:
-        return _typed_csv_ids(row, positions, typing)
+        return _typed_csv_ids(row, positions, typing, folded)
     ids: list[str] = []
     for column, index in positions:
         value = row[index] if index is not None and index < len(row) else ""
@@ -222,15 +226,24 @@ def csv_ids(
             return (), problem
         ids.append(value)
     if not ids:
-        missing = [c for c, i in positions if i is None]
-        if missing and len(missing) == len(positions):
-            return (), f"id column {', '.join(repr(c) for c in missing)} not in header"
-        return (), f"id field {', '.join(repr(c) for c, _ in positions)} missing"
+        return (), _no_id(positions)
     return tuple(dict.fromkeys(ids)), None
 
 
+def _no_id(positions: Sequence[tuple[str, int | None]]) -> str:
+    """Why a row with none of its id columns filled is unindexable (typed by kinds or not, the same words)."""
+    missing = [c for c, i in positions if i is None]
+    if missing and len(missing) == len(positions):
+        return f"id column {', '.join(repr(c) for c in missing)} not in header"
+    return f"id field {', '.join(repr(c) for c, _ in positions)} missing"
+
+
+# The row's id columns as the header spells them, matched by the typing's fields in any case.
+_FOLDED = IdRules(folded=True)
+
+
 def _typed_csv_ids(
-    row: Sequence[str], positions: Sequence[tuple[str, int | None]], typing: IdTyping
+    row: Sequence[str], positions: Sequence[tuple[str, int | None]], typing: IdTyping, folded: bool
 ) -> tuple[tuple[str, ...], str | None]:
     values = {}
     for column, index in positions:
@@ -239,8 +252,10 @@ def _typed_csv_ids(
             if not value.isascii() and any("\udc80" <= ch <= "\udcff" for ch in value):
                 return (), f"invalid UTF-8 in id field '{column}'"
             values[column] = value
+    if not values:
+        return (), _no_id(positions)
     try:
-        return typing.record_ids(values, EXACT), None
+        return typing.record_ids(values, _FOLDED if folded else EXACT), None
     except IdFieldError as exc:
         return (), str(exc)
 
@@ -274,7 +289,7 @@ def read_csv(
             continue
         if not any(record.row):
             continue
-        ids, problem = csv_ids(record.row, positions, typing)
+        ids, problem = csv_ids(record.row, positions, typing, folded)
         if problem is not None:
             yield Unindexable(record.line, problem)
         else:

@@ -1,12 +1,13 @@
 """Per-field identifier kinds, transforms and composite kinds (issue 31, docs/design/PERSON.md section 2).
 
-A dataset of files may say, per id field, which kind it holds (``id_kinds = { "buyer.email" = "email", customer =
-"customer_id" }``), that a column holds a named transform of a kind (``email_sha = "sha256_hex(email)"``), and that
-several columns together make one id of a composite kind (``id_composites = { name_dob = {...} }``). Such a
-dataset's ids are index forms as they are read: :meth:`IdTyping.record_ids` is called by ``extract_ids`` and
-``csv_ids`` (every reader of ids goes through them), in the one walk over the record, so the indexer, the purge's
-ownership check, verification and the export make the same forms. A request's ``--id`` makes them with
-:func:`request_forms`, from the same definitions.
+A dataset of files may say that every id field holds one kind (``id_kind = "email"``: Settings types each of its
+fields so, core.config_identity.check_typed_datasets), or, per id field, which kind it holds (``id_kinds = {
+"buyer.email" = "email", customer = "customer_id" }``), that a column holds a named transform of a kind
+(``email_sha = "sha256_hex(email)"``), and that several columns together make one id of a composite kind
+(``id_composites = { name_dob = {...} }``). Such a dataset's ids are index forms as they are read:
+:meth:`IdTyping.record_ids` is called by ``extract_ids`` and ``csv_ids`` (every reader of ids goes through them), in
+the one walk over the record, so the indexer, the purge's ownership check, verification and the export make the same
+forms. A request's ``--id`` makes them with :func:`request_forms`, from the same definitions.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lakepurge.records.identifiers import KIND_MARKER, IdentifierKind, RequestIdError, kind_of, request_form
-from lakepurge.records.ids import IdFieldError, IdRules, collect, id_problem
+from lakepurge.records.ids import IdFieldError, IdRules, collect, id_problem, no_id_field
 
 if TYPE_CHECKING:
     from lakepurge.records.identifiers import Normalisation
@@ -150,6 +151,8 @@ class IdTyping:
                 parts.append(values[0])
             else:
                 found.append(composite.form(parts, f"the {composite.name} of fields {_names(paths)}"))
+        if not found and not self.composites:  # none of the fields present: said as of an untyped record
+            raise IdFieldError(no_id_field([path for path, _ in self.fields]))
         if not found:
             held = [f"id field(s) {_names(path for path, _ in self.fields)} missing"] if self.fields else []
             held += [f"{', '.join(c.name for c, _ in self.composites)} incomplete"] if self.composites else []

@@ -120,19 +120,11 @@ class IdentifierKind:
         return form
 
 
-def record_forms(ids: Iterable[str], kind: IdentifierKind | None, what: str) -> tuple[str, ...]:
-    """A record's ids as its dataset's readers compare them with a request's: the index forms of the dataset's kind
-    (None: untyped, the ids as read). Raises IdFieldError when one has no index form: the indexer makes that whole
-    record unindexable (index_forms), so every reader takes it as nobody's."""
-    if kind is None:
-        return tuple(ids)
-    return tuple(dict.fromkeys(kind.index_form(user, what) for user in ids))
-
-
-def id_forms(kind: IdentifierKind | None) -> str:
-    """The fingerprint of the index forms a dataset's ids are indexed in (its coverage records it): "" untyped, else
-    the kind and its normalisations. A dataset indexed in another is not covered until re-indexed."""
-    return "" if kind is None else f"{kind.name}:{','.join(kind.normalise)}"
+def id_forms(kind: IdentifierKind) -> str:
+    """The fingerprint of the index forms a kind's ids are indexed in: the kind and its normalisations (a dataset's
+    coverage records it, core.config_identity.dataset_id_forms). A dataset indexed in another is not covered until
+    re-indexed."""
+    return f"{kind.name}:{','.join(kind.normalise)}"
 
 
 def kind_of(form: str) -> str | None:
@@ -180,33 +172,21 @@ def request_form(text: str, kinds: Mapping[str, IdentifierKind]) -> str:
 
 
 def index_forms(
-    lines_by_user: dict[str, list[int]], kind: IdentifierKind | None, refuse_marked: bool, what: str
+    lines_by_user: dict[str, list[int]], refuse_marked: bool, what: str
 ) -> tuple[dict[str, list[int]], dict[int, str]]:
-    """One object's rows (raw id -> lines, as its records name them) keyed by index form, and the lines that are
-    unindexable for it with why. Ids that normalise alike are one id (their lines merged); a line whose id has no
-    index form is unindexable as a whole, as a record whose id field holds no id is (its other ids are not indexed
-    either). Untyped (`kind` None), the rows are kept as they are, but for ids beginning with the kind marker when
-    `refuse_marked` (kinds are configured): such an id could read as a typed one."""
+    """An untyped object's rows (id -> lines, as its records name them), and the lines that are unindexable for it
+    with why: kept as they are, but for ids beginning with the kind marker when `refuse_marked` (kinds are
+    configured): such an id could read as a typed one, so its line is unindexable as a whole (its other ids are not
+    indexed either). A typed dataset's ids are index forms as read (records.id_typing) and need no such step."""
     bad: dict[int, str] = {}
-    if kind is None:
-        if not refuse_marked or not any(user.startswith(KIND_MARKER) for user in lines_by_user):
-            return lines_by_user, bad
-        for user, lines in lines_by_user.items():
-            if user.startswith(KIND_MARKER):
-                bad.update(dict.fromkeys(lines, f"{what} begins with U+001F, the marker of identifier kinds"))
-        typed = {user: lines for user, lines in lines_by_user.items() if not user.startswith(KIND_MARKER)}
-    else:
-        typed = {}
-        for user, lines in lines_by_user.items():
-            try:
-                form = kind.index_form(user, what)
-            except IdFieldError as exc:
-                bad.update(dict.fromkeys(lines, str(exc)))
-                continue
-            typed.setdefault(form, []).extend(lines)
+    if not refuse_marked or not any(user.startswith(KIND_MARKER) for user in lines_by_user):
+        return lines_by_user, bad
+    for user, lines in lines_by_user.items():
+        if user.startswith(KIND_MARKER):
+            bad.update(dict.fromkeys(lines, f"{what} begins with U+001F, the marker of identifier kinds"))
     kept: dict[str, list[int]] = {}
-    for form, lines in typed.items():
+    for user, lines in lines_by_user.items():
         remaining = sorted({line for line in lines if line not in bad})
-        if remaining:
-            kept[form] = remaining
+        if remaining and not user.startswith(KIND_MARKER):
+            kept[user] = remaining
     return kept, bad

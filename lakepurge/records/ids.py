@@ -257,6 +257,12 @@ def plain_ids(values: Sequence[Any]) -> bool:
     return max(map(len, values)) <= SHORT_ID_CHARS and "\x00" not in "".join(values)
 
 
+def no_id_field(paths: Sequence[tuple[str, ...]]) -> str:
+    """Why a record holding none of its id fields is unindexable (typed by kinds or not, the same words)."""
+    names = ", ".join(repr(".".join(p)) for p in paths)
+    return f"id field {names} missing" if len(paths) == 1 else f"id fields {names} all missing"
+
+
 def extract_ids(record: dict[str, Any], paths: tuple[tuple[str, ...], ...], rules: IdRules = EXACT) -> tuple[str, ...]:
     """All user ids a record names through the dataset's id fields, without duplicates.
 
@@ -274,6 +280,5 @@ def extract_ids(record: dict[str, Any], paths: tuple[tuple[str, ...], ...], rule
     for path in paths:
         _collect(record, path, 0, ".".join(path), found, rules)
     if not found:
-        names = ", ".join(repr(".".join(p)) for p in paths)
-        raise IdFieldError(f"id field {names} missing" if len(paths) == 1 else f"id fields {names} all missing")
+        raise IdFieldError(no_id_field(paths))
     return tuple(dict.fromkeys(found)) if len(found) > 1 else (found[0],)

@@ -18,7 +18,6 @@ from lakepurge.records.candidates import IdCandidates
 from lakepurge.records.csv_records import one_width_column, read_csv
 from lakepurge.records.formats import read_records
 from lakepurge.records.gc_pause import collector_paused
-from lakepurge.records.identifiers import IdentifierKind, record_forms
 from lakepurge.records.ids import (
     EXACT,
     IdFieldError,
@@ -53,7 +52,6 @@ def lines_holding(
     wanted: Callable[[list[str]], list[bool]],
     none_of: Callable[[Any], bool] | None = None,
     rules: IdRules = EXACT,
-    kind: IdentifierKind | None = None,
 ) -> list[int]:
     """The lines (records, rows) of an object whose ids include one of the wanted users, as read_records reads
     them. wanted answers for a list of ids at once; none_of, if given, whether none of a list of ids (UTF-8 bytes,
@@ -61,8 +59,8 @@ def lines_holding(
     have plain names, an object (or, past IN_MEMORY_BYTES, a chunk) is first answered in bulk from every id it could
     hold (records.candidates): when none is wanted, no line is parsed. What verifying a freshly rewritten object
     needs; anything the bulk answer cannot clear is parsed line by line. rules: as the indexer reads the ids. A
-    typed dataset (`kind`, or typed fields in rules) is read record by record, its ids compared in their index forms:
-    the bulk answers compare ids as read."""
+    typed dataset (typed fields in rules) is read record by record, its ids read in their index forms: the bulk
+    answers compare ids as read."""
     if none_of is None:
         none_of = functools.partial(_none_of, wanted)
     paths = parse_paths(id_fields)
@@ -70,8 +68,6 @@ def lines_holding(
 
     def from_items(items: Iterable[Record | Unindexable]) -> None:
         records = [item for item in items if type(item) is Record]
-        if kind is not None:
-            records = _in_index_forms(records, kind)
         ids = [user for record in records for user in record.user_ids]
         owned = iter(wanted(ids)) if ids else iter(())
         for record in records:
@@ -81,7 +77,7 @@ def lines_holding(
     if fmt == "csv" and len(id_fields) == 1 and rules.typing is None:  # (typed fields: read_records makes forms)
         try:
             whole, rows = _in_memory(open_decompressed(raw, key, inflation))
-            if kind is None and whole is not None and _csv_none_wanted(whole, id_fields[0], none_of, rules.folded):
+            if whole is not None and _csv_none_wanted(whole, id_fields[0], none_of, rules.folded):
                 return found
             from_items(read_csv(rows, id_fields, max_bytes, folded=rules.folded))  # type: ignore[arg-type]
         except TruncatedObject as exc:
@@ -92,7 +88,7 @@ def lines_holding(
         return found
     # (names in any case: the bulk answer's tokens are the exact names, so every line is read)
     # (typed: the records hold values, not the index forms wanted, so every line is read)
-    typed = kind is not None or rules.typing is not None
+    typed = rules.typing is not None
     candidates = None if rules.folded or typed else IdCandidates.of(paths)
 
     def none_wanted(data: bytes) -> bool:
@@ -144,17 +140,6 @@ def lines_holding(
         except TruncatedObject as exc:
             raise ValueError(f"the object could not be read to its end: {exc.reason}") from None
     return found
-
-
-def _in_index_forms(records: list[Record], kind: IdentifierKind) -> list[Record]:
-    """The records with their ids in index forms; one with an id that has none is unindexable, nobody's."""
-    typed = []
-    for record in records:
-        try:
-            typed.append(Record(record.line, record_forms(record.user_ids, kind, "id field")))
-        except IdFieldError:
-            continue
-    return typed
 
 
 def _none_of(wanted: Callable[[list[str]], list[bool]], user_ids: Any) -> bool:

@@ -92,7 +92,7 @@ def test_given_a_value_with_no_email_when_indexed_then_its_line_is_unindexable_a
     _, store, _ = typed_lake
     listed = [(path, u.line, u.reason) for path, u in store.unindexable(limit=100)]
     assert listed == [
-        ("s3://lake/signups/a.jsonl", 3, "id field(s) email holds no email after normalisation (trim, casefold)")
+        ("s3://lake/signups/a.jsonl", 3, "id field 'email' holds no email after normalisation (trim, casefold)")
     ]
     assert store.object_records(["s3://lake/signups/a.jsonl"]) == {"s3://lake/signups/a.jsonl": 3}
 

@@ -106,6 +106,6 @@ def test_given_a_number_kind_when_a_value_is_no_number_then_its_line_is_unindexa
         (
             "s3://lake/orders_parquet/string.parquet",
             1,
-            "id field(s) order_no holds no order_no after normalisation (number)",
+            "id field 'order_no' holds no order_no after normalisation (number)",
         )
     ]

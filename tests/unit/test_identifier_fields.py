@@ -16,12 +16,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from lakepurge.core.config import ConfigError, DatasetConfig, Settings, parse_settings
-from lakepurge.core.config_identity import id_rules, typed_request_forms
+from lakepurge.core.config_identity import dataset_id_forms, id_rules, typed_request_forms
 from lakepurge.core.privacy import HashedUsers, Pseudonymizer
 from lakepurge.purge.ownership import Ownership, owned_rows
 from lakepurge.records.csv_records import csv_records
 from lakepurge.records.formats import Grouped, group_records, read_records
-from lakepurge.records.identifiers import IdentifierKind, RequestIdError, index_forms, request_form, shown
+from lakepurge.records.identifiers import IdentifierKind, RequestIdError, request_form, shown
 from lakepurge.records.ids import Record, parse_paths
 from lakepurge.records.lines import DEFAULT_INFLATION
 from lakepurge.records.search import lines_holding
@@ -103,7 +103,7 @@ def test_given_per_field_kinds_when_a_record_holds_an_email_a_customer_and_a_has
         "\x1fcustomer_id\x1f7": [3],
     }
     assert [(u.line, u.reason) for u in read.unindexable] == [
-        (2, "no id: id field(s) 'buyer.email', 'customer', 'email_sha' missing"),
+        (2, "id fields 'buyer.email', 'customer', 'email_sha' all missing"),  # (as an untyped record's)
         (4, "id field 'email_sha' holds no sha256_hex of email (lower- or upper-case hex)"),
     ]
     assert "alice" not in read.unindexable[1].reason
@@ -113,13 +113,39 @@ def test_given_id_kind_when_every_field_is_named_in_id_kinds_instead_then_the_in
     data = jsonl({"email": "Alice@Example.COM "}, {"email": "bob@example.com", "x": 1}, {"x": 2}, {"email": " "})
     typed = settings(dataset("a", 'id_fields = ["email"]\nid_kind = "email"'))
     per_field = settings(dataset("a", 'id_fields = ["email"]\nid_kinds = { email = "email" }'))
-    one = typed.datasets[0]
-    assert one.id_fields is not None
-    raw = group_records(io.BytesIO(data), "x.jsonl", "jsonl", one.id_fields, MAX, rules=id_rules(one))
-    rows, bad = index_forms(raw.lines_by_user, one.kind, True, "id field(s) email")  # slice 1's way
-    read = grouped(data, per_field.datasets[0])
-    assert read.lines_by_user == rows == {EMAIL: [0], "\x1femail\x1fbob@example.com": [1]}
-    assert [u.line for u in read.unindexable] == sorted([*bad, *(u.line for u in raw.unindexable)]) == [2, 3]
+    one, each = grouped(data, typed.datasets[0]), grouped(data, per_field.datasets[0])
+    assert one.lines_by_user == each.lines_by_user == {EMAIL: [0], "\x1femail\x1fbob@example.com": [1]}
+    assert one.unindexable == each.unindexable
+    assert [(u.line, u.reason) for u in one.unindexable] == [
+        (2, "id field 'email' missing"),
+        (3, "id field 'email' holds no email after normalisation (trim, casefold)"),
+    ]
+
+
+def test_given_id_kind_when_its_coverage_fingerprint_is_made_then_it_is_the_kind_alone_as_before_its_expansion():
+    # An id_kind dataset's coverage was recorded as "kind:normalisations": another fingerprint would make every such
+    # dataset "indexed with other identifier forms" until backfilled again.
+    typed = settings(dataset("a", 'id_fields = ["email", "buyer.email"]\nid_kind = "email"')).datasets[0]
+    per_field = settings(dataset("a", 'id_fields = ["email"]\nid_kinds = { email = "email" }')).datasets[0]
+    assert dataset_id_forms(typed) == "email:trim,casefold"
+    assert dataset_id_forms(per_field) == "email=email:trim,casefold"
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])
+def test_given_id_kind_and_names_in_any_case_when_indexed_purged_and_verified_then_all_readers_find_the_same(fmt):
+    config = settings(
+        dataset("a", 'id_fields = ["email"]\nid_kind = "email"\ncolumn_names = "case-insensitive"', fmt)
+    ).datasets[0]
+    emails = ["Alice@Example.com", "bob@example.com", " alice@example.com"]
+    if fmt == "jsonl":
+        data = jsonl(*({"EMail": email} for email in emails))
+    elif fmt == "csv":
+        data = ("EMail,n\n" + "".join(f"{email},{n}\n" for n, email in enumerate(emails))).encode()
+    else:
+        sink = io.BytesIO()
+        pq.write_table(pa.table({"EMail": emails}), sink)
+        data = sink.getvalue()
+    _agree(config, data, [EMAIL, "\x1femail\x1fbob@example.com"])
 
 
 def test_given_one_typed_field_when_a_chunk_is_read_in_bulk_then_its_forms_are_those_read_line_by_line():
@@ -377,3 +403,8 @@ def test_given_a_dataset_without_typed_fields_when_read_then_its_rules_carry_no_
     )
     with pytest.raises(ValueError, match="resolved by the Settings"):
         id_rules(alone)
+    one_kind = DatasetConfig.model_validate(
+        {"name": "a", "location": "s3://lake/a/", "id_fields": ["e"], "id_kind": "email"}
+    )
+    with pytest.raises(ValueError, match="resolved by the Settings"):
+        id_rules(one_kind)

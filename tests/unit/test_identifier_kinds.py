@@ -3,14 +3,18 @@ request's id; an untyped id is its own index form, exactly as before kinds exist
 
 from __future__ import annotations
 
+import io
 import tomllib
 
 import pytest
 
 from lakepurge.core.config import ConfigError, Settings, parse_settings
+from lakepurge.core.config_identity import id_rules
 from lakepurge.core.privacy import Pseudonymizer
 from lakepurge.index.in_memory import MemoryIndexStore
 from lakepurge.indexing.unindexable import Needles
+from lakepurge.records.formats import group_records
+from lakepurge.records.id_typing import FieldKind, IdTyping
 from lakepurge.records.identifiers import (
     IdentifierKind,
     RequestIdError,
@@ -66,34 +70,47 @@ def test_given_a_digits_kind_when_a_phone_number_is_written_with_spaces_and_sign
 
 def test_given_an_untyped_dataset_when_its_rows_are_put_in_index_forms_then_they_are_the_rows_as_read():
     rows = {"Alice@Example.COM ": [0, 3], "alice@example.com": [1], " bob": [2]}
-    kept, bad = index_forms(rows, None, False, "id field(s) email")
+    kept, bad = index_forms(rows, False, "id field(s) email")
     assert kept is rows and bad == {}
-    kept, bad = index_forms(rows, None, True, "id field(s) email")  # kinds configured elsewhere: still as read
+    kept, bad = index_forms(rows, True, "id field(s) email")  # kinds configured elsewhere: still as read
     assert kept == {"Alice@Example.COM ": [0, 3], "alice@example.com": [1], " bob": [2]} and bad == {}
 
 
+def indexed(dataset_toml: str, identifiers: str, lines: bytes) -> tuple[dict[str, list[int]], dict[int, str]]:
+    """An object of JSON Lines as the indexer reads it for the dataset: its rows and its unindexable lines."""
+    one = settings(identifiers, dataset_toml).datasets[0]
+    assert one.id_fields is not None
+    read = group_records(io.BytesIO(lines), "d/a.jsonl", "jsonl", one.id_fields, 4096, rules=id_rules(one))
+    return read.lines_by_user, {u.line: u.reason for u in read.unindexable}
+
+
 def test_given_an_email_dataset_when_two_spellings_of_one_email_are_read_then_one_id_holds_both_lines():
-    rows = {"Alice@Example.COM ": [0, 3], "alice@example.com": [1], "bob@example.com": [2]}
-    kept, bad = index_forms(rows, EMAIL, True, "id field(s) email")
-    assert kept == {EMAIL.index_form("alice@example.com"): [0, 1, 3], EMAIL.index_form("bob@example.com"): [2]}
+    lines = b'{"email":"Alice@Example.COM "}\n{"email":"alice@example.com"}\n{"email":"bob@example.com"}\n' * 2
+    kept, bad = indexed(
+        dataset("d", 'id_kind = "email"'), '[identifiers.email]\nnormalise = ["trim", "casefold"]\n', lines
+    )
+    assert kept == {EMAIL.index_form("alice@example.com"): [0, 1, 3, 4], EMAIL.index_form("bob@example.com"): [2, 5]}
     assert bad == {}
 
 
 def test_given_a_value_that_normalises_to_nothing_when_indexed_then_its_line_is_unindexable_and_never_quoted():
-    rows = {"no digits here": [0], "+1 555 0100": [1], "555-0199": [1, 2]}  # line 1 holds two ids
-    kept, bad = index_forms(rows, PHONE, True, "id field(s) phone")
+    phones = dataset("d", 'id_kind = "phone"', 'id_fields = ["phone", "mobile"]')
+    identifiers = '[identifiers.phone]\nnormalise = ["digits"]\n'
+    # line 1 holds two ids; line 2 one, in the second id field
+    lines = b'{"phone":"no digits here"}\n{"phone":["+1 555 0100","555-0199"]}\n{"mobile":"555-0199"}\n'
+    kept, bad = indexed(phones, identifiers, lines)
     assert kept == {PHONE.index_form("15550100"): [1], PHONE.index_form("5550199"): [1, 2]}
-    assert bad == {0: "id field(s) phone holds no phone after normalisation (digits)"}
-    rows = {"no digits here": [1], "555-0199": [1, 2]}  # a line with a bad id is unindexable as a whole
-    kept, bad = index_forms(rows, PHONE, True, "id field(s) phone")
-    assert kept == {PHONE.index_form("5550199"): [2]} and set(bad) == {1}
+    assert bad == {0: "id field 'phone' holds no phone after normalisation (digits)"}
+    lines = b'{"phone":"555-0199"}\n{"phone":"555-0199","mobile":"no digits here"}\n'  # unindexable as a whole
+    kept, bad = indexed(phones, identifiers, lines)
+    assert kept == {PHONE.index_form("5550199"): [0]} and set(bad) == {1}
 
 
 def test_given_kinds_configured_when_an_untyped_id_begins_with_the_kind_marker_then_its_line_is_unindexable():
     forged = EMAIL.index_form("alice@example.com")  # an untyped value spelling a typed form
     rows = {forged: [0], "bob": [0, 1]}
-    assert index_forms(rows, None, False, "id field(s) user_id") == (rows, {})  # no kinds: today's meaning
-    kept, bad = index_forms(rows, None, True, "id field(s) user_id")
+    assert index_forms(rows, False, "id field(s) user_id") == (rows, {})  # no kinds: today's meaning
+    kept, bad = index_forms(rows, True, "id field(s) user_id")
     assert kept == {"bob": [1]}
     assert bad == {0: "id field(s) user_id begins with U+001F, the marker of identifier kinds"}
 
@@ -122,8 +139,13 @@ def test_given_identifiers_in_the_configuration_when_read_then_datasets_get_thei
         dataset("orders", fields='id_fields = ["customer"]\nformat = "csv"\nid_kind = "customer_id"'),
         dataset("events", fields='id_fields = ["user_id"]'),
     )
-    kinds = {d.name: d.kind for d in read.datasets}
-    assert kinds == {"signups": EMAIL, "orders": CUSTOMER, "events": None}
+    kinds = {d.name: d.id_typing for d in read.datasets}
+    # id_kind: every id field typed that kind, as id_kinds would name it
+    assert kinds == {
+        "signups": IdTyping(((("email",), FieldKind(EMAIL)),)),
+        "orders": IdTyping(((("customer",), FieldKind(CUSTOMER)),)),
+        "events": None,
+    }
     assert read.identifier_kinds == {"email": EMAIL, "customer_id": CUSTOMER}
 
 

@@ -1,7 +1,7 @@
 """Every reader of a typed dataset's ids agrees with the indexer (issue 31, slice 2): the purge's ownership check
 (JSON Lines, CSV, Parquet), the check of the bytes it produced before writing them (lines_holding) and the access
-export's Parquet rows all compare the index forms of the dataset's kind, made by the indexer's own function. The bulk
-paths that compare ids as read are for untyped datasets only."""
+export's Parquet rows all compare the index forms of the dataset's kind, read by the dataset's id rules as the indexer
+reads them. The bulk paths that compare ids as read are for untyped datasets only."""
 
 from __future__ import annotations
 
@@ -14,11 +14,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from lakepurge.core.config import DatasetConfig, Settings, parse_settings
+from lakepurge.core.config_identity import id_rules
 from lakepurge.core.privacy import HashedUsers, Pseudonymizer
 from lakepurge.purge.ownership import Ownership
 from lakepurge.purge.rewrite import rewrite_csv, rewrite_jsonl, rewrite_parquet
 from lakepurge.records.formats import group_records
-from lakepurge.records.identifiers import index_forms, request_form
+from lakepurge.records.identifiers import request_form
 from lakepurge.records.lines import DEFAULT_INFLATION
 from lakepurge.records.search import lines_holding
 
@@ -53,10 +54,9 @@ def lake_object(fmt: str) -> tuple[bytes, list[int]]:
 
 
 def indexed_lines(settings: Settings, dataset: DatasetConfig, raw: bytes, form: str) -> list[int]:
-    """The lines the indexer keys by this index form (group_records, then the dataset's index forms)."""
-    grouped = group_records(io.BytesIO(raw), "d/a", dataset.format, ["email"], MAX)
-    rows, _ = index_forms(grouped.lines_by_user, dataset.kind, True, "id field(s) email")
-    return rows.get(form, [])
+    """The lines the indexer keys by this index form (group_records by the dataset's id rules)."""
+    grouped = group_records(io.BytesIO(raw), "d/a", dataset.format, ["email"], MAX, rules=id_rules(dataset))
+    return grouped.lines_by_user.get(form, [])
 
 
 def erased_by_purge(dataset: DatasetConfig, raw: bytes, lines: list[int], users: HashedUsers) -> tuple[list[int], Any]:
@@ -64,7 +64,7 @@ def erased_by_purge(dataset: DatasetConfig, raw: bytes, lines: list[int], users:
     if dataset.format == "parquet":
         staged, erased = rewrite_parquet(io.BytesIO(raw), lines, users, dataset)
         return erased, staged.body()
-    owner = Ownership(dataset, users)
+    owner = Ownership(dataset, users, id_rules(dataset))
     if dataset.format == "jsonl":
         staged = rewrite_jsonl(io.BytesIO(raw), False, lines, owner, drop=False)
     else:
@@ -75,7 +75,7 @@ def erased_by_purge(dataset: DatasetConfig, raw: bytes, lines: list[int], users:
 def holding(dataset: DatasetConfig, raw: bytes, users: HashedUsers) -> list[int]:
     return lines_holding(
         io.BytesIO(raw), "d/a", dataset.format, ["email"], MAX, DEFAULT_INFLATION, users.each_contained,
-        users.none_of, kind=dataset.kind,
+        users.none_of, id_rules(dataset),
     )  # fmt: skip
 
 

@@ -12,14 +12,15 @@ import pyarrow.parquet as pq
 import pytest
 
 from lakepurge.records.formats import group_records
-from lakepurge.records.identifiers import IdentifierKind, RequestIdError, index_forms, request_form
+from lakepurge.records.id_typing import FieldKind, IdTyping
+from lakepurge.records.identifiers import IdentifierKind, RequestIdError, request_form
 from lakepurge.records.ids import EXACT, IdRules
 
 pytestmark = pytest.mark.unit
 
 ORDER = IdentifierKind("order_no", ("number",))
 KINDS = {"order_no": ORDER}
-NUMBERS = IdRules(numbers=True)
+NUMBERS = IdRules(typing=IdTyping(((("order_no",), FieldKind(ORDER)),)))  # id_kind = "order_no", as Settings expands it
 
 
 @pytest.mark.parametrize(
@@ -58,10 +59,9 @@ def test_given_a_number_kind_when_a_request_names_no_number_then_it_is_refused_n
     assert "order_no" in str(refused.value) and (not written or written not in str(refused.value))
 
 
-def forms(data: bytes, key: str, fmt: str, rules: IdRules, kind: IdentifierKind | None):
+def forms(data: bytes, key: str, fmt: str, rules: IdRules):
     read = group_records(io.BytesIO(data), key, fmt, ("order_no",), 4096, rules=rules)
-    rows, bad = index_forms(read.lines_by_user, kind, True, "id field(s) order_no")
-    return rows, sorted({**{u.line: u.reason for u in read.unindexable}, **bad}.items())
+    return read.lines_by_user, [(u.line, u.reason) for u in read.unindexable]
 
 
 JSONL = (
@@ -71,16 +71,16 @@ JSONL = (
 
 
 def test_given_json_lines_of_a_number_kind_when_indexed_then_every_spelling_of_a_number_is_one_id():
-    rows, bad = forms(JSONL, "x.jsonl", "jsonl", NUMBERS, ORDER)
+    rows, bad = forms(JSONL, "x.jsonl", "jsonl", NUMBERS)
     assert rows == {ORDER.prefix + "12345": [0, 1, 2, 3], ORDER.prefix + "123.45": [4, 5]}
     assert bad == [
         (6, "id field 'order_no' holds a bool, not a string or integer"),
-        (7, "id field(s) order_no holds no order_no after normalisation (number)"),
+        (7, "id field 'order_no' holds no order_no after normalisation (number)"),
     ]
 
 
 def test_given_json_lines_of_an_untyped_field_when_indexed_then_floats_stay_unindexable_as_today():
-    rows, bad = forms(JSONL, "x.jsonl", "jsonl", EXACT, None)
+    rows, bad = forms(JSONL, "x.jsonl", "jsonl", EXACT)
     assert rows == {"12345": [0, 2], "123.450": [5], "n/a": [7]}
     assert [line for line, _ in bad] == [1, 3, 4, 6]
     assert bad[0] == (1, "id field 'order_no' holds a float, not a string or integer")
@@ -90,16 +90,16 @@ def test_given_parquet_decimals_and_floats_of_a_number_kind_when_indexed_then_th
     sink = io.BytesIO()
     column = pa.array([Decimal("123.45"), Decimal("12345.00"), Decimal("0.10"), None], pa.decimal128(10, 2))
     pq.write_table(pa.table({"order_no": column, "x": [1, 2, 3, 4]}), sink)
-    rows, bad = forms(sink.getvalue(), "x.parquet", "parquet", NUMBERS, ORDER)
+    rows, bad = forms(sink.getvalue(), "x.parquet", "parquet", NUMBERS)
     assert rows == {ORDER.prefix + "123.45": [0], ORDER.prefix + "12345": [1], ORDER.prefix + "0.1": [2]}
     assert bad == [(3, "id field 'order_no' missing")]
-    untyped, refused = forms(sink.getvalue(), "x.parquet", "parquet", EXACT, None)
+    untyped, refused = forms(sink.getvalue(), "x.parquet", "parquet", EXACT)
     assert untyped == {} and refused[0] == (0, "id field 'order_no' holds a Decimal, not a string or integer")
 
 
 def test_given_a_float_that_is_not_finite_when_read_for_a_number_kind_then_its_record_is_unindexable():
     sink = io.BytesIO()
     pq.write_table(pa.table({"order_no": [float("nan"), float("inf"), 2.5]}), sink)
-    rows, bad = forms(sink.getvalue(), "x.parquet", "parquet", NUMBERS, ORDER)
+    rows, bad = forms(sink.getvalue(), "x.parquet", "parquet", NUMBERS)
     assert rows == {ORDER.prefix + "2.5": [2]}
     assert bad == [(line, "id field 'order_no' holds a number that is not finite") for line in (0, 1)]
