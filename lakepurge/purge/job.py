@@ -167,46 +167,71 @@ def _task_attempt() -> int:
 
 
 class IntentJournal:
-    """Intents, each durable before its object's write, written together (group commit): record returns once the
-    intent is written. The thread that writes first waits, up to `linger` seconds, until every other object in
-    progress (working) has queued its intent or ended without one; threads that arrive during a write share the
-    next one. Busy threads send one request for several objects; a lone object never waits."""
+    """Intents, each durable before its object's write, written together (group commit) by a writer thread of their
+    own. announce queues an intent and returns at once with what waits for it to be written: the object's thread
+    checks its produced bytes meanwhile, so the intent's request overlaps that work instead of following it. While
+    a batch is being written, the intents announced queue for the next one; before taking a batch the writer waits,
+    up to `linger` seconds, for the objects in progress (working) that have not announced yet."""
 
     def __init__(self, write: Callable[[list[ObjectOutcome]], None], linger: float = 0.0) -> None:
         self._write = write
         self._linger = linger
         self._turn = threading.Condition()
         self._queued: list[ObjectOutcome] = []
-        self._working = 0  # objects in progress, whose intents may be about to come
-        self._leading = False  # a thread is gathering or writing the next batch
+        self._unannounced = 0  # objects in progress that have not announced an intent yet
+        self._object = threading.local()  # whether this thread's object has announced
+        self._writing = False  # the writer thread is running (it ends when nothing is queued)
         self._started = 0  # batches taken from the queue; an intent queued now goes with the next one
         self._done = 0
         self._failed: dict[int, Exception] = {}
 
     @contextmanager
     def working(self) -> Iterator[None]:
-        """Around the work on one object (its intent, if any, is recorded inside)."""
+        """Around the work on one object (its intents, if any, are announced inside, on this thread)."""
         with self._turn:
-            self._working += 1
+            self._unannounced += 1
+        self._object.announced = False
         try:
             yield
         finally:
             with self._turn:
-                self._working -= 1
-                self._turn.notify_all()
+                if not self._object.announced:
+                    self._unannounced -= 1
+                    self._turn.notify_all()  # the writer may be waiting for this object's intent
 
-    def record(self, intent: ObjectOutcome) -> None:
+    def announce(self, intent: ObjectOutcome) -> Callable[[], None]:
+        """Queue the intent; the returned call returns once it is written (or raises why it was not). Nothing may be
+        written for the object before that call returns."""
         with self._turn:
             self._queued.append(intent)
-            self._turn.notify_all()  # the thread gathering a batch may be waiting for this one
-            mine = self._started + 1
-            while self._done < mine:
-                if self._leading:
+            if getattr(self._object, "announced", True) is False:
+                self._object.announced = True
+                self._unannounced -= 1
+            mine = self._started + 1  # the writer takes the whole queue: the next batch holds this intent
+            if not self._writing:
+                self._writing = True
+                threading.Thread(target=self._write_batches, name="intents", daemon=True).start()
+            self._turn.notify_all()
+
+        def durable() -> None:
+            with self._turn:
+                while self._done < mine:
                     self._turn.wait()
-                    continue
-                self._leading = True
+                failure = self._failed.get(mine)
+            if failure is not None:  # every object of the batch fails: none of them may be written
+                raise failure
+
+        return durable
+
+    def record(self, intent: ObjectOutcome) -> None:
+        """Announce the intent and wait until it is written."""
+        self.announce(intent)()
+
+    def _write_batches(self) -> None:
+        with self._turn:
+            while self._queued:
                 deadline = time.monotonic() + self._linger
-                while len(self._queued) < self._working and (left := deadline - time.monotonic()) > 0:
+                while self._unannounced > 0 and (left := deadline - time.monotonic()) > 0:
                     self._turn.wait(left)
                 batch, self._queued = self._queued, []
                 self._started += 1
@@ -214,16 +239,13 @@ class IntentJournal:
                 self._turn.release()
                 try:
                     self._write(batch)
-                except Exception as exc:  # every thread of the batch raises it: none of them may write
+                except Exception as exc:  # every thread of the batch raises it
                     self._failed[number] = exc
                 finally:
                     self._turn.acquire()
-                    self._leading = False
                     self._done = number
                     self._turn.notify_all()
-            failure = self._failed.get(mine)
-        if failure is not None:
-            raise failure
+            self._writing = False
 
 
 def _purge_partition(
@@ -310,6 +332,7 @@ class _PartitionPurge:
                 self.users,
                 before_write=self.journal.record,
                 versioned=bucket_versioned,
+                announce=self.journal.announce,
             )
         try:
             settled = _settle(outcome, self.intents.get(target.s3path), self.written)
