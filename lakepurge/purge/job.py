@@ -167,24 +167,31 @@ def _task_attempt() -> int:
     return context.attemptNumber() if context is not None else 0
 
 
+class _IntentBatch:
+    """The intents one request writes; its threads wait on `written` (set after the request, failed or not)."""
+
+    def __init__(self) -> None:
+        self.intents: list[ObjectOutcome] = []
+        self.written = threading.Event()
+        self.failure: Exception | None = None
+
+
 class IntentJournal:
     """Intents, each durable before its object's write, written together (group commit) by a writer thread of their
     own. announce queues an intent and returns at once with what waits for it to be written: the object's thread
     checks its produced bytes meanwhile, so the intent's request overlaps that work instead of following it. While
     a batch is being written, the intents announced queue for the next one; before taking a batch the writer waits,
-    up to `linger` seconds, for the objects in progress (working) that have not announced yet."""
+    up to `linger` seconds, for the objects in progress (working) that have not announced yet. Each batch wakes only
+    its own threads."""
 
     def __init__(self, write: Callable[[list[ObjectOutcome]], None], linger: float = 0.0) -> None:
         self._write = write
         self._linger = linger
-        self._turn = threading.Condition()
-        self._queued: list[ObjectOutcome] = []
+        self._turn = threading.Condition()  # only the writer waits on it
+        self._next = _IntentBatch()  # the batch the intents announced now go with
         self._unannounced = 0  # objects in progress that have not announced an intent yet
         self._object = threading.local()  # whether this thread's object has announced
         self._writing = False  # the writer thread is running (it ends when nothing is queued)
-        self._started = 0  # batches taken from the queue; an intent queued now goes with the next one
-        self._done = 0
-        self._failed: dict[int, Exception] = {}
 
     @contextmanager
     def working(self) -> Iterator[None]:
@@ -198,29 +205,26 @@ class IntentJournal:
             with self._turn:
                 if not self._object.announced:
                     self._unannounced -= 1
-                    self._turn.notify_all()  # the writer may be waiting for this object's intent
+                    self._turn.notify()  # the writer may be waiting for this object's intent
 
     def announce(self, intent: ObjectOutcome) -> Callable[[], None]:
         """Queue the intent; the returned call returns once it is written (or raises why it was not). Nothing may be
         written for the object before that call returns."""
         with self._turn:
-            self._queued.append(intent)
+            batch = self._next
+            batch.intents.append(intent)
             if getattr(self._object, "announced", True) is False:
                 self._object.announced = True
                 self._unannounced -= 1
-            mine = self._started + 1  # the writer takes the whole queue: the next batch holds this intent
             if not self._writing:
                 self._writing = True
                 threading.Thread(target=self._write_batches, name="intents", daemon=True).start()
-            self._turn.notify_all()
+            self._turn.notify()
 
         def durable() -> None:
-            with self._turn:
-                while self._done < mine:
-                    self._turn.wait()
-                failure = self._failed.get(mine)
-            if failure is not None:  # every object of the batch fails: none of them may be written
-                raise failure
+            batch.written.wait()
+            if batch.failure is not None:  # every object of the batch fails: none of them may be written
+                raise batch.failure
 
         return durable
 
@@ -230,22 +234,19 @@ class IntentJournal:
 
     def _write_batches(self) -> None:
         with self._turn:
-            while self._queued:
+            while self._next.intents:
                 deadline = time.monotonic() + self._linger
                 while self._unannounced > 0 and (left := deadline - time.monotonic()) > 0:
                     self._turn.wait(left)
-                batch, self._queued = self._queued, []
-                self._started += 1
-                number = self._started
+                batch, self._next = self._next, _IntentBatch()
                 self._turn.release()
                 try:
-                    self._write(batch)
+                    self._write(batch.intents)
                 except Exception as exc:  # every thread of the batch raises it
-                    self._failed[number] = exc
+                    batch.failure = exc
                 finally:
+                    batch.written.set()
                     self._turn.acquire()
-                    self._done = number
-                    self._turn.notify_all()
             self._writing = False
 
 
