@@ -123,6 +123,9 @@ USER_SETS = (
 )
 
 
+LAYOUTS = ("clustered", "scattered")
+
+
 def draw(scale: pb.Scale, layout: str, user_set: UserSet, rng: random.Random) -> list[int]:
     scattered = scale.scattered_users
     population = range(scattered) if layout == "scattered" else range(scattered, scale.users)
@@ -462,7 +465,15 @@ def part_one(
 # -- part 2: the full erase path through moto ------------------------------------------------------------------------
 
 
-def part_two(lake: pb.Lake, spec: LakeSpec, reps: int, workers: int, out: dict[str, Any]) -> None:
+def part_two(
+    lake: pb.Lake,
+    spec: LakeSpec,
+    reps: int,
+    workers: int,
+    out: dict[str, Any],
+    user_sets: Sequence[UserSet] = USER_SETS,
+    layouts: Sequence[str] = LAYOUTS,
+) -> None:
     from lakepurge.core import aws
     from lakepurge.indexing.backfill import run_reconcile
     from lakepurge.local.postgres import start_postgres
@@ -484,8 +495,8 @@ def part_two(lake: pb.Lake, spec: LakeSpec, reps: int, workers: int, out: dict[s
         run_reconcile(None, settings_for(template))  # the coverage a certified purge needs
         databases.seal_template()
         rng = random.Random(11)
-        for layout in ("clustered", "scattered"):
-            for user_set in USER_SETS:
+        for layout in layouts:
+            for user_set in user_sets:
                 wall, cpu = Series(), Series()
                 detail = []
                 for _ in range(reps):
@@ -626,6 +637,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--formats", default="", help="part 1's formats (default: each lake's own)")
     parser.add_argument("--skip-s3", action="store_true", help="part 1 only")
     parser.add_argument("--skip-local", action="store_true", help="part 2 only")
+    sets = ",".join(s.name for s in USER_SETS)
+    parser.add_argument("--sets", default=sets, help=f"part 2's user sets (default: all, {sets})")
+    parser.add_argument("--layouts", default=",".join(LAYOUTS), help="part 2's layouts (default: both)")
     args = parser.parse_args(argv)
     specs = lakes(args.quick, args.reps)
     started = time.perf_counter()
@@ -646,7 +660,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.skip_local:
             part_one(lake, spec, min(args.local_objects, spec.scale.objects), args.reps, formats, out)
         if not args.skip_s3:
-            part_two(lake, spec, args.reps, args.workers, out)
+            user_sets = [s for s in USER_SETS if s.name in args.sets.split(",")]
+            part_two(lake, spec, args.reps, args.workers, out, user_sets, args.layouts.split(","))
         del lake
         gc.collect()
     out["seconds"] = round(time.perf_counter() - started)

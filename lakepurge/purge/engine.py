@@ -109,6 +109,8 @@ class ObjectOutcome:
 
 
 BeforeWrite = Callable[[ObjectOutcome], None]
+# Announces an intent without waiting for it to be recorded; what it returns waits (job.IntentJournal.announce).
+Announce = Callable[[ObjectOutcome], Callable[[], None]]
 
 
 class OutputNotClean(Exception):
@@ -146,11 +148,13 @@ def purge_object(
     attempts: int = 5,
     before_write: BeforeWrite | None = None,
     versioned: bool | None = None,
+    announce: Announce | None = None,
 ) -> ObjectOutcome:
     """Erase the users' records from one object (see the module docstring); never raises for a bad object:
     a failure is returned as a failed outcome naming the error class. before_write is given the intended outcome
-    (committed=False) just before the object is rewritten or deleted. versioned says whether the bucket has ever
-    had versioning (a job asks once per bucket); None asks S3."""
+    (committed=False) just before the object is rewritten or deleted; announce, if given, is given a rewrite's
+    intent as soon as its bytes are produced (what it returns is called before the write). versioned says whether
+    the bucket has ever had versioning (a job asks once per bucket); None asks S3."""
     dataset = settings.dataset_named(target.dataset)
     uri = S3Uri.parse(target.s3path)
     ref = object_ref(target.s3path, dataset)
@@ -160,7 +164,9 @@ def purge_object(
             try:
                 if versioned is None:
                     versioned = ever_versioned(s3, uri.bucket)
-                step = _PurgeStep(s3, store, settings, dataset, uri, users, before_write or _nothing, versioned)
+                step = _PurgeStep(
+                    s3, store, settings, dataset, uri, users, before_write or _nothing, versioned, announce
+                )
                 return step.run(target)
             except (WriteConflict, ObjectChanged):
                 log.info("object changed during purge; reading it again", extra={"object": ref})
@@ -199,6 +205,7 @@ class _PurgeStep:
     users: Container[str]
     before_write: BeforeWrite
     versioned: bool
+    announce: Announce | None = None
     spans: dict[int, int] = field(default_factory=dict)  # physical lines of each blanked record spanning several
     outcome: ObjectOutcome | None = None  # the outcome so far (what a failure after a write still reports)
     written: bool = False  # the object was rewritten or deleted
@@ -303,6 +310,7 @@ class _PurgeStep:
     ) -> Written | None:
         staged, erased = self._produce(head, body, lines, outcome)
         try:
+            recorded = self._intend(staged, outcome) if erased else _nothing_to_wait
             left = self._still_holding(staged, head.key) if erased else []
             if left and not outcome.stale_index:
                 # The index named some of the users' records in this version but not all: find every one in it
@@ -314,20 +322,31 @@ class _PurgeStep:
                 )
                 _, lines = find_user_lines(self.s3, self.settings, self.dataset, head, self.users)
                 staged, erased = self._produce(head, None, lines, outcome)
+                recorded = self._intend(staged, outcome) if erased else _nothing_to_wait
                 left = self._still_holding(staged, head.key) if erased else []
             if left:
                 raise OutputNotClean(f"the rewritten bytes still hold {len(left)} of the users' records")
             if not erased:
                 return None
             attributes = preserved_attributes(self.s3, head)
-            if self.dataset.erase != "drop":
-                outcome.placeholder_spans = [(line, self.spans.get(line, 1)) for line in outcome.erased_lines]
-            self.before_write(replace(outcome, status="erased", committed=False, after_checksum=staged.checksum))
+            recorded()
             written = write_in_place(self.s3, head, staged, attributes)
         finally:
             staged.close()
         outcome.after_checksum = written.checksum
         return written
+
+    def _intend(self, staged: Staged, outcome: ObjectOutcome) -> Callable[[], None]:
+        """Record the intent to write the produced bytes; returns what waits until it is recorded. Announced before
+        the check of the bytes, so the two overlap: an intent whose bytes the check then refuses names a checksum no
+        version will have, and a rerun takes nothing from it (job._found_its_write)."""
+        if self.dataset.erase != "drop":
+            outcome.placeholder_spans = [(line, self.spans.get(line, 1)) for line in outcome.erased_lines]
+        intent = replace(outcome, status="erased", committed=False, after_checksum=staged.checksum)
+        if self.announce is not None:
+            return self.announce(intent)
+        self.before_write(intent)
+        return _nothing_to_wait
 
     def _produce(
         self, head: ObjectHead, body: IO[bytes] | None, lines: list[int], outcome: ObjectOutcome
@@ -436,6 +455,10 @@ def _splice() -> Any:
 
 
 def _nothing(outcome: ObjectOutcome) -> None:
+    return None
+
+
+def _nothing_to_wait() -> None:
     return None
 
 

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -166,64 +167,87 @@ def _task_attempt() -> int:
     return context.attemptNumber() if context is not None else 0
 
 
+class _IntentBatch:
+    """The intents one request writes; its threads wait on `written` (set after the request, failed or not)."""
+
+    def __init__(self) -> None:
+        self.intents: list[ObjectOutcome] = []
+        self.written = threading.Event()
+        self.failure: Exception | None = None
+
+
 class IntentJournal:
-    """Intents, each durable before its object's write, written together (group commit): record returns once the
-    intent is written. The thread that writes first waits, up to `linger` seconds, until every other object in
-    progress (working) has queued its intent or ended without one; threads that arrive during a write share the
-    next one. Busy threads send one request for several objects; a lone object never waits."""
+    """Intents, each durable before its object's write, written together (group commit) by a writer thread of their
+    own. announce queues an intent and returns at once with what waits for it to be written: the object's thread
+    checks its produced bytes meanwhile, so the intent's request overlaps that work instead of following it. While
+    a batch is being written, the intents announced queue for the next one; before taking a batch the writer waits,
+    up to `linger` seconds, for the objects in progress (working) that have not announced yet. Each batch wakes only
+    its own threads."""
 
     def __init__(self, write: Callable[[list[ObjectOutcome]], None], linger: float = 0.0) -> None:
         self._write = write
         self._linger = linger
-        self._turn = threading.Condition()
-        self._queued: list[ObjectOutcome] = []
-        self._working = 0  # objects in progress, whose intents may be about to come
-        self._leading = False  # a thread is gathering or writing the next batch
-        self._started = 0  # batches taken from the queue; an intent queued now goes with the next one
-        self._done = 0
-        self._failed: dict[int, Exception] = {}
+        self._turn = threading.Condition()  # only the writer waits on it
+        self._next = _IntentBatch()  # the batch the intents announced now go with
+        self._unannounced = 0  # objects in progress that have not announced an intent yet
+        self._object = threading.local()  # whether this thread's object has announced
+        self._writing = False  # the writer thread is running (it ends when nothing is queued)
 
     @contextmanager
     def working(self) -> Iterator[None]:
-        """Around the work on one object (its intent, if any, is recorded inside)."""
+        """Around the work on one object (its intents, if any, are announced inside, on this thread)."""
         with self._turn:
-            self._working += 1
+            self._unannounced += 1
+        self._object.announced = False
         try:
             yield
         finally:
             with self._turn:
-                self._working -= 1
-                self._turn.notify_all()
+                if not self._object.announced:
+                    self._unannounced -= 1
+                    self._turn.notify()  # the writer may be waiting for this object's intent
+
+    def announce(self, intent: ObjectOutcome) -> Callable[[], None]:
+        """Queue the intent; the returned call returns once it is written (or raises why it was not). Nothing may be
+        written for the object before that call returns."""
+        with self._turn:
+            batch = self._next
+            batch.intents.append(intent)
+            if getattr(self._object, "announced", True) is False:
+                self._object.announced = True
+                self._unannounced -= 1
+            if not self._writing:
+                self._writing = True
+                threading.Thread(target=self._write_batches, name="intents", daemon=True).start()
+            self._turn.notify()
+
+        def durable() -> None:
+            batch.written.wait()
+            if batch.failure is not None:  # every object of the batch fails: none of them may be written
+                raise batch.failure
+
+        return durable
 
     def record(self, intent: ObjectOutcome) -> None:
+        """Announce the intent and wait until it is written."""
+        self.announce(intent)()
+
+    def _write_batches(self) -> None:
         with self._turn:
-            self._queued.append(intent)
-            self._turn.notify_all()  # the thread gathering a batch may be waiting for this one
-            mine = self._started + 1
-            while self._done < mine:
-                if self._leading:
-                    self._turn.wait()
-                    continue
-                self._leading = True
+            while self._next.intents:
                 deadline = time.monotonic() + self._linger
-                while len(self._queued) < self._working and (left := deadline - time.monotonic()) > 0:
+                while self._unannounced > 0 and (left := deadline - time.monotonic()) > 0:
                     self._turn.wait(left)
-                batch, self._queued = self._queued, []
-                self._started += 1
-                number = self._started
+                batch, self._next = self._next, _IntentBatch()
                 self._turn.release()
                 try:
-                    self._write(batch)
-                except Exception as exc:  # every thread of the batch raises it: none of them may write
-                    self._failed[number] = exc
+                    self._write(batch.intents)
+                except Exception as exc:  # every thread of the batch raises it
+                    batch.failure = exc
                 finally:
+                    batch.written.set()
                     self._turn.acquire()
-                    self._leading = False
-                    self._done = number
-                    self._turn.notify_all()
-            failure = self._failed.get(mine)
-        if failure is not None:
-            raise failure
+            self._writing = False
 
 
 def _purge_partition(
@@ -235,9 +259,10 @@ def _purge_partition(
     intents: dict[str, ObjectOutcome],
     targets: Iterable[PurgeTarget],
     known: tuple[str, ...] = (),
+    gaps: frozenset[str] = frozenset(),
 ) -> Iterator[dict[str, Any]]:
     apply_job_environment(env)
-    yield from _PartitionPurge(settings, key, user_hashes, prefix, intents, list(targets), known).run()
+    yield from _PartitionPurge(settings, key, user_hashes, prefix, intents, list(targets), known, gaps).run()
 
 
 class _PartitionPurge:
@@ -246,7 +271,8 @@ class _PartitionPurge:
     intent is recorded, shared with the threads that record theirs at the same time (IntentJournal); finished
     outcomes are written together, RESULTS_PER_BATCH at a time and at the end: one request for many objects. A task
     killed before a batch is written loses nothing: its objects' intents are recorded, and the rerun settles each from
-    the intent and the object as it finds it (_settle)."""
+    the intent and the object as it finds it (_settle). Each object is verified on its thread right after its purge
+    (_verify); gaps: the datasets whose index coverage the report found incomplete."""
 
     def __init__(
         self,
@@ -257,8 +283,10 @@ class _PartitionPurge:
         intents: dict[str, ObjectOutcome],
         targets: list[PurgeTarget],
         known: tuple[str, ...] = (),
+        gaps: frozenset[str] = frozenset(),
     ) -> None:
         self.settings = settings
+        self.gaps = gaps
         self.prefix = prefix
         self.targets = targets
         self.s3: S3Client = aws.client("s3")
@@ -292,6 +320,23 @@ class _PartitionPurge:
                 opened.close()
 
     def _purge(self, target: PurgeTarget) -> dict[str, Any]:
+        outcome = self._purge_one(target)
+        return {"outcome": outcome, "remaining": self._verify(target, outcome)}
+
+    def _verify(self, target: PurgeTarget, outcome: dict[str, Any]) -> list[dict[str, Any]]:
+        """The object's verification (engine.verify_object), on its thread as soon as its purge ends: nothing else
+        in this run writes the object, so it is what verification after every object would find, and its requests
+        overlap the other threads' work instead of waiting for all of them. A reference that resolved to nothing has
+        no version to check."""
+        if target.s3path.startswith(OBJECT_REFERENCE):
+            return []
+        proof = None
+        if self.settings.purge.verify == "checksum":
+            proof = verification_proof(ObjectOutcome(**outcome), target.dataset not in self.gaps)
+        check = (target.s3path, target.dataset, proof)
+        return _verified(self.s3, self.settings, self.users, self.pseudonymizer, self.versioned, check)
+
+    def _purge_one(self, target: PurgeTarget) -> dict[str, Any]:
         if target.s3path in self.finished_before:
             return self.finished_before[target.s3path].as_dict()
         if target.s3path.startswith(OBJECT_REFERENCE):
@@ -310,6 +355,7 @@ class _PartitionPurge:
                 self.users,
                 before_write=self.journal.record,
                 versioned=bucket_versioned,
+                announce=self.journal.announce,
             )
         try:
             settled = _settle(outcome, self.intents.get(target.s3path), self.written)
@@ -392,27 +438,35 @@ def _verify_partition(
     s3 = aws.client("s3")
     pseudonymizer = Pseudonymizer(key)
     users = HashedUsers(user_hashes, pseudonymizer, known)
-    versioned = _bucket_versioning(s3)
-
-    def verify(item: VerifyItem) -> list[dict[str, Any]]:
-        s3path, dataset_name, proof = item
-        dataset = settings.dataset_named(dataset_name)
-        outcome = ObjectOutcome(**proof) if proof is not None else None
-        found = verify_object(s3, settings, dataset, s3path, users, outcome, versioned=versioned(s3path))
-        return [
-            {
-                "object": object_ref(remaining.s3path, dataset, pseudonymizer),
-                "version_id": remaining.version_id,
-                "lines": remaining.lines,
-                **({"reason": remaining.reason} if remaining.reason else {}),
-            }
-            for remaining in found
-        ]
-
+    verify = partial(_verified, s3, settings, users, pseudonymizer, _bucket_versioning(s3))
     # HEADs and listings are round trips: a few at once, as the purge does.
     with ThreadPoolExecutor(settings.purge.threads_per_task) as pool:
         for found in pool.map(verify, list(items)):
             yield from found
+
+
+def _verified(
+    s3: Any,
+    settings: Settings,
+    users: HashedUsers,
+    pseudonymizer: Pseudonymizer,
+    versioned: Callable[[str], bool],
+    item: VerifyItem,
+) -> list[dict[str, Any]]:
+    """What verification finds left of the users in one object (engine.verify_object), as the result states it."""
+    s3path, dataset_name, proof = item
+    dataset = settings.dataset_named(dataset_name)
+    outcome = ObjectOutcome(**proof) if proof is not None else None
+    found = verify_object(s3, settings, dataset, s3path, users, outcome, versioned=versioned(s3path))
+    return [
+        {
+            "object": object_ref(remaining.s3path, dataset, pseudonymizer),
+            "version_id": remaining.version_id,
+            "lines": remaining.lines,
+            **({"reason": remaining.reason} if remaining.reason else {}),
+        }
+        for remaining in found
+    ]
 
 
 def run_purge(
@@ -426,7 +480,9 @@ def run_purge(
     approved_at: str | None = None,
     requested: Sequence[str] = (),
 ) -> PurgeResult:
-    """Erase every object of the report, verify every touched object, and write the certificate.
+    """Erase every object of the report, verify every touched object, and write the certificate. Each object is
+    verified right after its purge, on the same executor thread; those an earlier run of the request finished, after
+    the others.
 
     ``spark`` None runs the same work in this process (the inline purge of a small report). ``requested``: the
     users' raw ids, when the caller holds them (the operator's CLI, the workflow's inline purge); used only in this
@@ -446,32 +502,42 @@ def run_purge(
     env = job_environment(settings)
     hashes = report.user_hashes
     known = in_process_ids(spark, requested)
+    gaps = frozenset(g.dataset for g in report.gaps)
     fresh = on_executors(
         spark,
         pending,
-        lambda items: _purge_partition(settings, env, pseudonymizer_key, hashes, prefix, intents, items, known),
-        label="objects purged",
+        lambda items: _purge_partition(settings, env, pseudonymizer_key, hashes, prefix, intents, items, known, gaps),
+        label="objects purged and verified",
     )
-    outcomes = {**done, **{d["s3path"]: ObjectOutcome(**d) for d in fresh}}
+    outcomes = {**done, **{d["outcome"]["s3path"]: ObjectOutcome(**d["outcome"]) for d in fresh}}
     ordered = tuple(outcomes[t.s3path] for t in targets)
     # Every version of every key the report names (current or noncurrent only) is checked: read again, or, with
-    # verify = "checksum", proven by what this purge verified and S3 confirms (engine.verify_object). A reference
-    # that resolved to nothing has no version to check (the listing found none).
+    # verify = "checksum", proven by what this purge verified and S3 confirms (engine.verify_object). The objects
+    # purged now were checked with their purge; those an earlier run finished are checked here. A reference that
+    # resolved to nothing has no version to check (the listing found none).
     by_checksum = settings.purge.verify == "checksum"
-    covered = {g.dataset for g in report.gaps}.isdisjoint
     checks: list[VerifyItem] = [
-        (t.s3path, t.dataset, verification_proof(outcomes[t.s3path], covered([t.dataset])) if by_checksum else None)
+        (t.s3path, t.dataset, verification_proof(done[t.s3path], t.dataset not in gaps) if by_checksum else None)
         for t in targets
-        if not t.s3path.startswith(OBJECT_REFERENCE)
+        if t.s3path in done and not t.s3path.startswith(OBJECT_REFERENCE)
     ]
-    remaining = _verify_on_executors(spark, settings, checks, pseudonymizer_key, hashes, known)
-    gaps = tuple(g.dataset for g in report.gaps)
+    remaining = [r for d in fresh for r in d["remaining"]]
+    remaining += _verify_on_executors(spark, settings, checks, pseudonymizer_key, hashes, known)
     erased_tables = purge_tables(spark, settings, report.tables, pseudonymizer_key, hashes, report.request_id)
     tables = tuple(t.as_dict() for t in erased_tables)
     shred = None
     if report.shred is not None:
         shred = shred_persons(s3, settings, report.shred, report.user_hashes, prefix, report.rewritten_datasets)
-    result = PurgeResult(report.request_id, ordered, tuple(remaining), "", tuple(relational), gaps, tables, shred)
+    result = PurgeResult(
+        report.request_id,
+        ordered,
+        tuple(remaining),
+        "",
+        tuple(relational),
+        tuple(g.dataset for g in report.gaps),
+        tables,
+        shred,
+    )
     certificate = write_certificate(
         s3, settings, report, result, started, approved_by, report_sha256, approved_at, pseudonymizer
     )

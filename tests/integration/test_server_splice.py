@@ -11,6 +11,7 @@ import gzip
 import io
 import itertools
 import random
+import threading
 import tomllib
 import uuid
 from typing import Any
@@ -137,24 +138,26 @@ def purge(cfg: Settings, store, users: list[str], covered: bool = True) -> tuple
         run_reconcile(None, cfg)  # the coverage a certified request needs
     report = build_report(store, cfg, users, f"req-{uuid.uuid4().hex[:8]}", Pseudonymizer(KEY), force=True)
     reads: list[str] = []
-    scan, verify = engine.find_user_lines, job._verify_on_executors
+    scan, verify = engine.find_user_lines, job.verify_object
+    in_verification = threading.local()
 
     def counting(s3, settings, dataset, head, wanted):
-        reads.append(head.key)
+        if getattr(in_verification, "now", False):
+            reads.append(head.key)
         return scan(s3, settings, dataset, head, wanted)
 
     def verifying(*args, **kwargs):
-        engine.find_user_lines = counting
+        in_verification.now = True
         try:
             return verify(*args, **kwargs)
         finally:
-            engine.find_user_lines = scan
+            in_verification.now = False
 
-    job._verify_on_executors = verifying
+    job.verify_object, engine.find_user_lines = verifying, counting
     try:
         result = job.run_purge(None, cfg, report, KEY)
     finally:
-        job._verify_on_executors = verify
+        job.verify_object, engine.find_user_lines = verify, scan
     s3 = aws_s3()
     bucket, key = result.certificate.removeprefix("s3://").split("/", 1)
     certificate = orjson.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())

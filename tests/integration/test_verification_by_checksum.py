@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import threading
 import tomllib
 import uuid
 
@@ -63,30 +64,32 @@ def lake(request, aws, pg_dsn, monkeypatch):
 
 
 def purge_with(cfg, store, between_write_and_check=None):
-    """run_purge (no Spark: the inline path), with something done after every write and before verification."""
+    """run_purge (no Spark: the inline path), with something done to each object (given its key) after its purge
+    wrote it and before its verification; returns the result and the keys verification read again."""
     report = build_report(store, cfg, [USER], f"req-{uuid.uuid4().hex[:8]}", Pseudonymizer(KEY), force=True)
     reads: list[str] = []
-    verify = job._verify_on_executors
-    scan = engine.find_user_lines
+    verify, scan = job.verify_object, engine.find_user_lines
+    verifying = threading.local()
 
     def counting_scan(s3, settings, dataset, head, users):
-        reads.append(head.key)
+        if getattr(verifying, "now", False):
+            reads.append(head.key)
         return scan(s3, settings, dataset, head, users)
 
-    def verify_after(*args, **kwargs):
+    def verify_after(s3, settings, dataset, s3path, *args, **kwargs):
         if between_write_and_check is not None:
-            between_write_and_check()
-        engine.find_user_lines = counting_scan
+            between_write_and_check(s3path.split("/", 3)[3])
+        verifying.now = True
         try:
-            return verify(*args, **kwargs)
+            return verify(s3, settings, dataset, s3path, *args, **kwargs)
         finally:
-            engine.find_user_lines = scan
+            verifying.now = False
 
-    job._verify_on_executors = verify_after
+    job.verify_object, engine.find_user_lines = verify_after, counting_scan
     try:
         return job.run_purge(None, cfg, report, KEY), reads
     finally:
-        job._verify_on_executors = verify
+        job.verify_object, engine.find_user_lines = verify, scan
 
 
 def test_given_a_purge_when_verified_by_checksum_then_no_rewritten_object_is_read_again_and_it_is_certified(lake):
@@ -111,13 +114,37 @@ def test_given_a_purge_when_verified_by_checksum_then_no_rewritten_object_is_rea
     assert "CRC64NVME" in certificate["verification"]["versions_checked"]
 
 
+def test_given_a_purge_of_several_objects_when_each_is_written_then_it_is_verified_before_the_next_one_is_read(lake):
+    # On one thread, object by object: each object's verification (its HEAD) follows its own purge instead of
+    # waiting for every object's, so with several threads it overlaps the other objects' reads and writes.
+    _, cfg, store, _ = lake
+    one_thread = cfg.model_copy(update={"purge": cfg.purge.model_copy(update={"threads_per_task": 1})})
+    steps: list[str] = []
+    purge_object = job.purge_object
+
+    def purging(s3_, store_, settings, target, *args, **kwargs):
+        steps.append(f"purge {target.s3path.rsplit('/', 1)[1]}")
+        return purge_object(s3_, store_, settings, target, *args, **kwargs)
+
+    job.purge_object = purging
+    try:
+        result, reads = purge_with(one_thread, store, lambda key: steps.append(f"verify {key.rsplit('/', 1)[1]}"))
+    finally:
+        job.purge_object = purge_object
+
+    assert result.verified, result.remaining
+    assert steps == ["purge a.jsonl", "verify a.jsonl", "purge b.jsonl", "verify b.jsonl"]
+    assert reads == []
+
+
 def test_given_a_concurrent_overwrite_between_the_write_and_the_check_when_verified_then_it_fails(lake, caplog):
     # A writer that read the object before the purge (a compaction, a late backfill) puts the old bytes back after
     # the purge wrote its own: S3 now stores another checksum than that of the verified bytes.
     s3, cfg, store, bucket = lake
 
-    def stale_writer_puts_the_old_bytes_back():
-        s3.put_object(Bucket=bucket, Key="events/a.jsonl", Body=ORIGINAL)
+    def stale_writer_puts_the_old_bytes_back(key):
+        if key == "events/a.jsonl":
+            s3.put_object(Bucket=bucket, Key=key, Body=ORIGINAL)
 
     with caplog.at_level(logging.WARNING):
         result, reads = purge_with(cfg, store, stale_writer_puts_the_old_bytes_back)
@@ -139,7 +166,9 @@ def test_given_a_stored_checksum_that_differs_from_the_verified_bytes_when_verif
     # Same bytes, same ETag, but S3 states a checksum other than the purge's: the version is not taken as proven.
     s3, cfg, store, bucket = lake
 
-    def rewrite_same_bytes_with_another_checksum():
+    def rewrite_same_bytes_with_another_checksum(key):
+        if key != "events/a.jsonl":
+            return
         body = s3.get_object(Bucket=bucket, Key="events/a.jsonl")["Body"].read()
         other = base64.b64encode((12345).to_bytes(8, "big")).decode()
         # moto stores a stated checksum without checking it (S3 would refuse it): the closest this test can get to

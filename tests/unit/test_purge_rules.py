@@ -214,6 +214,44 @@ def test_given_a_failed_write_when_recording_then_its_threads_raise_and_the_othe
     assert {p for p, what in seen.items() if what == "written"} == set(seen) - failed
 
 
+def test_given_an_announced_intent_when_its_write_is_slow_then_announce_returns_at_once_and_the_wait_after_it():
+    # The object's thread checks its produced bytes while its intent is being written; it writes the object only once
+    # the wait returns, and by then the intent is stored.
+    store = SlowStore()
+    journal = IntentJournal(store.write)
+    started = time.monotonic()
+    durable = journal.announce(ObjectOutcome("s3://lake/0", "erased", committed=False))
+    assert time.monotonic() - started < 0.015, "announce waited for the write"
+    durable()
+    assert store.batches == [["s3://lake/0"]], "the wait returned before the intent was written"
+
+
+def test_given_an_object_whose_intent_is_written_when_another_records_then_the_writer_does_not_linger_for_it():
+    # The first object recorded its intent and is still in progress (sending its bytes): it has no intent left to
+    # announce, so the second object's intent goes at once, not after the linger.
+    store = SlowStore()
+    journal = IntentJournal(store.write, linger=3)
+    first_recorded, second_done = threading.Event(), threading.Event()
+
+    def first() -> None:
+        with journal.working():
+            journal.record(ObjectOutcome("s3://lake/0", "erased", committed=False))
+            first_recorded.set()
+            second_done.wait(10)  # still writing its object
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    first_recorded.wait(10)
+    started = time.monotonic()
+    with journal.working():
+        journal.record(ObjectOutcome("s3://lake/1", "erased", committed=False))
+    waited = time.monotonic() - started
+    second_done.set()
+    thread.join()
+    assert waited < 1, f"waited {waited:.1f} s for an object whose intent was already written"
+    assert store.batches == [["s3://lake/0"], ["s3://lake/1"]]
+
+
 # -- CSV rewrite ----------------------------------------------------------------------------------------------------
 
 PROFILES = DatasetConfig(name="profiles", location="s3://lake/profiles/", format="csv", id_fields=("customer_id",))
