@@ -6,7 +6,6 @@ commits the new files (lakepurge.purge.table_commit); nothing here changes the t
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Container, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -52,17 +51,21 @@ class RewriteFailed(Exception):
 
 
 def rewrite_partition(
-    settings: Settings, env: dict[str, str], key: bytes, hashes: tuple[str, ...], items: Iterable[RewriteItem]
+    settings: Settings,
+    env: dict[str, str],
+    key: bytes,
+    hashes: tuple[str, ...],
+    items: Iterable[RewriteItem],
+    known: tuple[str, ...] = (),
 ) -> Iterator[dict[str, Any]]:
+    """known: the users' raw ids, given only when this runs in the process that holds them (an inline purge)."""
     apply_job_environment(env)
     s3: S3Client = aws.client("s3")
-    local = threading.local()  # a HashedUsers per thread: its memory is not thread-safe
+    users = HashedUsers(hashes, Pseudonymizer(key), known)  # its memory of ids seen is per thread
 
     def rewrite(item: RewriteItem) -> dict[str, Any]:
-        if not hasattr(local, "users"):
-            local.users = HashedUsers(hashes, Pseudonymizer(key))
         try:
-            return _rewrite_one(s3, settings, local.users, item)
+            return _rewrite_one(s3, settings, users, item)
         except Exception as exc:
             log.exception("rewrite of a table file failed", extra={"error": type(exc).__name__})
             return {"before": item.file.path, "error": type(exc).__name__}

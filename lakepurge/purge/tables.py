@@ -116,13 +116,21 @@ class TableOutcome:
 
 
 def purge_tables(
-    spark: Any, settings: Settings, plans: Iterable[TablePlan], key: bytes, hashes: tuple[str, ...], request_id: str
+    spark: Any,
+    settings: Settings,
+    plans: Iterable[TablePlan],
+    key: bytes,
+    hashes: tuple[str, ...],
+    request_id: str,
+    known: tuple[str, ...] = (),
 ) -> list[TableOutcome]:
-    """Erase the users from every planned table; never raises for one table (a failed table is an outcome)."""
+    """Erase the users from every planned table; never raises for one table (a failed table is an outcome).
+    known: the users' raw ids when this process holds them (lakepurge.purge.job.in_process_ids): files are then
+    checked by lookups instead of a keyed hash of each of their ids; never handed to Spark."""
     outcomes = []
     for plan in plans:
         try:
-            outcomes.append(_TablePurge(spark, settings, plan, key, hashes, request_id).run())
+            outcomes.append(_TablePurge(spark, settings, plan, key, hashes, request_id, known).run())
         except Exception as exc:
             log.exception("erasure from a table failed", extra={"dataset": plan.dataset, "error": type(exc).__name__})
             # Messages of these name a table and what to do, never a record.
@@ -137,9 +145,18 @@ def purge_tables(
 
 class _TablePurge:
     def __init__(
-        self, spark: Any, settings: Settings, plan: TablePlan, key: bytes, hashes: tuple[str, ...], request_id: str
+        self,
+        spark: Any,
+        settings: Settings,
+        plan: TablePlan,
+        key: bytes,
+        hashes: tuple[str, ...],
+        request_id: str,
+        known: tuple[str, ...] = (),
     ) -> None:
         self.spark = spark
+        # Raw ids stay in this process: a purge on Spark rewrites on executors, which get the hashes only.
+        self.known = known if spark is None else ()
         self.settings = settings
         self.plan = plan
         self.key = key
@@ -147,7 +164,7 @@ class _TablePurge:
         self.request_id = request_id
         self.s3: S3Client = aws.client("s3")
         self.dataset = settings.dataset_named(plan.dataset)
-        self.users = HashedUsers(hashes, Pseudonymizer(key))
+        self.users = HashedUsers(hashes, Pseudonymizer(key), self.known)
         self._threads = threading.local()  # each reading thread's own HashedUsers (its memory is not thread-safe)
         self.outcome = TableOutcome(plan.dataset, "nothing-to-erase", plan.version)
         # Object versions known to hold none of the users: the files this erasure wrote (read before the write,
@@ -339,11 +356,11 @@ class _TablePurge:
 
     def _rewrite(self, items: list[RewriteItem]) -> list[dict[str, Any]]:
         env = job_environment(self.settings)
-        settings, key, hashes = self.settings, self.key, self.hashes
+        settings, key, hashes, known = self.settings, self.key, self.hashes, self.known
         results = on_executors(
             self.spark,
             sorted(items, key=lambda i: -i.file.size),
-            lambda part: rewrite_partition(settings, env, key, hashes, part),
+            lambda part: rewrite_partition(settings, env, key, hashes, part, known),
             label="table files rewritten",
         )
         failed = [r for r in results if r.get("error")]
@@ -439,7 +456,8 @@ class _TablePurge:
         name = "metadata_users" if metadata else "users"
         users: HashedUsers | None = getattr(self._threads, name, None)
         if users is None:
-            users = HashedUsers(self.metadata_hashes if metadata else self.hashes, Pseudonymizer(self.key))
+            hashes = self.metadata_hashes if metadata else self.hashes
+            users = HashedUsers(hashes, Pseudonymizer(self.key), self.known)
             setattr(self._threads, name, users)
         return users
 

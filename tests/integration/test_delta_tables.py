@@ -367,3 +367,36 @@ def test_given_a_table_when_the_second_reader_reads_it_then_it_finds_a_user_by_k
         assert reading(users("nobody@example.com")).users_found is False
         assert reading(users("bob@example.com")).users_found is True
         assert reading(users("nobody@example.com", "émile@example.com")).users_found is True  # UTF-8, as hashed
+
+
+def test_given_an_inline_purge_holding_the_ids_when_a_table_file_is_rewritten_then_no_other_persons_id_is_hashed(
+    lake, pg_dsn, capsys, monkeypatch
+):
+    import lakepurge.purge.job as job
+    from lakepurge.core.privacy import Pseudonymizer
+    from tests.support.lakes import index_toml
+
+    config = lake(index_toml("postgres", pg_dsn))
+    alice = "alice@example.com"
+    others = [f"other-{n:04d}@example.com" for n in range(300)]
+    D.write(D.rows([alice, *others[:150], alice, *others[150:]], "d1"), mode="overwrite")
+    assert main(["index", "reconcile", "--config", config]) == 0
+    capsys.readouterr()
+    hashed: list[bytes] = []
+    real_hash, real_erasure = Pseudonymizer.of_utf8, job.purge_tables
+
+    def recording_hash(self, user_id: bytes) -> str:
+        hashed.append(user_id)
+        return real_hash(self, user_id)
+
+    def recorded_erasure(*args, **kwargs):  # the table's erasure, after the report
+        monkeypatch.setattr(Pseudonymizer, "of_utf8", recording_hash)
+        return real_erasure(*args, **kwargs)
+
+    monkeypatch.setattr(job, "purge_tables", recorded_erasure)
+    code, purged = cli(capsys, "purge", alice, "--yes", "--config", config)
+
+    assert code == 0 and purged["verified"] is True and purged["tables"][0]["rows_erased"] == 2
+    assert [r["user_id"] for r in D.current_rows()] == others
+    # The operator's purge holds alice's id: the rewritten file's 300 other ids are looked up, not hashed.
+    assert hashed and {user.decode() for user in hashed} & set(others) == set()
