@@ -6,7 +6,7 @@ commits the new files (lakepurge.purge.table_commit); nothing here changes the t
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -27,7 +27,7 @@ from lakepurge.purge.rewrite import rewrite_parquet
 from lakepurge.purge.streams import Staged
 from lakepurge.reports import layout
 from lakepurge.tables.base import TableFile
-from lakepurge.tables.scan import contained, data_file_users
+from lakepurge.tables.scan import contained, data_file_names, data_file_users
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -44,6 +44,9 @@ class RewriteItem:
     physical_fields: tuple[str, ...]
     hidden: tuple[int, ...]  # rows its deletion vector hides
     new_key: str
+    # The index holds this version's rows and named every row of the users: when the rewrite drops exactly those,
+    # the new file's rows follow from them in the index (IndexStore.copy_rewritten), not from the file.
+    indexed: bool = False
 
 
 class RewriteFailed(Exception):
@@ -75,7 +78,7 @@ def rewrite_partition(
         yield from pool.map(rewrite, list(items))
 
 
-def _rewrite_one(s3: S3Client, settings: Settings, users: Container[str], item: RewriteItem) -> dict[str, Any]:
+def _rewrite_one(s3: S3Client, settings: Settings, users: HashedUsers, item: RewriteItem) -> dict[str, Any]:
     uri = S3Uri.parse(item.file.path)
     head = head_object(s3, uri.bucket, uri.key)
     if head is None or (item.etag and head.etag != item.etag):
@@ -84,12 +87,17 @@ def _rewrite_one(s3: S3Client, settings: Settings, users: Container[str], item: 
     hidden = set(item.hidden)
     max_bytes = settings.indexing.max_record_bytes
     rows = item.rows
+    left: dict[str, list[int]] | None = None
     for attempt in range(2):
         with open_seekable(s3, head) as raw:
             staged, erased = rewrite_parquet(raw, rows, users, dataset, hidden)
-        left = data_file_users(staged.reader(), uri.key, item.physical_fields, max_bytes)
-        if not contained(users, left):
-            break
+        if item.indexed and not attempt and set(erased) == set(rows):
+            if not data_file_names(staged.reader(), uri.key, item.physical_fields, users, max_bytes):
+                break
+        else:
+            left = data_file_users(staged.reader(), uri.key, item.physical_fields, max_bytes)
+            if not contained(users, left):
+                break
         staged.close()
         if attempt:
             raise OutputNotClean(f"the rewritten file still holds some of the users ({item.file.path})")
@@ -121,7 +129,9 @@ def _rewrite_one(s3: S3Client, settings: Settings, users: Container[str], item: 
         "after_etag": written[4],
         "rows_after": rows_after,
         "size_after": written[3],
-        "rows_by_user": left,  # the new file's index rows, as verification read them before the write
+        # The new file's index rows: as verification read them before the write, or (the index held the file and
+        # named every row erased) the rows it dropped, for the index to move its own rows.
+        **({"rows_by_user": left} if left is not None else {"rows_dropped": sorted({*erased, *hidden})}),
     }
 
 

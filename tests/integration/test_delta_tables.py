@@ -400,3 +400,38 @@ def test_given_an_inline_purge_holding_the_ids_when_a_table_file_is_rewritten_th
     assert [r["user_id"] for r in D.current_rows()] == others
     # The operator's purge holds alice's id: the rewritten file's 300 other ids are looked up, not hashed.
     assert hashed and {user.decode() for user in hashed} & set(others) == set()
+
+
+def test_given_a_file_the_index_named_every_row_of_when_rewritten_then_its_rows_move_in_the_index_to_the_new_file(
+    lake, pg_dsn, capsys, monkeypatch
+):
+    from lakepurge.index.postgres import PostgresIndexStore
+    from tests.support.lakes import index_toml
+
+    config = lake(index_toml("postgres", pg_dsn))
+    alice, dora = "alice@example.com", "dora@example.com"
+    others = [f"other-{n}@example.com" for n in range(5)]
+    D.write(D.rows([others[0], alice, others[1], dora, others[2], alice, others[3], others[4]], "d1"), mode="overwrite")
+    D.hide_with_deletion_vector(dora)  # row 3: not the table's, never indexed as live, dropped by the rewrite too
+    assert main(["index", "reconcile", "--config", config]) == 0
+    capsys.readouterr()
+    sent: list[str] = []  # the objects whose rows went to the index from this process
+    real_replace = PostgresIndexStore.replace_objects
+
+    def recording_replace(self, objects, force=False):
+        sent.extend(o.s3path for o in objects if o.lines_by_user)
+        return real_replace(self, objects, force)
+
+    monkeypatch.setattr(PostgresIndexStore, "replace_objects", recording_replace)
+    code, purged = cli(capsys, "purge", alice, "--yes", "--config", config)
+
+    assert code == 0 and purged["verified"] is True and purged["tables"][0]["rows_erased"] == 2
+    (replaced,) = purged["tables"][0]["files_replaced"]
+    assert replaced["after"] not in sent  # its rows were moved inside the index, not read, hashed and sent again
+    code, found = cli(capsys, "lookup", *others, alice, "--config", config)
+    assert found["users"][alice] == []
+    for user in others:  # rows 4, 6, 7 moved up by alice's row 1, dora's hidden row 3 and alice's row 5
+        (entry,) = found["users"][user]
+        assert entry["s3path"] == replaced["after"]
+        assert [row_of(entry["s3path"], row)["user_id"] for row in entry["lines"]] == [user]
+    assert [r["user_id"] for r in D.current_rows()] == others
