@@ -6,10 +6,11 @@ commits the new files (lakepurge.purge.table_commit); nothing here changes the t
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from lakepurge.core import aws
@@ -18,6 +19,8 @@ from lakepurge.core.logs import get_logger
 from lakepurge.core.privacy import HashedUsers, Pseudonymizer
 from lakepurge.core.s3io import (
     ObjectChanged,
+    ObjectHead,
+    get_current,
     head_object,
     open_seekable,
 )
@@ -80,7 +83,7 @@ def rewrite_partition(
 
 def _rewrite_one(s3: S3Client, settings: Settings, users: HashedUsers, item: RewriteItem) -> dict[str, Any]:
     uri = S3Uri.parse(item.file.path)
-    head = head_object(s3, uri.bucket, uri.key)
+    head, body = _source(s3, uri, item.file.size)
     if head is None or (item.etag and head.etag != item.etag):
         raise ObjectChanged(f"{item.file.path} is not the version the table's log names")
     dataset = settings.dataset_named(item.dataset).model_copy(update={"id_fields": item.physical_fields})
@@ -89,7 +92,7 @@ def _rewrite_one(s3: S3Client, settings: Settings, users: HashedUsers, item: Rew
     rows = item.rows
     left: dict[str, list[int]] | None = None
     for attempt in range(2):
-        with open_seekable(s3, head) as raw:
+        with _opened(s3, head, body) as raw:
             staged, erased = rewrite_parquet(raw, rows, users, dataset, hidden)
         if item.indexed and not attempt and set(erased) == set(rows):
             if not data_file_names(staged.reader(), uri.key, item.physical_fields, users, max_bytes):
@@ -102,7 +105,7 @@ def _rewrite_one(s3: S3Client, settings: Settings, users: HashedUsers, item: Rew
         if attempt:
             raise OutputNotClean(f"the rewritten file still holds some of the users ({item.file.path})")
         # The index named some of the users' rows but not all: find every one in the file and start again.
-        with open_seekable(s3, head) as raw:
+        with _opened(s3, head, body) as raw:
             found = data_file_users(raw, uri.key, item.physical_fields, max_bytes)
         rows = tuple(sorted(r for user, lines in found.items() if user in users for r in lines))
     result: dict[str, Any] = {
@@ -133,6 +136,26 @@ def _rewrite_one(s3: S3Client, settings: Settings, users: HashedUsers, item: Rew
         # named every row erased) the rows it dropped, for the index to move its own rows.
         **({"rows_by_user": left} if left is not None else {"rows_dropped": sorted({*erased, *hidden})}),
     }
+
+
+# A file up to this size is read whole by one GET, whose answer is its head too; a bigger one by a HEAD and ranged GETs.
+WHOLE_READ_BYTES = 32 << 20
+
+
+def _source(s3: S3Client, uri: S3Uri, size: int) -> tuple[ObjectHead | None, bytes | None]:
+    """The file's current version (None: gone), and its bytes when it is small."""
+    if size > WHOLE_READ_BYTES:
+        return head_object(s3, uri.bucket, uri.key), None
+    current = get_current(s3, uri.bucket, uri.key)
+    if current is None:
+        return None, None
+    head, stream = current
+    with stream:
+        return head, stream.read()
+
+
+def _opened(s3: S3Client, head: ObjectHead, body: bytes | None) -> IO[bytes]:
+    return io.BytesIO(body) if body is not None else open_seekable(s3, head)
 
 
 class OutputNotClean(Exception):

@@ -435,3 +435,33 @@ def test_given_a_file_the_index_named_every_row_of_when_rewritten_then_its_rows_
         assert entry["s3path"] == replaced["after"]
         assert [row_of(entry["s3path"], row)["user_id"] for row in entry["lines"]] == [user]
     assert [r["user_id"] for r in D.current_rows()] == others
+
+
+def test_given_a_data_file_overwritten_after_the_report_when_purged_then_it_is_not_rewritten_nor_certified(
+    lake, pg_dsn, capsys, monkeypatch
+):
+    import lakepurge.purge.tables as erasure
+    from tests.support.lakes import index_toml
+
+    config = lake(index_toml("postgres", pg_dsn))
+    alice = "alice@example.com"
+    D.write(D.rows([alice, "bob@example.com"], "d1"), mode="overwrite")
+    assert main(["index", "reconcile", "--config", config]) == 0
+    capsys.readouterr()
+    (path,) = D.open_delta().file_uris()
+    key = path.split("/", 3)[3]
+    real_rewrite = erasure.rewrite_partition
+
+    def rewrite_after_an_overwrite(settings, env, key_, hashes, items, known=()):
+        # Someone writes other bytes under the file's name: not the version the table's log (and the plan) names.
+        aws_client().put_object(Bucket=D.BUCKET, Key=key, Body=b"PAR1 not the table's file")
+        return real_rewrite(settings, env, key_, hashes, items, known)
+
+    monkeypatch.setattr(erasure, "rewrite_partition", rewrite_after_an_overwrite)
+    code, purged = cli(capsys, "purge", alice, "--yes", "--config", config)
+
+    table = purged["tables"][0]
+    assert code != 0 and purged["verified"] is False
+    assert table["status"] == "failed" and "ObjectChanged" in table["error"] and table["files_replaced"] == []
+    assert aws_client().get_object(Bucket=D.BUCKET, Key=key)["Body"].read() == b"PAR1 not the table's file"
+    assert D.open_delta().version() == 0  # no commit
