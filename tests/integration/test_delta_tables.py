@@ -15,6 +15,7 @@ from lakepurge.cli import main
 from lakepurge.core import aws
 from tests.support import delta as D
 from tests.support.cli import cli
+from tests.support.shipping import record_shipped
 
 pytestmark = pytest.mark.integration
 
@@ -269,7 +270,9 @@ def test_given_a_table_when_a_user_asks_for_their_data_then_the_archive_holds_ex
     assert "olga" not in str(exported) and history.deleted not in str(exported)  # history is not the table's
 
 
-def test_given_spark_when_backfilled_and_purged_then_files_are_read_and_rewritten_on_executors(lake, spark, capsys):
+def test_given_spark_when_backfilled_and_purged_then_files_are_read_and_rewritten_on_executors(
+    lake, spark, capsys, monkeypatch
+):
     from lakepurge.core.config import load_settings
     from lakepurge.core.privacy import Pseudonymizer
     from lakepurge.index import open_store
@@ -290,9 +293,13 @@ def test_given_spark_when_backfilled_and_purged_then_files_are_read_and_rewritte
     finally:
         store.close()
 
-    purged = run_purge(spark, settings, report, HASH_KEY.encode())
+    shipped = record_shipped(monkeypatch)
+    # The caller holds the raw id (the operator's CLI may run the purge on Spark): only its own process uses it.
+    purged = run_purge(spark, settings, report, HASH_KEY.encode(), requested=[history.edge])
 
     assert purged.verified and purged.tables[0]["rows_erased"] == 2
+    assert shipped["closures"]
+    assert not any(history.edge.encode() in pickled for pickled in [*shipped["closures"], *shipped["items"]])
     assert D.current_rows() == [r for r in before if r["user_id"] != history.edge]
     assert D.holding(history.edge) == []
 
