@@ -57,6 +57,35 @@ class ObjectIndex:
         return sum(len(lines) for lines in self.lines_by_user.values())
 
 
+def rewritten_copy(held: ObjectIndex, after: ObjectIndex, dropped: Sequence[int]) -> ObjectIndex:
+    """`after` (a new object: path and version) holding `held`'s rows but those at the dropped lines (sorted, one
+    row each), every later line moved up (moved_up), unindexable lines too; records less the rows and lines dropped."""
+    gone = set(dropped)
+    rows = {
+        user: kept
+        for user, lines in held.lines_by_user.items()
+        if (kept := [moved_up(n, dropped) for n in lines if n not in gone])
+    }
+    copy = ObjectIndex(after.s3path, held.dataset, after.etag, after.version_id, after.last_modified, rows)
+    copy.unindexable = [
+        UnindexableLine(moved_up(u.line, dropped), u.reason) for u in held.unindexable if u.line not in gone
+    ]
+    dropped_records = held.row_count - copy.row_count + len(held.unindexable) - len(copy.unindexable)
+    copy.records = max(held.records - dropped_records, 0)
+    copy.returning_users = held.returning_users
+    return copy
+
+
+def copy_rewritten_by_reading(
+    store: IndexStore, before: str, before_etag: str, after: ObjectIndex, dropped: Sequence[int]
+) -> bool:
+    """IndexStore.copy_rewritten for a store that cannot compute on its server: the rows read, moved, written."""
+    held = store.get_object(before)
+    if held is None or held.etag != before_etag:
+        return False
+    return store.replace_objects([rewritten_copy(held, after, sorted(set(dropped)))]) == 1
+
+
 class Location(NamedTuple):
     """Where one user's records are in one object, at the version the index saw.
 
@@ -241,6 +270,14 @@ class IndexStore(Protocol):
         erased lines before it (moved_up). Returns False, changing nothing, when the index no longer holds
         before_etag. The version rewritten (when it has a version id) keeps all of its users, the erased ones
         included, as a noncurrent version until the purge deletes it."""
+
+    def copy_rewritten(self, before: str, before_etag: str, after: ObjectIndex, dropped: Sequence[int]) -> bool:
+        """A file rewritten under a new name without some rows (a table's erasure: the users' rows and rows a
+        deletion vector hid, one row each): index `after` (its path and version; rows and counts are ignored) with
+        the rows the index holds for `before` at before_etag but those at the dropped lines, every later line moved
+        up (moved_up), unindexable lines likewise (rewritten_copy), in the index itself: the rows are not read,
+        hashed or sent again. `before` is left as it is. Returns False, writing nothing, when the index does not
+        hold before_etag of `before`, or holds `after` already."""
 
     def remove_object(self, s3path: str) -> bool:
         """Drop every row of an object that no longer exists. Returns whether it was indexed. When the version

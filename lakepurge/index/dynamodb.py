@@ -32,6 +32,7 @@ from lakepurge.index.base import (
     UnindexableLine,
     UnindexableObject,
     beside_in_objects,
+    copy_rewritten_by_reading,
     hits_from_locations,
     moved_up,
 )
@@ -310,6 +311,9 @@ class DynamoIndexStore(DynamoTable):
             unindexable=unindexable,
         )
         return self._replace_round([new], force=True, moving_from=before_etag) == 1
+
+    def copy_rewritten(self, before: str, before_etag: str, after: ObjectIndex, dropped: Sequence[int]) -> bool:
+        return copy_rewritten_by_reading(self, before, before_etag, after, dropped)
 
     def lookup_objects(self, user_ids: Sequence[str]) -> Hits:
         return hits_from_locations(self.lookup(user_ids))

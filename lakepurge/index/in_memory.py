@@ -26,6 +26,7 @@ from lakepurge.index.base import (
     UnindexableLine,
     UnindexableObject,
     beside_in_objects,
+    copy_rewritten_by_reading,
     hits_from_locations,
     moved_up,
 )
@@ -128,6 +129,9 @@ class MemoryIndexStore:
             }
             held.unindexable = [UnindexableLine(moved_up(u.line, order), u.reason) for u in held.unindexable]
         return True
+
+    def copy_rewritten(self, before: str, before_etag: str, after: ObjectIndex, dropped: Sequence[int]) -> bool:
+        return copy_rewritten_by_reading(self, before, before_etag, after, dropped)
 
     def remove_object(self, s3path: str) -> bool:
         with self._lock:

@@ -38,6 +38,7 @@ from lakepurge.index.postgres_sql import (
     APPLY_ROW_DROP,
     BIG_LOOKUP_SETTINGS,
     CLAIM,
+    COPY_REWRITTEN,
     COVERAGE_UPSERT,
     IDS_ARRAY,
     IDS_SPLIT,
@@ -281,6 +282,13 @@ class PostgresIndexStore:
                 self._keep_as_noncurrent(cur, [(s3path, rewritten[0], rewritten[1], rewritten[2])])
             cur.execute(statement.format(only=""), values)
             return cur.fetchone() is not None
+
+    @_reconnecting
+    def copy_rewritten(self, before: str, before_etag: str, after: ObjectIndex, dropped: Sequence[int]) -> bool:
+        values: dict[str, Any] = {"before": before, "before_etag": before_etag, "after": after.s3path}
+        values |= {"etag": after.etag, "version": after.version_id, "modified": after.last_modified}
+        values["lines"] = sorted(set(dropped))
+        return self._conn.execute(COPY_REWRITTEN, values).fetchone() is not None
 
     @_reconnecting
     def remove_object(self, s3path: str) -> bool:

@@ -144,6 +144,30 @@ APPLY_ROW_DROP = APPLY_ERASURE.replace(
     " SELECT object_id FROM updated",
 )
 
+# A file rewritten under a new name without the dropped lines (a table's erasure): the new object gets the old one's
+# rows but those, every later row moved up as in APPLY_ROW_DROP, on the server; the old object stays as it is.
+COPY_REWRITTEN = (
+    "WITH held AS (SELECT object_id, dataset, records, reappeared FROM indexed_objects"
+    " WHERE s3path = %(before)s AND etag = %(before_etag)s),"
+    " gone AS (SELECT (SELECT count(*) FROM user_rows WHERE object_id = (SELECT object_id FROM held)"
+    " AND recordline = ANY(%(lines)s::int[])) + (SELECT count(*) FROM unindexable_lines"
+    " WHERE s3path = %(before)s AND recordline = ANY(%(lines)s::int[])) AS n),"
+    " bad AS (SELECT recordline - width_bucket(recordline, %(lines)s::int[]) AS recordline, reason"
+    " FROM unindexable_lines WHERE s3path = %(before)s AND recordline <> ALL(%(lines)s::int[])),"
+    " created AS (INSERT INTO indexed_objects"
+    " (s3path, dataset, etag, version_id, last_modified, records, unindexable, reappeared)"
+    " SELECT %(after)s, held.dataset, %(etag)s, %(version)s, %(modified)s, greatest(held.records - gone.n, 0),"
+    " (SELECT count(*) FROM bad), held.reappeared FROM held, gone"
+    " ON CONFLICT (s3path) DO NOTHING RETURNING object_id),"
+    " copied AS (INSERT INTO user_rows (object_id, recordline, userid)"
+    " SELECT created.object_id, recordline - width_bucket(recordline, %(lines)s::int[]), userid"
+    " FROM user_rows, created WHERE user_rows.object_id = (SELECT object_id FROM held)"
+    " AND recordline <> ALL(%(lines)s::int[])),"
+    " copied_bad AS (INSERT INTO unindexable_lines (s3path, recordline, reason)"
+    " SELECT %(after)s, recordline, reason FROM bad WHERE EXISTS (SELECT 1 FROM created))"
+    " SELECT object_id FROM created"
+)
+
 # Claims the objects of a batch, in path order (two batches touching the same objects cannot deadlock); returns the
 # claimed ones, not those of which a newer or identical version is already indexed.
 CLAIM = """

@@ -523,7 +523,7 @@ def run_purge(
     ]
     remaining = [r for d in fresh for r in d["remaining"]]
     remaining += _verify_on_executors(spark, settings, checks, pseudonymizer_key, hashes, known)
-    erased_tables = purge_tables(spark, settings, report.tables, pseudonymizer_key, hashes, report.request_id)
+    erased_tables = purge_tables(spark, settings, report.tables, pseudonymizer_key, hashes, report.request_id, known)
     tables = tuple(t.as_dict() for t in erased_tables)
     shred = None
     if report.shred is not None:

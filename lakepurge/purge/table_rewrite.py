@@ -6,11 +6,11 @@ commits the new files (lakepurge.purge.table_commit); nothing here changes the t
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Container, Iterable, Iterator
+import io
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from lakepurge.core import aws
@@ -19,6 +19,8 @@ from lakepurge.core.logs import get_logger
 from lakepurge.core.privacy import HashedUsers, Pseudonymizer
 from lakepurge.core.s3io import (
     ObjectChanged,
+    ObjectHead,
+    get_current,
     head_object,
     open_seekable,
 )
@@ -28,7 +30,7 @@ from lakepurge.purge.rewrite import rewrite_parquet
 from lakepurge.purge.streams import Staged
 from lakepurge.reports import layout
 from lakepurge.tables.base import TableFile
-from lakepurge.tables.scan import contained, data_file_users
+from lakepurge.tables.scan import contained, data_file_names, data_file_users
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -45,6 +47,9 @@ class RewriteItem:
     physical_fields: tuple[str, ...]
     hidden: tuple[int, ...]  # rows its deletion vector hides
     new_key: str
+    # The index holds this version's rows and named every row of the users: when the rewrite drops exactly those,
+    # the new file's rows follow from them in the index (IndexStore.copy_rewritten), not from the file.
+    indexed: bool = False
 
 
 class RewriteFailed(Exception):
@@ -52,17 +57,21 @@ class RewriteFailed(Exception):
 
 
 def rewrite_partition(
-    settings: Settings, env: dict[str, str], key: bytes, hashes: tuple[str, ...], items: Iterable[RewriteItem]
+    settings: Settings,
+    env: dict[str, str],
+    key: bytes,
+    hashes: tuple[str, ...],
+    items: Iterable[RewriteItem],
+    known: tuple[str, ...] = (),
 ) -> Iterator[dict[str, Any]]:
+    """known: the users' raw ids, given only when this runs in the process that holds them (an inline purge)."""
     apply_job_environment(env)
     s3: S3Client = aws.client("s3")
-    local = threading.local()  # a HashedUsers per thread: its memory is not thread-safe
+    users = HashedUsers(hashes, Pseudonymizer(key), known)  # its memory of ids seen is per thread
 
     def rewrite(item: RewriteItem) -> dict[str, Any]:
-        if not hasattr(local, "users"):
-            local.users = HashedUsers(hashes, Pseudonymizer(key))
         try:
-            return _rewrite_one(s3, settings, local.users, item)
+            return _rewrite_one(s3, settings, users, item)
         except Exception as exc:
             log.exception("rewrite of a table file failed", extra={"error": type(exc).__name__})
             return {"before": item.file.path, "error": type(exc).__name__}
@@ -72,26 +81,31 @@ def rewrite_partition(
         yield from pool.map(rewrite, list(items))
 
 
-def _rewrite_one(s3: S3Client, settings: Settings, users: Container[str], item: RewriteItem) -> dict[str, Any]:
+def _rewrite_one(s3: S3Client, settings: Settings, users: HashedUsers, item: RewriteItem) -> dict[str, Any]:
     uri = S3Uri.parse(item.file.path)
-    head = head_object(s3, uri.bucket, uri.key)
+    head, body = _source(s3, uri, item.file.size)
     if head is None or (item.etag and head.etag != item.etag):
         raise ObjectChanged(f"{item.file.path} is not the version the table's log names")
     dataset = settings.dataset_named(item.dataset).model_copy(update={"id_fields": item.physical_fields})
     hidden = set(item.hidden)
     max_bytes = settings.indexing.max_record_bytes
     rows = item.rows
+    left: dict[str, list[int]] | None = None
     for attempt in range(2):
-        with open_seekable(s3, head) as raw:
+        with _opened(s3, head, body) as raw:
             staged, erased = rewrite_parquet(raw, rows, users, dataset, hidden)
-        left = data_file_users(staged.reader(), uri.key, item.physical_fields, max_bytes)
-        if not contained(users, left):
-            break
+        if item.indexed and not attempt and set(erased) == set(rows):
+            if not data_file_names(staged.reader(), uri.key, item.physical_fields, users, max_bytes):
+                break
+        else:
+            left = data_file_users(staged.reader(), uri.key, item.physical_fields, max_bytes)
+            if not contained(users, left):
+                break
         staged.close()
         if attempt:
             raise OutputNotClean(f"the rewritten file still holds some of the users ({item.file.path})")
         # The index named some of the users' rows but not all: find every one in the file and start again.
-        with open_seekable(s3, head) as raw:
+        with _opened(s3, head, body) as raw:
             found = data_file_users(raw, uri.key, item.physical_fields, max_bytes)
         rows = tuple(sorted(r for user, lines in found.items() if user in users for r in lines))
     result: dict[str, Any] = {
@@ -118,8 +132,30 @@ def _rewrite_one(s3: S3Client, settings: Settings, users: Container[str], item: 
         "after_etag": written[4],
         "rows_after": rows_after,
         "size_after": written[3],
-        "rows_by_user": left,  # the new file's index rows, as verification read them before the write
+        # The new file's index rows: as verification read them before the write, or (the index held the file and
+        # named every row erased) the rows it dropped, for the index to move its own rows.
+        **({"rows_by_user": left} if left is not None else {"rows_dropped": sorted({*erased, *hidden})}),
     }
+
+
+# A file up to this size is read whole by one GET, whose answer is its head too; a bigger one by a HEAD and ranged GETs.
+WHOLE_READ_BYTES = 32 << 20
+
+
+def _source(s3: S3Client, uri: S3Uri, size: int) -> tuple[ObjectHead | None, bytes | None]:
+    """The file's current version (None: gone), and its bytes when it is small."""
+    if size > WHOLE_READ_BYTES:
+        return head_object(s3, uri.bucket, uri.key), None
+    current = get_current(s3, uri.bucket, uri.key)
+    if current is None:
+        return None, None
+    head, stream = current
+    with stream:
+        return head, stream.read()
+
+
+def _opened(s3: S3Client, head: ObjectHead, body: bytes | None) -> IO[bytes]:
+    return io.BytesIO(body) if body is not None else open_seekable(s3, head)
 
 
 class OutputNotClean(Exception):

@@ -24,8 +24,9 @@ For each table the report plans (lakepurge.tables.plan), on the driver:
    vouch for: the rows expected and none of the users' ids; verify = "full": its extension's scan of every file).
    What step 4 could not delete is reported.
 
-The new files' index rows (from what the rewrite read of them) are written while steps 4 and 5 run; then the index
-follows the table to the erasure's commit.
+The new files' index rows (the replaced files' rows moved in the index, or what the rewrite read of the new files
+where the index did not name every row erased) are written while steps 4 and 5 run; then the index follows the
+table to the erasure's commit.
 
 This module runs the steps and keeps the outcome; step 2 is lakepurge.purge.table_rewrite, step 3
 lakepurge.purge.table_commit, step 4's deletions lakepurge.purge.table_history and step 5's second reader
@@ -116,13 +117,21 @@ class TableOutcome:
 
 
 def purge_tables(
-    spark: Any, settings: Settings, plans: Iterable[TablePlan], key: bytes, hashes: tuple[str, ...], request_id: str
+    spark: Any,
+    settings: Settings,
+    plans: Iterable[TablePlan],
+    key: bytes,
+    hashes: tuple[str, ...],
+    request_id: str,
+    known: tuple[str, ...] = (),
 ) -> list[TableOutcome]:
-    """Erase the users from every planned table; never raises for one table (a failed table is an outcome)."""
+    """Erase the users from every planned table; never raises for one table (a failed table is an outcome).
+    known: the users' raw ids when this process holds them (lakepurge.purge.job.in_process_ids): files are then
+    checked by lookups instead of a keyed hash of each of their ids; never handed to Spark."""
     outcomes = []
     for plan in plans:
         try:
-            outcomes.append(_TablePurge(spark, settings, plan, key, hashes, request_id).run())
+            outcomes.append(_TablePurge(spark, settings, plan, key, hashes, request_id, known).run())
         except Exception as exc:
             log.exception("erasure from a table failed", extra={"dataset": plan.dataset, "error": type(exc).__name__})
             # Messages of these name a table and what to do, never a record.
@@ -137,9 +146,18 @@ def purge_tables(
 
 class _TablePurge:
     def __init__(
-        self, spark: Any, settings: Settings, plan: TablePlan, key: bytes, hashes: tuple[str, ...], request_id: str
+        self,
+        spark: Any,
+        settings: Settings,
+        plan: TablePlan,
+        key: bytes,
+        hashes: tuple[str, ...],
+        request_id: str,
+        known: tuple[str, ...] = (),
     ) -> None:
         self.spark = spark
+        # Raw ids stay in this process: a purge on Spark rewrites on executors, which get the hashes only.
+        self.known = known if spark is None else ()
         self.settings = settings
         self.plan = plan
         self.key = key
@@ -147,7 +165,7 @@ class _TablePurge:
         self.request_id = request_id
         self.s3: S3Client = aws.client("s3")
         self.dataset = settings.dataset_named(plan.dataset)
-        self.users = HashedUsers(hashes, Pseudonymizer(key))
+        self.users = HashedUsers(hashes, Pseudonymizer(key), self.known)
         self._threads = threading.local()  # each reading thread's own HashedUsers (its memory is not thread-safe)
         self.outcome = TableOutcome(plan.dataset, "nothing-to-erase", plan.version)
         # Object versions known to hold none of the users: the files this erasure wrote (read before the write,
@@ -335,15 +353,18 @@ class _TablePurge:
             new_key = f"{directory}part-00000-{uuid.uuid4()}-c000.parquet"
         hidden = tuple(sorted(table.deleted_rows(file)))
         etag = planned[path].etag if path in planned else ""
-        return RewriteItem(self.dataset.name, file, etag, rows, physical, hidden, new_key)
+        # The index holds the rows of a planned file as they are now only while the table is at the plan's version
+        # (a later commit may have changed what its deletion vector hides).
+        indexed = path in planned and state.version == self.plan.version
+        return RewriteItem(self.dataset.name, file, etag, rows, physical, hidden, new_key, indexed)
 
     def _rewrite(self, items: list[RewriteItem]) -> list[dict[str, Any]]:
         env = job_environment(self.settings)
-        settings, key, hashes = self.settings, self.key, self.hashes
+        settings, key, hashes, known = self.settings, self.key, self.hashes, self.known
         results = on_executors(
             self.spark,
             sorted(items, key=lambda i: -i.file.size),
-            lambda part: rewrite_partition(settings, env, key, hashes, part),
+            lambda part: rewrite_partition(settings, env, key, hashes, part, known),
             label="table files rewritten",
         )
         failed = [r for r in results if r.get("error")]
@@ -439,7 +460,8 @@ class _TablePurge:
         name = "metadata_users" if metadata else "users"
         users: HashedUsers | None = getattr(self._threads, name, None)
         if users is None:
-            users = HashedUsers(self.metadata_hashes if metadata else self.hashes, Pseudonymizer(self.key))
+            hashes = self.metadata_hashes if metadata else self.hashes
+            users = HashedUsers(hashes, Pseudonymizer(self.key), self.known)
             setattr(self._threads, name, users)
         return users
 
@@ -466,9 +488,10 @@ class _TablePurge:
         return object_names(body, key, users, (), False, max_bytes)
 
     def _index_written(self) -> frozenset[str] | None:
-        """The new files into the index, from what the rewrite read of them (not read again), on INDEX_WRITERS
-        connections (each file atomically, on one of them: a server inserts on one core per connection): their
-        paths, or None when the table was never indexed (nothing to follow)."""
+        """The new files into the index, on INDEX_WRITERS connections (each file atomically, on one of them: a
+        server inserts on one core per connection): the replaced file's rows moved in the index when the rewrite
+        dropped exactly the rows the index named (and hidden ones), else the rows the rewrite read of the new file
+        (not read again). Their paths, or None when the table was never indexed (nothing to follow)."""
         store = open_store(self.settings.index, create=False)
         try:
             if indexed_version(store, self.dataset) is None:
@@ -476,24 +499,33 @@ class _TablePurge:
         finally:
             store.close()
         now = datetime.now(UTC)
-        entries = []
+        work = []
         for result in self.new_entries:
             entry = ObjectIndex(result["after"], self.dataset.name, result["after_etag"], result["after_version"], now)
-            entry.lines_by_user = result["rows_by_user"]  # lists already (a copy cost 3 s for a million rows)
-            entry.records = result["rows_after"]
-            entries.append(entry)
+            if "rows_by_user" in result:
+                entry.lines_by_user = result["rows_by_user"]  # lists already (a copy cost 3 s for a million rows)
+                entry.records = result["rows_after"]
+            work.append((entry, result))
 
-        def write(share: list[ObjectIndex]) -> None:
+        def write(share: list[tuple[ObjectIndex, dict[str, Any]]]) -> list[str]:
             writer = open_store(self.settings.index, create=False)
             try:
-                writer.replace_objects(share, force=True)
+                writer.replace_objects([entry for entry, result in share if "rows_by_user" in result], force=True)
+                indexed = [entry.s3path for entry, result in share if "rows_by_user" in result]
+                # The replaced file's rows, less those dropped, moved in the index; one it no longer holds as
+                # rewritten is left out, for the table's follow to read.
+                return indexed + [
+                    entry.s3path
+                    for entry, result in share
+                    if "rows_dropped" in result
+                    and writer.copy_rewritten(result["before"], result["before_etag"], entry, result["rows_dropped"])
+                ]
             finally:
                 writer.close()
 
-        shares = [entries[i::INDEX_WRITERS] for i in range(INDEX_WRITERS) if entries[i::INDEX_WRITERS]]
+        shares = [work[i::INDEX_WRITERS] for i in range(INDEX_WRITERS) if work[i::INDEX_WRITERS]]
         with ThreadPoolExecutor(INDEX_WRITERS) as pool:
-            list(pool.map(write, shares))
-        return frozenset(entry.s3path for entry in entries)
+            return frozenset(path for written in pool.map(write, shares) for path in written)
 
     def _follow(
         self, store: IndexStore, table: LakeTable, deleted: dict[str, list[str]], fresh: frozenset[str]

@@ -25,6 +25,7 @@ from typing import Any
 
 import orjson
 
+from lakepurge.core.privacy import HashedUsers
 from lakepurge.records.formats import group_records
 from lakepurge.records.ids import id_problem
 
@@ -104,6 +105,23 @@ def data_file_users(body_or_stream: Any, key: str, id_fields: Sequence[str], max
     return group_records(stream, key, "parquet", id_fields, max_bytes).lines_by_user
 
 
+def data_file_names(
+    body_or_stream: Any, key: str, id_fields: Sequence[str], users: HashedUsers, max_bytes: int
+) -> bool:
+    """Whether a table's data file names one of the users (a HashedUsers). One top-level id column of strings or
+    integers is checked as one Arrow array (HashedUsers.none_of: the users' raw ids looked up in C when known,
+    else each distinct id hashed once), without grouping its rows by user; any other shape as data_file_users
+    reads it."""
+    import pyarrow as pa
+
+    stream = io.BytesIO(body_or_stream) if isinstance(body_or_stream, bytes) else body_or_stream
+    column = _id_column(stream, id_fields)
+    if column is None:
+        stream.seek(0)
+        return contained(users, data_file_users(stream, key, id_fields, max_bytes))
+    return not users.none_of(column.drop_null().cast(pa.large_string()).cast(pa.large_binary()))
+
+
 def _deleted_rows_fields(stream: Any, id_fields: Sequence[str]) -> Sequence[str]:
     """The id fields inside an Iceberg position delete file's ``row`` struct (the deleted rows it carries), when the
     file has no id column of its own; else the id fields as they are."""
@@ -119,6 +137,24 @@ def _grouped_by_arrow(stream: Any, id_fields: Sequence[str]) -> dict[str, list[i
     """extract_ids' answer for one top-level column of strings or integers, grouped in Arrow: an empty or null
     id names nobody, an id the index cannot store (NUL, too long) is left out as the indexer leaves it out."""
     import pyarrow as pa
+
+    column = _id_column(stream, id_fields)
+    if column is None:
+        return None
+    column = column.cast(pa.large_string())
+    rows = pa.table({"id": column, "row": pa.array(range(len(column)), pa.int64())})
+    grouped = rows.group_by("id", use_threads=False).aggregate([("row", "list")])
+    found: dict[str, list[int]] = {}
+    for user, lines in zip(grouped.column("id").to_pylist(), grouped.column("row_list").to_pylist(), strict=True):
+        if user and id_problem(user, "id") is None:
+            found[user] = sorted(lines)
+    return found
+
+
+def _id_column(stream: Any, id_fields: Sequence[str]) -> Any:
+    """The one top-level id column of strings or integers of a Parquet file (an Arrow ChunkedArray), or None when
+    the ids are elsewhere (several fields, a nested one, another type)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     if len(id_fields) != 1 or "." in id_fields[0]:
@@ -132,15 +168,7 @@ def _grouped_by_arrow(stream: Any, id_fields: Sequence[str]) -> dict[str, list[i
     textual = pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)
     if not textual and not pa.types.is_integer(kind):
         return None
-    column = parquet.read(columns=[name], use_threads=False).column(name)
-    column = column.cast(pa.large_string())
-    rows = pa.table({"id": column, "row": pa.array(range(len(column)), pa.int64())})
-    grouped = rows.group_by("id", use_threads=False).aggregate([("row", "list")])
-    found: dict[str, list[int]] = {}
-    for user, lines in zip(grouped.column("id").to_pylist(), grouped.column("row_list").to_pylist(), strict=True):
-        if user and id_problem(user, "id") is None:
-            found[user] = sorted(lines)
-    return found
+    return parquet.read(columns=[name], use_threads=False).column(name)
 
 
 def avro_names(body: bytes, users: Container[str]) -> bool:

@@ -15,6 +15,7 @@ from lakepurge.cli import main
 from lakepurge.core import aws
 from tests.support import delta as D
 from tests.support.cli import cli
+from tests.support.shipping import record_shipped
 
 pytestmark = pytest.mark.integration
 
@@ -269,7 +270,9 @@ def test_given_a_table_when_a_user_asks_for_their_data_then_the_archive_holds_ex
     assert "olga" not in str(exported) and history.deleted not in str(exported)  # history is not the table's
 
 
-def test_given_spark_when_backfilled_and_purged_then_files_are_read_and_rewritten_on_executors(lake, spark, capsys):
+def test_given_spark_when_backfilled_and_purged_then_files_are_read_and_rewritten_on_executors(
+    lake, spark, capsys, monkeypatch
+):
     from lakepurge.core.config import load_settings
     from lakepurge.core.privacy import Pseudonymizer
     from lakepurge.index import open_store
@@ -290,9 +293,13 @@ def test_given_spark_when_backfilled_and_purged_then_files_are_read_and_rewritte
     finally:
         store.close()
 
-    purged = run_purge(spark, settings, report, HASH_KEY.encode())
+    shipped = record_shipped(monkeypatch)
+    # The caller holds the raw id (the operator's CLI may run the purge on Spark): only its own process uses it.
+    purged = run_purge(spark, settings, report, HASH_KEY.encode(), requested=[history.edge])
 
     assert purged.verified and purged.tables[0]["rows_erased"] == 2
+    assert shipped["closures"]
+    assert not any(history.edge.encode() in pickled for pickled in [*shipped["closures"], *shipped["items"]])
     assert D.current_rows() == [r for r in before if r["user_id"] != history.edge]
     assert D.holding(history.edge) == []
 
@@ -367,3 +374,101 @@ def test_given_a_table_when_the_second_reader_reads_it_then_it_finds_a_user_by_k
         assert reading(users("nobody@example.com")).users_found is False
         assert reading(users("bob@example.com")).users_found is True
         assert reading(users("nobody@example.com", "émile@example.com")).users_found is True  # UTF-8, as hashed
+
+
+def test_given_an_inline_purge_holding_the_ids_when_a_table_file_is_rewritten_then_no_other_persons_id_is_hashed(
+    lake, pg_dsn, capsys, monkeypatch
+):
+    import lakepurge.purge.job as job
+    from lakepurge.core.privacy import Pseudonymizer
+    from tests.support.lakes import index_toml
+
+    config = lake(index_toml("postgres", pg_dsn))
+    alice = "alice@example.com"
+    others = [f"other-{n:04d}@example.com" for n in range(300)]
+    D.write(D.rows([alice, *others[:150], alice, *others[150:]], "d1"), mode="overwrite")
+    assert main(["index", "reconcile", "--config", config]) == 0
+    capsys.readouterr()
+    hashed: list[bytes] = []
+    real_hash, real_erasure = Pseudonymizer.of_utf8, job.purge_tables
+
+    def recording_hash(self, user_id: bytes) -> str:
+        hashed.append(user_id)
+        return real_hash(self, user_id)
+
+    def recorded_erasure(*args, **kwargs):  # the table's erasure, after the report
+        monkeypatch.setattr(Pseudonymizer, "of_utf8", recording_hash)
+        return real_erasure(*args, **kwargs)
+
+    monkeypatch.setattr(job, "purge_tables", recorded_erasure)
+    code, purged = cli(capsys, "purge", alice, "--yes", "--config", config)
+
+    assert code == 0 and purged["verified"] is True and purged["tables"][0]["rows_erased"] == 2
+    assert [r["user_id"] for r in D.current_rows()] == others
+    # The operator's purge holds alice's id: the rewritten file's 300 other ids are looked up, not hashed.
+    assert hashed and {user.decode() for user in hashed} & set(others) == set()
+
+
+def test_given_a_file_the_index_named_every_row_of_when_rewritten_then_its_rows_move_in_the_index_to_the_new_file(
+    lake, pg_dsn, capsys, monkeypatch
+):
+    from lakepurge.index.postgres import PostgresIndexStore
+    from tests.support.lakes import index_toml
+
+    config = lake(index_toml("postgres", pg_dsn))
+    alice, dora = "alice@example.com", "dora@example.com"
+    others = [f"other-{n}@example.com" for n in range(5)]
+    D.write(D.rows([others[0], alice, others[1], dora, others[2], alice, others[3], others[4]], "d1"), mode="overwrite")
+    D.hide_with_deletion_vector(dora)  # row 3: not the table's, never indexed as live, dropped by the rewrite too
+    assert main(["index", "reconcile", "--config", config]) == 0
+    capsys.readouterr()
+    sent: list[str] = []  # the objects whose rows went to the index from this process
+    real_replace = PostgresIndexStore.replace_objects
+
+    def recording_replace(self, objects, force=False):
+        sent.extend(o.s3path for o in objects if o.lines_by_user)
+        return real_replace(self, objects, force)
+
+    monkeypatch.setattr(PostgresIndexStore, "replace_objects", recording_replace)
+    code, purged = cli(capsys, "purge", alice, "--yes", "--config", config)
+
+    assert code == 0 and purged["verified"] is True and purged["tables"][0]["rows_erased"] == 2
+    (replaced,) = purged["tables"][0]["files_replaced"]
+    assert replaced["after"] not in sent  # its rows were moved inside the index, not read, hashed and sent again
+    code, found = cli(capsys, "lookup", *others, alice, "--config", config)
+    assert found["users"][alice] == []
+    for user in others:  # rows 4, 6, 7 moved up by alice's row 1, dora's hidden row 3 and alice's row 5
+        (entry,) = found["users"][user]
+        assert entry["s3path"] == replaced["after"]
+        assert [row_of(entry["s3path"], row)["user_id"] for row in entry["lines"]] == [user]
+    assert [r["user_id"] for r in D.current_rows()] == others
+
+
+def test_given_a_data_file_overwritten_after_the_report_when_purged_then_it_is_not_rewritten_nor_certified(
+    lake, pg_dsn, capsys, monkeypatch
+):
+    import lakepurge.purge.tables as erasure
+    from tests.support.lakes import index_toml
+
+    config = lake(index_toml("postgres", pg_dsn))
+    alice = "alice@example.com"
+    D.write(D.rows([alice, "bob@example.com"], "d1"), mode="overwrite")
+    assert main(["index", "reconcile", "--config", config]) == 0
+    capsys.readouterr()
+    (path,) = D.open_delta().file_uris()
+    key = path.split("/", 3)[3]
+    real_rewrite = erasure.rewrite_partition
+
+    def rewrite_after_an_overwrite(settings, env, key_, hashes, items, known=()):
+        # Someone writes other bytes under the file's name: not the version the table's log (and the plan) names.
+        aws_client().put_object(Bucket=D.BUCKET, Key=key, Body=b"PAR1 not the table's file")
+        return real_rewrite(settings, env, key_, hashes, items, known)
+
+    monkeypatch.setattr(erasure, "rewrite_partition", rewrite_after_an_overwrite)
+    code, purged = cli(capsys, "purge", alice, "--yes", "--config", config)
+
+    table = purged["tables"][0]
+    assert code != 0 and purged["verified"] is False
+    assert table["status"] == "failed" and "ObjectChanged" in table["error"] and table["files_replaced"] == []
+    assert aws_client().get_object(Bucket=D.BUCKET, Key=key)["Body"].read() == b"PAR1 not the table's file"
+    assert D.open_delta().version() == 0  # no commit

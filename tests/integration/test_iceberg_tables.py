@@ -102,6 +102,12 @@ def test_given_a_table_with_snapshots_and_deletes_when_purged_then_no_version_of
         assert I.holding(user) == []  # data, delete files, manifests (bounds), manifest lists, metadata files
     code, after = cli(capsys, "lookup", *erased, "--config", config)
     assert after["users"] == {user: [] for user in erased}
+    others = sorted(history.current)
+    code, kept = cli(capsys, "lookup", *others, "--config", config)
+    for user in others:  # rows of rewritten files, moved in the index past the rows dropped (masked ones too)
+        live = [(e["s3path"], row) for e in kept["users"][user] for row in e.get("lines", ())]
+        assert all(row_of(path, row)["user_id"] == user for path, row in live)
+        assert len(live) == len([r for r in I.current_rows(catalog) if r["user_id"] == user])
     assert cli(capsys, "verify", *erased, "--config", config)[0] == 0
     certificate = json.loads(
         client("s3").get_object(Bucket="lake-reports", Key=purged["certificate"].split("/", 3)[3])["Body"].read()

@@ -659,6 +659,36 @@ def test_given_an_object_when_a_purge_drops_rows_then_its_later_rows_and_unindex
     assert store.object_rows(B) == {"alice": [0], "bob": [3]}
 
 
+def test_given_a_table_file_rewritten_under_a_new_name_when_copied_then_the_new_file_has_the_rows_left_moved_up(store):
+    # A table's erasure writes file N without rows 1 and 5 of file A (alice's, and a row a deletion vector hid,
+    # which the index never held): N gets A's other rows, moved up; A stays until the table's commit removes it.
+    rows = {"alice": [1], "bob": [0, 2, 6], "carol": [3, 7]}
+    bad = [UnindexableLine(4, "no user id"), UnindexableLine(5, "no user id"), UnindexableLine(8, "no user id")]
+    N = "s3://lake/events/n.parquet"
+    store.replace_objects([version(A, '"a1"', T0, rows, bad, version_id="va1")])
+    new = ObjectIndex(N, "events", '"n1"', "vn1", T0 + timedelta(seconds=5))
+    assert store.copy_rewritten(A, '"a0"', new, [5, 1]) is False  # not the version indexed
+    assert store.get_object(N) is None
+
+    assert store.copy_rewritten(A, '"a1"', new, [5, 1]) is True
+
+    assert store.object_rows(N) == {"bob": [0, 1, 4], "carol": [2, 5]}
+    held = store.get_object(N)
+    assert held is not None
+    assert (held.dataset, held.etag, held.version_id, held.records) == ("events", '"n1"', "vn1", 7)
+    assert held.unindexable == [UnindexableLine(3, "no user id"), UnindexableLine(6, "no user id")]
+    assert store.lookup(["alice", "carol"]) == {
+        "alice": [Location(A, '"a1"', (1,))],
+        "carol": [Location(A, '"a1"', (3, 7)), Location(N, '"n1"', (2, 5))],
+    }
+    assert store.object_rows(A) == rows
+    assert store.copy_rewritten(A, '"a1"', new, [1]) is False  # N is indexed already: nothing changes
+    assert store.object_rows(N) == {"bob": [0, 1, 4], "carol": [2, 5]}
+    # Nothing dropped (a file rewritten for a deletion vector's rows the index never held): the rows as they are.
+    assert store.copy_rewritten(A, '"a1"', ObjectIndex(B, "events", '"b1"', None, T0), []) is True
+    assert store.object_rows(B) == rows
+
+
 def test_given_a_newer_version_indexed_in_the_same_second_when_a_purge_moves_the_index_then_the_newer_stays(store):
     _purge_race_start(store)
     store.replace_objects([NEWER])

@@ -15,6 +15,7 @@ from lakepurge.core.config import PrivacyConfig
 from lakepurge.core.privacy import Pseudonymizer
 from lakepurge.core.sparkutil import job_environment, on_executors
 from tests.support.lakes import index_toml
+from tests.support.shipping import record_shipped
 
 pytestmark = pytest.mark.integration
 
@@ -74,7 +75,6 @@ def test_given_a_purge_on_spark_whose_caller_holds_the_raw_ids_when_its_tasks_ar
     import uuid
 
     import orjson
-    from pyspark.serializers import CloudPickleSerializer, CPickleSerializer
 
     from lakepurge.core.config import parse_settings
     from lakepurge.index import open_store
@@ -104,20 +104,7 @@ def test_given_a_purge_on_spark_whose_caller_holds_the_raw_ids_when_its_tasks_ar
     run_reconcile(None, settings)
     report = build_report(store, settings, users, "req-shipped", Pseudonymizer(KEY.encode()), force=True)
     store.close()
-    shipped: dict[str, list[bytes]] = {"closures": [], "items": []}
-
-    def recording(serializer: type[CloudPickleSerializer | CPickleSerializer], what: str) -> None:
-        dumps = serializer.dumps
-
-        def record(self: object, obj: object) -> bytes:
-            pickled: bytes = dumps(self, obj)  # type: ignore[arg-type]
-            shipped[what].append(pickled)
-            return pickled
-
-        monkeypatch.setattr(serializer, "dumps", record)
-
-    recording(CloudPickleSerializer, "closures")  # pyspark pickles each task's function with it
-    recording(CPickleSerializer, "items")  # and parallelize the items
+    shipped = record_shipped(monkeypatch)
     caplog.set_level("DEBUG")
 
     result = run_purge(spark, settings, report, KEY.encode(), requested=users)
