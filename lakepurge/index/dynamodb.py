@@ -46,7 +46,6 @@ from lakepurge.index.dynamodb_items import (
     SEPARATOR,
     Item,
     ObjectMeta,
-    RowItem,
     coverage_item,
     erased_key,
     is_row,
@@ -64,6 +63,8 @@ from lakepurge.index.dynamodb_items import (
     record_map_item,
     record_map_key,
     row_items_of,
+    rows_by_path,
+    settled,
     timestamp,
 )
 from lakepurge.index.dynamodb_table import READ_ROUNDS, DynamoTable, parallel
@@ -86,22 +87,6 @@ _NAMES = {
 
 # Scan filter for the items status() and dump() read: rows (no kind) and object meta items, never suppression items.
 _ROWS_AND_METAS = "attribute_not_exists(#k) OR #k = :object"
-
-
-def _settled(rows: list[RowItem], meta: ObjectMeta | None) -> bool:
-    """Whether one user's rows of one object are exactly the rows of the version the meta item names."""
-    if meta is None:
-        return True  # not indexed (removed, or never flipped): there is nothing to return
-    if any(row.etag != meta.etag for row in rows):
-        return False
-    return len({row.chunk for row in rows}) == rows[0].chunks
-
-
-def _by_path(rows: list[RowItem]) -> dict[str, list[RowItem]]:
-    grouped: dict[str, list[RowItem]] = defaultdict(list)
-    for row in rows:
-        grouped[row.s3path].append(row)
-    return grouped
 
 
 class DynamoIndexStore(DynamoTable):
@@ -329,7 +314,7 @@ class DynamoIndexStore(DynamoTable):
         unsettled = [
             user
             for user in users
-            if not all(_settled(group, metas.get(path)) for path, group in _by_path(rows[user]).items())
+            if not all(settled(group, metas.get(path)) for path, group in rows_by_path(rows[user]).items())
         ]
         for _ in range(READ_ROUNDS):
             if not unsettled:
@@ -344,13 +329,11 @@ class DynamoIndexStore(DynamoTable):
             for user in unsettled:
                 rows[user] = fresh[user]
                 view[user] = after
-                for path, group in _by_path(fresh[user]).items():
+                for path, group in rows_by_path(fresh[user]).items():
                     meta = after.get(path)
                     earlier = before.get(path)
                     # Consistent rows, or a version that stayed current all through the re-read.
-                    if _settled(group, meta) or (
-                        meta is not None and earlier is not None and earlier.etag == meta.etag
-                    ):
+                    if settled(group, meta) or (meta is not None and earlier is not None and earlier.etag == meta.etag):
                         continue
                     still.append(user)
                     break
@@ -360,7 +343,7 @@ class DynamoIndexStore(DynamoTable):
         found: dict[str, list[Location]] = {}
         for user in sorted(users):
             locations: list[Location] = []
-            for path, group in _by_path(rows[user]).items():
+            for path, group in rows_by_path(rows[user]).items():
                 meta = view[user].get(path)
                 if meta is None:
                     continue

@@ -6,6 +6,7 @@ back. docs/ARCHITECTURE.md, "DynamoDB", describes the layout and why it is so.
 from __future__ import annotations
 
 import hashlib
+from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeGuard
@@ -293,3 +294,20 @@ def meta_item(obj: ObjectIndex, row_items: int) -> Item:
     if owners:
         item["owners"] = {"SS": owners}
     return item
+
+
+def settled(rows: list[RowItem], meta: ObjectMeta | None) -> bool:
+    """Whether one user's rows of one object are exactly the rows of the version the meta item names."""
+    if meta is None:
+        return True  # not indexed (removed, or never flipped): there is nothing to return
+    if any(row.etag != meta.etag for row in rows):
+        return False
+    return len({row.chunk for row in rows}) == rows[0].chunks
+
+
+def rows_by_path(rows: list[RowItem]) -> dict[str, list[RowItem]]:
+    """One user's rows grouped by object."""
+    grouped: dict[str, list[RowItem]] = defaultdict(list)
+    for row in rows:
+        grouped[row.s3path].append(row)
+    return grouped

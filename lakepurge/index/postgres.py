@@ -9,8 +9,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import CancelledError, Future
-from functools import partial, wraps
-from operator import attrgetter
+from functools import wraps
 from typing import Any, TypeVar
 
 import psycopg
@@ -32,6 +31,7 @@ from lakepurge.index.base import (
     UnindexableLine,
     UnindexableObject,
 )
+from lakepurge.index.postgres_locations import BY_PATH, add_locations
 from lakepurge.index.postgres_sql import (
     ALL_OBJECTS,
     APPLY_ERASURE,
@@ -71,54 +71,11 @@ _PIPELINED_LOOKUP = 20_000
 _LOOKUP_SLICES = 10
 _LOOKUP_OBJECTS_SLICES = 2
 
-_BY_PATH = attrgetter("s3path")
-
 
 def _splittable(user_ids: Sequence[str]) -> list[str] | None:
     """The distinct ids, or None if one holds the newline that a pipelined lookup separates ids with."""
     distinct = list(dict.fromkeys(user_ids))
     return distinct if "\n".join(distinct).count("\n") == len(distinct) - 1 else None
-
-
-def _add_locations(rows: list[tuple], objects: dict[int, tuple[str, str]], found: dict[str, list[Location]]) -> None:
-    """Turn LOOKUP's rows (per user its object ids and lines; per object its path and ETag) into Locations."""
-    for path, ids, lines, etag in rows:
-        if lines is None:
-            objects[ids[0]] = (path, etag)
-    get_object = objects.__getitem__
-    one_line = _OneLine()
-    for user, ids, lines, _ in rows:
-        if lines is None:
-            continue
-        if len(ids) == 1:
-            s3path, etag = get_object(ids[0])
-            found[user] = [_location((s3path, etag, one_line[lines[0]]))]
-            continue
-        if len(set(ids)) == len(ids):  # one line in each object: the usual case
-            places = zip(map(get_object, ids), lines, strict=True)
-            locations = [_location((s3path, etag, one_line[line])) for (s3path, etag), line in places]
-        else:
-            by_object: dict[int, list[int]] = defaultdict(list)
-            for object_id, line in zip(ids, lines, strict=True):
-                by_object[object_id].append(line)
-            locations = [
-                Location(*get_object(object_id), tuple(sorted(object_lines)))
-                for object_id, object_lines in by_object.items()
-            ]
-        locations.sort(key=_BY_PATH)
-        found[user] = locations
-
-
-# A big lookup makes ~5 Locations per user. Built by tuple.__new__ directly (C, no Python frame per Location), and
-# with one shared (line,) tuple per line number instead of one per Location: ~25% less time, and half the objects
-# for the garbage collector's first pass and for freeing the result.
-_location = partial(tuple.__new__, Location)
-
-
-class _OneLine(dict[int, tuple[int]]):
-    def __missing__(self, line: int) -> tuple[int]:
-        single = self[line] = (line,)
-        return single
 
 
 Method = TypeVar("Method", bound=Callable[..., Any])
@@ -331,7 +288,7 @@ class PostgresIndexStore:
                 found_few: dict[str, list[Location]] = defaultdict(list)
                 for user, s3path, etag, lines in cur.fetchall():
                     found_few[user].append(Location(s3path, etag, tuple(lines)))
-            return {user: sorted(locations, key=_BY_PATH) for user, locations in found_few.items()}
+            return {user: sorted(locations, key=BY_PATH) for user, locations in found_few.items()}
         found: dict[str, list[Location]] = {}
         objects: dict[int, tuple[str, str]] = {}
         # Hundreds of thousands of small objects at once: the cyclic garbage collector would scan them over and
@@ -339,15 +296,15 @@ class PostgresIndexStore:
         with collector_paused():
             distinct = _splittable(user_ids) if len(user_ids) >= _PIPELINED_LOOKUP else None
             if distinct is None:
-                _add_locations(self._run_lookup(LOOKUP, user_ids), objects, found)
+                add_locations(self._run_lookup(LOOKUP, user_ids), objects, found)
             elif self._objects_estimate() <= len(distinct):
                 # Fewer objects in the index than users asked for: read the objects table once (as object rows)
                 # instead of each slice joining the objects it touches, most of them again.
                 for rows in self._pipelined(USER_ROWS, distinct, _LOOKUP_SLICES, prelude=ALL_OBJECTS):
-                    _add_locations(rows, objects, found)
+                    add_locations(rows, objects, found)
             else:
                 for rows in self._pipelined(LOOKUP, distinct, _LOOKUP_SLICES):
-                    _add_locations(rows, objects, found)
+                    add_locations(rows, objects, found)
         return found
 
     def _objects_estimate(self) -> float:
