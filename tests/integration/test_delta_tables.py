@@ -367,3 +367,39 @@ def test_given_a_table_when_the_second_reader_reads_it_then_it_finds_a_user_by_k
         assert reading(users("nobody@example.com")).users_found is False
         assert reading(users("bob@example.com")).users_found is True
         assert reading(users("nobody@example.com", "émile@example.com")).users_found is True  # UTF-8, as hashed
+
+
+def test_given_a_listed_log_when_a_commit_and_its_checkpoint_land_then_a_refresh_lists_only_from_the_newest_version(
+    aws,
+):
+    from lakepurge.core.config import DatasetConfig
+    from lakepurge.tables.delta import DeltaLog
+
+    s3 = aws_client()
+    s3.create_bucket(Bucket=D.BUCKET)
+    D.write(D.rows(["ann@example.com"], "d1"))
+    D.write(D.rows(["bob@example.com"], "d2"))
+    dataset = DatasetConfig(name="events", location=f"s3://{D.BUCKET}/{D.ROOT}", format="delta", id_fields=("user_id",))
+    asked: list[dict] = []
+
+    def record(params: dict, **_: object) -> None:
+        asked.append(dict(params))
+
+    s3.meta.events.register("provide-client-params.s3.ListObjectsV2", record)
+    try:
+        table = DeltaLog(s3, dataset)
+        assert table.latest_version() == 1 and set(table.listing().commits) == {0, 1}
+        D.write(D.rows(["cid@example.com"], "d3"))
+        D.open_delta().create_checkpoint()  # a checkpoint of the newest version, after its commit
+        assert table.latest_version() == 2
+        assert set(table.listing().commits) == {0, 1, 2} and set(table.listing().checkpoints) == {2}
+        assert len(table.state().files) == 3  # its refresh lists from version 2 on
+        assert [a.get("StartAfter") for a in asked] == [None, *(f"{D.ROOT}_delta_log/{v:020d}" for v in (1, 2))]
+
+        # Log entries lakepurge deleted: the next refresh lists the whole log, without them.
+        s3.delete_object(Bucket=D.BUCKET, Key=f"{D.ROOT}_delta_log/{0:020d}.json")
+        table.forget_listing()
+        assert set(table.listing(refresh=True).commits) == {1, 2}
+        assert asked[-1].get("StartAfter") is None
+    finally:
+        s3.meta.events.unregister("provide-client-params.s3.ListObjectsV2", record)
