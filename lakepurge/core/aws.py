@@ -9,6 +9,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 import boto3
+import botocore.loaders
 import botocore.session
 from botocore.config import Config
 from botocore.utils import parse_timestamp
@@ -39,9 +40,19 @@ def configure(cli: bool) -> bool:
 def client(service: str) -> Any:
     """One client per service and process (clients are thread-safe; sessions are not)."""
     core = botocore.session.get_session()
+    loader = _data_loader()
+    core.register_component("data_loader", loader)
     core.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=_timestamp)
     session = boto3.session.Session(botocore_session=core)
+    loader.search_paths[:] = dict.fromkeys(loader.search_paths)  # each boto3 session adds its folder again
     return session.client(service, config=_active["config"])  # type: ignore[call-overload]
+
+
+@cache
+def _data_loader() -> Any:
+    """botocore's reader of its own JSON (endpoints, service models), kept per process: each new session read it
+    again (~0.1 s a client). The sessions stay new, so credentials are resolved afresh for each client, as before."""
+    return botocore.loaders.create_loader()
 
 
 def _timestamp(value: Any) -> Any:

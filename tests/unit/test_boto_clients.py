@@ -1,5 +1,6 @@
-"""The process's boto3 clients parse responses' timestamps with the standard library where botocore's dateutil parser
-cost ~0.1 s per 1,000 keys listed: the same datetimes either way."""
+"""The process's boto3 clients: responses' timestamps parsed with the standard library where botocore's dateutil
+parser cost ~0.1 s per 1,000 keys listed (the same datetimes either way), and botocore's JSON (endpoints, service
+models) read once per process, not once per client (~0.1 s each)."""
 
 from __future__ import annotations
 
@@ -38,3 +39,25 @@ def test_given_the_processs_s3_client_when_it_parses_a_timestamp_then_it_uses_th
         aws.client.cache_clear()
 
     assert parser is aws._timestamp
+
+
+def test_given_a_client_made_when_clients_are_made_again_then_botocores_json_is_not_read_again(monkeypatch):
+    import botocore.loaders
+
+    aws.client.cache_clear()
+    aws.client("s3")
+    aws.client.cache_clear()
+    read: list[str] = []
+    original = botocore.loaders.JSONFileLoader.load_file
+
+    def counted(self, file_path):
+        read.append(file_path)
+        return original(self, file_path)
+
+    monkeypatch.setattr(botocore.loaders.JSONFileLoader, "load_file", counted)
+    try:
+        aws.client("s3")
+    finally:
+        aws.client.cache_clear()
+
+    assert read == []
