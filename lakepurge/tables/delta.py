@@ -138,9 +138,17 @@ class DeltaLog:
         """Log entries were deleted: list the whole log again when next asked."""
         self._listing = None
 
-    def _list(self, since: int | None, known: LogListing) -> LogListing:
-        """The log's keys, with the entries of versions before `since` taken from `known` (None: all listed). A new
-        checkpoint of the newest version known sorts after `since`'s bare number, so it is listed."""
+    def use_listing(self, current: Iterable[tuple[str, str]]) -> None:
+        """The log as the caller listed it (the current objects under ``_delta_log/``: key, ETag), instead of
+        listing it again; later refreshes list what is newer."""
+        self._listing = self._list(None, LogListing(), current)
+
+    def _list(
+        self, since: int | None, known: LogListing, listed: Iterable[tuple[str, str]] | None = None
+    ) -> LogListing:
+        """The log's keys (listed: as the caller listed them), with the entries of versions before `since` taken
+        from `known` (None: all listed). A new checkpoint of the newest version known sorts after `since`'s bare
+        number, so it is listed."""
         prefix = self.root + LOG
         boundary = f"{prefix}{since:020d}" if since is not None else ""
         listing = LogListing(
@@ -149,26 +157,29 @@ class DeltaLog:
             etags={k: e for k, e in known.etags.items() if k < boundary},
         )
         parts: dict[tuple[int, int], list[str]] = {}
-        paging: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}
+        for key, etag in self._listed(boundary) if listed is None else listed:
+            listing.etags[key] = etag
+            name = key[len(prefix) :]
+            commit = _COMMIT.match(name)
+            checkpoint = _CHECKPOINT.match(name)
+            if commit:
+                listing.commits[int(commit.group(1))] = key
+            elif checkpoint and checkpoint.group(3):  # one part of a multi-part checkpoint
+                parts.setdefault((int(checkpoint.group(1)), int(checkpoint.group(3))), []).append(key)
+            elif checkpoint:
+                found = Checkpoint(int(checkpoint.group(1)), (key,), checkpoint.group(4) is not None)
+                listing.checkpoints.setdefault(found.version, []).append(found)
+        for (version, _), keys in parts.items():
+            listing.checkpoints.setdefault(version, []).append(Checkpoint(version, tuple(sorted(keys)), False))
+        return listing
+
+    def _listed(self, boundary: str) -> Iterator[tuple[str, str]]:
+        paging: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.root + LOG}
         if boundary:
             paging["StartAfter"] = boundary
         for page in self.s3.get_paginator("list_objects_v2").paginate(**paging):
             for item in page.get("Contents", []):
-                listing.etags[item["Key"]] = item["ETag"]
-                name = item["Key"][len(prefix) :]
-                commit = _COMMIT.match(name)
-                checkpoint = _CHECKPOINT.match(name)
-                if commit:
-                    listing.commits[int(commit.group(1))] = item["Key"]
-                elif checkpoint and checkpoint.group(3):  # one part of a multi-part checkpoint
-                    parts.setdefault((int(checkpoint.group(1)), int(checkpoint.group(3))), []).append(item["Key"])
-                elif checkpoint:
-                    v2 = checkpoint.group(4) is not None
-                    found = Checkpoint(int(checkpoint.group(1)), (item["Key"],), v2)
-                    listing.checkpoints.setdefault(found.version, []).append(found)
-        for (version, _), keys in parts.items():
-            listing.checkpoints.setdefault(version, []).append(Checkpoint(version, tuple(sorted(keys)), False))
-        return listing
+                yield item["Key"], item["ETag"]
 
     def latest_version(self) -> int | None:
         return self.listing(refresh=True).latest

@@ -403,3 +403,62 @@ def test_given_a_listed_log_when_a_commit_and_its_checkpoint_land_then_a_refresh
         assert asked[-1].get("StartAfter") is None
     finally:
         s3.meta.events.unregister("provide-client-params.s3.ListObjectsV2", record)
+
+
+def test_given_a_commit_while_the_index_follows_the_table_when_planned_then_the_log_is_listed_once_unless_it_moved(
+    indexed, monkeypatch
+):
+    import lakepurge.tables.plan as planning
+    from lakepurge.core.config import load_settings
+    from lakepurge.core.privacy import HashedUsers, Pseudonymizer
+    from lakepurge.index import open_existing
+
+    config, history = indexed
+    settings = load_settings(config)
+    dataset = settings.dataset_named("events")
+    s3 = aws_client()
+    pseudonymizer = Pseudonymizer(HASH_KEY.encode())
+
+    def plan(user: str) -> planning.TablePlan:
+        store = open_existing(settings.index)
+        try:
+            hashed = HashedUsers(pseudonymizer.many([user]), pseudonymizer)
+            return planning.plan_table(s3, store, settings, dataset, [user], hashed)
+        finally:
+            store.close()
+
+    asked: dict[str, list[dict]] = {"ListObjectsV2": [], "ListObjectVersions": []}
+
+    def recorder(name: str):
+        def record(params: dict, **_: object) -> None:
+            if params.get("Prefix", "").endswith("_delta_log/"):
+                asked[name].append(dict(params))
+
+        return record
+
+    hooks = {name: recorder(name) for name in asked}
+    for name, hook in hooks.items():
+        s3.meta.events.register(f"provide-client-params.s3.{name}", hook)
+    try:
+        planned = plan(history.edge)
+        # One listing of the log's versions; the table's own listing only refreshed from the newest version on.
+        assert len(asked["ListObjectVersions"]) == 1
+        assert all("StartAfter" in params for params in asked["ListObjectsV2"])
+        assert planned.log_entries  # the statistics of the commits name the user
+
+        # A commit naming the user while the index follows the table: the log is listed again, and the commit read.
+        real_follow = planning.follow_table
+
+        def racing_follow(*args, **kwargs):
+            D.write(D.rows(["jane@example.com"], "d8", 80))
+            return real_follow(*args, **kwargs)
+
+        monkeypatch.setattr(planning, "follow_table", racing_follow)
+        asked["ListObjectVersions"].clear()
+        raced = plan("jane@example.com")
+        assert len(asked["ListObjectVersions"]) == 2
+        newest = f"{D.ROOT}_delta_log/{raced.version:020d}.json"
+        assert any(entry.s3path.endswith(newest) for entry in raced.log_entries)
+    finally:
+        for name, hook in hooks.items():
+            s3.meta.events.unregister(f"provide-client-params.s3.{name}", hook)
