@@ -138,6 +138,11 @@ class DeltaLog:
         """Log entries were deleted: list the whole log again when next asked."""
         self._listing = None
 
+    def list_from(self, version: int) -> LogListing:
+        """The log listed from this version on only, for a reader that needs nothing older."""
+        self._listing = self._list(version, LogListing())
+        return self._listing
+
     def use_listing(self, current: Iterable[tuple[str, str]]) -> None:
         """The log as the caller listed it (the current objects under ``_delta_log/``: key, ETag), instead of
         listing it again; later refreshes list what is newer."""

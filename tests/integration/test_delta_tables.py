@@ -395,6 +395,9 @@ def test_given_a_listed_log_when_a_commit_and_its_checkpoint_land_then_a_refresh
         assert set(table.listing().commits) == {0, 1, 2} and set(table.listing().checkpoints) == {2}
         assert len(table.state().files) == 3  # its refresh lists from version 2 on
         assert [a.get("StartAfter") for a in asked] == [None, *(f"{D.ROOT}_delta_log/{v:020d}" for v in (1, 2))]
+        # A reader that needs only the newest commits (the erasure finding its own) lists only those.
+        assert set(DeltaLog(s3, dataset).list_from(2).commits) == {2}
+        assert asked[-1]["StartAfter"] == f"{D.ROOT}_delta_log/{2:020d}"
 
         # Log entries lakepurge deleted: the next refresh lists the whole log, without them.
         s3.delete_object(Bucket=D.BUCKET, Key=f"{D.ROOT}_delta_log/{0:020d}.json")
