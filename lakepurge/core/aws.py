@@ -4,11 +4,15 @@ overrides them: the same code talks to AWS, a moto server or any S3-compatible e
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
 import boto3
+import botocore.loaders
+import botocore.session
 from botocore.config import Config
+from botocore.utils import parse_timestamp
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -35,7 +39,32 @@ def configure(cli: bool) -> bool:
 @cache
 def client(service: str) -> Any:
     """One client per service and process (clients are thread-safe; sessions are not)."""
-    return boto3.session.Session().client(service, config=_active["config"])  # type: ignore[call-overload]
+    core = botocore.session.get_session()
+    loader = _data_loader()
+    core.register_component("data_loader", loader)
+    core.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=_timestamp)
+    session = boto3.session.Session(botocore_session=core)
+    loader.search_paths[:] = dict.fromkeys(loader.search_paths)  # each boto3 session adds its folder again
+    return session.client(service, config=_active["config"])  # type: ignore[call-overload]
+
+
+@cache
+def _data_loader() -> Any:
+    """botocore's reader of its own JSON (endpoints, service models), kept per process: each new session read it
+    again (~0.1 s a client). The sessions stay new, so credentials are resolved afresh for each client, as before."""
+    return botocore.loaders.create_loader()
+
+
+def _timestamp(value: Any) -> Any:
+    """A response's timestamp: ISO 8601 (each listed object's LastModified) by the standard library, ~1,000x faster
+    than botocore's dateutil parser, which took ~0.1 s per 1,000 keys listed; any other form (an RFC 822 header,
+    epoch seconds) by botocore's."""
+    if isinstance(value, str) and value[4:5] == "-":
+        try:
+            return datetime.fromisoformat(value)
+        except ValueError:
+            pass
+    return parse_timestamp(value)
 
 
 # Presigned links are signed with SigV4 (X-Amz-Algorithm=AWS4-HMAC-SHA256): botocore may presign S3 GETs with SigV2

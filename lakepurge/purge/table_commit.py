@@ -198,7 +198,7 @@ def _check_concurrent(actions: list[dict[str, Any]], replaced: set[str], version
 def _committed_version(dataset: DatasetConfig, after: int, request_id: str) -> int:
     """The version of the commit that names this request (concurrent commits may have come before it)."""
     log_reader = DeltaLog(aws.client("s3"), dataset)
-    latest = log_reader.latest_version() or after
+    latest = log_reader.list_from(after + 1).latest or after
     for version in range(latest, after, -1):
         for action in log_reader.commit_actions(version):
             if action.get("commitInfo", {}).get(REQUEST_KEY) == request_id:

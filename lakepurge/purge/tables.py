@@ -448,6 +448,8 @@ class _TablePurge:
             remaining.append({"object": path, "version_id": version_id, "reason": why})
         checked = len(candidates)
         delete_versions(self.s3, uri.bucket, doomed)
+        if isinstance(table, DeltaLog) and any(table.is_metadata(key) for key, _ in doomed):
+            table.forget_listing()  # its refreshes list only what is newer than it knows
         for path, versions in deleted.items():
             what = "log" if table.is_metadata(S3Uri.parse(path).key) else "data"
             self.outcome.objects_deleted.append({"object": path, "version_ids": versions, "what": what})

@@ -125,28 +125,66 @@ class DeltaLog:
     # listing
 
     def listing(self, refresh: bool = False) -> LogListing:
-        if self._listing is None or refresh:
-            listing = LogListing()
-            parts: dict[tuple[int, int], list[str]] = {}
-            prefix = self.root + LOG
-            for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
-                for item in page.get("Contents", []):
-                    listing.etags[item["Key"]] = item["ETag"]
-                    name = item["Key"][len(prefix) :]
-                    commit = _COMMIT.match(name)
-                    checkpoint = _CHECKPOINT.match(name)
-                    if commit:
-                        listing.commits[int(commit.group(1))] = item["Key"]
-                    elif checkpoint and checkpoint.group(3):  # one part of a multi-part checkpoint
-                        parts.setdefault((int(checkpoint.group(1)), int(checkpoint.group(3))), []).append(item["Key"])
-                    elif checkpoint:
-                        v2 = checkpoint.group(4) is not None
-                        found = Checkpoint(int(checkpoint.group(1)), (item["Key"],), v2)
-                        listing.checkpoints.setdefault(found.version, []).append(found)
-            for (version, _), keys in parts.items():
-                listing.checkpoints.setdefault(version, []).append(Checkpoint(version, tuple(sorted(keys)), False))
-            self._listing = listing
+        """The log as listed: once in full, then (refresh) only its keys from the newest version listed on (the
+        log's keys sort by version), the older entries kept as listed. After lakepurge deleted log entries
+        (forget_listing), the next refresh lists the whole log again."""
+        if self._listing is None or (refresh and self._listing.latest is None):
+            self._listing = self._list(None, LogListing())
+        elif refresh:
+            self._listing = self._list(self._listing.latest, self._listing)
         return self._listing
+
+    def forget_listing(self) -> None:
+        """Log entries were deleted: list the whole log again when next asked."""
+        self._listing = None
+
+    def list_from(self, version: int) -> LogListing:
+        """The log listed from this version on only, for a reader that needs nothing older."""
+        self._listing = self._list(version, LogListing())
+        return self._listing
+
+    def use_listing(self, current: Iterable[tuple[str, str]]) -> None:
+        """The log as the caller listed it (the current objects under ``_delta_log/``: key, ETag), instead of
+        listing it again; later refreshes list what is newer."""
+        self._listing = self._list(None, LogListing(), current)
+
+    def _list(
+        self, since: int | None, known: LogListing, listed: Iterable[tuple[str, str]] | None = None
+    ) -> LogListing:
+        """The log's keys (listed: as the caller listed them), with the entries of versions before `since` taken
+        from `known` (None: all listed). A new checkpoint of the newest version known sorts after `since`'s bare
+        number, so it is listed."""
+        prefix = self.root + LOG
+        boundary = f"{prefix}{since:020d}" if since is not None else ""
+        listing = LogListing(
+            commits={v: k for v, k in known.commits.items() if since is not None and v < since},
+            checkpoints={v: list(c) for v, c in known.checkpoints.items() if since is not None and v < since},
+            etags={k: e for k, e in known.etags.items() if k < boundary},
+        )
+        parts: dict[tuple[int, int], list[str]] = {}
+        for key, etag in self._listed(boundary) if listed is None else listed:
+            listing.etags[key] = etag
+            name = key[len(prefix) :]
+            commit = _COMMIT.match(name)
+            checkpoint = _CHECKPOINT.match(name)
+            if commit:
+                listing.commits[int(commit.group(1))] = key
+            elif checkpoint and checkpoint.group(3):  # one part of a multi-part checkpoint
+                parts.setdefault((int(checkpoint.group(1)), int(checkpoint.group(3))), []).append(key)
+            elif checkpoint:
+                found = Checkpoint(int(checkpoint.group(1)), (key,), checkpoint.group(4) is not None)
+                listing.checkpoints.setdefault(found.version, []).append(found)
+        for (version, _), keys in parts.items():
+            listing.checkpoints.setdefault(version, []).append(Checkpoint(version, tuple(sorted(keys)), False))
+        return listing
+
+    def _listed(self, boundary: str) -> Iterator[tuple[str, str]]:
+        paging: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.root + LOG}
+        if boundary:
+            paging["StartAfter"] = boundary
+        for page in self.s3.get_paginator("list_objects_v2").paginate(**paging):
+            for item in page.get("Contents", []):
+                yield item["Key"], item["ETag"]
 
     def latest_version(self) -> int | None:
         return self.listing(refresh=True).latest

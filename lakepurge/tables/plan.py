@@ -20,13 +20,14 @@ from lakepurge.core.s3io import object_versions
 from lakepurge.core.s3uri import S3Uri
 from lakepurge.index.base import IndexStore
 from lakepurge.tables.base import TableError
-from lakepurge.tables.delta import READ_THREADS, DeltaLog
+from lakepurge.tables.delta import LOG, READ_THREADS, DeltaLog
 from lakepurge.tables.iceberg import IcebergTable, bound_forms
 from lakepurge.tables.index import follow_table, metadata_folder, open_table
 from lakepurge.tables.scan import contained, object_names, strings
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
+    from mypy_boto3_s3.type_defs import ObjectVersionTypeDef
 
 log = get_logger()
 
@@ -210,10 +211,17 @@ def plan_table(
             hashed = hashed.including(bound)  # type: ignore[attr-defined]
         else:
             hashed = {*users, *forms}
+    # Every version under the Delta log, listed once: the current ones are the table's listing (which the index's
+    # follow then only refreshes), all of them are read for the users below; listed again if the log moved meanwhile.
+    logged = list(object_versions(s3, dataset.uri.bucket, dataset.uri.key + LOG)) if isinstance(table, DeltaLog) else []
+    if isinstance(table, DeltaLog):
+        table.use_listing((v["Key"], v["ETag"]) for v in logged if v["IsLatest"])
     try:
         followed = follow_table(s3, store, settings, dataset, max_commits=MAX_CATCHUP_COMMITS, table=table)
     except TableError as exc:
         return TablePlan(dataset.name, dataset.format, dataset.location, -1, not_certifiable=str(exc))
+    if not isinstance(table, DeltaLog) or set(table.listing().etags.items()) - {(v["Key"], v["ETag"]) for v in logged}:
+        logged = list(object_versions(s3, dataset.uri.bucket, dataset.uri.key + metadata_folder(dataset)))
     # Asked after following the table: the files its new commits added or removed are in the answer.
     found_hits = {p: h for p, h in store.lookup_objects(users).objects.items() if p.startswith(root)}
     found_history = {p: v for p, v in store.noncurrent_of(users).items() if p.startswith(root)}
@@ -237,7 +245,7 @@ def plan_table(
             )
         else:
             found.history[path] = _versions_of(s3, path)
-    logs, clean = _log_entries(s3, settings, table, hashed)
+    logs, clean = _log_entries(s3, settings, table, hashed, logged)
     kept: list[int] = []
     cut: list[int] = []
     problem = ""
@@ -274,10 +282,10 @@ def _versions_of(s3: S3Client, s3path: str) -> set[str]:
 
 
 def _log_entries(
-    s3: S3Client, settings: Settings, table: Any, hashed: Container[str]
+    s3: S3Client, settings: Settings, table: Any, hashed: Container[str], versions: list[ObjectVersionTypeDef]
 ) -> tuple[dict[str, set[str]], list[tuple[str, str, str]]]:
-    """Every version of every object of the table's log (Iceberg: its metadata folder) that names one of the users
-    (path -> version ids), and those that name none (path, version id, ETag). Delta's current commits are read
+    """Of these versions of the table's log's objects (Iceberg: its metadata folder's), those that name one of the
+    users (path -> version ids), and those that name none (path, version id, ETag). Delta's current commits are read
     through the table's cache of parsed commits, which the replay of the versions cut reads next."""
     uri = table.dataset.uri
     delta = isinstance(table, DeltaLog)
@@ -297,7 +305,6 @@ def _log_entries(
     naming: dict[str, set[str]] = {}
     clean = []
     with ThreadPoolExecutor(READ_THREADS) as pool:  # small objects: the round trips are the cost
-        versions = list(object_versions(s3, uri.bucket, uri.key + metadata_folder(table.dataset)))
         for path, version_id, etag, found in pool.map(names, versions):
             if found:
                 naming.setdefault(path, set()).add(version_id)

@@ -213,6 +213,104 @@ def test_given_an_erased_user_planted_back_when_verified_then_verify_exits_1_nam
     assert code == 1 and any("second reader" in p.get("reason", "") for p in found["remaining"])
 
 
+def test_given_a_listed_log_when_a_commit_and_its_checkpoint_land_then_a_refresh_lists_only_from_the_newest_version(
+    aws,
+):
+    from lakepurge.core.config import DatasetConfig
+    from lakepurge.tables.delta import DeltaLog
+
+    s3 = aws_client()
+    s3.create_bucket(Bucket=D.BUCKET)
+    D.write(D.rows(["ann@example.com"], "d1"))
+    D.write(D.rows(["bob@example.com"], "d2"))
+    dataset = DatasetConfig(name="events", location=f"s3://{D.BUCKET}/{D.ROOT}", format="delta", id_fields=("user_id",))
+    asked: list[dict] = []
+
+    def record(params: dict, **_: object) -> None:
+        asked.append(dict(params))
+
+    s3.meta.events.register("provide-client-params.s3.ListObjectsV2", record)
+    try:
+        table = DeltaLog(s3, dataset)
+        assert table.latest_version() == 1 and set(table.listing().commits) == {0, 1}
+        D.write(D.rows(["cid@example.com"], "d3"))
+        D.open_delta().create_checkpoint()  # a checkpoint of the newest version, after its commit
+        assert table.latest_version() == 2
+        assert set(table.listing().commits) == {0, 1, 2} and set(table.listing().checkpoints) == {2}
+        assert len(table.state().files) == 3  # its refresh lists from version 2 on
+        assert [a.get("StartAfter") for a in asked] == [None, *(f"{D.ROOT}_delta_log/{v:020d}" for v in (1, 2))]
+        # A reader that needs only the newest commits (the erasure finding its own) lists only those.
+        assert set(DeltaLog(s3, dataset).list_from(2).commits) == {2}
+        assert asked[-1]["StartAfter"] == f"{D.ROOT}_delta_log/{2:020d}"
+
+        # Log entries lakepurge deleted: the next refresh lists the whole log, without them.
+        s3.delete_object(Bucket=D.BUCKET, Key=f"{D.ROOT}_delta_log/{0:020d}.json")
+        table.forget_listing()
+        assert set(table.listing(refresh=True).commits) == {1, 2}
+        assert asked[-1].get("StartAfter") is None
+    finally:
+        s3.meta.events.unregister("provide-client-params.s3.ListObjectsV2", record)
+
+
+def test_given_a_commit_while_the_index_follows_the_table_when_planned_then_the_log_is_listed_once_unless_it_moved(
+    indexed, monkeypatch
+):
+    import lakepurge.tables.plan as planning
+    from lakepurge.core.config import load_settings
+    from lakepurge.core.privacy import HashedUsers, Pseudonymizer
+    from lakepurge.index import open_existing
+
+    config, history = indexed
+    settings = load_settings(config)
+    dataset = settings.dataset_named("events")
+    s3 = aws_client()
+    pseudonymizer = Pseudonymizer(HASH_KEY.encode())
+
+    def plan(user: str) -> planning.TablePlan:
+        store = open_existing(settings.index)
+        try:
+            hashed = HashedUsers(pseudonymizer.many([user]), pseudonymizer)
+            return planning.plan_table(s3, store, settings, dataset, [user], hashed)
+        finally:
+            store.close()
+
+    asked: dict[str, list[dict]] = {"ListObjectsV2": [], "ListObjectVersions": []}
+
+    def recorder(name: str):
+        def record(params: dict, **_: object) -> None:
+            if params.get("Prefix", "").endswith("_delta_log/"):
+                asked[name].append(dict(params))
+
+        return record
+
+    hooks = {name: recorder(name) for name in asked}
+    for name, hook in hooks.items():
+        s3.meta.events.register(f"provide-client-params.s3.{name}", hook)
+    try:
+        planned = plan(history.edge)
+        # One listing of the log's versions; the table's own listing only refreshed from the newest version on.
+        assert len(asked["ListObjectVersions"]) == 1
+        assert all("StartAfter" in params for params in asked["ListObjectsV2"])
+        assert planned.log_entries  # the statistics of the commits name the user
+
+        # A commit naming the user while the index follows the table: the log is listed again, and the commit read.
+        real_follow = planning.follow_table
+
+        def racing_follow(*args, **kwargs):
+            D.write(D.rows(["jane@example.com"], "d8", 80))
+            return real_follow(*args, **kwargs)
+
+        monkeypatch.setattr(planning, "follow_table", racing_follow)
+        asked["ListObjectVersions"].clear()
+        raced = plan("jane@example.com")
+        assert len(asked["ListObjectVersions"]) == 2
+        newest = f"{D.ROOT}_delta_log/{raced.version:020d}.json"
+        assert any(entry.s3path.endswith(newest) for entry in raced.log_entries)
+    finally:
+        for name, hook in hooks.items():
+            s3.meta.events.unregister(f"provide-client-params.s3.{name}", hook)
+
+
 def test_given_a_commit_event_when_indexed_then_the_index_follows_the_table_and_ignores_data_file_events(
     indexed, capsys
 ):
