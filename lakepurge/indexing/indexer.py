@@ -24,7 +24,7 @@ from lakepurge.core.privacy import Pseudonymizer
 from lakepurge.core.s3io import ObjectChanged, ObjectHead, head_object, head_version, open_body, open_seekable
 from lakepurge.index.base import WHOLE_OBJECT, IndexStore, NoncurrentVersion, ObjectIndex, UnindexableLine
 from lakepurge.records.formats import group_records
-from lakepurge.records.identifiers import index_forms
+from lakepurge.records.identifiers import without_marked_ids
 from lakepurge.records.ids import IdFieldError, IdKeys, extract_ids, id_problem, parse_paths, parse_record
 from lakepurge.records.record_map import RecordMapBuilder
 from lakepurge.tables.detect import TableFormatError, detect_cached, key_table_format
@@ -129,7 +129,7 @@ def _in_index_forms(settings: Settings, dataset: DatasetConfig, result: ObjectIn
     if dataset.id_typing is not None:
         return result
     what = "id field(s) " + ", ".join(dataset.id_fields) if dataset.id_fields is not None else "the object's owner"
-    rows, bad = index_forms(result.lines_by_user, bool(settings.identifiers), what)
+    rows, bad = without_marked_ids(result.lines_by_user, bool(settings.identifiers), what)
     result.lines_by_user = rows
     if bad:
         result.records -= len(bad)

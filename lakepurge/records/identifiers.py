@@ -171,7 +171,7 @@ def request_form(text: str, kinds: Mapping[str, IdentifierKind]) -> str:
         raise RequestIdError(str(exc)) from None
 
 
-def index_forms(
+def without_marked_ids(
     lines_by_user: dict[str, list[int]], refuse_marked: bool, what: str
 ) -> tuple[dict[str, list[int]], dict[int, str]]:
     """An untyped object's rows (id -> lines, as its records name them), and the lines that are unindexable for it

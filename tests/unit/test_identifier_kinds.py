@@ -18,10 +18,10 @@ from lakepurge.records.id_typing import FieldKind, IdTyping
 from lakepurge.records.identifiers import (
     IdentifierKind,
     RequestIdError,
-    index_forms,
     kind_of,
     request_form,
     shown,
+    without_marked_ids,
 )
 from lakepurge.reports.report import build_report
 
@@ -70,9 +70,9 @@ def test_given_a_digits_kind_when_a_phone_number_is_written_with_spaces_and_sign
 
 def test_given_an_untyped_dataset_when_its_rows_are_put_in_index_forms_then_they_are_the_rows_as_read():
     rows = {"Alice@Example.COM ": [0, 3], "alice@example.com": [1], " bob": [2]}
-    kept, bad = index_forms(rows, False, "id field(s) email")
+    kept, bad = without_marked_ids(rows, False, "id field(s) email")
     assert kept is rows and bad == {}
-    kept, bad = index_forms(rows, True, "id field(s) email")  # kinds configured elsewhere: still as read
+    kept, bad = without_marked_ids(rows, True, "id field(s) email")  # kinds configured elsewhere: still as read
     assert kept == {"Alice@Example.COM ": [0, 3], "alice@example.com": [1], " bob": [2]} and bad == {}
 
 
@@ -109,8 +109,8 @@ def test_given_a_value_that_normalises_to_nothing_when_indexed_then_its_line_is_
 def test_given_kinds_configured_when_an_untyped_id_begins_with_the_kind_marker_then_its_line_is_unindexable():
     forged = EMAIL.index_form("alice@example.com")  # an untyped value spelling a typed form
     rows = {forged: [0], "bob": [0, 1]}
-    assert index_forms(rows, False, "id field(s) user_id") == (rows, {})  # no kinds: today's meaning
-    kept, bad = index_forms(rows, True, "id field(s) user_id")
+    assert without_marked_ids(rows, False, "id field(s) user_id") == (rows, {})  # no kinds: today's meaning
+    kept, bad = without_marked_ids(rows, True, "id field(s) user_id")
     assert kept == {"bob": [1]}
     assert bad == {0: "id field(s) user_id begins with U+001F, the marker of identifier kinds"}
 
