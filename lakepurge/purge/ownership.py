@@ -124,7 +124,7 @@ class Ownership:
         """As the indexer reads the row: a row with an id it would not index (too long, NUL, invalid UTF-8) is
         nobody's."""
         assert self._columns is not None
-        ids, problem = csv_ids(row, self._columns, self._rules.typing, self._rules.folded)
+        ids, problem = csv_ids(row, self._columns, self._rules)
         return self._note(line, problem is None and any(u in self.users for u in ids))
 
     def _note_many(self, lines: list[int], owned: list[bool]) -> list[bool]:

@@ -203,17 +203,14 @@ def csv_id_columns(header: Sequence[str], columns: Sequence[str], folded: bool =
 
 
 def csv_ids(
-    row: Sequence[str],
-    positions: Sequence[tuple[str, int | None]],
-    typing: IdTyping | None = None,
-    folded: bool = False,
+    row: Sequence[str], positions: Sequence[tuple[str, int | None]], rules: IdRules = EXACT
 ) -> tuple[tuple[str, ...], str | None]:
     """The ids of a CSV row and, when any cannot be indexed, why (the record is then unindexable: the purge never
     takes it for anyone's). Invalid UTF-8 in the id columns (decoded with surrogateescape) is such a problem. With
-    typed fields (`typing`), the ids are the index forms of the row's non-empty id columns (`positions` spell them
-    as the header does: names in any case, `folded`, the typing's fields match them so)."""
-    if typing is not None:
-        return _typed_csv_ids(row, positions, typing, folded)
+    typed fields (`rules.typing`), the ids are the index forms of the row's non-empty id columns, read by the rules
+    as extract_ids reads a record's (`positions` spell the columns as the header does)."""
+    if rules.typing is not None:
+        return _typed_csv_ids(row, positions, rules.typing, rules)
     ids: list[str] = []
     for column, index in positions:
         value = row[index] if index is not None and index < len(row) else ""
@@ -238,12 +235,8 @@ def _no_id(positions: Sequence[tuple[str, int | None]]) -> str:
     return f"id field {', '.join(repr(c) for c, _ in positions)} missing"
 
 
-# The row's id columns as the header spells them, matched by the typing's fields in any case.
-_FOLDED = IdRules(folded=True)
-
-
 def _typed_csv_ids(
-    row: Sequence[str], positions: Sequence[tuple[str, int | None]], typing: IdTyping, folded: bool
+    row: Sequence[str], positions: Sequence[tuple[str, int | None]], typing: IdTyping, rules: IdRules
 ) -> tuple[tuple[str, ...], str | None]:
     values = {}
     for column, index in positions:
@@ -255,7 +248,7 @@ def _typed_csv_ids(
     if not values:
         return (), _no_id(positions)
     try:
-        return typing.record_ids(values, _FOLDED if folded else EXACT), None
+        return typing.record_ids(values, rules), None
     except IdFieldError as exc:
         return (), str(exc)
 
@@ -265,8 +258,7 @@ def read_csv(
     columns: Sequence[str],
     max_bytes: int,
     spans: list[tuple[int, int]] | None = None,
-    folded: bool = False,
-    typing: IdTyping | None = None,
+    rules: IdRules = EXACT,
 ) -> Iterator[Record | Unindexable]:
     """CSV with a header row (line 0). A record's position is the line it starts on (quoted fields may span
     lines); records are those of csv_records (spans: as there). Invalid UTF-8 outside the id columns does not stop
@@ -279,7 +271,7 @@ def read_csv(
         yield Unindexable(0, f"{HEADER_PROBLEM}{header.problem}")
         return
     try:
-        positions = csv_id_columns(header.row, columns, folded)
+        positions = csv_id_columns(header.row, columns, rules.folded)
     except IdFieldError as exc:  # a column named twice: which holds the id is not for lakepurge to guess
         yield Unindexable(0, f"{HEADER_PROBLEM}{exc}")
         return
@@ -289,7 +281,7 @@ def read_csv(
             continue
         if not any(record.row):
             continue
-        ids, problem = csv_ids(record.row, positions, typing, folded)
+        ids, problem = csv_ids(record.row, positions, rules)
         if problem is not None:
             yield Unindexable(record.line, problem)
         else:

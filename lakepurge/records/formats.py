@@ -160,7 +160,7 @@ def read_records(
     items: Iterable[Record | Unindexable] = (
         read_jsonl(stream, paths, max_bytes, rules)  # type: ignore[arg-type]
         if fmt == "jsonl"
-        else read_csv(stream, id_fields, max_bytes, spans, rules.folded, rules.typing)  # type: ignore[arg-type]
+        else read_csv(stream, id_fields, max_bytes, spans, rules)  # type: ignore[arg-type]
     )
     try:
         yield from items

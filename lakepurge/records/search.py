@@ -79,7 +79,7 @@ def lines_holding(
             whole, rows = _in_memory(open_decompressed(raw, key, inflation))
             if whole is not None and _csv_none_wanted(whole, id_fields[0], none_of, rules.folded):
                 return found
-            from_items(read_csv(rows, id_fields, max_bytes, folded=rules.folded))  # type: ignore[arg-type]
+            from_items(read_csv(rows, id_fields, max_bytes, rules=rules))  # type: ignore[arg-type]
         except TruncatedObject as exc:
             raise ValueError(f"the object could not be read to its end: {exc.reason}") from None
         return found
