@@ -7,7 +7,7 @@ ETag and last-modified time, so re-delivered, duplicated or out-of-order events 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Sequence, Set
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple, Protocol
@@ -20,6 +20,16 @@ def moved_up(line: int, dropped: Sequence[int]) -> int:
     """A line's number once the `dropped` lines (sorted, one row each) are removed from its object; a whole-object
     row (WHOLE_OBJECT) keeps its mark."""
     return line if line < 0 else line - bisect.bisect_left(dropped, line)
+
+
+def rows_without(lines_by_user: dict[str, list[int]], erased: Set[int], dropped: Sequence[int]) -> dict[str, list[int]]:
+    """The rows (user -> lines) but those at the erased lines, every other line moved up past the `dropped` ones
+    (sorted; empty when the erased lines were blanked in place); a user left with no line is gone."""
+    return {
+        user: kept
+        for user, lines in lines_by_user.items()
+        if (kept := [moved_up(n, dropped) for n in lines if n not in erased])
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,11 +71,7 @@ def rewritten_copy(held: ObjectIndex, after: ObjectIndex, dropped: Sequence[int]
     """`after` (a new object: path and version) holding `held`'s rows but those at the dropped lines (sorted, one
     row each), every later line moved up (moved_up), unindexable lines too; records less the rows and lines dropped."""
     gone = set(dropped)
-    rows = {
-        user: kept
-        for user, lines in held.lines_by_user.items()
-        if (kept := [moved_up(n, dropped) for n in lines if n not in gone])
-    }
+    rows = rows_without(held.lines_by_user, gone, dropped)
     copy = ObjectIndex(after.s3path, held.dataset, after.etag, after.version_id, after.last_modified, rows)
     copy.unindexable = [
         UnindexableLine(moved_up(u.line, dropped), u.reason) for u in held.unindexable if u.line not in gone

@@ -35,6 +35,7 @@ from lakepurge.index.base import (
     copy_rewritten_by_reading,
     hits_from_locations,
     moved_up,
+    rows_without,
 )
 from lakepurge.index.dynamodb_items import (
     COVERAGE_PARTITION,
@@ -280,11 +281,7 @@ class DynamoIndexStore(DynamoTable):
             return False
         erased = set(erased_lines)
         order = sorted(erased) if dropped else []
-        rows = {
-            user: kept
-            for user, lines in base.lines_by_user.items()
-            if (kept := [moved_up(n, order) for n in lines if n not in erased])
-        }
+        rows = rows_without(base.lines_by_user, erased, order)
         unindexable = [UnindexableLine(moved_up(u.line, order), u.reason) for u in base.unindexable]
         new = replace(
             base,

@@ -29,6 +29,7 @@ from lakepurge.index.base import (
     copy_rewritten_by_reading,
     hits_from_locations,
     moved_up,
+    rows_without,
 )
 
 
@@ -122,11 +123,7 @@ class MemoryIndexStore:
             held.version_id = after.version_id
             held.last_modified = _utc(after.last_modified)
             held.records = max(held.records - len(erased), 0)
-            held.rows = {
-                user: kept
-                for user, lines in held.rows.items()
-                if (kept := [moved_up(n, order) for n in lines if n not in erased])
-            }
+            held.rows = rows_without(held.rows, erased, order)
             held.unindexable = [UnindexableLine(moved_up(u.line, order), u.reason) for u in held.unindexable]
         return True
 
