@@ -1,13 +1,14 @@
 """The least time any tool needs, through moto on this machine, for the S3 requests a table erasure cannot avoid.
 
-Issues 27 and 28 ask for an index-located erasure 10x faster than deltalake's delete + vacuum and pyiceberg's
-delete + expiry at 100 users. On the bench table (200 files, 1,000,000 rows, 200,000 users, a user's ~5 rows
-scattered), 100 users have rows in ~185 of the 200 files. Whatever finds them, an erasure must then at least read
-each of those files (GET) and write its rewrite (PUT); the second reader the issues ask for reads each new file
-again (GET). This measures what moto alone takes for those requests, with nothing else done: one plain moto
-server in its own process (no byte-counting layer, so a floor below what the table benches see), objects of the
-files' size, on 1, 4, 8 and 16 client threads (moto serves requests under one interpreter lock: past a few threads
-more only queue). The fastest time per request kind, times the requests, is the floor; it is set beside the goals.
+Issues 27 and 28 ask for an index-located erasure 10x faster than deltalake's delete + vacuum and pyiceberg's delete
++ expiry at 100 users. On the bench table (200 files, 1,000,000 rows, 200,000 users, a user's ~5 rows scattered),
+100 users have rows in ~185 of the 200 files. Whatever finds them, an erasure must then at least read each of those
+files (GET) and write its rewrite (PUT); the second reader the issues ask for reads each new file again (GET). This
+measures what moto alone takes for those requests, with nothing else done: moto in its own process as the other
+benches start it (inline_bench.start_moto_process; without the table benches' byte-counting layer, so a floor below
+what they see), objects of the files' size, on 1, 4, 8 and 16 client threads (moto serves requests under one
+interpreter lock: past a few threads more only queue). The fastest time per request kind, times the requests, is the
+floor; it is set beside the goals.
 
     .venv/bin/python bench/moto_request_floor.py                 # 185 files of 115 KB: ~1 minute
     .venv/bin/python bench/moto_request_floor.py --files 80      # the clustered layout's 100 users
@@ -19,36 +20,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from inline_bench import start_moto_process
+
 BUCKET = "floor-bench"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def start_moto(port: int) -> subprocess.Popen[bytes]:
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    for _ in range(200):
-        try:
-            socket.create_connection(("127.0.0.1", port)).close()
-            return server
-        except OSError:
-            time.sleep(0.05)
-    server.terminate()
-    raise RuntimeError("moto did not start")
 
 
 def best_of(runs: int, threads: int, call: Callable[[int], Any], count: int) -> float:
@@ -72,15 +54,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     import boto3
     from botocore.config import Config
 
-    port = free_port()
-    server = start_moto(port)
+    moto = start_moto_process()  # the other benches' moto, in its own process
+    endpoint = os.environ["AWS_ENDPOINT_URL"]
     try:
         s3 = boto3.client(
             "s3",
-            endpoint_url=f"http://127.0.0.1:{port}",
+            endpoint_url=endpoint,
             region_name="us-east-1",
-            aws_access_key_id="bench",
-            aws_secret_access_key="bench",
             config=Config(max_pool_connections=32),
         )
         s3.create_bucket(Bucket=BUCKET)
@@ -96,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return s3.put_object(Bucket=BUCKET, Key=f"table/new-{number}.parquet", Body=body)
 
         best: dict[str, float] = {}
-        print(f"moto {port}: {args.files} objects of {args.size:,} bytes; fastest of {args.runs} rounds")
+        print(f"moto at {endpoint}: {args.files} objects of {args.size:,} bytes; fastest of {args.runs} rounds")
         for threads in (1, 4, 8, 16):
             for name, call in (("GET", get), ("PUT", put)):
                 seconds = best_of(args.runs, threads, call, args.files)
@@ -108,8 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         reread = rewrite + best["GET"]
         print(f"floor, and the second reader reading them: {reread:.3f} s ({3 * args.files} requests)")
     finally:
-        server.terminate()
-        server.wait()
+        moto.terminate()
+        moto.join()
     return 0
 
 
