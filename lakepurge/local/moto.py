@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import threading
 from dataclasses import dataclass
 
 import requests
@@ -36,6 +38,7 @@ def start_moto(port: int | None = None) -> LocalMoto:
     from moto.server import ThreadedMotoServer
 
     _list_moto_modules_once()
+    _atomic_dynamodb_writes()
     # werkzeug logs every request line: noise that would also bury real output.
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     port = port or free_port()
@@ -63,3 +66,27 @@ def _list_moto_modules_once() -> None:
 
     listed.listed_once = True  # type: ignore[attr-defined]
     backends.list_of_moto_modules = listed
+
+
+# One lock for every DynamoDB write of this process's moto: DynamoDB applies a conditional write or a transaction
+# atomically, moto's threaded server does not (two concurrent `attribute_not_exists` transactions both won, and a
+# transaction's deep copy of a table raced another thread's put). Held per request; the backend's reads do not take it.
+_DYNAMODB_WRITES = threading.RLock()
+
+
+def _atomic_dynamodb_writes() -> None:
+    """Make the DynamoDB backend's writes (put, update and delete, which batch writes go through, and transactions) one
+    at a time, as DynamoDB's own conditional writes and transactions are to each other."""
+    from moto.dynamodb.models import DynamoDBBackend
+
+    for name in ("put_item", "update_item", "delete_item", "transact_write_items"):
+        write = getattr(DynamoDBBackend, name)
+        if getattr(write, "serialised", False):
+            continue
+
+        def serialised(*args: object, _write: object = write, **kwargs: object) -> object:
+            with _DYNAMODB_WRITES:
+                return _write(*args, **kwargs)  # type: ignore[operator]
+
+        serialised.serialised = True  # type: ignore[attr-defined]
+        setattr(DynamoDBBackend, name, functools.wraps(write)(serialised))
