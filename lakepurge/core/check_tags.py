@@ -31,9 +31,17 @@ import hmac
 import struct
 import sys
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
+from botocore.exceptions import ClientError
+
+from lakepurge.core.s3io import error_code
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+    from lakepurge.core.s3uri import S3Uri
 
 TAG_BITS = 24  # the width shipped: 2**24 values, so a lookup is one bit of a 2 MiB table
 HEAD_BYTES = 32  # an id's first bytes, read as 32-bit characters
@@ -239,3 +247,20 @@ class CheckTags:
                 table[entry >> 3] |= 1 << (entry & 7)
             self._table = pa.Array.from_buffers(pa.bool_(), 1 << bits, [None, pa.py_buffer(table)])
         return pc.take(self._table, self.function.tags(ids, bits))
+
+
+def write(s3: S3Client, where: S3Uri, tags: CheckTags) -> None:
+    """Store a request's tags (written again by a retried start: the same ids, key and request give the same bytes)."""
+    s3.put_object(Bucket=where.bucket, Key=where.key, Body=tags.document(), ContentType="application/json")
+
+
+def read(s3: S3Client, where: S3Uri, hash_key: bytes, request_id: str) -> CheckTags | None:
+    """A request's stored tags, or None when none were written (a launcher from before them, a purge whose starter
+    held no ids) or they were written by another version of their definition."""
+    try:
+        body = s3.get_object(Bucket=where.bucket, Key=where.key)["Body"].read()
+    except ClientError as exc:
+        if error_code(exc) in ("NoSuchKey", "404"):
+            return None
+        raise
+    return CheckTags.from_document(body, hash_key, request_id)
