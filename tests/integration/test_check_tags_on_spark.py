@@ -1,6 +1,6 @@
 """A purge on Spark whose starter holds the raw ids writes the request's check tags (lakepurge.core.check_tags) and its
 executors check with them: a line of a requested user the index missed is still found before the write and erased,
-and neither the tags document nor the logs hold an id."""
+and neither the tags document, nor what Spark ships to the executors, nor the logs hold an id."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import orjson
 import pytest
 
 from lakepurge.core import aws as lakepurge_aws
+from lakepurge.core.check_tags import tag_key
 from lakepurge.core.config import parse_settings
 from lakepurge.index import open_store
 from lakepurge.index.base import NewVersion
@@ -20,6 +21,7 @@ from lakepurge.indexing.indexer import index_object
 from lakepurge.ops.manual_purge import purge_users
 from lakepurge.reports import layout
 from tests.support.lakes import index_toml
+from tests.support.shipping import record_shipped
 
 pytestmark = pytest.mark.integration
 
@@ -60,6 +62,7 @@ def test_given_a_spark_purge_and_an_index_that_missed_a_line_when_checked_with_t
     assert store.apply_erasure(held.s3path, held.etag, same, [300])
     store.close()
     caplog.set_level("INFO")
+    shipped = record_shipped(monkeypatch)
 
     run = purge_users(settings, [ALICE, BOB], dry_run=False, force=True, engine="spark", say=lambda _line: None)
 
@@ -72,7 +75,9 @@ def test_given_a_spark_purge_and_an_index_that_missed_a_line_when_checked_with_t
     tags = layout.check_tags(layout.results_prefix(settings, run.request_id))
     document = s3.get_object(Bucket=tags.bucket, Key=tags.key)["Body"].read()
     assert len(base64.b64decode(orjson.loads(document)["tags"])) == 8  # two users' 4-byte tags
-    assert "check tags read" in caplog.messages  # the driver handed them to the executors
+    assert "check tags read" in caplog.messages  # the driver handed them to the executors, in the task closures
+    assert any(tag_key(KEY.encode(), run.request_id) in pickled for pickled in shipped["closures"])
     for user in (ALICE, BOB):
         assert user.encode() not in document
         assert user not in caplog.text
+        assert not any(user.encode() in pickled for pickled in [*shipped["closures"], *shipped["items"]])
