@@ -78,6 +78,7 @@ class TagKey:
         self.length_factor, self.offset = factors[-2:]
         self._tiled: dict[int, Any] = {}  # per row width: its factors repeated for the longest array seen
         self._row_ends: dict[int, Any] = {}
+        self._scalars: dict[Any, dict[str, Any]] = {}
 
     def tag(self, user_id: bytes) -> int:
         """The tag of one id (its UTF-8 bytes)."""
@@ -93,7 +94,8 @@ class TagKey:
         """The tag of each id of an Arrow binary array without nulls (binary or large_binary), as a uint64 array (or
         its first ``bits`` bits). Every id becomes one fixed-size row of its first 32 bytes padded with zeros (and,
         when some id is longer, its last 8 bytes, zeros for the ids that are not); the rows' 32-bit characters times
-        their factors are summed per row (a running sum, differenced at the rows' ends; uint64 arithmetic wraps)."""
+        their factors are summed per row (a running sum, differenced at the rows' ends; uint64 arithmetic wraps).
+        Few kernels, no aggregate (which may wait for Arrow's thread pool): the check calls this once an object."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -101,29 +103,43 @@ class TagKey:
         if not count:
             return pa.array([], pa.uint64())
         kind = ids.type
-        empty = pa.scalar(b"", kind)
-        padded = pc.binary_join_element_wise(ids, pa.scalar(b"\0" * HEAD_BYTES, kind), empty)
-        rows = pc.binary_slice(padded, 0, HEAD_BYTES)
-        width = HEAD_BYTES
+        constants = self._constants(kind)
+        rows = pc.binary_slice(pc.binary_join_element_wise(ids, constants["head"], constants["empty"]), 0, HEAD_BYTES)
         lengths = pc.binary_length(ids).cast(pa.uint64())
-        if pc.max(lengths).as_py() > HEAD_BYTES:
+        longer = pc.greater(lengths, constants["head_bytes"])
+        width = HEAD_BYTES
+        if longer.true_count:
             width += TAIL_BYTES
-            zeros = pa.scalar(b"\0" * TAIL_BYTES, kind)
+            zeros, empty = constants["tail"], constants["empty"]
             last = pc.binary_slice(pc.binary_join_element_wise(zeros, ids, empty), -TAIL_BYTES)
-            longer = pc.greater(lengths, pa.scalar(HEAD_BYTES, pa.uint64()))
             rows = pc.binary_join_element_wise(rows, pc.if_else(longer, last, zeros), empty)
         fixed = rows.cast(pa.binary(width))
         characters = pa.Array.from_buffers(
             pa.uint32(), count * width // 4, [None, fixed.buffers()[1]], offset=fixed.offset * width // 4
-        ).cast(pa.uint64())
-        sums = pc.cumulative_sum(pc.multiply(characters, self._factors(width, count)))
-        ends = pc.take(sums, self._ends(width, count))
-        before = pa.concat_arrays([pa.array([0], pa.uint64()), ends.slice(0, count - 1)])
-        constant = pc.add(
-            pc.multiply(lengths, pa.scalar(self.length_factor, pa.uint64())), pa.scalar(self.offset, pa.uint64())
         )
-        total = pc.add(pc.subtract(ends, before), constant)
+        sums = pc.cumulative_sum(pc.multiply(characters.cast(pa.uint64()), self._factors(width, count)))
+        ends = pc.take(sums, self._ends(width, count))
+        before = pa.concat_arrays([constants["zero"], ends.slice(0, count - 1)])
+        by_length = pc.multiply(lengths, constants["length_factor"])
+        total = pc.add(pc.subtract(ends, before), pc.add(by_length, constants["offset"]))
         return pc.shift_right(total, pa.scalar(64 - bits, pa.uint64()))
+
+    def _constants(self, kind: Any) -> dict[str, Any]:
+        """The Arrow scalars tags() uses, made once per id type."""
+        import pyarrow as pa
+
+        made = self._scalars.get(kind)
+        if made is None:
+            made = self._scalars[kind] = {
+                "empty": pa.scalar(b"", kind),
+                "head": pa.scalar(b"\0" * HEAD_BYTES, kind),
+                "tail": pa.scalar(b"\0" * TAIL_BYTES, kind),
+                "head_bytes": pa.scalar(HEAD_BYTES, pa.uint64()),
+                "zero": pa.array([0], pa.uint64()),
+                "length_factor": pa.scalar(self.length_factor, pa.uint64()),
+                "offset": pa.scalar(self.offset, pa.uint64()),
+            }
+        return made
 
     def _factors(self, width: int, count: int) -> Any:
         """The factors of a row of ``width`` bytes, repeated ``count`` times (made for a power of two rows and kept
