@@ -47,6 +47,7 @@ TAG_BITS = 24  # the width shipped: 2**24 values, so a lookup is one bit of a 2 
 HEAD_BYTES = 32  # an id's first bytes, read as 32-bit characters
 TAIL_BYTES = 8  # and a longer id's last bytes
 _HEAD = HEAD_BYTES // 4  # characters
+_NARROWER = (8, 16)  # row widths (bytes) for arrays of short ids only
 _TAIL = TAIL_BYTES // 4
 _LABEL = b"lakepurge check tag v1|"
 _MASK = (1 << 64) - 1
@@ -78,7 +79,7 @@ class TagKey:
         self.length_factor, self.offset = factors[-2:]
         self._tiled: dict[int, Any] = {}  # per row width: its factors repeated for the longest array seen
         self._row_ends: dict[int, Any] = {}
-        self._scalars: dict[Any, dict[str, Any]] = {}
+        self._scalars: dict[Any, dict[Any, Any]] = {}
 
     def tag(self, user_id: bytes) -> int:
         """The tag of one id (its UTF-8 bytes)."""
@@ -92,8 +93,9 @@ class TagKey:
 
     def tags(self, ids: Any, bits: int = TAG_BITS) -> Any:
         """The tag of each id of an Arrow binary array without nulls (binary or large_binary), as a uint64 array (or
-        its first ``bits`` bits). Every id becomes one fixed-size row of its first 32 bytes padded with zeros (and,
-        when some id is longer, its last 8 bytes, zeros for the ids that are not); the rows' 32-bit characters times
+        its first ``bits`` bits). Every id becomes one fixed-size row of its first 32 bytes padded with zeros (8 or 16
+        when no id is longer; and, when some id is longer than 32, its last 8 bytes, zeros for the ids that are
+        not); the rows' 32-bit characters times
         their factors are summed per row (a running sum, differenced at the rows' ends; uint64 arithmetic wraps).
         Few kernels, no aggregate (which may wait for Arrow's thread pool): the check calls this once an object."""
         import pyarrow as pa
@@ -104,15 +106,22 @@ class TagKey:
             return pa.array([], pa.uint64())
         kind = ids.type
         constants = self._constants(kind)
-        rows = pc.binary_slice(pc.binary_join_element_wise(ids, constants["head"], constants["empty"]), 0, HEAD_BYTES)
         lengths = pc.binary_length(ids).cast(pa.uint64())
-        longer = pc.greater(lengths, constants["head_bytes"])
-        width = HEAD_BYTES
+        longer = pc.greater(lengths, constants[HEAD_BYTES])
+        empty = constants["empty"]
         if longer.true_count:
-            width += TAIL_BYTES
-            zeros, empty = constants["tail"], constants["empty"]
+            width = HEAD_BYTES + TAIL_BYTES
+            head = pc.binary_slice(
+                pc.binary_join_element_wise(ids, constants["zeros"][HEAD_BYTES], empty), 0, HEAD_BYTES
+            )
+            zeros = constants["zeros"][TAIL_BYTES]
             last = pc.binary_slice(pc.binary_join_element_wise(zeros, ids, empty), -TAIL_BYTES)
-            rows = pc.binary_join_element_wise(rows, pc.if_else(longer, last, zeros), empty)
+            rows = pc.binary_join_element_wise(head, pc.if_else(longer, last, zeros), empty)
+        else:
+            # The characters past an id's end are zeros, which add nothing: rows as wide as the longest id needs.
+            width = next((w for w in _NARROWER if not pc.greater(lengths, constants[w]).true_count), HEAD_BYTES)
+            padded = pc.binary_join_element_wise(ids, constants["zeros"][width], empty)
+            rows = pc.binary_slice(padded, 0, width)
         fixed = rows.cast(pa.binary(width))
         characters = pa.Array.from_buffers(
             pa.uint32(), count * width // 4, [None, fixed.buffers()[1]], offset=fixed.offset * width // 4
@@ -124,7 +133,7 @@ class TagKey:
         total = pc.add(pc.subtract(ends, before), pc.add(by_length, constants["offset"]))
         return pc.shift_right(total, pa.scalar(64 - bits, pa.uint64()))
 
-    def _constants(self, kind: Any) -> dict[str, Any]:
+    def _constants(self, kind: Any) -> dict[Any, Any]:
         """The Arrow scalars tags() uses, made once per id type."""
         import pyarrow as pa
 
@@ -132,9 +141,8 @@ class TagKey:
         if made is None:
             made = self._scalars[kind] = {
                 "empty": pa.scalar(b"", kind),
-                "head": pa.scalar(b"\0" * HEAD_BYTES, kind),
-                "tail": pa.scalar(b"\0" * TAIL_BYTES, kind),
-                "head_bytes": pa.scalar(HEAD_BYTES, pa.uint64()),
+                "zeros": {width: pa.scalar(b"\0" * width, kind) for width in (*_NARROWER, HEAD_BYTES, TAIL_BYTES)},
+                **{width: pa.scalar(width, pa.uint64()) for width in (*_NARROWER, HEAD_BYTES)},
                 "zero": pa.array([0], pa.uint64()),
                 "length_factor": pa.scalar(self.length_factor, pa.uint64()),
                 "offset": pa.scalar(self.offset, pa.uint64()),

@@ -46,6 +46,8 @@ class CountingPseudonymizer(Pseudonymizer):
     cut=st.integers(0, 3),
 )
 @example(key=b"k", ids=[b"", b"a" * 33, "東京👍".encode() * 9, b"\0" * 41], large=False, cut=1)
+@example(key=b"k", ids=[b"u0000001", b"", b"\0\0", "é".encode()], large=True, cut=0)  # rows of 8 bytes
+@example(key=b"k", ids=[b"u0000001", b"0123456789abcdef", b"\0" * 9], large=False, cut=2)  # rows of 16 bytes
 def test_given_any_ids_when_tagged_one_by_one_or_in_one_arrow_pass_then_the_tags_are_the_same(
     key, ids, large, cut
 ) -> None:
