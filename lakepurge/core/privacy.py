@@ -130,7 +130,7 @@ class Pseudonymizer:
 # costs about as much as hashing this many (none_of: whether an object's ids hold no user, where nearly every id is
 # someone else's). each_contained's callers also ask about the lines the index named, mostly the users' own, which
 # are hashed either way: tags pay there only for a whole object's ids.
-TAGGED_FROM = 64
+TAGGED_FROM = 128
 TAGGED_LIST_FROM = 1024
 
 # Ids each thread of a HashedUsers remembers the answer for (as str and, for none_of, as UTF-8 bytes). Past it a thread
