@@ -531,7 +531,9 @@ def run_purge(
     ]
     remaining = [r for d in fresh for r in d["remaining"]]
     remaining += _verify_on_executors(spark, settings, checks, pseudonymizer_key, hashes, known, tags=tags)
-    erased_tables = purge_tables(spark, settings, report.tables, pseudonymizer_key, hashes, report.request_id, known)
+    erased_tables = purge_tables(
+        spark, settings, report.tables, pseudonymizer_key, hashes, report.request_id, known, tags
+    )
     tables = tuple(t.as_dict() for t in erased_tables)
     shred = None
     if report.shred is not None:
