@@ -5,22 +5,18 @@ and neither the tags document, nor what Spark ships to the executors, nor the lo
 from __future__ import annotations
 
 import base64
-import tomllib
-import uuid
 
 import orjson
 import pytest
 
-from lakepurge.core import aws as lakepurge_aws
 from lakepurge.core.check_tags import tag_key
-from lakepurge.core.config import parse_settings
 from lakepurge.index import open_store
 from lakepurge.index.base import NewVersion
 from lakepurge.indexing.backfill import run_reconcile
 from lakepurge.indexing.indexer import index_object
 from lakepurge.ops.manual_purge import purge_users
 from lakepurge.reports import layout
-from tests.support.lakes import index_toml
+from tests.support.lakes import events_lake
 from tests.support.shipping import record_shipped
 
 pytestmark = pytest.mark.integration
@@ -33,17 +29,7 @@ def test_given_a_spark_purge_and_an_index_that_missed_a_line_when_checked_with_t
     aws: object, pg_dsn: str, spark: object, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setenv("LAKEPURGE_HASH_KEY", KEY)
-    bucket = f"tags-{uuid.uuid4().hex[:10]}"
-    s3 = lakepurge_aws.client("s3")
-    s3.create_bucket(Bucket=bucket)
-    s3.create_bucket(Bucket=f"{bucket}-reports")
-    toml = (
-        f'[index]\n{index_toml("postgres", pg_dsn)}\n\n[reports]\nlocation = "s3://{bucket}-reports/"\n\n'
-        "[purge]\nmax_dataset_fraction = 1.0\nmax_object_fraction = 1.0\n\n"
-        f'[[datasets]]\nname = "events"\nlocation = "s3://{bucket}/events/"\nformat = "jsonl"\n'
-        'id_fields = ["user_id"]\n'
-    )
-    settings = parse_settings(tomllib.loads(toml))
+    s3, bucket, settings = events_lake(pg_dsn, "tags")
     # An object of 400 lines, as many ids as the check reads at once with tags: Alice's at 10 and 300, Bob's at 20.
     owners = [f"other-{n}@example.org" for n in range(400)]
     owners[10] = owners[300] = ALICE
