@@ -228,7 +228,9 @@ class CheckTags:
         return cls(key, (function.tag(user) for user in tagged.values()), covering(wanted))
 
     def document(self) -> bytes:
-        """The stored form (the tag key is not in it: the reader derives it from the hash key and the request id)."""
+        """The stored form (the tag key is not in it: the reader derives it from the hash key and the request id),
+        sealed by an HMAC under the tag key: a document changed by anyone without the hash key (a tag taken away
+        would let the check skip that user's ids) is not used."""
         packed = struct.pack(f"<{len(self.tags)}I", *self.tags)
         return orjson.dumps(
             {
@@ -236,18 +238,26 @@ class CheckTags:
                 "tag_bits": TAG_BITS,
                 "covers": self.covers,
                 "tags": base64.b64encode(packed).decode(),
+                "seal": _seal(self.key, self.covers, packed),
             }
         )
 
     @classmethod
     def from_document(cls, body: bytes, hash_key: bytes, request_id: str) -> CheckTags | None:
-        """The tags a launcher stored, or None if they were written by another version of this definition."""
-        stored = orjson.loads(body)
-        if stored.get("version") != DOCUMENT_VERSION or stored.get("tag_bits") != TAG_BITS:
+        """The tags a launcher stored, or None if they were written by another version of this definition or cannot
+        be read (the purge then hashes every id: slower, never wrong)."""
+        key = tag_key(hash_key, request_id)
+        try:
+            stored = orjson.loads(body)
+            if stored.get("version") != DOCUMENT_VERSION or stored.get("tag_bits") != TAG_BITS:
+                return None
+            packed = base64.b64decode(stored["tags"], validate=True)
+            covers = str(stored["covers"])
+            if not hmac.compare_digest(str(stored["seal"]), _seal(key, covers, packed)):
+                return None  # changed since it was written, or for another request or key
+            return cls(key, struct.unpack(f"<{len(packed) // 4}I", packed), covers)
+        except (ValueError, KeyError, TypeError, AttributeError, struct.error):
             return None
-        packed = base64.b64decode(stored["tags"])
-        tags = struct.unpack(f"<{len(packed) // 4}I", packed)
-        return cls(tag_key(hash_key, request_id), tags, str(stored["covers"]))
 
     @property
     def function(self) -> TagKey:
@@ -273,6 +283,10 @@ class CheckTags:
         return pc.take(self._table, self.function.tags(ids, bits))
 
 
+def _seal(key: bytes, covers: str, packed: bytes) -> str:
+    return hmac.new(key, covers.encode() + b"|" + packed, hashlib.sha256).hexdigest()
+
+
 def write(s3: S3Client, where: S3Uri, tags: CheckTags) -> None:
     """Store a request's tags (written again by a retried start: the same ids, key and request give the same bytes)."""
     s3.put_object(Bucket=where.bucket, Key=where.key, Body=tags.document(), ContentType="application/json")
@@ -280,7 +294,7 @@ def write(s3: S3Client, where: S3Uri, tags: CheckTags) -> None:
 
 def read(s3: S3Client, where: S3Uri, hash_key: bytes, request_id: str) -> CheckTags | None:
     """A request's stored tags, or None when none were written (a launcher from before them, a purge whose starter
-    held no ids) or they were written by another version of their definition."""
+    held no ids), or they were written by another version of their definition, or changed since."""
     try:
         body = s3.get_object(Bucket=where.bucket, Key=where.key)["Body"].read()
     except ClientError as exc:

@@ -4,8 +4,10 @@ its hash alone decides whether it is one of the users (an id sharing a requested
 
 from __future__ import annotations
 
+import base64
 import hashlib
 
+import orjson
 import pyarrow as pa
 import pytest
 from hypothesis import example, given, settings
@@ -150,7 +152,7 @@ def test_given_ids_that_do_not_stand_for_every_hash_of_a_report_when_tagging_the
     assert made is not None and len(made.tags) == 2 and made.covers == covering(hashes)
 
 
-def test_given_a_stored_tags_document_when_read_back_then_it_holds_the_tags_and_no_id() -> None:
+def test_given_a_stored_tags_document_when_read_back_then_it_holds_no_id_and_a_changed_one_is_not_used() -> None:
     users = ["alice.secret@example.com", "bob"]
     hashes = HASHER.many(users)
     made = CheckTags.for_request(HASH_KEY, "req-5", users, hashes, HASHER)
@@ -161,5 +163,9 @@ def test_given_a_stored_tags_document_when_read_back_then_it_holds_the_tags_and_
 
     assert read is not None and (read.tags, read.covers, read.key) == (made.tags, made.covers, made.key)
     assert not any(user.encode() in document for user in users) and made.key not in document
-    other_request = CheckTags.from_document(document, HASH_KEY, "req-6")
-    assert other_request is not None and other_request.key != made.key  # its key: derived from the request
+    assert CheckTags.from_document(document, HASH_KEY, "req-6") is None  # sealed under its own request's key
+    assert CheckTags.from_document(document, b"another key of 32 bytes, not ours", "req-5") is None
+    stored = orjson.loads(document)
+    one_tag_less = orjson.dumps({**stored, "tags": base64.b64encode(base64.b64decode(stored["tags"])[4:]).decode()})
+    assert CheckTags.from_document(one_tag_less, HASH_KEY, "req-5") is None  # would skip a user's ids: not used
+    assert CheckTags.from_document(b"not json", HASH_KEY, "req-5") is None
