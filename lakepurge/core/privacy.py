@@ -332,10 +332,10 @@ def _binary_array(user_ids: Any) -> Any:
 
     if isinstance(user_ids, list):
         try:
-            return pa.array(user_ids, pa.large_binary())
+            user_ids = pa.array(user_ids, pa.large_binary())
         except (pa.ArrowException, TypeError):
             return None
-    if isinstance(user_ids, pa.ChunkedArray):
+    elif isinstance(user_ids, pa.ChunkedArray):
         user_ids = user_ids.combine_chunks()
     if user_ids.null_count or not (pa.types.is_binary(user_ids.type) or pa.types.is_large_binary(user_ids.type)):
         return None
