@@ -26,10 +26,12 @@ output buffer; gzip: inflate, the same splice, deflate at the engine's level; Pa
 ground truth) and, for JSON Lines, against a regex full scan of the same objects (re.finditer of the id field's
 values over the whole object, each checked against the users' raw ids in a set, the lines holding them spliced out
 by position; no keyed hash, no escape handling). The engine runs with the users as the purge holds them: by their
-keyed hashes only (Spark executors), and with their ids in memory besides (an inline purge, whose process holds
-them). In each repetition every contender is timed as the minimum of 3 interleaved passes over the same objects (as
-timeit recommends: the minimum is the cost without interference; every engine pass starts from no memory of ids),
-and the ratios of those minimums are kept; the figures are the medians of the repetitions' ratios, with the min-max.
+keyed hashes and the request's check tags (`hashes+tags`: a Spark executor, given the tags the launcher wrote,
+lakepurge.core.check_tags; `hashes` with code from before the tags), and with their ids in memory besides (an inline
+purge, whose process holds them). In each repetition every contender is timed as the minimum of 3 interleaved passes
+over the same objects (as timeit recommends: the minimum is the cost without interference; every engine pass starts
+from no memory of ids), and the ratios of those minimums are kept; the figures are the medians of the repetitions'
+ratios, with the min-max.
 
 Part 2, through moto (its own process) and a throwaway PostgreSQL index loaded with the ground truth: the full
 erase path without Spark, `ops.manual_purge.purge_users(..., engine="inline")` (index lookup, report, rewrite,
@@ -79,7 +81,7 @@ FORMATS = ("jsonl", "jsonl.gz", "csv", "parquet")
 CSV_COLUMNS = ("review_id", "user_id", "rating", "title", "body", "ts")
 JUDGED = ("100 users", "1% of users", "10% of users")
 PATH_JUDGED = ("100 users", "1% of users")
-HASHES, IDS = "hashes", "ids in memory"
+HASHES, TAGGED, IDS = "hashes", "hashes+tags", "ids in memory"
 
 
 @dataclass(frozen=True)
@@ -343,11 +345,24 @@ def ids_in_memory_supported() -> bool:
     return "known" in inspect.signature(HashedUsers).parameters
 
 
+def executor_mode() -> str:
+    """How a Spark executor holds the users: their hashes and the request's check tags, where the code has them."""
+    from lakepurge.core.privacy import HashedUsers
+
+    return TAGGED if "tags" in inspect.signature(HashedUsers).parameters else HASHES
+
+
 def users_as(mode: str, hashes: list[str], ids: list[str], pseudonymizer: Any) -> Any:
     from lakepurge.core.privacy import HashedUsers
 
     if mode == IDS:
         return HashedUsers(hashes, pseudonymizer, known=ids)  # type: ignore[call-arg]
+    if mode == TAGGED:  # the tags as the launcher computes them from the ids, as the executor is given them
+        from lakepurge.core.check_tags import CheckTags  # type: ignore[import-not-found,unused-ignore]
+
+        tags = CheckTags.for_request(pb.HASH_KEY.encode(), "bench-request", ids, hashes, pseudonymizer)
+        assert tags is not None
+        return HashedUsers(hashes, pseudonymizer, tags=tags)  # type: ignore[call-arg,unused-ignore]
     return HashedUsers(hashes, pseudonymizer)
 
 
@@ -361,7 +376,7 @@ def part_one(
     pseudonymizer = Pseudonymizer(pb.HASH_KEY.encode())
     keys = lake.keys[:objects]
     positions = {key: index for index, key in enumerate(lake.keys)}
-    modes = (HASHES, IDS) if ids_in_memory_supported() else (HASHES,)
+    modes = (executor_mode(), IDS) if ids_in_memory_supported() else (HASHES,)
     rng = random.Random(7)
     for fmt in formats:
         pb.progress(f"part 1, {spec.name} lake: encoding {len(keys)} objects as {fmt} ...")

@@ -27,7 +27,7 @@ from lakepurge.indexing.returning import record_erasure, resolve_hashes
 from lakepurge.protection import shred
 from lakepurge.purge.certificate import PurgeResult
 from lakepurge.purge.job import purge_relational, run_purge, verify_everywhere
-from lakepurge.purge.launch import inline_fits
+from lakepurge.purge.launch import inline_fits, write_check_tags
 from lakepurge.reports import kept, layout
 from lakepurge.reports.layout import load_report, write_report
 from lakepurge.reports.report import NOT_SEARCHED, Report, ReportObject, SafetyLimitExceeded, build_report
@@ -305,7 +305,8 @@ def purge_users(
         inline = report.empty or (engine == "inline") or (engine == "auto" and inline_fits(settings, report, s3))
         if inline:  # this process holds the ids: its check before each write looks them up instead of hashing
             result = run_purge(None, settings, report, key, relational, approved_by, digest, requested=users)
-        else:
+        else:  # executors get keyed hashes and the request's check tags, never the ids
+            write_check_tags(s3, settings, report, users)
             with spark_session("lakepurge-purge") as spark:
                 result = run_purge(spark, settings, report, key, relational, approved_by, digest)
         if not result.failed:

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from lakepurge.core import aws
+from lakepurge.core import aws, check_tags
+from lakepurge.core.check_tags import CheckTags
 from lakepurge.core.config import Settings
 from lakepurge.core.config_identity import exempt_datasets
 from lakepurge.core.logs import get_logger, object_ref
@@ -260,9 +261,10 @@ def _purge_partition(
     targets: Iterable[PurgeTarget],
     known: tuple[str, ...] = (),
     gaps: frozenset[str] = frozenset(),
+    tags: CheckTags | None = None,
 ) -> Iterator[dict[str, Any]]:
     apply_job_environment(env)
-    yield from _PartitionPurge(settings, key, user_hashes, prefix, intents, list(targets), known, gaps).run()
+    yield from _PartitionPurge(settings, key, user_hashes, prefix, intents, list(targets), known, gaps, tags).run()
 
 
 class _PartitionPurge:
@@ -272,7 +274,8 @@ class _PartitionPurge:
     outcomes are written together, RESULTS_PER_BATCH at a time and at the end: one request for many objects. A task
     killed before a batch is written loses nothing: its objects' intents are recorded, and the rerun settles each from
     the intent and the object as it finds it (_settle). Each object is verified on its thread right after its purge
-    (_verify); gaps: the datasets whose index coverage the report found incomplete."""
+    (_verify); gaps: the datasets whose index coverage the report found incomplete; tags: the request's check tags,
+    if its starter wrote them (read_check_tags)."""
 
     def __init__(
         self,
@@ -284,6 +287,7 @@ class _PartitionPurge:
         targets: list[PurgeTarget],
         known: tuple[str, ...] = (),
         gaps: frozenset[str] = frozenset(),
+        tags: CheckTags | None = None,
     ) -> None:
         self.settings = settings
         self.gaps = gaps
@@ -301,7 +305,7 @@ class _PartitionPurge:
             self.intents = {**intents, **{path: o for path, o in recorded.items() if not o.committed}}
             self.finished_before = {path: o for path, o in recorded.items() if o.committed}
         self.written = _found_its_write(self.s3)
-        self.users = HashedUsers(user_hashes, self.pseudonymizer, known)
+        self.users = HashedUsers(user_hashes, self.pseudonymizer, known, tags)
         self.versioned = _bucket_versioning(self.s3)
         self.datasets = {t.s3path: t.dataset for t in targets}
         self.journal = IntentJournal(self._write_intents, INTENTS_LINGER_SECONDS)
@@ -433,11 +437,12 @@ def _verify_partition(
     user_hashes: tuple[str, ...],
     items: Iterable[VerifyItem],
     known: tuple[str, ...] = (),
+    tags: CheckTags | None = None,
 ) -> Iterator[dict[str, Any]]:
     apply_job_environment(env)
     s3 = aws.client("s3")
     pseudonymizer = Pseudonymizer(key)
-    users = HashedUsers(user_hashes, pseudonymizer, known)
+    users = HashedUsers(user_hashes, pseudonymizer, known, tags)
     verify = partial(_verified, s3, settings, users, pseudonymizer, _bucket_versioning(s3))
     # HEADs and listings are round trips: a few at once, as the purge does.
     with ThreadPoolExecutor(settings.purge.threads_per_task) as pool:
@@ -502,11 +507,14 @@ def run_purge(
     env = job_environment(settings)
     hashes = report.user_hashes
     known = in_process_ids(spark, requested)
+    tags = None if known else read_check_tags(s3, prefix, report, pseudonymizer_key)
     gaps = frozenset(g.dataset for g in report.gaps)
     fresh = on_executors(
         spark,
         pending,
-        lambda items: _purge_partition(settings, env, pseudonymizer_key, hashes, prefix, intents, items, known, gaps),
+        lambda items: _purge_partition(
+            settings, env, pseudonymizer_key, hashes, prefix, intents, items, known, gaps, tags
+        ),
         label="objects purged and verified",
     )
     outcomes = {**done, **{d["outcome"]["s3path"]: ObjectOutcome(**d["outcome"]) for d in fresh}}
@@ -522,8 +530,10 @@ def run_purge(
         if t.s3path in done and not t.s3path.startswith(OBJECT_REFERENCE)
     ]
     remaining = [r for d in fresh for r in d["remaining"]]
-    remaining += _verify_on_executors(spark, settings, checks, pseudonymizer_key, hashes, known)
-    erased_tables = purge_tables(spark, settings, report.tables, pseudonymizer_key, hashes, report.request_id, known)
+    remaining += _verify_on_executors(spark, settings, checks, pseudonymizer_key, hashes, known, tags=tags)
+    erased_tables = purge_tables(
+        spark, settings, report.tables, pseudonymizer_key, hashes, report.request_id, known, tags
+    )
     tables = tuple(t.as_dict() for t in erased_tables)
     shred = None
     if report.shred is not None:
@@ -610,15 +620,31 @@ def _verify_on_executors(
     user_hashes: tuple[str, ...],
     known: tuple[str, ...] = (),
     sizes: dict[str, int] | None = None,
+    tags: CheckTags | None = None,
 ) -> list[dict[str, Any]]:
     env = job_environment(settings)
     return on_executors(
         spark,
         items,
-        lambda part: _verify_partition(settings, env, key, user_hashes, part, known),
+        lambda part: _verify_partition(settings, env, key, user_hashes, part, known, tags),
         label="objects verified",
         size=(lambda item: sizes.get(item[0], 0)) if sizes is not None else None,
     )
+
+
+def read_check_tags(s3: Any, prefix: S3Uri, report: Report, key: bytes) -> CheckTags | None:
+    """The request's check tags, as its starter wrote them (launch.write_check_tags), for executors that hold no
+    ids: each then hashes only the ids whose tag is a requested one. Without them (a starter from before the tags, or
+    one whose ids did not stand for every user of the report) every id read is hashed, as before. Logs counts only."""
+    tags = check_tags.read(s3, layout.check_tags(prefix), key, report.request_id)
+    if tags is None or tags.covers != check_tags.covering(report.user_hashes):
+        log.info(
+            "no check tags for this request: the check before each write hashes every id it reads",
+            extra={"request_id": report.request_id, "user_hashes": len(report.user_hashes)},
+        )
+        return None
+    log.info("check tags read", extra={"request_id": report.request_id, "tags": len(tags.tags)})
+    return tags
 
 
 def in_process_ids(spark: Any, requested: Sequence[str]) -> tuple[str, ...]:

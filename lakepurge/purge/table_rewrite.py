@@ -14,6 +14,7 @@ from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from lakepurge.core import aws
+from lakepurge.core.check_tags import CheckTags
 from lakepurge.core.config import Settings
 from lakepurge.core.logs import get_logger
 from lakepurge.core.privacy import HashedUsers, Pseudonymizer
@@ -63,11 +64,13 @@ def rewrite_partition(
     hashes: tuple[str, ...],
     items: Iterable[RewriteItem],
     known: tuple[str, ...] = (),
+    tags: CheckTags | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """known: the users' raw ids, given only when this runs in the process that holds them (an inline purge)."""
+    """known: the users' raw ids, given only when this runs in the process that holds them (an inline purge);
+    tags: the request's check tags, when its starter wrote them."""
     apply_job_environment(env)
     s3: S3Client = aws.client("s3")
-    users = HashedUsers(hashes, Pseudonymizer(key), known)  # its memory of ids seen is per thread
+    users = HashedUsers(hashes, Pseudonymizer(key), known, tags)  # its memory of ids seen is per thread
 
     def rewrite(item: RewriteItem) -> dict[str, Any]:
         try:

@@ -22,6 +22,7 @@ from lakepurge.core.s3uri import S3Uri
 from lakepurge.index import open_store
 from lakepurge.indexing.indexer import index_object
 from lakepurge.local.workflow import sent_emails
+from lakepurge.reports import layout
 from tests.support.events import load
 from tests.support.invariant import assert_invariant, snapshot
 from tests.support.lakes import LakeCase
@@ -568,8 +569,9 @@ def test_report_changed_after_approval_is_refused_by_the_spark_job(
 def _wait_for_first_erasure(case: WorkflowCase, s3: Any, request_id: str, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
 
-    def erased() -> bool:
-        return bool(s3.list_objects_v2(Bucket="lake-reports", Prefix=f"results/{request_id}/").get("KeyCount"))
+    def erased() -> bool:  # an intent or an outcome (StartPurge wrote the check tags there before the job started)
+        listed = s3.list_objects_v2(Bucket="lake-reports", Prefix=f"results/{request_id}/").get("Contents", [])
+        return any(not item["Key"].endswith(layout.CHECK_TAGS) for item in listed)
 
     while time.monotonic() < deadline:
         if erased():
@@ -593,6 +595,9 @@ def test_killed_spark_job_ends_as_job_failed_listing_what_was_already_erased(
     request_id = case.file(users, "req-job-fails")
     assert call_approval("POST", link_in(case.emails(request_id)[0]), "approve")["statusCode"] == 200
     job = _started_job(case, request_id)
+    # StartPurge, which may open the sealed ids, left the job their check tags (and no id in them)
+    tags = s3.get_object(Bucket="lake-reports", Key=f"results/{request_id}/{layout.CHECK_TAGS}")["Body"].read()
+    assert tags and not any(user.encode() in tags for user in users)
     launcher = launcher_for(case.settings)
     pid = launcher.pid(job["id"])  # type: ignore[attr-defined]
     assert pid is not None

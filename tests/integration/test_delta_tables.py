@@ -376,6 +376,7 @@ def test_given_spark_when_backfilled_and_purged_then_files_are_read_and_rewritte
     from lakepurge.index import open_store
     from lakepurge.indexing.backfill import run_backfill
     from lakepurge.purge.job import run_purge
+    from lakepurge.purge.launch import write_check_tags
     from lakepurge.reports.report import build_report
     from tests.support.lakes import index_toml
 
@@ -391,8 +392,10 @@ def test_given_spark_when_backfilled_and_purged_then_files_are_read_and_rewritte
     finally:
         store.close()
 
+    # The caller holds the raw id (the operator's CLI may run the purge on Spark): only its own process uses it, and
+    # it writes the request's check tags for the executors, as the CLI does.
+    assert write_check_tags(aws.client("s3"), settings, report, [history.edge]) is not None
     shipped = record_shipped(monkeypatch)
-    # The caller holds the raw id (the operator's CLI may run the purge on Spark): only its own process uses it.
     purged = run_purge(spark, settings, report, HASH_KEY.encode(), requested=[history.edge])
 
     assert purged.verified and purged.tables[0]["rows_erased"] == 2

@@ -14,7 +14,7 @@ from lakepurge.core import privacy
 from lakepurge.core.config import PrivacyConfig
 from lakepurge.core.privacy import Pseudonymizer
 from lakepurge.core.sparkutil import job_environment, on_executors
-from tests.support.lakes import index_toml
+from tests.support.lakes import events_lake, index_toml
 from tests.support.shipping import record_shipped
 
 pytestmark = pytest.mark.integration
@@ -71,12 +71,8 @@ def test_given_a_purge_on_spark_whose_caller_holds_the_raw_ids_when_its_tasks_ar
     # process. What Spark ships to executors (task closures, which it may broadcast and spill to an executor's disk;
     # the tasks' items, written to a file the JVM reads) holds the keyed hashes and the key, never an id; so neither
     # can an executor's log, a failed task's error (the driver's log, the Spark UI, the event log) or its heap.
-    import tomllib
-    import uuid
-
     import orjson
 
-    from lakepurge.core.config import parse_settings
     from lakepurge.index import open_store
     from lakepurge.indexing.backfill import run_reconcile
     from lakepurge.indexing.indexer import index_object
@@ -85,17 +81,7 @@ def test_given_a_purge_on_spark_whose_caller_holds_the_raw_ids_when_its_tasks_ar
 
     users = ["alice.secret@example.com", "bob.secret@example.com"]
     monkeypatch.setenv("LAKEPURGE_HASH_KEY", KEY)
-    bucket = f"ship-{uuid.uuid4().hex[:10]}"
-    s3 = lakepurge_aws.client("s3")
-    s3.create_bucket(Bucket=bucket)
-    s3.create_bucket(Bucket=f"{bucket}-reports")
-    toml = (
-        f'[index]\n{index_toml("postgres", pg_dsn)}\n\n[reports]\nlocation = "s3://{bucket}-reports/"\n\n'
-        "[purge]\nmax_dataset_fraction = 1.0\nmax_object_fraction = 1.0\n\n"
-        f'[[datasets]]\nname = "events"\nlocation = "s3://{bucket}/events/"\nformat = "jsonl"\n'
-        'id_fields = ["user_id"]\n'
-    )
-    settings = parse_settings(tomllib.loads(toml))
+    s3, bucket, settings = events_lake(pg_dsn, "ship")
     store = open_store(settings.index)
     for n in range(4):
         lines = [{"user_id": user, "n": n} for user in [*users, "carol"]]

@@ -33,6 +33,24 @@ def index_toml(backend: str, pg_dsn: str | None = None, table: str = "lakepurge-
     return f'backend = "dynamodb"\ntable = "{table}"'
 
 
+def events_lake(pg_dsn: str, prefix: str) -> tuple[Any, str, Settings]:
+    """A fresh bucket named from ``prefix`` with one JSON Lines dataset (``events/``, ids in ``user_id``), its reports
+    bucket beside it, the index in PostgreSQL, the purge's safety limits open: (s3 client, bucket, settings)."""
+    import uuid
+
+    bucket = f"{prefix}-{uuid.uuid4().hex[:10]}"
+    s3 = aws.client("s3")
+    s3.create_bucket(Bucket=bucket)
+    s3.create_bucket(Bucket=f"{bucket}-reports")
+    toml = (
+        f'[index]\n{index_toml("postgres", pg_dsn)}\n\n[reports]\nlocation = "s3://{bucket}-reports/"\n\n'
+        "[purge]\nmax_dataset_fraction = 1.0\nmax_object_fraction = 1.0\n\n"
+        f'[[datasets]]\nname = "events"\nlocation = "s3://{bucket}/events/"\nformat = "jsonl"\n'
+        'id_fields = ["user_id"]\n'
+    )
+    return s3, bucket, parse_settings(tomllib.loads(toml))
+
+
 @dataclass
 class LakeCase:
     lake: SampleLake
