@@ -185,6 +185,11 @@ class HashedUsers:
     def __len__(self) -> int:
         return len(self._hashes)
 
+    def ids_held(self) -> frozenset[str] | None:
+        """Every user's raw id when this process was given them all (``known``), else None: for a search of bytes by
+        the ids themselves (the check before a write). In memory only, as ``known``."""
+        return self._known if self._by_id else None
+
     def hashes_of(self, user_ids: Iterable[str]) -> list[str]:
         """The keyed hashes of other ids (forms of these users' ids found elsewhere, e.g. truncated)."""
         return self._pseudonymizer.many(user_ids)
