@@ -227,8 +227,9 @@ class HashedUsers:
                     valid = user_ids.cast(pa.large_string())  # checks the UTF-8
                 except pa.ArrowInvalid:
                     user_ids = user_ids.to_pylist()
-                else:
-                    return not pc.any(pc.is_in(valid, value_set=self._known_array)).as_py()
+                else:  # (Arrow hashes the value set on every call: the smaller side is hashed)
+                    probe, table = sorted((valid, self._known_array), key=len, reverse=True)
+                    return not pc.any(pc.is_in(probe, value_set=table)).as_py()
             # Decoded together, invalid UTF-8 as U+FFFD; split back on the newlines that joined them, unless an id
             # holds one itself (a decoded JSON "\n"), which is then decoded on its own.
             joined = b"\n".join(user_ids)

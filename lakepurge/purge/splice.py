@@ -33,6 +33,7 @@ _FEW_LINES = 8  # a gap this short is walked with find; a longer one is counted 
 # (lakepurge.records.arrow_scan), so the purge's other threads go on meanwhile.
 _INDEXED_SKIP_BYTES = 128 * 1024
 _DENSE_EVERY = 16  # a target at least every this many lines: the chunk is split into lines instead
+_JOINED_PIECES = 64  # a chunk's pieces past this many are handed on joined
 _DENSE_MIN_BYTES = 4096
 _ENDS_WITH_CARRIAGE = operator.methodcaller("endswith", b"\r")
 _IS_DECIDED = functools.partial(operator.is_not, None)
@@ -157,14 +158,18 @@ def splice_batches(chunks: Iterable[bytes], targets: Iterable[int], decide: Deci
             done += 1
         if numbers:
             contents = [chunk[start:end] for start, end in zip(starts, ends, strict=True)]
+            out: list[bytes | memoryview] = []
             for start, end, replacement in zip(starts, ends, _decided(decide, numbers, contents), strict=True):
                 if replacement is None:
                     continue
                 if passed < start:
-                    yield view[passed:start]
+                    out.append(view[passed:start])
                 if replacement is not DROP:
-                    yield replacement + b"\n"
+                    out.append(replacement + b"\n")
                 passed = end + 1
+            # Many pieces go on as one (a copy of what they hold): each piece handed on costs its consumer a step
+            # (staging, checksum, deflate), about as much as copying a line.
+            yield from (b"".join(out),) if len(out) > _JOINED_PIECES else out
         if held_line >= 0:
             if passed < pos:
                 yield view[passed:pos]
