@@ -96,7 +96,10 @@ def test_given_blank_keep_and_drop_decisions_over_any_chunking_when_splicing_the
     threshold = 0 if skips == "by line starts" else splice._INDEXED_SKIP_BYTES
     with mock.patch.object(splice, "_INDEXED_SKIP_BYTES", threshold):
         out = b"".join(splice_lines(chunked(data, cuts), decisions, lambda n, line: answers[decisions[n]]))
-    assert out == expected_after(data, decisions)
+        # (a chunk's pieces handed on joined, as past _JOINED_PIECES of them)
+        with mock.patch.object(splice, "_JOINED_PIECES", 0):
+            joined = b"".join(splice_lines(chunked(data, cuts), decisions, lambda n, line: answers[decisions[n]]))
+    assert out == joined == expected_after(data, decisions)
 
 
 def expected_after(data: bytes, decisions: dict[int, str]) -> bytes:
