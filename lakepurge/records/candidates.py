@@ -34,7 +34,6 @@ value taken out, nothing looked up.
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 from collections.abc import Collection
@@ -85,7 +84,7 @@ class IdCandidates:
         them, or holds an escape or an array, or there are more ids than KNOWN_IDS_MAX (then use found)."""
         if not ids or len(ids) > KNOWN_IDS_MAX:
             return False
-        pattern = _known_pattern(self._keys, ids if isinstance(ids, frozenset) else frozenset(ids))
+        pattern = _known_pattern(self._keys, ids)
         if pattern is None:
             return False
         pa, pc = arrow()
@@ -137,30 +136,36 @@ class IdCandidates:
         return Candidates(pc.drop_null(found), decoded)
 
 
-@functools.lru_cache(maxsize=8)
-def _known_pattern(keys: str, ids: frozenset[str]) -> str | None:
-    """The automaton of holds_none_of for these keys and ids (the same request's objects share it); None when an id
-    is no UTF-8 (a lone surrogate: no reader's id, and no pattern can hold it)."""
+def _known_pattern(keys: str, ids: Collection[str]) -> str | None:
+    """The automaton of holds_none_of for these keys and ids, made afresh for each stretch (not kept: it holds the
+    raw ids, which live no longer than the purge holding them); None when an id is no UTF-8 (a lone surrogate: no
+    reader's id, and no pattern can hold it)."""
     try:
-        strings = "|".join(map(_literal, sorted(ids)))
+        strings = "|".join(map(_literal, ids))
         strings.encode()
     except UnicodeEncodeError:
         return None
-    integers = [i for i in ids if _INTEGER.fullmatch(i)] + (["-0"] if "0" in ids else [])
+    integers = [user for user in ids if user.lstrip("-").isdigit() and _INTEGER.fullmatch(user)]
+    integers += ["-0"] if "0" in ids else []
     values = [f'"(?:{strings})"', _ANY_ESCAPED_OR_ARRAY]
     if integers:  # an integer ends where its digits do
-        values.append("(?:" + "|".join(sorted(integers)) + ")(?:[^0-9]|$)")
+        values.append("(?:" + "|".join(integers) + ")(?:[^0-9]|$)")
     return keys + r"[ \t\r]*:[ \t\r]*(?:" + "|".join(values) + ")"
+
+
+# An ASCII character RE2 could read as syntax (any but a letter or digit): written as its \xHH escape.
+_NOT_LITERAL = re.compile(r"[\x00-\x2f\x3a-\x40\x5b-\x60\x7b-\x7f]")
 
 
 def _literal(user: str) -> str:
     """An id as RE2 reads it literally from binary data: each ASCII character that is not a letter or digit as its
     \\xHH escape; every other character as its UTF-8 bytes, which RE2 (reading binary as Latin-1) matches byte by
     byte."""
-    return "".join(
-        char if char.isalnum() and char.isascii() else f"\\x{ord(char):02x}" if char.isascii() else char
-        for char in user
-    )
+    return _NOT_LITERAL.sub(_hex_escape, user)
+
+
+def _hex_escape(found: re.Match[str]) -> str:
+    return f"\\x{ord(found.group()):02x}"
 
 
 def _escape_of(char: str) -> str:

@@ -91,7 +91,8 @@ def lines_holding(
     # (names in any case: the bulk answer's tokens are the exact names, so every line is read)
     # (typed: the records hold values, not the index forms wanted, so every line is read)
     typed = rules.typing is not None
-    candidates = None if rules.folded or typed else IdCandidates.of(paths)
+    # (numbers by value: a float is an id too, which the bulk answer does not read)
+    candidates = None if rules.folded or typed or rules.numbers else IdCandidates.of(paths)
 
     def none_wanted(data: bytes) -> bool:
         if candidates is None:
