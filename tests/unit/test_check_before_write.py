@@ -10,6 +10,7 @@ import io
 import json
 import re
 from typing import Any
+from unittest import mock
 
 import orjson
 import pytest
@@ -17,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lakepurge.core.privacy import HashedUsers, Pseudonymizer
+from lakepurge.records import lines, search
 from lakepurge.records.candidates import KNOWN_IDS_MAX, IdCandidates
 from lakepurge.records.formats import read_records
 from lakepurge.records.ids import Record, parse_paths
@@ -288,3 +290,13 @@ def test_given_more_ids_than_the_automaton_takes_when_searched_then_the_split_an
     assert candidates is not None
     assert not candidates.holds_none_of(data, many)
     assert checked(data, ("user_id",), many) == []
+
+
+@pytest.mark.parametrize(("wanted", "expected"), [({"u0000200", "r5"}, []), ({"u0000200", "u0000042"}, [42])])
+def test_given_an_object_too_big_to_hold_when_searched_by_the_ids_then_each_chunk_is_answered_as_the_whole_is(
+    wanted, expected
+) -> None:
+    data = b"\n".join(HARD_LINES) + b"\n"
+    with mock.patch.object(search, "IN_MEMORY_BYTES", 1000), mock.patch.object(lines, "CHUNK_BYTES", 4096):
+        assert checked(data, ("user_id",), frozenset(wanted)) == expected
+        assert checked(data, ("user_id",), HashedUsers(HASHER.many(wanted), HASHER, known=wanted)) == expected
