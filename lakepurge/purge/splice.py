@@ -122,6 +122,20 @@ def splice_batches(chunks: Iterable[bytes], targets: Iterable[int], decide: Deci
                 ):
                     indexed, indexed_line = LineStarts(chunk, pos), line
                     average = (size - pos) / indexed.newlines if indexed.newlines else average
+                    # Every target on a complete line of the rest of the chunk, located at once (many targets: no
+                    # step each); a target on its last line, or past it, is left to the steps below.
+                    stop = bisect.bisect_left(ordered, indexed_line + indexed.newlines, lo=done)
+                    if stop > done:
+                        located = ordered[done:stop]
+                        found_starts, found_ends = indexed.spans([each - indexed_line for each in located])
+                        numbers += located
+                        starts += found_starts
+                        ends += found_ends
+                        pos, line = found_ends[-1] + 1, located[-1] + 1
+                        pending = iter(ordered[stop:])
+                        target = next(pending, None)
+                        done = stop
+                        continue
                 if indexed is not None:
                     ahead = target - indexed_line
                     if ahead > indexed.newlines:
