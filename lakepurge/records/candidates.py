@@ -114,14 +114,19 @@ class IdCandidates:
             pieces = pieces_after(data, self._tokens[0])
         else:
             pieces = pc.list_flatten(pc.split_pattern_regex(whole(data), self._keys)).slice(1)
-        values = pc.extract_regex(pieces, _VALUE)
-        strings = values.field("string")
+        values = None
+        strings = _uniform_strings(pieces)
+        if strings is None:
+            values = pc.extract_regex(pieces, _VALUE)
+            strings = values.field("string")
         plain = [strings]
         decoded: list[str] = []
         escaped = pc.match_substring(strings, "\\")
         if pc.any(escaped).as_py():
             decoded += _strings(pieces.filter(escaped).to_pylist())
             plain = [strings.filter(pc.invert(escaped))]
+        if values is None:  # every piece a key and a string: no other value
+            return Candidates(plain[0], decoded)
         integers = values.field("integer")
         if pc.any(pc.greater(pc.binary_length(integers), 0)).as_py():
             plain.append(pc.replace_substring_regex(integers, "^-0$", "0"))  # -0 is read as 0
@@ -137,6 +142,35 @@ class IdCandidates:
         # Not made unique here: a lookup of every value costs less than that, and hashing dedupes its own.
         found = plain[0] if len(plain) == 1 else pa.chunked_array(plain, pa.large_binary()).combine_chunks()
         return Candidates(pc.drop_null(found), decoded)
+
+
+# _uniform_strings reads a string value within this many bytes after the key's `:` and quote (a longer one: _VALUE).
+_STRING_WINDOW = 64
+_KEY_TO_STRING = re.compile(rb'[ \t\r]*:[ \t\r]*"')
+
+
+def _uniform_strings(pieces: Any) -> Any:
+    """The pieces' string values, each up to its first quote as _VALUE's string group takes it, when every piece
+    starts with the same spelling of a key's `:` and a string's opening quote (a writer spaces every key one way) and
+    each string ends within _STRING_WINDOW bytes: a slice and a split at the quote, instead of a pattern matched per
+    piece (0.2 against 0.44 ms for 5,000 pieces). None otherwise (a value of another kind, another spacing, a long
+    string)."""
+    _, pc = arrow()
+    if not len(pieces):
+        return None
+    opening = _KEY_TO_STRING.match(pieces[0].as_py()[:16])
+    if opening is None:
+        return None
+    prefix = opening.group()
+    if not pc.all(pc.starts_with(pieces, prefix.decode())).as_py():
+        return None
+    window = pc.binary_slice(pieces, len(prefix), len(prefix) + _STRING_WINDOW)
+    split = pc.split_pattern(window, '"', max_splits=1)
+    if pc.min(pc.list_value_length(split)).as_py() < 2:  # a string not closed within the window
+        return None
+    # (a string not closed on its line runs into the next: its line is no JSON and names nobody, and the next line's
+    # keys are pieces of their own)
+    return pc.list_element(split, 0)
 
 
 def _known_pattern(keys: str, ids: Collection[str]) -> str | None:

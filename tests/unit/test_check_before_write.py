@@ -306,3 +306,27 @@ def test_given_an_object_too_big_to_hold_when_searched_by_the_ids_then_each_chun
     with mock.patch.object(search, "IN_MEMORY_BYTES", 1000), mock.patch.object(lines, "CHUNK_BYTES", 4096):
         assert checked(data, ("user_id",), frozenset(wanted)) == expected
         assert checked(data, ("user_id",), HashedUsers(HASHER.many(wanted), HASHER, known=wanted)) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    values=st.lists(
+        ids | st.text(min_size=60, max_size=70) | st.text("abc\u00e9", min_size=60, max_size=70), max_size=8
+    ),
+    style=st.sampled_from(STYLES),
+    separators=st.sampled_from(SEPARATORS),
+)
+def test_given_lines_whose_every_id_is_a_string_spaced_one_way_when_found_in_bulk_then_each_is_among_them(
+    values, style, separators
+) -> None:
+    # The lake's common shape (one writer, string ids), which is read by a slice and a split at the quote instead
+    # of a pattern per piece: long strings, escapes and quotes inside them, keys spelled with escapes.
+    data = b"\n".join(spelled([("user_id", value), ("n", 1)], style, separators).encode() for value in values)
+    read = {
+        user for item in read_records(io.BytesIO(data), "x.jsonl", "jsonl", ("user_id",), MAX) for user in _ids(item)
+    }
+
+    found = IdCandidates.of((("user_id",),)).found(data)  # type: ignore[union-attr]
+
+    assert found is not None
+    assert read <= {value.decode("utf-8", "replace") for value in found.plain.to_pylist()} | set(found.decoded)
