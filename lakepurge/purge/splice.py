@@ -34,6 +34,7 @@ _FEW_LINES = 8  # a gap this short is walked with find; a longer one is counted 
 _INDEXED_SKIP_BYTES = 128 * 1024
 _DENSE_EVERY = 16  # a target at least every this many lines: the chunk is split into lines instead
 _JOINED_PIECES = 64  # a chunk's pieces past this many are handed on joined
+_LOCATED_AT_ONCE = 16  # from this many targets on the line starts reach, they are located by kernels, not steps
 _DENSE_MIN_BYTES = 4096
 _ENDS_WITH_CARRIAGE = operator.methodcaller("endswith", b"\r")
 _IS_DECIDED = functools.partial(operator.is_not, None)
@@ -122,10 +123,11 @@ def splice_batches(chunks: Iterable[bytes], targets: Iterable[int], decide: Deci
                 ):
                     indexed, indexed_line = LineStarts(chunk, pos), line
                     average = (size - pos) / indexed.newlines if indexed.newlines else average
-                    # Every target on a complete line of the rest of the chunk, located at once (many targets: no
-                    # step each); a target on its last line, or past it, is left to the steps below.
+                    # Every target on a complete line of the rest of the chunk, located at once when they are many
+                    # (a few kernel calls, not a step each); a target on its last line, or past it, and a few
+                    # targets are left to the steps below.
                     stop = bisect.bisect_left(ordered, indexed_line + indexed.newlines, lo=done)
-                    if stop > done:
+                    if stop - done >= _LOCATED_AT_ONCE:
                         located = ordered[done:stop]
                         found_starts, found_ends = indexed.spans([each - indexed_line for each in located])
                         numbers += located
