@@ -51,11 +51,15 @@ _VALUE = r'^[ \t\r]*:[ \t\r]*(?:"(?P<string>[^"\n]*)|(?P<integer>-?[0-9]+)|(?P<a
 _BARE = r"^[ \t\r]*:[ \t\r]*$"
 _DECODER = json.JSONDecoder()
 _BRACKET = b"["
-# holds_none_of builds its automaton from at most this many ids, of at most this many characters in all: RE2 compiles
-# it on every call, ~0.12 ms a thousand characters over a 0.8 ms scan of 3 MB, and past that found (1.9 ms) costs
-# less (8,400 characters of e-mail addresses took 2.2 ms, 22,400 took 12.5 ms).
+# holds_none_of builds its automaton from at most this many ids, of at most this many characters in all, and no more
+# than a stretch's size pays for (a character a KNOWN_BYTES_A_CHAR bytes, past KNOWN_CHARS_FREE): RE2 compiles it on
+# every call, ~0.11 ms a thousand characters, and its scan saves ~0.25 ns a byte over found's split (3 MB of json.dumps
+# lines: 0.7-0.8 ms against 1.6 ms; 250 KB: 0.20 against 0.29 ms at 100 ids, even at 200). Past these found costs
+# less (8,400 characters of e-mail addresses took 2.2 ms over 3 MB, 22,400 took 12.5 ms).
 KNOWN_IDS_MAX = 400
 KNOWN_ID_CHARS = 4000
+KNOWN_CHARS_FREE = 300
+KNOWN_BYTES_A_CHAR = 600
 # What follows a key's `:` that could be a wanted id whatever the ids are: a string holding a backslash before its
 # end (an escape, or an escaped quote), or an array. (Binary is read as Latin-1 by RE2: `[^"\n]` is any other byte.)
 _ANY_ESCAPED_OR_ARRAY = r'"[^"\n]*\\|\['
@@ -83,9 +87,10 @@ class IdCandidates:
     def holds_none_of(self, data: bytes, ids: Collection[str]) -> bool:
         """True when no line of the stretch can hold any of these ids (raw ids: the caller holds them), by one
         automaton over the bytes (module docstring); False when that cannot be told so: some key's value is one of
-        them, or holds an escape or an array, or there are more ids than KNOWN_IDS_MAX or longer than KNOWN_ID_CHARS in
-        all (then use found)."""
-        if not ids or len(ids) > KNOWN_IDS_MAX or sum(map(len, ids)) > KNOWN_ID_CHARS:
+        them, or holds an escape or an array, or the ids are more, or longer in all, than the automaton pays for
+        (KNOWN_IDS_MAX, KNOWN_ID_CHARS and the stretch's size: then use found)."""
+        paid_for = min(KNOWN_ID_CHARS, KNOWN_CHARS_FREE + len(data) // KNOWN_BYTES_A_CHAR)
+        if not ids or len(ids) > KNOWN_IDS_MAX or sum(map(len, ids)) > paid_for:
             return False
         pattern = _known_pattern(self._keys, ids)
         if pattern is None:

@@ -288,6 +288,7 @@ def test_given_a_line_holding_a_wanted_id_in_any_spelling_when_searched_by_the_i
     [
         frozenset(f"v{n}" for n in range(KNOWN_IDS_MAX + 1)),
         frozenset(f"v{n}@example.com".rjust(KNOWN_ID_CHARS // 10, "x") for n in range(11)),
+        frozenset(f"v{n}@example.com".rjust(20, "x") for n in range(40)),  # more than 20 KB pays to compile
     ],
 )
 def test_given_more_ids_than_the_automaton_takes_when_searched_then_the_split_answers_instead(many) -> None:
