@@ -207,6 +207,11 @@ class HashedUsers:
     def __len__(self) -> int:
         return len(self._hashes)
 
+    def ids_held(self) -> frozenset[str] | None:
+        """Every user's raw id when this process was given them all (``known``), else None: for a search of bytes by
+        the ids themselves (the check before a write). In memory only, as ``known``."""
+        return self._known if self._by_id else None
+
     def hashes_of(self, user_ids: Iterable[str]) -> list[str]:
         """The keyed hashes of other ids (forms of these users' ids found elsewhere, e.g. truncated)."""
         return self._pseudonymizer.many(user_ids)
@@ -258,8 +263,9 @@ class HashedUsers:
                 valid = user_ids.cast(pa.large_string())  # checks the UTF-8
             except pa.ArrowInvalid:
                 user_ids = user_ids.to_pylist()
-            else:
-                return not pc.any(pc.is_in(valid, value_set=self._known_array)).as_py()
+            else:  # (Arrow hashes the value set on every call: the smaller side is hashed)
+                probe, table = sorted((valid, self._known_array), key=len, reverse=True)
+                return not pc.any(pc.is_in(probe, value_set=table)).as_py()
         # Decoded together, invalid UTF-8 as U+FFFD; split back on the newlines that joined them, unless an id
         # holds one itself (a decoded JSON "\n"), which is then decoded on its own.
         joined = b"\n".join(user_ids)

@@ -14,7 +14,7 @@ For each object named by the report:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Collection, Container, Sequence
 from dataclasses import dataclass, field, replace
 from typing import IO, Any, Literal
 
@@ -127,7 +127,18 @@ def still_holding(
     none_of = getattr(users, "none_of", None)
     limits = indexing.max_record_bytes, indexing.inflation
     fields = dataset.id_fields
-    return lines_holding(staged.reader(), key, dataset.format, fields, *limits, wanted, none_of, id_rules(dataset))
+    rules = id_rules(dataset)
+    known = _raw_ids(users)
+    return lines_holding(staged.reader(), key, dataset.format, fields, *limits, wanted, none_of, rules, known)
+
+
+def _raw_ids(users: Container[str]) -> Collection[str] | None:
+    """The users' raw ids when this process holds them all (a set of ids; HashedUsers given every user's id, as an
+    inline purge gives it), else None (a Spark executor holds only their keyed hashes)."""
+    if isinstance(users, (set, frozenset)):
+        return users
+    held = getattr(users, "ids_held", None)
+    return held() if held is not None else None
 
 
 def find_user_lines(

@@ -33,6 +33,8 @@ _FEW_LINES = 8  # a gap this short is walked with find; a longer one is counted 
 # (lakepurge.records.arrow_scan), so the purge's other threads go on meanwhile.
 _INDEXED_SKIP_BYTES = 128 * 1024
 _DENSE_EVERY = 16  # a target at least every this many lines: the chunk is split into lines instead
+_JOINED_PIECES = 64  # a chunk's pieces past this many are handed on joined
+_LOCATED_AT_ONCE = 16  # from this many targets on the line starts reach, they are located by kernels, not steps
 _DENSE_MIN_BYTES = 4096
 _ENDS_WITH_CARRIAGE = operator.methodcaller("endswith", b"\r")
 _IS_DECIDED = functools.partial(operator.is_not, None)
@@ -121,6 +123,21 @@ def splice_batches(chunks: Iterable[bytes], targets: Iterable[int], decide: Deci
                 ):
                     indexed, indexed_line = LineStarts(chunk, pos), line
                     average = (size - pos) / indexed.newlines if indexed.newlines else average
+                    # Every target on a complete line of the rest of the chunk, located at once when they are many
+                    # (a few kernel calls, not a step each); a target on its last line, or past it, and a few
+                    # targets are left to the steps below.
+                    stop = bisect.bisect_left(ordered, indexed_line + indexed.newlines, lo=done)
+                    if stop - done >= _LOCATED_AT_ONCE:
+                        located = ordered[done:stop]
+                        found_starts, found_ends = indexed.spans([each - indexed_line for each in located])
+                        numbers += located
+                        starts += found_starts
+                        ends += found_ends
+                        pos, line = found_ends[-1] + 1, located[-1] + 1
+                        pending = iter(ordered[stop:])
+                        target = next(pending, None)
+                        done = stop
+                        continue
                 if indexed is not None:
                     ahead = target - indexed_line
                     if ahead > indexed.newlines:
@@ -157,14 +174,18 @@ def splice_batches(chunks: Iterable[bytes], targets: Iterable[int], decide: Deci
             done += 1
         if numbers:
             contents = [chunk[start:end] for start, end in zip(starts, ends, strict=True)]
+            out: list[bytes | memoryview] = []
             for start, end, replacement in zip(starts, ends, _decided(decide, numbers, contents), strict=True):
                 if replacement is None:
                     continue
                 if passed < start:
-                    yield view[passed:start]
+                    out.append(view[passed:start])
                 if replacement is not DROP:
-                    yield replacement + b"\n"
+                    out.append(replacement + b"\n")
                 passed = end + 1
+            # Many pieces go on as one (a copy of what they hold): each piece handed on costs its consumer a step
+            # (staging, checksum, deflate), about as much as copying a line.
+            yield from (b"".join(out),) if len(out) > _JOINED_PIECES else out
         if held_line >= 0:
             if passed < pos:
                 yield view[passed:pos]

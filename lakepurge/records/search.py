@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import operator
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import IO, Any
 
 import orjson
@@ -52,6 +52,7 @@ def lines_holding(
     wanted: Callable[[list[str]], list[bool]],
     none_of: Callable[[Any], bool] | None = None,
     rules: IdRules = EXACT,
+    known: Collection[str] | None = None,
 ) -> list[int]:
     """The lines (records, rows) of an object whose ids include one of the wanted users, as read_records reads
     them. wanted answers for a list of ids at once; none_of, if given, whether none of a list of ids (UTF-8 bytes,
@@ -60,7 +61,8 @@ def lines_holding(
     hold (records.candidates): when none is wanted, no line is parsed. What verifying a freshly rewritten object
     needs; anything the bulk answer cannot clear is parsed line by line. rules: as the indexer reads the ids. A
     typed dataset (typed fields in rules) is read record by record, its ids read in their index forms: the bulk
-    answers compare ids as read."""
+    answers compare ids as read. known: the wanted users' raw ids, when the caller holds them (an inline purge):
+    the bulk answer is then first asked by the ids themselves (IdCandidates.holds_none_of: no split, no lookup)."""
     if none_of is None:
         none_of = functools.partial(_none_of, wanted)
     paths = parse_paths(id_fields)
@@ -89,11 +91,14 @@ def lines_holding(
     # (names in any case: the bulk answer's tokens are the exact names, so every line is read)
     # (typed: the records hold values, not the index forms wanted, so every line is read)
     typed = rules.typing is not None
-    candidates = None if rules.folded or typed else IdCandidates.of(paths)
+    # (numbers by value: a float is an id too, which the bulk answer does not read)
+    candidates = None if rules.folded or typed or rules.numbers else IdCandidates.of(paths)
 
     def none_wanted(data: bytes) -> bool:
         if candidates is None:
             return False
+        if known is not None and candidates.holds_none_of(data, known):
+            return True
         held = candidates.found(data)
         if held is None:  # cannot be told in bulk
             return False

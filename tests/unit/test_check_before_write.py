@@ -10,6 +10,7 @@ import io
 import json
 import re
 from typing import Any
+from unittest import mock
 
 import orjson
 import pytest
@@ -17,7 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lakepurge.core.privacy import HashedUsers, Pseudonymizer
-from lakepurge.records.candidates import IdCandidates
+from lakepurge.records import lines, search
+from lakepurge.records.candidates import KNOWN_ID_CHARS, KNOWN_IDS_MAX, IdCandidates
 from lakepurge.records.formats import read_records
 from lakepurge.records.ids import Record, parse_paths
 from lakepurge.records.lines import DEFAULT_INFLATION
@@ -115,14 +117,23 @@ def read_by_the_indexer(data: bytes, paths: tuple[str, ...], wanted: set[str]) -
 
 
 def checked(data: bytes, fields: tuple[str, ...], users: Any, gz: bool = False) -> list[int]:
+    """As the purge's still_holding asks: by the users' raw ids too when it holds them (a set; every id given)."""
     raw = gzip.compress(data) if gz else data
     key = "x.jsonl.gz" if gz else "x.jsonl"
     if isinstance(users, HashedUsers):
         return lines_holding(
-            io.BytesIO(raw), key, "jsonl", fields, MAX, DEFAULT_INFLATION, users.each_contained, users.none_of
+            io.BytesIO(raw),
+            key,
+            "jsonl",
+            fields,
+            MAX,
+            DEFAULT_INFLATION,
+            users.each_contained,
+            users.none_of,
+            known=users.ids_held(),
         )
     each = lambda ids: [i in users for i in ids]  # noqa: E731
-    return lines_holding(io.BytesIO(raw), key, "jsonl", fields, MAX, DEFAULT_INFLATION, each)
+    return lines_holding(io.BytesIO(raw), key, "jsonl", fields, MAX, DEFAULT_INFLATION, each, known=users)
 
 
 @settings(max_examples=150, deadline=None)
@@ -201,3 +212,122 @@ def test_given_json_dumps_lines_with_escapes_everywhere_when_their_ids_are_found
     assert sorted(found.plain.to_pylist()) == [f"u{n:07d}".encode() for n in range(50)]
     assert found.decoded == []
     assert orjson.loads(lines[0])["body"].startswith("café")
+
+
+@settings(max_examples=300, deadline=None)
+@given(lake=lakes(), wanted=st.sets(ids | integers.map(str), min_size=1, max_size=6))
+def test_given_lines_of_any_writer_when_searched_by_the_wanted_ids_themselves_then_a_clear_answer_is_the_indexers(
+    lake, wanted
+) -> None:
+    # The ids drawn as the lines' are (wanted, others, any text, integers), so most sets are absent from the lines
+    # and the automaton answers: its "none" must be the indexer's, whatever the writer's escapes, spacing, nesting,
+    # arrays, integers and repeated keys.
+    shape, data, _ = lake
+    fields = tuple(".".join(path) for path in PATHS[shape])
+    candidates = IdCandidates.of(parse_paths(fields))
+    assert candidates is not None
+
+    clear = candidates.holds_none_of(data, frozenset(wanted))
+
+    expected = read_by_the_indexer(data, fields, wanted)
+    if clear:
+        assert expected == []
+    assert checked(data, fields, frozenset(wanted)) == expected
+    assert checked(data, fields, HashedUsers(HASHER.many(wanted), HASHER, known=wanted)) == expected
+
+
+HARD_LINES = [
+    json.dumps({"review_id": f"r{n}", "user_id": f"u{n:07d}", "n": n, "body": 'caf\u00e9 "q"\n\tnaïve 👍 \\'}).encode()
+    for n in range(200)
+]
+
+
+@pytest.mark.parametrize(
+    ("wanted", "clear"),
+    [
+        ({"u0000200", "u1000000", "r5", "5"}, True),  # absent, or only elsewhere than an id field's value
+        ({"u0000199"}, False),
+        ({"u0000200", "7"}, True),  # 7 is an `n`, not an id
+    ],
+)
+def test_given_json_dumps_lines_with_escapes_in_every_text_when_searched_by_the_ids_then_one_automaton_answers(
+    wanted, clear
+) -> None:
+    data = b"\n".join(HARD_LINES) + b"\n"
+    candidates = IdCandidates.of((("user_id",),))
+    assert candidates is not None
+    assert candidates.holds_none_of(data, frozenset(wanted)) is clear
+    assert checked(data, ("user_id",), frozenset(wanted)) == ([] if clear else [199])
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"user_id": "al\\u0069ce"}',  # the id spelled with an escape
+        b'{"user\\u005Fid": "alice"}',  # the key spelled with one
+        b'{"user_id" :\t[ "bob" , "alice" ]}',
+        b'{"user_id": 42}',
+        b'{"user_id": -0}',
+        b'{"user_id":"bob", "user_id" : "alice"}',
+        b'{"x": {"user_id": "alice"}}',
+    ],
+)
+def test_given_a_line_holding_a_wanted_id_in_any_spelling_when_searched_by_the_ids_then_it_is_never_cleared(
+    line,
+) -> None:
+    wanted = frozenset({"alice", "42", "0"})
+    data = b'{"user_id": "carol"}\n' + line + b"\n"
+    candidates = IdCandidates.of((("user_id",),))
+    assert candidates is not None
+    assert not candidates.holds_none_of(data, wanted)
+    assert checked(data, ("user_id",), wanted) == read_by_the_indexer(data, ("user_id",), set(wanted))
+
+
+@pytest.mark.parametrize(
+    "many",
+    [
+        frozenset(f"v{n}" for n in range(KNOWN_IDS_MAX + 1)),
+        frozenset(f"v{n}@example.com".rjust(KNOWN_ID_CHARS // 10, "x") for n in range(11)),
+        frozenset(f"v{n}@example.com".rjust(20, "x") for n in range(40)),  # more than 20 KB pays to compile
+    ],
+)
+def test_given_more_ids_than_the_automaton_takes_when_searched_then_the_split_answers_instead(many) -> None:
+    data = b"\n".join(HARD_LINES) + b"\n"
+    candidates = IdCandidates.of((("user_id",),))
+    assert candidates is not None
+    assert not candidates.holds_none_of(data, many)
+    assert checked(data, ("user_id",), many) == []
+
+
+@pytest.mark.parametrize(("wanted", "expected"), [({"u0000200", "r5"}, []), ({"u0000200", "u0000042"}, [42])])
+def test_given_an_object_too_big_to_hold_when_searched_by_the_ids_then_each_chunk_is_answered_as_the_whole_is(
+    wanted, expected
+) -> None:
+    data = b"\n".join(HARD_LINES) + b"\n"
+    with mock.patch.object(search, "IN_MEMORY_BYTES", 1000), mock.patch.object(lines, "CHUNK_BYTES", 4096):
+        assert checked(data, ("user_id",), frozenset(wanted)) == expected
+        assert checked(data, ("user_id",), HashedUsers(HASHER.many(wanted), HASHER, known=wanted)) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    values=st.lists(
+        ids | st.text(min_size=60, max_size=70) | st.text("abc\u00e9", min_size=60, max_size=70), max_size=8
+    ),
+    style=st.sampled_from(STYLES),
+    separators=st.sampled_from(SEPARATORS),
+)
+def test_given_lines_whose_every_id_is_a_string_spaced_one_way_when_found_in_bulk_then_each_is_among_them(
+    values, style, separators
+) -> None:
+    # The lake's common shape (one writer, string ids), which is read by a slice and a split at the quote instead
+    # of a pattern per piece: long strings, escapes and quotes inside them, keys spelled with escapes.
+    data = b"\n".join(spelled([("user_id", value), ("n", 1)], style, separators).encode() for value in values)
+    read = {
+        user for item in read_records(io.BytesIO(data), "x.jsonl", "jsonl", ("user_id",), MAX) for user in _ids(item)
+    }
+
+    found = IdCandidates.of((("user_id",),)).found(data)  # type: ignore[union-attr]
+
+    assert found is not None
+    assert read <= {value.decode("utf-8", "replace") for value in found.plain.to_pylist()} | set(found.decoded)

@@ -72,7 +72,7 @@ def test_given_drop_when_splicing_then_the_line_and_its_terminator_go():
     assert out == b"a\r\nc\n"
 
 
-@pytest.mark.parametrize("skips", ["counted", "by line starts"])
+@pytest.mark.parametrize("skips", ["counted", "by line starts", "by line starts, located at once"])
 @given(
     lines=st.lists(st.tuples(line_strategy, st.sampled_from([b"\n", b"\r\n"])), max_size=80),
     final=st.booleans(),
@@ -88,15 +88,22 @@ def test_given_blank_keep_and_drop_decisions_over_any_chunking_when_splicing_the
     skips, lines, final, decisions, cuts
 ):
     # In a lake only skips of 128 KiB or more find the chunk's line starts with Arrow; "by line starts" sends every
-    # skip that way.
+    # skip that way (and "located at once" every target the line starts reach, as from 16 of them).
     data = b"".join(content + end for content, end in lines)
     if final:
         data += b"last line without newline"
     answers = {"blank": b"{}", "keep": None, "drop": DROP}
-    threshold = 0 if skips == "by line starts" else splice._INDEXED_SKIP_BYTES
-    with mock.patch.object(splice, "_INDEXED_SKIP_BYTES", threshold):
+    threshold = 0 if skips.startswith("by line starts") else splice._INDEXED_SKIP_BYTES
+    at_once = 1 if skips == "by line starts, located at once" else 10**9
+    with (
+        mock.patch.object(splice, "_INDEXED_SKIP_BYTES", threshold),
+        mock.patch.object(splice, "_LOCATED_AT_ONCE", at_once),
+    ):
         out = b"".join(splice_lines(chunked(data, cuts), decisions, lambda n, line: answers[decisions[n]]))
-    assert out == expected_after(data, decisions)
+        # (a chunk's pieces handed on joined, as past _JOINED_PIECES of them)
+        with mock.patch.object(splice, "_JOINED_PIECES", 0):
+            joined = b"".join(splice_lines(chunked(data, cuts), decisions, lambda n, line: answers[decisions[n]]))
+    assert out == joined == expected_after(data, decisions)
 
 
 def expected_after(data: bytes, decisions: dict[int, str]) -> bytes:
