@@ -14,7 +14,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -271,8 +271,8 @@ class _PartitionPurge:
     intent is recorded, shared with the threads that record theirs at the same time (IntentJournal); finished
     outcomes are written together, RESULTS_PER_BATCH at a time and at the end: one request for many objects. A task
     killed before a batch is written loses nothing: its objects' intents are recorded, and the rerun settles each from
-    the intent and the object as it finds it (_settle). Each object is verified on its thread right after its purge
-    (_verify); gaps: the datasets whose index coverage the report found incomplete."""
+    the intent and the object as it finds it (_settle). Each object is verified right after its purge, by the task's
+    verifier thread (_verify); gaps: the datasets whose index coverage the report found incomplete."""
 
     def __init__(
         self,
@@ -309,25 +309,33 @@ class _PartitionPurge:
         self._stores: list[IndexStore] = []
         self._finished: list[ObjectOutcome] = []
         self._finished_lock = threading.Lock()
+        self._with_maps: set[str] | None = None
+        self._with_maps_lock = threading.Lock()
 
     def run(self) -> Iterator[dict[str, Any]]:
         try:
-            with ThreadPoolExecutor(self.settings.purge.threads_per_task) as pool:
-                yield from pool.map(self._purge, self.targets)
+            with (
+                ThreadPoolExecutor(self.settings.purge.threads_per_task) as pool,
+                ThreadPoolExecutor(1, thread_name_prefix="verify") as verifier,
+            ):
+
+                def purge(target: PurgeTarget) -> tuple[dict[str, Any], Future[list[dict[str, Any]]]]:
+                    outcome = self._purge_one(target)
+                    return outcome, verifier.submit(self._verify, target, outcome)
+
+                for outcome, verified in pool.map(purge, self.targets):
+                    yield {"outcome": outcome, "remaining": verified.result()}
         finally:
             self._flush(self._finished)
             for opened in self._stores:
                 opened.close()
 
-    def _purge(self, target: PurgeTarget) -> dict[str, Any]:
-        outcome = self._purge_one(target)
-        return {"outcome": outcome, "remaining": self._verify(target, outcome)}
-
     def _verify(self, target: PurgeTarget, outcome: dict[str, Any]) -> list[dict[str, Any]]:
-        """The object's verification (engine.verify_object), on its thread as soon as its purge ends: nothing else
-        in this run writes the object, so it is what verification after every object would find, and its requests
-        overlap the other threads' work instead of waiting for all of them. A reference that resolved to nothing has
-        no version to check."""
+        """The object's verification (engine.verify_object), queued as soon as its purge ends and run by the task's
+        verifier thread while the purge threads go on to their next objects: nothing else in this run writes the
+        object, so it is what verification after every object would find, and its round trips overlap the purge's
+        instead of holding a purge thread or waiting for all objects. A reference that resolved to nothing has no
+        version to check."""
         if target.s3path.startswith(OBJECT_REFERENCE):
             return []
         proof = None
@@ -343,6 +351,7 @@ class _PartitionPurge:
             return self._unresolved(target)
         try:
             index, bucket_versioned = self._store(), self.versioned(target.s3path)
+            mapped = target.s3path in self._mapped(index)
         except Exception as exc:  # the index or S3 unreachable before the object was touched: it fails, others go on
             log.warning("purge of an object not started", extra={"error": type(exc).__name__})
             return ObjectOutcome(target.s3path, "failed", error=type(exc).__name__).as_dict()
@@ -356,6 +365,7 @@ class _PartitionPurge:
                 before_write=self.journal.record,
                 versioned=bucket_versioned,
                 announce=self.journal.announce,
+                mapped=mapped,
             )
         try:
             settled = _settle(outcome, self.intents.get(target.s3path), self.written)
@@ -380,6 +390,14 @@ class _PartitionPurge:
                     self._finished.clear()
             self._flush(full)
         return outcome.as_dict()
+
+    def _mapped(self, index: IndexStore) -> set[str]:
+        """The task's objects the index holds a record map for (their purge starts from a HEAD, not a GET), asked
+        once for all of them by the first thread to need it."""
+        with self._with_maps_lock:
+            if self._with_maps is None:
+                self._with_maps = index.with_record_maps([t.s3path for t in self.targets])
+            return self._with_maps
 
     def _store(self) -> IndexStore:
         """This thread's index connection, opened on its first object."""
@@ -481,8 +499,8 @@ def run_purge(
     requested: Sequence[str] = (),
 ) -> PurgeResult:
     """Erase every object of the report, verify every touched object, and write the certificate. Each object is
-    verified right after its purge, on the same executor thread; those an earlier run of the request finished, after
-    the others.
+    verified right after its purge, on the same executor (its task's verifier thread); those an earlier run of the
+    request finished, after the others.
 
     ``spark`` None runs the same work in this process (the inline purge of a small report). ``requested``: the
     users' raw ids, when the caller holds them (the operator's CLI, the workflow's inline purge); used only in this
