@@ -499,7 +499,7 @@ def run_purge(
     settings: Settings,
     report: Report,
     pseudonymizer_key: bytes,
-    relational: Iterable[dict[str, Any]] = (),
+    relational: Iterable[dict[str, Any]] | None = None,
     approved_by: str | None = None,
     report_sha256: str = "",
     approved_at: str | None = None,
@@ -509,7 +509,8 @@ def run_purge(
     verified right after its purge, on the same executor (its task's verifier thread); those an earlier run of the
     request finished, after the others.
 
-    ``spark`` None runs the same work in this process (the inline purge of a small report). ``requested``: the
+    ``spark`` None runs the same work in this process (the inline purge of a small report). ``relational``: the
+    relational DELETEs the caller ran (the operator's CLI); None reads those the workflow recorded. ``requested``: the
     users' raw ids, when the caller holds them (the operator's CLI, the workflow's inline purge); used only in this
     process, never handed to Spark (in_process_ids)."""
     started = datetime.now(UTC)
@@ -523,7 +524,7 @@ def run_purge(
     done = {path: o for path, o in recorded.items() if o.committed}
     intents = {path: o for path, o in recorded.items() if not o.committed}
     pending = [t for t in targets if t.s3path not in done]
-    relational = tuple(relational) or recorded_relational(s3, settings, report.request_id)
+    relational = tuple(relational) if relational is not None else recorded_relational(s3, settings, report.request_id)
     env = job_environment(settings)
     hashes = report.user_hashes
     known = in_process_ids(spark, requested)
