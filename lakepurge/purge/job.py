@@ -209,7 +209,7 @@ class IntentJournal:
             with self._turn:
                 if not self._object.announced:
                     self._unannounced -= 1
-                    self._turn.notify()  # the writer may be waiting for this object's intent
+                    self._wake_writer()
 
     def announce(self, intent: ObjectOutcome) -> Callable[[], None]:
         """Queue the intent; the returned call returns once it is written (or raises why it was not). Nothing may be
@@ -223,7 +223,7 @@ class IntentJournal:
             if not self._writing:
                 self._writing = True
                 threading.Thread(target=self._write_batches, name="intents", daemon=True).start()
-            self._turn.notify()
+            self._wake_writer()
 
         def durable() -> None:
             batch.written.wait()
@@ -235,6 +235,13 @@ class IntentJournal:
     def record(self, intent: ObjectOutcome) -> None:
         """Announce the intent and wait until it is written."""
         self.announce(intent)()
+
+    def _wake_writer(self) -> None:
+        """Wake the writer only when what it waits for may have come: the first intent of a batch, or the last object
+        in progress announcing (or ending without an intent). Each wake makes it take the interpreter lock from the
+        purge threads, to find, most of the time, that it must go on waiting."""
+        if len(self._next.intents) == 1 or self._unannounced == 0:
+            self._turn.notify()
 
     def _queued(self) -> bool:
         return bool(self._next.intents)
