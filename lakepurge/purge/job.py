@@ -61,6 +61,9 @@ UNRESOLVED = (
 # to write their intents in one request: about the time the threads, sharing one interpreter lock, take to bring
 # their objects there (4 threads, 1.3 MB objects: with 20 ms two intents shared a request, with 100 ms nearly four).
 INTENTS_LINGER_SECONDS = 0.1
+# A verifying HEAD takes about a tenth of an object's purge (1.2 of 14.5 thread-seconds on bench/README's hard lake):
+# one verifier thread keeps up with four purge threads, and a task of up to 64 of them has one per four.
+PURGE_THREADS_PER_VERIFIER = 4
 # How long the intents' writer thread waits for a next intent before it ends: a task's objects reach their writes far
 # more often, so it is started once, not on the first intent after each batch (starting a thread makes the announcing
 # object's thread wait until the new one holds the interpreter lock).
@@ -286,7 +289,7 @@ class _PartitionPurge:
     outcomes are written together, RESULTS_PER_BATCH at a time and at the end: one request for many objects. A task
     killed before a batch is written loses nothing: its objects' intents are recorded, and the rerun settles each from
     the intent and the object as it finds it (_settle). Each object is verified right after its purge, by the task's
-    verifier thread (_verify); gaps: the datasets whose index coverage the report found incomplete."""
+    verifier threads (_verify); gaps: the datasets whose index coverage the report found incomplete."""
 
     def __init__(
         self,
@@ -327,10 +330,11 @@ class _PartitionPurge:
         self._with_maps_lock = threading.Lock()
 
     def run(self) -> Iterator[dict[str, Any]]:
+        threads = self.settings.purge.threads_per_task
         try:
             with (
-                ThreadPoolExecutor(self.settings.purge.threads_per_task) as pool,
-                ThreadPoolExecutor(1, thread_name_prefix="verify") as verifier,
+                ThreadPoolExecutor(threads) as pool,
+                ThreadPoolExecutor(-(-threads // PURGE_THREADS_PER_VERIFIER), thread_name_prefix="verify") as verifier,
             ):
 
                 def purge(target: PurgeTarget) -> tuple[dict[str, Any], Future[list[dict[str, Any]]]]:
@@ -346,7 +350,7 @@ class _PartitionPurge:
 
     def _verify(self, target: PurgeTarget, outcome: dict[str, Any]) -> list[dict[str, Any]]:
         """The object's verification (engine.verify_object), queued as soon as its purge ends and run by the task's
-        verifier thread while the purge threads go on to their next objects: nothing else in this run writes the
+        verifier threads while the purge threads go on to their next objects: nothing else in this run writes the
         object, so it is what verification after every object would find, and its round trips overlap the purge's
         instead of holding a purge thread or waiting for all objects. A reference that resolved to nothing has no
         version to check."""
@@ -513,7 +517,7 @@ def run_purge(
     requested: Sequence[str] = (),
 ) -> PurgeResult:
     """Erase every object of the report, verify every touched object, and write the certificate. Each object is
-    verified right after its purge, on the same executor (its task's verifier thread); those an earlier run of the
+    verified right after its purge, on the same executor (its task's verifier threads); those an earlier run of the
     request finished, after the others.
 
     ``spark`` None runs the same work in this process (the inline purge of a small report). ``relational``: the
