@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         settings,
         report,
         key,
-        (),
+        None,
         args.approved_by,
         args.sha256,
         approved_at=args.approved_at,

@@ -372,6 +372,10 @@ class IndexStore(Protocol):
     def record_map(self, s3path: str) -> bytes | None:
         """The record map last stored for the object, or None."""
 
+    def with_record_maps(self, s3paths: Sequence[str]) -> set[str]:
+        """The objects among these that have a record map stored, asked together (a purge task asks once for all
+        its objects instead of once an object)."""
+
     def status(self) -> IndexStatus: ...
 
     def dump(self) -> set[tuple[str, str, int]]:

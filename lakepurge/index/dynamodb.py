@@ -610,6 +610,13 @@ class DynamoIndexStore(DynamoTable):
         item = self._client.get_item(TableName=self._table, Key=record_map_key(s3path), ConsistentRead=True)
         return bytes(item["Item"]["map"]["B"]) if "Item" in item else None
 
+    def with_record_maps(self, s3paths: Sequence[str]) -> set[str]:
+        # A long path's item is named by its hash (record_map_key): found items are named back by their key.
+        paths = {record_map_key(path)["userid"]["S"]: path for path in s3paths}
+        keys = [record_map_key(path) for path in paths.values()]
+        found = self._batch_get(keys, ProjectionExpression="#u", ExpressionAttributeNames={"#u": "userid"})
+        return {paths[item["userid"]["S"]] for item in found}
+
     def coverage(self) -> dict[str, Coverage]:
         """Every coverage item: one Query of their partition (never a scan of the table)."""
         found: dict[str, Coverage] = {}

@@ -311,6 +311,10 @@ class MemoryIndexStore:
         with self._lock:
             return self._record_maps.get(s3path)
 
+    def with_record_maps(self, s3paths: Sequence[str]) -> set[str]:
+        with self._lock:
+            return {path for path in s3paths if path in self._record_maps}
+
     def status(self) -> IndexStatus:
         with self._lock:
             held = list(self._objects.values())

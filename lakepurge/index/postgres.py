@@ -633,6 +633,13 @@ class PostgresIndexStore:
         return bytes(row[0]) if row else None
 
     @_reconnecting
+    def with_record_maps(self, s3paths: Sequence[str]) -> set[str]:
+        if not s3paths:
+            return set()
+        rows = self._conn.execute("SELECT s3path FROM record_maps WHERE s3path = ANY(%s)", (list(s3paths),))
+        return {row[0] for row in rows.fetchall()}
+
+    @_reconnecting
     def coverage(self) -> dict[str, Coverage]:
         with self._conn.cursor() as cur:
             cur.execute(

@@ -160,12 +160,15 @@ def purge_object(
     before_write: BeforeWrite | None = None,
     versioned: bool | None = None,
     announce: Announce | None = None,
+    mapped: bool | None = None,
 ) -> ObjectOutcome:
     """Erase the users' records from one object (see the module docstring); never raises for a bad object:
     a failure is returned as a failed outcome naming the error class. before_write is given the intended outcome
     (committed=False) just before the object is rewritten or deleted; announce, if given, is given a rewrite's
     intent as soon as its bytes are produced (what it returns is called before the write). versioned says whether
-    the bucket has ever had versioning (a job asks once per bucket); None asks S3."""
+    the bucket has ever had versioning (a job asks once per bucket); None asks S3. mapped says whether the index
+    holds a record map for the object (a job asks once for all its objects: IndexStore.with_record_maps); None asks
+    the index."""
     dataset = settings.dataset_named(target.dataset)
     uri = S3Uri.parse(target.s3path)
     ref = object_ref(target.s3path, dataset)
@@ -176,7 +179,7 @@ def purge_object(
                 if versioned is None:
                     versioned = ever_versioned(s3, uri.bucket)
                 step = _PurgeStep(
-                    s3, store, settings, dataset, uri, users, before_write or _nothing, versioned, announce
+                    s3, store, settings, dataset, uri, users, before_write or _nothing, versioned, announce, mapped
                 )
                 return step.run(target)
             except (WriteConflict, ObjectChanged):
@@ -217,6 +220,7 @@ class _PurgeStep:
     before_write: BeforeWrite
     versioned: bool
     announce: Announce | None = None
+    mapped: bool | None = None  # the index holds a record map for the object (None: ask it)
     spans: dict[int, int] = field(default_factory=dict)  # physical lines of each blanked record spanning several
     outcome: ObjectOutcome | None = None  # the outcome so far (what a failure after a write still reports)
     written: bool = False  # the object was rewritten or deleted
@@ -232,11 +236,7 @@ class _PurgeStep:
         # count); Parquet needs ranged reads, owned objects no body, and an object the index mapped for a splice
         # only its windows, so those start from a HEAD.
         body: IO[bytes] | None = None
-        if (
-            self.dataset.format == "parquet"
-            or self.dataset.erase == "delete-object"
-            or self.store.record_map(target.s3path) is not None
-        ):
+        if self.dataset.format == "parquet" or self.dataset.erase == "delete-object" or self._mapped(target.s3path):
             head = head_object(self.s3, self.uri.bucket, self.uri.key)
         else:
             current = get_current(self.s3, self.uri.bucket, self.uri.key)
@@ -246,6 +246,9 @@ class _PurgeStep:
         finally:
             if body is not None:
                 body.close()
+
+    def _mapped(self, s3path: str) -> bool:
+        return self.mapped if self.mapped is not None else self.store.record_map(s3path) is not None
 
     def _erase(self, target: PurgeTarget, head: ObjectHead | None, body: IO[bytes] | None) -> ObjectOutcome:
         s3, store, dataset, users = self.s3, self.store, self.dataset, self.users

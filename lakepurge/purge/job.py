@@ -14,7 +14,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -62,6 +62,13 @@ UNRESOLVED = (
 # to write their intents in one request: about the time the threads, sharing one interpreter lock, take to bring
 # their objects there (4 threads, 1.3 MB objects: with 20 ms two intents shared a request, with 100 ms nearly four).
 INTENTS_LINGER_SECONDS = 0.1
+# A verifying HEAD takes about a tenth of an object's purge (1.2 of 14.5 thread-seconds on bench/README's hard lake):
+# one verifier thread keeps up with four purge threads, and a task of up to 64 of them has one per four.
+PURGE_THREADS_PER_VERIFIER = 4
+# How long the intents' writer thread waits for a next intent before it ends: a task's objects reach their writes far
+# more often, so it is started once, not on the first intent after each batch (starting a thread makes the announcing
+# object's thread wait until the new one holds the interpreter lock).
+WRITER_IDLE_SECONDS = 1.0
 
 
 def recorded_outcomes(
@@ -192,7 +199,7 @@ class IntentJournal:
         self._next = _IntentBatch()  # the batch the intents announced now go with
         self._unannounced = 0  # objects in progress that have not announced an intent yet
         self._object = threading.local()  # whether this thread's object has announced
-        self._writing = False  # the writer thread is running (it ends when nothing is queued)
+        self._writing = False  # the writer thread is running (it ends WRITER_IDLE_SECONDS after its last batch)
 
     @contextmanager
     def working(self) -> Iterator[None]:
@@ -206,7 +213,7 @@ class IntentJournal:
             with self._turn:
                 if not self._object.announced:
                     self._unannounced -= 1
-                    self._turn.notify()  # the writer may be waiting for this object's intent
+                    self._wake_writer()
 
     def announce(self, intent: ObjectOutcome) -> Callable[[], None]:
         """Queue the intent; the returned call returns once it is written (or raises why it was not). Nothing may be
@@ -220,7 +227,7 @@ class IntentJournal:
             if not self._writing:
                 self._writing = True
                 threading.Thread(target=self._write_batches, name="intents", daemon=True).start()
-            self._turn.notify()
+            self._wake_writer()
 
         def durable() -> None:
             batch.written.wait()
@@ -233,9 +240,19 @@ class IntentJournal:
         """Announce the intent and wait until it is written."""
         self.announce(intent)()
 
+    def _wake_writer(self) -> None:
+        """Wake the writer only when what it waits for may have come: the first intent of a batch, or the last object
+        in progress announcing (or ending without an intent). Each wake makes it take the interpreter lock from the
+        purge threads, to find, most of the time, that it must go on waiting."""
+        if len(self._next.intents) == 1 or self._unannounced == 0:
+            self._turn.notify()
+
+    def _queued(self) -> bool:
+        return bool(self._next.intents)
+
     def _write_batches(self) -> None:
         with self._turn:
-            while self._next.intents:
+            while self._queued() or self._turn.wait_for(self._queued, WRITER_IDLE_SECONDS):
                 deadline = time.monotonic() + self._linger
                 while self._unannounced > 0 and (left := deadline - time.monotonic()) > 0:
                     self._turn.wait(left)
@@ -273,9 +290,9 @@ class _PartitionPurge:
     intent is recorded, shared with the threads that record theirs at the same time (IntentJournal); finished
     outcomes are written together, RESULTS_PER_BATCH at a time and at the end: one request for many objects. A task
     killed before a batch is written loses nothing: its objects' intents are recorded, and the rerun settles each from
-    the intent and the object as it finds it (_settle). Each object is verified on its thread right after its purge
-    (_verify); gaps: the datasets whose index coverage the report found incomplete; tags: the request's check tags,
-    if its starter wrote them (read_check_tags)."""
+    the intent and the object as it finds it (_settle). Each object is verified right after its purge, by the task's
+    verifier threads (_verify); gaps: the datasets whose index coverage the report found incomplete; tags: the
+    request's check tags, if its starter wrote them (read_check_tags)."""
 
     def __init__(
         self,
@@ -313,25 +330,34 @@ class _PartitionPurge:
         self._stores: list[IndexStore] = []
         self._finished: list[ObjectOutcome] = []
         self._finished_lock = threading.Lock()
+        self._with_maps: set[str] | None = None
+        self._with_maps_lock = threading.Lock()
 
     def run(self) -> Iterator[dict[str, Any]]:
+        threads = self.settings.purge.threads_per_task
         try:
-            with ThreadPoolExecutor(self.settings.purge.threads_per_task) as pool:
-                yield from pool.map(self._purge, self.targets)
+            with (
+                ThreadPoolExecutor(threads) as pool,
+                ThreadPoolExecutor(-(-threads // PURGE_THREADS_PER_VERIFIER), thread_name_prefix="verify") as verifier,
+            ):
+
+                def purge(target: PurgeTarget) -> tuple[dict[str, Any], Future[list[dict[str, Any]]]]:
+                    outcome = self._purge_one(target)
+                    return outcome, verifier.submit(self._verify, target, outcome)
+
+                for outcome, verified in pool.map(purge, self.targets):
+                    yield {"outcome": outcome, "remaining": verified.result()}
         finally:
             self._flush(self._finished)
             for opened in self._stores:
                 opened.close()
 
-    def _purge(self, target: PurgeTarget) -> dict[str, Any]:
-        outcome = self._purge_one(target)
-        return {"outcome": outcome, "remaining": self._verify(target, outcome)}
-
     def _verify(self, target: PurgeTarget, outcome: dict[str, Any]) -> list[dict[str, Any]]:
-        """The object's verification (engine.verify_object), on its thread as soon as its purge ends: nothing else
-        in this run writes the object, so it is what verification after every object would find, and its requests
-        overlap the other threads' work instead of waiting for all of them. A reference that resolved to nothing has
-        no version to check."""
+        """The object's verification (engine.verify_object), queued as soon as its purge ends and run by the task's
+        verifier threads while the purge threads go on to their next objects: nothing else in this run writes the
+        object, so it is what verification after every object would find, and its round trips overlap the purge's
+        instead of holding a purge thread or waiting for all objects. A reference that resolved to nothing has no
+        version to check."""
         if target.s3path.startswith(OBJECT_REFERENCE):
             return []
         proof = None
@@ -347,6 +373,7 @@ class _PartitionPurge:
             return self._unresolved(target)
         try:
             index, bucket_versioned = self._store(), self.versioned(target.s3path)
+            mapped = target.s3path in self._mapped(index)
         except Exception as exc:  # the index or S3 unreachable before the object was touched: it fails, others go on
             log.warning("purge of an object not started", extra={"error": type(exc).__name__})
             return ObjectOutcome(target.s3path, "failed", error=type(exc).__name__).as_dict()
@@ -360,6 +387,7 @@ class _PartitionPurge:
                 before_write=self.journal.record,
                 versioned=bucket_versioned,
                 announce=self.journal.announce,
+                mapped=mapped,
             )
         try:
             settled = _settle(outcome, self.intents.get(target.s3path), self.written)
@@ -384,6 +412,14 @@ class _PartitionPurge:
                     self._finished.clear()
             self._flush(full)
         return outcome.as_dict()
+
+    def _mapped(self, index: IndexStore) -> set[str]:
+        """The task's objects the index holds a record map for (their purge starts from a HEAD, not a GET), asked
+        once for all of them by the first thread to need it."""
+        with self._with_maps_lock:
+            if self._with_maps is None:
+                self._with_maps = index.with_record_maps([t.s3path for t in self.targets])
+            return self._with_maps
 
     def _store(self) -> IndexStore:
         """This thread's index connection, opened on its first object."""
@@ -479,17 +515,18 @@ def run_purge(
     settings: Settings,
     report: Report,
     pseudonymizer_key: bytes,
-    relational: Iterable[dict[str, Any]] = (),
+    relational: Iterable[dict[str, Any]] | None = None,
     approved_by: str | None = None,
     report_sha256: str = "",
     approved_at: str | None = None,
     requested: Sequence[str] = (),
 ) -> PurgeResult:
     """Erase every object of the report, verify every touched object, and write the certificate. Each object is
-    verified right after its purge, on the same executor thread; those an earlier run of the request finished, after
-    the others.
+    verified right after its purge, on the same executor (its task's verifier threads); those an earlier run of the
+    request finished, after the others.
 
-    ``spark`` None runs the same work in this process (the inline purge of a small report). ``requested``: the
+    ``spark`` None runs the same work in this process (the inline purge of a small report). ``relational``: the
+    relational DELETEs the caller ran (the operator's CLI); None reads those the workflow recorded. ``requested``: the
     users' raw ids, when the caller holds them (the operator's CLI, the workflow's inline purge); used only in this
     process, never handed to Spark (in_process_ids)."""
     started = datetime.now(UTC)
@@ -503,7 +540,7 @@ def run_purge(
     done = {path: o for path, o in recorded.items() if o.committed}
     intents = {path: o for path, o in recorded.items() if not o.committed}
     pending = [t for t in targets if t.s3path not in done]
-    relational = tuple(relational) or recorded_relational(s3, settings, report.request_id)
+    relational = tuple(relational) if relational is not None else recorded_relational(s3, settings, report.request_id)
     env = job_environment(settings)
     hashes = report.user_hashes
     known = in_process_ids(spark, requested)

@@ -174,7 +174,7 @@ def run_inline(
         settings,
         report,
         key,
-        (),
+        None,
         spec.approved_by,
         spec.report_sha256,
         approved_at=spec.approved_at,

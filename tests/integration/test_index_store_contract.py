@@ -783,10 +783,14 @@ def test_given_record_maps_stored_when_read_then_each_object_has_its_last_one_an
     assert store.record_map(A) == b"map of a2"
     assert store.record_map(long_path) == b"\x00binary\xff"
     assert store.record_map(B) is None
+    # Asked together, as a purge task asks for all its objects: the long path named back from its hashed key.
+    assert store.with_record_maps([A, B, long_path]) == {A, long_path}
+    assert store.with_record_maps([]) == set()
     assert store.dump() == {("alice", A, 0), ("alice", A, 7)}  # a map is no row, no object
     assert store.status().objects == 1
     store.truncate()
     assert store.record_map(A) is None
+    assert store.with_record_maps([A, long_path]) == set()
 
 
 def test_given_objects_with_unindexable_lines_when_asked_then_only_their_current_versions_are_counted(store):

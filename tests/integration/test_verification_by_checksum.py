@@ -114,26 +114,43 @@ def test_given_a_purge_when_verified_by_checksum_then_no_rewritten_object_is_rea
     assert "CRC64NVME" in certificate["verification"]["versions_checked"]
 
 
-def test_given_a_purge_of_several_objects_when_each_is_written_then_it_is_verified_before_the_next_one_is_read(lake):
-    # On one thread, object by object: each object's verification (its HEAD) follows its own purge instead of
-    # waiting for every object's, so with several threads it overlaps the other objects' reads and writes.
+def test_given_a_purge_of_several_objects_when_an_objects_verification_is_slow_then_the_next_purge_does_not_wait_for_it(
+    lake,
+):
+    # One purge thread: each object is verified after its own write, by the task's verifier thread, while the purge
+    # thread goes on to the next object (its HEAD overlaps the other objects' reads and writes instead of holding a
+    # purge thread). a.jsonl's verification waits until b.jsonl's purge has started: it would never start if the
+    # purge thread verified a.jsonl itself.
     _, cfg, store, _ = lake
     one_thread = cfg.model_copy(update={"purge": cfg.purge.model_copy(update={"threads_per_task": 1})})
     steps: list[str] = []
     purge_object = job.purge_object
+    next_purge_started = threading.Event()
 
     def purging(s3_, store_, settings, target, *args, **kwargs):
-        steps.append(f"purge {target.s3path.rsplit('/', 1)[1]}")
+        name = target.s3path.rsplit("/", 1)[1]
+        steps.append(f"purge {name}")
+        if name == "b.jsonl":
+            next_purge_started.set()
         return purge_object(s3_, store_, settings, target, *args, **kwargs)
+
+    def slow_verification(key: str) -> None:
+        name = key.rsplit("/", 1)[1]
+        if name == "a.jsonl":
+            steps.append(f"verify a.jsonl, b.jsonl's purge started: {next_purge_started.wait(5)}")
+        else:
+            steps.append(f"verify {name}")
 
     job.purge_object = purging
     try:
-        result, reads = purge_with(one_thread, store, lambda key: steps.append(f"verify {key.rsplit('/', 1)[1]}"))
+        result, reads = purge_with(one_thread, store, slow_verification)
     finally:
         job.purge_object = purge_object
 
     assert result.verified, result.remaining
-    assert steps == ["purge a.jsonl", "verify a.jsonl", "purge b.jsonl", "verify b.jsonl"]
+    assert "verify a.jsonl, b.jsonl's purge started: True" in steps
+    assert steps.index("purge a.jsonl") < steps.index("verify a.jsonl, b.jsonl's purge started: True")
+    assert steps.index("purge b.jsonl") < steps.index("verify b.jsonl")
     assert reads == []
 
 

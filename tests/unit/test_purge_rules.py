@@ -182,6 +182,23 @@ def test_given_a_lone_thread_when_recording_then_its_intent_is_written_at_once_o
     assert store.batches == [["s3://lake/0"], ["s3://lake/1"], ["s3://lake/2"]]
 
 
+def test_given_intents_recorded_one_after_another_when_written_then_one_writer_thread_writes_them_all():
+    # Starting a thread makes the announcing object's thread wait for the new one to run: the writer stays for the
+    # next intent instead of being started again after each batch.
+    writers: list[threading.Thread] = []
+    store = SlowStore()
+
+    def write(intents: list[ObjectOutcome]) -> None:
+        writers.append(threading.current_thread())
+        store.write(intents)
+
+    journal = IntentJournal(write)
+    for n in range(3):
+        journal.record(ObjectOutcome(f"s3://lake/{n}", "erased", committed=False))
+    assert store.batches == [["s3://lake/0"], ["s3://lake/1"], ["s3://lake/2"]]
+    assert len(set(writers)) == 1, f"{len(set(writers))} writer threads started for 3 batches"
+
+
 def test_given_objects_in_progress_when_the_first_reaches_its_write_then_it_waits_for_the_others_intents():
     # Four objects in progress reach their writes 10 ms apart; one more ends with nothing to write. The first waits
     # for the others (never for the whole linger): one request holds the four intents.
