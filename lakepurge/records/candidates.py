@@ -57,20 +57,21 @@ _VALUE = r'^[ \t\r]*:[ \t\r]*(?:"(?P<string>[^"\n]*)|(?P<integer>-?[0-9]+)|(?P<a
 _BARE = r"^[ \t\r]*:[ \t\r]*$"
 _DECODER = json.JSONDecoder()
 _BRACKET = b"["
-# holds_none_of's automaton is made of at most this many characters of ids in all (past it: found's split). It is
-# compiled once a purge (2,000 ids of 8 characters: 1.7 ms; 5,000: 3.4; 20,000: 12 ms) and its DFA builds a state the
-# first time the bytes reach it, so it warms over the objects: on 3 MB objects of the hard lake, of ids close to the
-# wanted ones, 1.5 -> 0.6 ms over 12 objects at 2,000 ids, 1.9 -> 0.8 at 5,000, 2.3 -> 1.4 at 10,000, 2.5 -> 1.0
-# over 80 at 20,000 (2,000 e-mail addresses, 62,000 characters: 1.6 -> 0.75), where the split, its values and their
-# lookup take ~1.6 ms. At 20,000 ids (10% of the bench's users) 10 objects' check took 1.6-1.9x the splice against
-# 0.9-1.0x by the split.
+# holds_none_of's automaton is made of at most KNOWN_IDS_MAX ids of KNOWN_ID_CHARS characters in all (past either:
+# found's split). It is compiled once a purge (2,000 ids of 8 characters: 1.7 ms; 5,000: 3.4; 20,000: 12) and its DFA
+# builds a state the first time the bytes reach it, so it warms over the objects: on 3 MB objects of the hard lake, of
+# ids close to the wanted ones, 1.5 -> 0.6 ms over 12 objects at 2,000 ids, 1.9 -> 0.8 at 5,000, 2.3 -> 1.4 at 10,000,
+# 2.5 -> 1.0 over 80 at 20,000 (2,000 e-mail addresses, 62,000 characters: 1.6 -> 0.75), where the split, its values
+# and their lookup take ~1.6 ms. At 20,000 ids (10% of the bench's users) 10 objects' check took 1.6-1.9x the splice
+# against 0.9-1.0x by the split. (The count is asked first: summing 20,000 ids' lengths took 1 ms.)
+KNOWN_IDS_MAX = 10_000
 KNOWN_ID_CHARS = 64_000
 # RE2's memory for the compiled program and its DFA's states (built as the bytes reach them, so only what a purge
 # needs is taken; freed with the WantedIds). A DFA that runs out falls back to the NFA, ~100 times slower: the
 # sorted alternation of 20,000 8-character ids needed more than 32 MiB to stay in the DFA, 2,000 e-mail addresses
 # more than 8. Past this bound, or if the DFA is slow for any other reason, a search costs more than
 # KNOWN_SLOW_NS_A_BYTE of this thread's CPU: the automaton is then turned off for the rest of the purge (the split
-# answers, as past KNOWN_ID_CHARS). A DFA warming up costs ~1 ns a byte, the split ~0.5.
+# answers, as past KNOWN_IDS_MAX). A DFA warming up costs ~1 ns a byte, the split ~0.5.
 KNOWN_MAX_MEM = 64 << 20
 KNOWN_SLOW_NS_A_BYTE = 4
 KNOWN_TIMED_FROM = 256 << 10  # bytes: a shorter search is too quick to time
@@ -101,8 +102,8 @@ class IdCandidates:
     def holds_none_of(self, data: bytes, known: WantedIds) -> bool:
         """True when no line of the stretch can hold any of the wanted ids (raw ids: the caller holds them), by one
         automaton over the bytes (module docstring); False when that cannot be told so: some key's value is one of
-        them, or holds an escape or an array, or there is no automaton for these ids (more than KNOWN_ID_CHARS, or
-        turned off for being slow: then use found)."""
+        them, or holds an escape or an array, or there is no automaton for these ids (more than KNOWN_IDS_MAX or
+        KNOWN_ID_CHARS, or turned off for being slow: then use found)."""
         automaton = known.automaton(self._keys)
         return automaton is not None and automaton.matches(data) is False
 
@@ -227,7 +228,7 @@ class _Automaton:
 
     @classmethod
     def of(cls, keys: str, ids: frozenset[str]) -> _Automaton | None:
-        if not ids or sum(map(len, ids)) > KNOWN_ID_CHARS:
+        if not ids or len(ids) > KNOWN_IDS_MAX or sum(map(len, ids)) > KNOWN_ID_CHARS:
             return None
         pattern = _known_pattern(keys, ids)
         if pattern is None:

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from lakepurge.core.privacy import HashedUsers, Pseudonymizer
 from lakepurge.records import candidates, lines, search
-from lakepurge.records.candidates import KNOWN_ID_CHARS, IdCandidates, WantedIds
+from lakepurge.records.candidates import KNOWN_ID_CHARS, KNOWN_IDS_MAX, IdCandidates, WantedIds
 from lakepurge.records.formats import read_records
 from lakepurge.records.ids import Record, parse_paths
 from lakepurge.records.lines import DEFAULT_INFLATION
@@ -289,9 +289,16 @@ def test_given_a_line_holding_a_wanted_id_in_any_spelling_when_searched_by_the_i
     assert checked(data, ("user_id",), wanted) == read_by_the_indexer(data, ("user_id",), set(wanted))
 
 
-def test_given_more_characters_of_ids_than_the_automaton_takes_when_searched_then_the_split_answers_instead() -> None:
+@pytest.mark.parametrize(
+    "many",
+    [
+        frozenset(f"v{n}" for n in range(KNOWN_IDS_MAX + 1)),
+        frozenset(f"v{n}@example.com" for n in range(KNOWN_ID_CHARS // 10)),
+    ],
+    ids=["ids", "characters"],
+)
+def test_given_more_ids_than_the_automaton_takes_when_searched_then_the_split_answers_instead(many) -> None:
     data = b"\n".join(HARD_LINES) + b"\n"
-    many = frozenset(f"v{n}@example.com" for n in range(KNOWN_ID_CHARS // 10))
     candidates = IdCandidates.of((("user_id",),))
     assert candidates is not None
     assert not candidates.holds_none_of(data, WantedIds(many))
