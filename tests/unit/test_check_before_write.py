@@ -11,6 +11,7 @@ import io
 import json
 import logging
 import re
+import sys
 import threading
 import weakref
 from concurrent.futures import ThreadPoolExecutor
@@ -382,8 +383,13 @@ def test_given_many_threads_of_a_purge_when_searched_by_the_ids_then_one_automat
 
     asked: set[int] = set()
     compiled = mock.patch.object(candidates._Automaton, "of", wraps=candidates._Automaton.of)
-    with compiled as compile_calls, _found_spy(objects, asked), ThreadPoolExecutor(4) as pool:
-        answers = list(pool.map(check, objects * 4))
+    switching = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # the threads take turns within the compile too
+    try:
+        with compiled as compile_calls, _found_spy(objects, asked), ThreadPoolExecutor(4) as pool:
+            answers = list(pool.map(check, objects * 4))
+    finally:
+        sys.setswitchinterval(switching)
 
     assert answers == expected * 4
     assert compile_calls.call_count == 1  # compiled once for the purge, by whichever thread asked first
