@@ -15,6 +15,7 @@ from typing import Any
 from lakepurge.core import aws
 from lakepurge.core.check_tags import VECTORISED, CheckTags, covering
 from lakepurge.core.config import ConfigError, PrivacyConfig
+from lakepurge.records.candidates import WantedIds
 
 # Keys a Spark driver handed to this executor process with the task closure (lakepurge.core.sparkutil), by source: an
 # executor hashes with the driver's key and never asks Secrets Manager itself. Held in memory only.
@@ -179,6 +180,9 @@ class HashedUsers:
         # Every user is known by id: answered by lookups alone (a hash covered by no id would need hashing).
         self._by_id = bool(self._hashes) and self._hashes <= set(held.values())
         self._known_array: Any = None
+        # The ids again with the automata the check before a write searches for them, compiled once for this purge
+        # and shared by its threads; they go when this object goes (records.candidates.WantedIds).
+        self._held = WantedIds(self._known) if self._by_id else None
         if self._by_id:
             import pyarrow as pa
 
@@ -207,10 +211,11 @@ class HashedUsers:
     def __len__(self) -> int:
         return len(self._hashes)
 
-    def ids_held(self) -> frozenset[str] | None:
+    def ids_held(self) -> WantedIds | None:
         """Every user's raw id when this process was given them all (``known``), else None: for a search of bytes by
-        the ids themselves (the check before a write). In memory only, as ``known``."""
-        return self._known if self._by_id else None
+        the ids themselves (the check before a write), by an automaton compiled the first time it is asked and kept
+        as long as this object. In memory only, as ``known``."""
+        return self._held
 
     def hashes_of(self, user_ids: Iterable[str]) -> list[str]:
         """The keyed hashes of other ids (forms of these users' ids found elsewhere, e.g. truncated)."""

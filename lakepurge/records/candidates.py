@@ -29,16 +29,22 @@ without a backslash is the id's UTF-8 between quotes, so it is matched by the id
 by the ids that are integers as JSON writes them (`-0` for 0 too); a string holding a backslash (an escape could
 spell any id) and an array are matched whatever they hold. No match proves that no line holds a wanted user; a match
 only means the stretch is read the general way. RE2 runs the pattern as one automaton over the bytes: no split, no
-value taken out, nothing looked up.
+value taken out, nothing looked up. The automaton is compiled once for the purge (WantedIds, which holds the ids and
+lives as long as they do) and shared by its threads.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Collection
+import threading
+import time
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
+
+import re2
+from re2 import _re2
 
 from lakepurge.records.arrow_scan import arrow, pieces_after, whole
 from lakepurge.records.ids import PLAIN_FIELD
@@ -51,15 +57,24 @@ _VALUE = r'^[ \t\r]*:[ \t\r]*(?:"(?P<string>[^"\n]*)|(?P<integer>-?[0-9]+)|(?P<a
 _BARE = r"^[ \t\r]*:[ \t\r]*$"
 _DECODER = json.JSONDecoder()
 _BRACKET = b"["
-# holds_none_of builds its automaton from at most this many ids, of at most this many characters in all, and no more
-# than a stretch's size pays for (a character a KNOWN_BYTES_A_CHAR bytes, past KNOWN_CHARS_FREE): RE2 compiles it on
-# every call, ~0.11 ms a thousand characters, and its scan saves ~0.25 ns a byte over found's split (3 MB of json.dumps
-# lines: 0.7-0.8 ms against 1.6 ms; 250 KB: 0.20 against 0.29 ms at 100 ids, even at 200). Past these found costs
-# less (8,400 characters of e-mail addresses took 2.2 ms over 3 MB, 22,400 took 12.5 ms).
-KNOWN_IDS_MAX = 400
-KNOWN_ID_CHARS = 4000
-KNOWN_CHARS_FREE = 300
-KNOWN_BYTES_A_CHAR = 600
+# holds_none_of's automaton is made of at most KNOWN_IDS_MAX ids of KNOWN_ID_CHARS characters in all (past either:
+# found's split). It is compiled once a purge (2,000 ids of 8 characters: 1.7 ms; 5,000: 3.4; 20,000: 12) and its DFA
+# builds a state the first time the bytes reach it, so it warms over the objects: on 3 MB objects of the hard lake, of
+# ids close to the wanted ones, 1.5 -> 0.6 ms over 12 objects at 2,000 ids, 1.9 -> 0.8 at 5,000, 2.3 -> 1.4 at 10,000,
+# 2.5 -> 1.0 over 80 at 20,000 (2,000 e-mail addresses, 62,000 characters: 1.6 -> 0.75), where the split, its values
+# and their lookup take ~1.6 ms. At 20,000 ids (10% of the bench's users) 10 objects' check took 1.6-1.9x the splice
+# against 0.9-1.0x by the split. (The count is asked first: summing 20,000 ids' lengths took 1 ms.)
+KNOWN_IDS_MAX = 10_000
+KNOWN_ID_CHARS = 64_000
+# RE2's memory for the compiled program and its DFA's states (built as the bytes reach them, so only what a purge
+# needs is taken; freed with the WantedIds). A DFA that runs out falls back to the NFA, ~100 times slower: the
+# sorted alternation of 20,000 8-character ids needed more than 32 MiB to stay in the DFA, 2,000 e-mail addresses
+# more than 8. Past this bound, or if the DFA is slow for any other reason, a search costs more than
+# KNOWN_SLOW_NS_A_BYTE of this thread's CPU: the automaton is then turned off for the rest of the purge (the split
+# answers, as past KNOWN_IDS_MAX). A DFA warming up costs ~1 ns a byte, the split ~0.5.
+KNOWN_MAX_MEM = 64 << 20
+KNOWN_SLOW_NS_A_BYTE = 4
+KNOWN_TIMED_FROM = 256 << 10  # bytes: a shorter search is too quick to time
 # What follows a key's `:` that could be a wanted id whatever the ids are: a string holding a backslash before its
 # end (an escape, or an escaped quote), or an array. (Binary is read as Latin-1 by RE2: `[^"\n]` is any other byte.)
 _ANY_ESCAPED_OR_ARRAY = r'"[^"\n]*\\|\['
@@ -84,23 +99,13 @@ class IdCandidates:
         spellings = ["".join(f"(?:{re.escape(char)}|{_escape_of(char)})" for char in name) for name in names]
         self._keys = '"(?:' + "|".join(spellings) + ')"'
 
-    def holds_none_of(self, data: bytes, ids: Collection[str]) -> bool:
-        """True when no line of the stretch can hold any of these ids (raw ids: the caller holds them), by one
+    def holds_none_of(self, data: bytes, known: WantedIds) -> bool:
+        """True when no line of the stretch can hold any of the wanted ids (raw ids: the caller holds them), by one
         automaton over the bytes (module docstring); False when that cannot be told so: some key's value is one of
-        them, or holds an escape or an array, or the ids are more, or longer in all, than the automaton pays for
-        (KNOWN_IDS_MAX, KNOWN_ID_CHARS and the stretch's size: then use found)."""
-        paid_for = min(KNOWN_ID_CHARS, KNOWN_CHARS_FREE + len(data) // KNOWN_BYTES_A_CHAR)
-        if not ids or len(ids) > KNOWN_IDS_MAX or sum(map(len, ids)) > paid_for:
-            return False
-        pattern = _known_pattern(self._keys, ids)
-        if pattern is None:
-            return False
-        pa, pc = arrow()
-        try:
-            held = pc.match_substring_regex(whole(data), pattern)
-        except pa.ArrowInvalid:  # (not raised with the message: it could quote the ids the pattern is made of)
-            return False
-        return not held[0].as_py()
+        them, or holds an escape or an array, or there is no automaton for these ids (more than KNOWN_IDS_MAX or
+        KNOWN_ID_CHARS, or turned off for being slow: then use found)."""
+        automaton = known.automaton(self._keys)
+        return automaton is not None and automaton.matches(data) is False
 
     @classmethod
     def of(cls, paths: tuple[tuple[str, ...], ...]) -> IdCandidates | None:
@@ -178,12 +183,88 @@ def _uniform_strings(pieces: Any) -> Any:
     return pc.list_element(split, 0)
 
 
+class WantedIds(Collection[str]):
+    """The wanted users' raw ids as a process that holds them has them (an inline purge: HashedUsers.ids_held), with
+    the automata holds_none_of searches for them, one for each set of id fields' names: each compiled once, when a
+    stretch first asks, and shared by the purge's threads (RE2 matches from many threads at once). They live exactly
+    as long as this object, which holds the ids anyway; nothing else keeps them (a module's cache would keep the raw
+    ids past the purge). ``repr`` shows a count, never an id."""
+
+    __slots__ = ("__weakref__", "_automata", "_ids", "_lock")
+
+    def __init__(self, ids: Iterable[str]) -> None:
+        self._ids = frozenset(ids)
+        self._automata: dict[str, _Automaton | None] = {}
+        self._lock = threading.Lock()
+
+    def __contains__(self, user: object) -> bool:
+        return user in self._ids
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._ids)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __repr__(self) -> str:
+        return f"WantedIds({len(self._ids)} ids)"
+
+    def automaton(self, keys: str) -> _Automaton | None:
+        """The automaton of these ids after these keys (IdCandidates._keys), or None when there is none."""
+        with self._lock:  # (the threads that ask while it compiles wait for it: it is compiled once)
+            if keys not in self._automata:
+                self._automata[keys] = _Automaton.of(keys, self._ids)
+            return self._automata[keys]
+
+
+class _Automaton:
+    """One compiled RE2 automaton of holds_none_of, and whether it still pays (it is turned off when slow)."""
+
+    __slots__ = ("__weakref__", "_compiled", "working")
+
+    def __init__(self, compiled: Any) -> None:
+        self._compiled = compiled
+        self.working = True
+
+    @classmethod
+    def of(cls, keys: str, ids: frozenset[str]) -> _Automaton | None:
+        if not ids or len(ids) > KNOWN_IDS_MAX or sum(map(len, ids)) > KNOWN_ID_CHARS:
+            return None
+        pattern = _known_pattern(keys, ids)
+        if pattern is None:
+            return None
+        options = re2.Options()
+        options.encoding = re2.Options.Encoding.LATIN1  # bytes as they are: an id's UTF-8 matched byte by byte
+        options.max_mem = KNOWN_MAX_MEM
+        options.log_errors = False  # RE2 would print a pattern it refuses (the ids) on the standard error
+        # RE2 itself, not re2.compile: that keeps every pattern in the module's cache (the ids, past the purge)
+        compiled = _re2.RE2(pattern.encode(), options)
+        if not compiled.ok():  # (its error is not read: it could quote the ids; too large a pattern for max_mem)
+            return None
+        return cls(compiled)
+
+    def matches(self, data: bytes) -> bool | None:
+        """Whether the pattern matches somewhere in the stretch; None when the automaton is turned off (it turns
+        itself off when a search costs more than KNOWN_SLOW_NS_A_BYTE of this thread's CPU)."""
+        if not self.working:
+            return None
+        start = time.thread_time_ns()
+        found = self._compiled.Match(_UNANCHORED, data, 0, len(data))[0][0] != -1
+        if len(data) >= KNOWN_TIMED_FROM and time.thread_time_ns() - start > KNOWN_SLOW_NS_A_BYTE * len(data):
+            self.working = False
+        return found
+
+
+_UNANCHORED = _re2.RE2.Anchor.UNANCHORED
+
+
 def _known_pattern(keys: str, ids: Collection[str]) -> str | None:
-    """The automaton of holds_none_of for these keys and ids, made afresh for each stretch (not kept: it holds the
-    raw ids, which live no longer than the purge holding them); None when an id is no UTF-8 (a lone surrogate: no
-    reader's id, and no pattern can hold it)."""
+    """The pattern of holds_none_of's automaton for these keys and ids; None when an id is no UTF-8 (a lone
+    surrogate: no reader's id, and no pattern can hold it). The ids sorted: RE2 factors the common prefixes of
+    neighbouring alternatives (20,000 ids: a program of 42,000 instructions instead of 128,000, and a DFA with fewer
+    and smaller states)."""
     try:
-        strings = "|".join(map(_literal, ids))
+        strings = "|".join(map(_literal, sorted(ids)))
         strings.encode()
     except UnicodeEncodeError:
         return None

@@ -14,7 +14,7 @@ from typing import IO, Any
 
 import orjson
 
-from lakepurge.records.candidates import IdCandidates
+from lakepurge.records.candidates import IdCandidates, WantedIds
 from lakepurge.records.csv_records import one_width_column, read_csv
 from lakepurge.records.formats import read_records
 from lakepurge.records.gc_pause import collector_paused
@@ -62,7 +62,8 @@ def lines_holding(
     needs; anything the bulk answer cannot clear is parsed line by line. rules: as the indexer reads the ids. A
     typed dataset (typed fields in rules) is read record by record, its ids read in their index forms: the bulk
     answers compare ids as read. known: the wanted users' raw ids, when the caller holds them (an inline purge):
-    the bulk answer is then first asked by the ids themselves (IdCandidates.holds_none_of: no split, no lookup)."""
+    the bulk answer is then first asked by the ids themselves (IdCandidates.holds_none_of: no split, no lookup); a
+    WantedIds (HashedUsers.ids_held) keeps its automaton for the next objects, other ids are compiled for this one."""
     if none_of is None:
         none_of = functools.partial(_none_of, wanted)
     paths = parse_paths(id_fields)
@@ -93,11 +94,12 @@ def lines_holding(
     typed = rules.typing is not None
     # (numbers by value: a float is an id too, which the bulk answer does not read)
     candidates = None if rules.folded or typed or rules.numbers else IdCandidates.of(paths)
+    by_ids = known if isinstance(known, WantedIds) or known is None else WantedIds(known)
 
     def none_wanted(data: bytes) -> bool:
         if candidates is None:
             return False
-        if known is not None and candidates.holds_none_of(data, known):
+        if by_ids is not None and candidates.holds_none_of(data, by_ids):
             return True
         held = candidates.found(data)
         if held is None:  # cannot be told in bulk
