@@ -218,7 +218,7 @@ def _replaced(
     stretches = map(view.__getitem__, map(slice, begins, starts))
     changes = cast("list[bytes]", decided)  # (none is None now)
     first = changes[0]
-    if changes.count(first) == len(changes):  # one replacement for every line (the purge's own: blank or drop)
+    if all(map(operator.is_, changes, repeat(first))):  # one replacement for every line (the purge's: blank or drop)
         out.extend(stretches if first is DROP else chain.from_iterable(zip(stretches, repeat(first + b"\n"))))
     else:
         lines = (b"" if replacement is DROP else replacement + b"\n" for replacement in changes)
