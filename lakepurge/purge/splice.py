@@ -14,7 +14,7 @@ import functools
 import operator
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from itertools import compress, filterfalse, repeat
+from itertools import chain, compress, filterfalse, repeat
 from typing import cast
 
 from lakepurge.records.arrow_scan import LineStarts
@@ -172,27 +172,21 @@ def splice_batches(chunks: Iterable[bytes], targets: Iterable[int], decide: Deci
             line += 1
             target = next(pending, None)
             done += 1
+        out: list[bytes | memoryview] = []
         if numbers:
-            contents = [chunk[start:end] for start, end in zip(starts, ends, strict=True)]
-            out: list[bytes | memoryview] = []
-            for start, end, replacement in zip(starts, ends, _decided(decide, numbers, contents), strict=True):
-                if replacement is None:
-                    continue
-                if passed < start:
-                    out.append(view[passed:start])
-                if replacement is not DROP:
-                    out.append(replacement + b"\n")
-                passed = end + 1
-            # Many pieces go on as one (a copy of what they hold): each piece handed on costs its consumer a step
-            # (staging, checksum, deflate), about as much as copying a line.
-            yield from (b"".join(out),) if len(out) > _JOINED_PIECES else out
+            contents = list(map(chunk.__getitem__, map(slice, starts, ends)))
+            passed = _replaced(out, view, passed, starts, ends, _decided(decide, numbers, contents))
         if held_line >= 0:
             if passed < pos:
-                yield view[passed:pos]
+                out.append(view[passed:pos])
             held.append(chunk[pos:])
             passed = size
         if passed < size:
-            yield view[passed:] if passed else chunk
+            out.append(view[passed:] if passed else chunk)
+        # Many pieces go on as one (a copy of what they hold, the chunk's rest included, so that staging an object of
+        # one chunk copies it no more): each piece handed on costs its consumer a step (staging, checksum, deflate),
+        # about as much as copying a line.
+        yield from (b"".join(out),) if len(out) > _JOINED_PIECES else out
     content = b"".join(held)
     if held_line >= 0 and content:  # the last line had no terminator (an empty remainder is no line at all)
         (replacement,) = _decided(decide, [held_line], [content])
@@ -200,6 +194,36 @@ def splice_batches(chunks: Iterable[bytes], targets: Iterable[int], decide: Deci
             yield content
         elif replacement is not DROP:
             yield replacement
+
+
+def _replaced(
+    out: list[bytes | memoryview],
+    view: memoryview,
+    passed: int,
+    starts: list[int],
+    ends: list[int],
+    decided: list[bytes | None],
+) -> int:
+    """Appends to out the chunk's bytes from `passed` to the last target line changed, each changed line (at
+    starts[i]:ends[i], its '\\n' at ends[i]) replaced as decided; returns where the bytes not yet handed on start.
+    The stretches between the lines are views of the chunk, and the pieces are made by C calls over all the lines
+    (no Python step per line)."""
+    if None in decided:  # the lines left as they are go on within the stretches
+        changed = list(map(_IS_DECIDED, decided))
+        starts, ends = list(compress(starts, changed)), list(compress(ends, changed))
+        decided = list(compress(decided, changed))
+        if not decided:
+            return passed
+    begins = [passed, *map(operator.add, ends[:-1], repeat(1))]  # each stretch ends where a changed line starts
+    stretches = map(view.__getitem__, map(slice, begins, starts))
+    changes = cast("list[bytes]", decided)  # (none is None now)
+    first = changes[0]
+    if all(map(operator.is_, changes, repeat(first))):  # one replacement for every line (the purge's: blank or drop)
+        out.extend(stretches if first is DROP else chain.from_iterable(zip(stretches, repeat(first + b"\n"))))
+    else:
+        lines = (b"" if replacement is DROP else replacement + b"\n" for replacement in changes)
+        out.extend(chain.from_iterable(zip(stretches, lines, strict=True)))
+    return ends[-1] + 1
 
 
 def _skips_ahead(ordered: list[int], done: int, line: int, lines_left: float) -> int:

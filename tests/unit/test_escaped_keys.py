@@ -6,15 +6,22 @@ from __future__ import annotations
 
 import io
 import json
+from unittest import mock
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from lakepurge.records import ids
 from lakepurge.records.formats import group_records
 from lakepurge.records.ids import IdKeys, IdRules, parse_paths
 
 pytestmark = pytest.mark.unit
 
 MAX = 4096
+# (escapes that spell a name's character and others, quotes, colons, spacing, bytes that are no UTF-8)
+PIECES = [b"\\u005f", b"\\u005F", b"\\u00e9", b"\\u212A", b"\\u0130", b"\\u0041", b'"', b":", b" ", b"\n", b"\xff"]
+PIECES += [b"\xc3\xa9", b"a", b"\\", b"\r", b"\t", b"\x00", b"\xe2\x84\xaa", b"user_id"]
 
 
 def test_given_names_in_any_case_when_a_key_is_spelled_with_an_escape_lowered_into_ascii_then_both_spellings_count():
@@ -40,3 +47,25 @@ def test_given_a_text_when_asked_whether_it_may_write_the_id_key_twice_then_only
 ) -> None:
     keys = IdKeys.of(parse_paths(["user_id"]))
     assert keys.may_repeat(text.encode()) is may_repeat
+
+
+@given(st.lists(st.sampled_from(PIECES), max_size=14))
+@settings(max_examples=300, deadline=None)
+def test_given_any_text_when_searched_for_an_escaped_key_by_re2_or_by_re_then_both_answer_alike(pieces) -> None:
+    # A long text (the lines of a chunk joined) is searched by RE2 in Arrow, a short one by re: the same answer.
+    text = b"".join(pieces)
+    with mock.patch.object(ids, "_ESCAPES_SEARCHED_BY_RE2", 0):
+        by_re2 = ids._escape_of_a_name_in(text)
+    with mock.patch.object(ids, "_ESCAPES_SEARCHED_BY_RE2", 1 << 40):
+        by_re = ids._escape_of_a_name_in(text)
+    assert by_re2 is by_re
+
+
+def test_given_the_target_lines_of_a_chunk_when_one_spells_the_key_with_an_escape_then_they_are_read_line_by_line():
+    # Past the size that RE2 searches, an escaped spelling far into the text is still found.
+    lines = [json.dumps({"user_id": f"u{n}", "body": "café " * 20}).encode() for n in range(1_000)]
+    lines[-1] = lines[-1].replace(b'"user_id"', b'"user\\u005fid"')
+    keys = IdKeys.of(parse_paths(["user_id"]))
+    assert len(b"\n".join(lines)) > ids._ESCAPES_SEARCHED_BY_RE2
+    assert keys.repeated_among(lines, len(lines))
+    assert not keys.repeated_among(lines[:-1], len(lines) - 1)

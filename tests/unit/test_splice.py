@@ -157,3 +157,14 @@ def test_given_an_object_of_several_mib_with_sparse_targets_when_spliced_in_1_mi
 def test_given_a_negative_line_when_splicing_then_it_is_refused():
     with pytest.raises(ValueError, match="line numbers start at 0"):
         list(splice_lines([b"a\nb\n"], [-1, 0], lambda n, line: b"{}"))
+
+
+def test_given_a_chunk_with_many_targets_when_spliced_then_it_goes_on_as_one_piece_its_rest_included():
+    # Staging an object of one piece takes it as it is; two pieces (the joined targets and the chunk's rest) cost it
+    # a second copy of the whole object.
+    # (a target every 20 lines over 400 KB: the chunk's line starts path, each target located at once)
+    data = b"".join(b'{"n":%d,"pad":"%s"}\n' % (n, b"x" * 180) for n in range(2_000))
+    targets = range(5, 1_990, 20)
+    pieces = list(splice_lines([data], targets, lambda n, line: b"{}"))
+    assert len(pieces) == 1
+    assert pieces[0] == expected_after(data, dict.fromkeys(targets, "blank"))
