@@ -560,10 +560,10 @@ def test_given_a_data_file_overwritten_after_the_report_when_purged_then_it_is_n
     key = path.split("/", 3)[3]
     real_rewrite = erasure.rewrite_partition
 
-    def rewrite_after_an_overwrite(settings, env, key_, hashes, items, known=()):
+    def rewrite_after_an_overwrite(*args, **kwargs):
         # Someone writes other bytes under the file's name: not the version the table's log (and the plan) names.
         aws_client().put_object(Bucket=D.BUCKET, Key=key, Body=b"PAR1 not the table's file")
-        return real_rewrite(settings, env, key_, hashes, items, known)
+        return real_rewrite(*args, **kwargs)
 
     monkeypatch.setattr(erasure, "rewrite_partition", rewrite_after_an_overwrite)
     code, purged = cli(capsys, "purge", alice, "--yes", "--config", config)
