@@ -28,12 +28,6 @@ def whole(data: bytes, start: int = 0) -> Any:
     return pa.Array.from_buffers(pa.large_binary(), 1, [None, offsets, pa.py_buffer(data)])
 
 
-def holds_match(data: bytes, pattern: str) -> bool:
-    """Whether RE2's `pattern` matches anywhere in data, read as bytes (the pattern compiled on each call)."""
-    _, pc = arrow()
-    return bool(pc.match_substring_regex(whole(data), pattern)[0].as_py())
-
-
 def pieces_after(data: bytes, token: str) -> Any:
     """What follows each occurrence of the token in data, up to the next occurrence or the end (an Arrow binary
     array; the bytes before the first occurrence are not in it)."""

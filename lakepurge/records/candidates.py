@@ -43,9 +43,7 @@ from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import re2
-from re2 import _re2
-
+from lakepurge.records import re2_bytes
 from lakepurge.records.arrow_scan import arrow, pieces_after, whole
 from lakepurge.records.ids import PLAIN_FIELD
 
@@ -233,15 +231,8 @@ class _Automaton:
         pattern = _known_pattern(keys, ids)
         if pattern is None:
             return None
-        options = re2.Options()
-        options.encoding = re2.Options.Encoding.LATIN1  # bytes as they are: an id's UTF-8 matched byte by byte
-        options.max_mem = KNOWN_MAX_MEM
-        options.log_errors = False  # RE2 would print a pattern it refuses (the ids) on the standard error
-        # RE2 itself, not re2.compile: that keeps every pattern in the module's cache (the ids, past the purge)
-        compiled = _re2.RE2(pattern.encode(), options)
-        if not compiled.ok():  # (its error is not read: it could quote the ids; too large a pattern for max_mem)
-            return None
-        return cls(compiled)
+        automaton = re2_bytes.compiled(pattern.encode(), KNOWN_MAX_MEM)  # None: too large a pattern for max_mem
+        return None if automaton is None else cls(automaton)
 
     def matches(self, data: bytes) -> bool | None:
         """Whether the pattern matches somewhere in the stretch; None when the automaton is turned off (it turns
@@ -249,13 +240,10 @@ class _Automaton:
         if not self.working:
             return None
         start = time.thread_time_ns()
-        found = self._compiled.Match(_UNANCHORED, data, 0, len(data))[0][0] != -1
+        found = re2_bytes.found_in(self._compiled, data)
         if len(data) >= KNOWN_TIMED_FROM and time.thread_time_ns() - start > KNOWN_SLOW_NS_A_BYTE * len(data):
             self.working = False
         return found
-
-
-_UNANCHORED = _re2.RE2.Anchor.UNANCHORED
 
 
 def _known_pattern(keys: str, ids: Collection[str]) -> str | None:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
-from lakepurge.records.arrow_scan import holds_match
+from lakepurge.records import re2_bytes
 
 if TYPE_CHECKING:
     from lakepurge.records.id_typing import IdTyping
@@ -195,23 +195,18 @@ def _keeping_every_value(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 # case, of one lower-cased into ASCII (_LOWERED_TO_ASCII: \u212a, \u0130) can spell one; the escapes a writer makes of
 # other text (`\u00e9`: every non-ASCII character in json.dumps's output) are passed over, each of which cost a walk
 # to its string's end (9 ms over 3 MB of such text).
-_ESCAPED_KEY = re.compile(rb'\\u(?:00(?:2[dDeE]|3[0-9]|[4-7][0-9A-Fa-f])|212[aA]|0130)[^"]*"[ \t\r\n]*:')
+ESCAPED_KEY = rb'\\u(?:00(?:2[dDeE]|3[0-9]|[4-7][0-9A-Fa-f])|212[aA]|0130)[^"]*"[ \t\r\n]*:'
+# Compiled once for the process (it holds no id); the search leaves the interpreter lock, and over the ~320 KB of a
+# hard lake object's target lines at 10% of its users (json.dumps's escapes of every non-ASCII character) takes
+# ~0.33 ms against re's ~0.8 ms, over one 1 KB line ~1.2 against 1.7 us.
+_ESCAPED_KEY = re2_bytes.compiled(ESCAPED_KEY)
+assert _ESCAPED_KEY is not None, "RE2 takes the escaped-key pattern"
 PLAIN_FIELD = re.compile(r"[A-Za-z0-9_.-]+")
-# From this size on a text is searched for such an escape by RE2 (Arrow's kernel, without the interpreter lock): ~13 us
-# a call, where `re` takes 1 us for 2 KB; over the ~320 KB of a hard lake object's target lines at 10% of its users
-# (json.dumps's escapes of every non-ASCII character) 80 us against re's 200 us.
-_ESCAPES_SEARCHED_BY_RE2 = 32 * 1024
 
 
 # The two characters outside ASCII that str.lower() turns into ASCII letters (K, the Kelvin sign, and İ): a key
 # holding one may match a field's name case-insensitively without a token's lower-cased bytes showing it.
 _LOWERED_TO_ASCII = (b"\xe2\x84\xaa", b"\xc4\xb0")
-
-
-def _escape_of_a_name_in(text: bytes) -> bool:
-    if len(text) >= _ESCAPES_SEARCHED_BY_RE2:
-        return holds_match(text, _ESCAPED_KEY.pattern.decode())
-    return _ESCAPED_KEY.search(text) is not None
 
 
 class IdKeys:
@@ -239,7 +234,7 @@ class IdKeys:
         if b"\\" not in text:  # memchr: most texts hold no backslash at all
             return False
         # Another name could be spelled with any escape: such a text is read exactly.
-        return not self._plain or (b"\\u" in text and _escape_of_a_name_in(text))
+        return not self._plain or (b"\\u" in text and re2_bytes.found_in(_ESCAPED_KEY, text))
 
     def may_repeat(self, text: bytes) -> bool:
         """Whether the JSON text may write one of the id fields' keys more than once (at any depth)."""

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import io
 import json
-from unittest import mock
+import re
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lakepurge.records import ids
+from lakepurge.records import ids, re2_bytes
 from lakepurge.records.formats import group_records
 from lakepurge.records.ids import IdKeys, IdRules, parse_paths
 
@@ -52,20 +52,18 @@ def test_given_a_text_when_asked_whether_it_may_write_the_id_key_twice_then_only
 @given(st.lists(st.sampled_from(PIECES), max_size=14))
 @settings(max_examples=300, deadline=None)
 def test_given_any_text_when_searched_for_an_escaped_key_by_re2_or_by_re_then_both_answer_alike(pieces) -> None:
-    # A long text (the lines of a chunk joined) is searched by RE2 in Arrow, a short one by re: the same answer.
+    # Every text is searched by the compiled RE2 automaton: it answers as Python's re reads the same pattern.
     text = b"".join(pieces)
-    with mock.patch.object(ids, "_ESCAPES_SEARCHED_BY_RE2", 0):
-        by_re2 = ids._escape_of_a_name_in(text)
-    with mock.patch.object(ids, "_ESCAPES_SEARCHED_BY_RE2", 1 << 40):
-        by_re = ids._escape_of_a_name_in(text)
+    by_re2 = re2_bytes.found_in(ids._ESCAPED_KEY, text)
+    by_re = re.search(ids.ESCAPED_KEY, text) is not None
     assert by_re2 is by_re
 
 
 def test_given_the_target_lines_of_a_chunk_when_one_spells_the_key_with_an_escape_then_they_are_read_line_by_line():
-    # Past the size that RE2 searches, an escaped spelling far into the text is still found.
+    # A chunk's target lines joined (well past 32 KB): an escaped spelling far into the text is still found.
     lines = [json.dumps({"user_id": f"u{n}", "body": "café " * 20}).encode() for n in range(1_000)]
     lines[-1] = lines[-1].replace(b'"user_id"', b'"user\\u005fid"')
     keys = IdKeys.of(parse_paths(["user_id"]))
-    assert len(b"\n".join(lines)) > ids._ESCAPES_SEARCHED_BY_RE2
+    assert len(b"\n".join(lines)) > 32 * 1024
     assert keys.repeated_among(lines, len(lines))
     assert not keys.repeated_among(lines[:-1], len(lines) - 1)
