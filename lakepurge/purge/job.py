@@ -323,7 +323,7 @@ class _PartitionPurge:
             self.intents = {**intents, **{path: o for path, o in recorded.items() if not o.committed}}
             self.finished_before = {path: o for path, o in recorded.items() if o.committed}
         self.written = _found_its_write(self.s3)
-        self.users = HashedUsers(user_hashes, self.pseudonymizer, known or executor_ids.opened(self.s3, sealed, key))
+        self.users = executor_ids.task_users(self.s3, sealed, key, user_hashes, known)
         self.versioned = _bucket_versioning(self.s3)
         self.datasets = {t.s3path: t.dataset for t in targets}
         self.journal = IntentJournal(self._write_intents, INTENTS_LINGER_SECONDS)
@@ -479,7 +479,7 @@ def _verify_partition(
     apply_job_environment(env)
     s3 = aws.client("s3")
     pseudonymizer = Pseudonymizer(key)
-    users = HashedUsers(user_hashes, pseudonymizer, known or executor_ids.opened(s3, sealed, key))
+    users = executor_ids.task_users(s3, sealed, key, user_hashes, known)
     verify = partial(_verified, s3, settings, users, pseudonymizer, _bucket_versioning(s3))
     # HEADs and listings are round trips: a few at once, as the purge does.
     with ThreadPoolExecutor(settings.purge.threads_per_task) as pool:

@@ -17,7 +17,7 @@ from lakepurge.core import aws, executor_ids
 from lakepurge.core.config import Settings
 from lakepurge.core.executor_ids import SealedIdsRef
 from lakepurge.core.logs import get_logger
-from lakepurge.core.privacy import HashedUsers, Pseudonymizer
+from lakepurge.core.privacy import HashedUsers
 from lakepurge.core.s3io import (
     ObjectChanged,
     ObjectHead,
@@ -70,8 +70,7 @@ def rewrite_partition(
     sealed: where the request's ids are sealed for executors, when its starter wrote them (opened here)."""
     apply_job_environment(env)
     s3: S3Client = aws.client("s3")
-    # Its memory of ids seen is per thread.
-    users = HashedUsers(hashes, Pseudonymizer(key), known or executor_ids.opened(s3, sealed, key))
+    users = executor_ids.task_users(s3, sealed, key, hashes, known)  # its memory of ids seen is per thread
 
     def rewrite(item: RewriteItem) -> dict[str, Any]:
         try:

@@ -116,3 +116,25 @@ def test_given_a_request_whose_driver_left_its_sealed_ids_when_it_ends_and_is_sh
 
     listed = s3.list_object_versions(Bucket=where.bucket, Prefix=where.key)
     assert listed.get("Versions", []) == [] and listed.get("DeleteMarkers", []) == []
+
+
+def test_given_sealed_ids_when_a_workers_tasks_ask_for_their_users_then_they_are_built_once_and_check_by_id(
+    versioned: S3Uri,
+) -> None:
+    s3 = aws_s3()
+    pseudonymizer = Pseudonymizer(HASH_KEY)
+    hashes = pseudonymizer.many([IDS[0]])  # the report found only the first: the other sealed id is dropped
+    executor_ids.write(s3, versioned, HASH_KEY, "req-ids", IDS)
+    where = executor_ids.locate(s3, versioned, "req-ids")
+
+    first = executor_ids.task_users(s3, where, HASH_KEY, hashes)
+    again = executor_ids.task_users(s3, where, HASH_KEY, list(reversed(hashes)))
+
+    assert again is first  # the next task of this worker process and request
+    held = first.ids_held()
+    assert held is not None and IDS[0] in first and IDS[1] not in first
+    with_more = executor_ids.task_users(s3, where, HASH_KEY, [*hashes, pseudonymizer("someone-else")])
+    assert with_more is not first and with_more.ids_held() is None  # a hash no id stands for: checked by hashes
+    assert "someone-else" in with_more
+    hashed_only = executor_ids.task_users(s3, None, HASH_KEY, hashes)
+    assert hashed_only.ids_held() is None and IDS[0] in hashed_only
