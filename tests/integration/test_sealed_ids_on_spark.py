@@ -1,12 +1,13 @@
 """A purge on Spark whose starter holds the raw ids seals them for the executors (lakepurge.core.executor_ids): the
 executors open them and check each object by the ids themselves, so a line of a requested user the index missed is
-still found before the write and erased; the ids reach nothing Spark ships, logs or keeps (its JVM's heap), and the
-sealed document is gone, every version, once the purge ends."""
+still found before the write and erased; the ids reach nothing Spark ships, logs, keeps (its JVM's heap) or shows
+(its UI's REST API, its event log), and the sealed document is gone, every version, once the purge ends."""
 
 from __future__ import annotations
 
 import mmap
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from lakepurge.indexing.backfill import run_reconcile
 from lakepurge.indexing.indexer import index_object
 from lakepurge.ops.manual_purge import purge_users
 from lakepurge.reports import layout
-from tests.support.lakes import events_lake
+from tests.support.lakes import events_lake, events_toml
 from tests.support.shipping import record_shipped
 
 pytestmark = pytest.mark.integration
@@ -149,3 +150,45 @@ def test_given_a_spark_purge_with_sealed_ids_when_the_spark_jvm_is_dumped_then_i
         assert not _holds(dump, "sealed-canary-7f3a1c9e")
     finally:
         dump.unlink()  # about 100 MB
+
+
+def test_given_a_spark_purge_with_the_ui_and_event_log_on_when_searched_then_no_surface_holds_a_requested_id(
+    aws: object, pg_dsn: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """In a process of its own (tests/support/spark_surfaces.py): its stdout and stderr (the JVM's warnings, the
+    Python logs), the JVM's log at INFO, the event log and the UI's REST API (jobs, stages with their tasks,
+    environment, executors, SQL)."""
+    monkeypatch.setenv("LAKEPURGE_HASH_KEY", KEY)
+    _, bucket, _, _ = _stale_lake(pg_dsn)
+    config = tmp_path / "lakepurge.toml"
+    config.write_text(events_toml(bucket, pg_dsn))
+    control = f"surface-control-{uuid.uuid4().hex}"
+    out = tmp_path / "surfaces"
+
+    ran = subprocess.run(
+        [sys.executable, "-m", "tests.support.spark_surfaces", str(config), str(out), control, ALICE, BOB],
+        capture_output=True,
+        check=False,
+        timeout=300,
+    )
+
+    assert ran.returncode == 0, ran.stderr.decode(errors="replace")[-3000:]
+    request_id = (out / "request_id").read_text()
+    events = b"".join(path.read_bytes() for path in (out / "events").rglob("*") if path.is_file())
+    rest = {path.name: path.read_bytes() for path in out.glob("rest-*.json")}
+    output = ran.stdout + ran.stderr
+    jvm_log = (out / "jvm.log").read_bytes()
+    # Each surface is there and shows what is put in it.
+    assert control.encode() in events and control.encode() in rest["rest-environment.json"]
+    assert b"SparkListenerTaskEnd" in events and b'"jobId"' in rest["rest-jobs.json"]
+    assert b'"taskId"' in rest["rest-stages.json"]  # the stages with their tasks
+    assert b" INFO SparkContext: Submitted application: lakepurge-sealed-surfaces" in jvm_log  # the JVM's, at INFO
+    assert b" INFO DAGScheduler: Job " in jvm_log and b"WARN" in ran.stderr  # its jobs; its warnings on stderr
+    assert request_id.encode() in output and b"sealed ids written for the executors" in output  # the Python logs
+    for user in (ALICE, BOB):
+        assert user.encode() not in output
+        assert user.encode() not in jvm_log
+        assert user.encode() not in events
+        for name, body in rest.items():
+            assert user.encode() not in body, name
+    assert b"sealed-canary-7f3a1c9e" not in output + jvm_log + events + b"".join(rest.values())
