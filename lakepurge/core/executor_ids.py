@@ -65,7 +65,7 @@ def unseal(body: bytes, hash_key: bytes, request_id: str) -> tuple[str, ...] | N
     try:
         plaintext = AESGCM(sealing_key(hash_key, request_id)).decrypt(nonce, ciphertext, request_id.encode())
         ids = orjson.loads(plaintext)
-    except (InvalidTag, orjson.JSONDecodeError):
+    except (InvalidTag, ValueError):  # (orjson's errors are ValueErrors)
         return None
     if not isinstance(ids, list) or not all(isinstance(user, str) for user in ids):
         return None
@@ -128,10 +128,10 @@ def opened(s3: Any, where: SealedIdsRef | None, hash_key: bytes) -> tuple[str, .
             return _opened[where]
         try:
             body = s3.get_object(Bucket=where.bucket, Key=where.key, IfMatch=where.etag)["Body"].read()
-        except ClientError as exc:
+        except Exception as exc:  # gone, changed (If-Match), refused, unreachable: slower, never a failed task
+            code = error_code(exc) if isinstance(exc, ClientError) else type(exc).__name__
             log.warning(
-                "sealed ids not read: every id read is hashed",
-                extra={"request_id": where.request_id, "error": error_code(exc)},
+                "sealed ids not read: every id read is hashed", extra={"request_id": where.request_id, "error": code}
             )
             return ()
         ids = unseal(body, hash_key, where.request_id)

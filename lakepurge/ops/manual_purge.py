@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from lakepurge.core import aws, executor_ids
+from lakepurge.core import aws
 from lakepurge.core.config import Settings
 from lakepurge.core.logs import object_ref
 from lakepurge.core.privacy import Pseudonymizer, hash_key
@@ -26,7 +26,7 @@ from lakepurge.indexing.coverage import IndexIncomplete, dead_letter_count, of_i
 from lakepurge.indexing.returning import record_erasure, resolve_hashes
 from lakepurge.protection import shred
 from lakepurge.purge.certificate import PurgeResult
-from lakepurge.purge.job import purge_relational, run_purge, verify_everywhere
+from lakepurge.purge.job import delete_sealed_ids, purge_relational, run_purge, verify_everywhere
 from lakepurge.purge.launch import inline_fits, write_sealed_ids
 from lakepurge.reports import kept, layout
 from lakepurge.reports.layout import load_report, write_report
@@ -312,7 +312,7 @@ def purge_users(
                     result = run_purge(spark, settings, report, key, relational, approved_by, digest)
             finally:  # run_purge deletes them too; not if Spark never started
                 if sealed is not None:
-                    executor_ids.delete(s3, sealed)
+                    delete_sealed_ids(s3, layout.results_prefix(settings, request_id), request_id)
         if not result.failed:
             # Erased from every current object: on the suppression list even if old versions were left to a lifecycle
             # rule (the vacuum deletes those that hold suppressed users) and verification could not pass yet.

@@ -678,7 +678,11 @@ def located_sealed_ids(s3: Any, prefix: S3Uri, report: Report) -> SealedIdsRef |
     """Where the request's ids are sealed for executors, as its starter wrote them (launch.write_sealed_ids): its
     location and ETag only, which task closures carry; this driver never reads the document. Without one (a starter
     that held no ids, or from before them) executors hash every id they read. Logs counts only."""
-    sealed = executor_ids.locate(s3, layout.executor_ids(prefix), report.request_id)
+    try:
+        sealed = executor_ids.locate(s3, layout.executor_ids(prefix), report.request_id)
+    except Exception as exc:  # refused, unreachable: the executors hash, the purge goes on
+        log.warning("sealed ids not located", extra={"request_id": report.request_id, "error": type(exc).__name__})
+        sealed = None
     if sealed is None:
         log.info(
             "no sealed ids for this request's executors: they hash every id they read",
