@@ -13,7 +13,6 @@ from itertools import compress
 from typing import Any
 
 from lakepurge.core import aws
-from lakepurge.core.check_tags import VECTORISED, CheckTags, covering
 from lakepurge.core.config import ConfigError, PrivacyConfig
 from lakepurge.records.candidates import WantedIds
 
@@ -127,13 +126,6 @@ class Pseudonymizer:
         return sorted({self(u) for u in user_ids})
 
 
-# Fewer ids than this in one question are hashed (or answered from memory) rather than tagged: the tags' Arrow pass
-# costs about as much as hashing this many (none_of: whether an object's ids hold no user, where nearly every id is
-# someone else's). each_contained's callers also ask about the lines the index named, mostly the users' own, which
-# are hashed either way: tags pay there only for a whole object's ids.
-TAGGED_FROM = 128
-TAGGED_LIST_FROM = 1024
-
 # Ids each thread of a HashedUsers remembers the answer for (as str and, for none_of, as UTF-8 bytes). Past it a thread
 # remembers no more (it never forgets: a lake with more users than this cannot make it hash the same ids over and
 # over); new ids are then hashed each time they come. About 30 MB a thread when full.
@@ -154,16 +146,12 @@ class HashedUsers:
 
     Executors of the purge job get this instead of raw ids, so raw ids never travel in job arguments or task
     closures. A process that already holds the users' raw ids (an inline purge: the operator's CLI, the workflow's
-    StartPurge, which opens the sealed request) passes them as ``known``: each is kept only if its hash is one of the
+    StartPurge, which opens the sealed request; a Spark executor, which opens the ids sealed for it:
+    lakepurge.core.executor_ids) passes them as ``known``: each is kept only if its hash is one of the
     hashes, and when they stand for every hash an id is answered by a set lookup, never hashed (the check before a
     write reads every id of an object). They are kept in memory only, never logged or written (``repr`` shows
     counts). Each thread answers from its own memory of ids (a purge task's threads share one HashedUsers), so
     nothing mutable is shared between threads.
-
-    A Spark executor, which holds no raw id, is given the request's ``tags`` (lakepurge.core.check_tags) when the
-    process that started the purge wrote them: an id is then hashed only if its tag is one of the requested ones,
-    which a few Arrow kernels tell for a whole batch of ids at once. Tags that stand for other hashes than these
-    (``covers``) are not used.
     """
 
     def __init__(
@@ -171,7 +159,6 @@ class HashedUsers:
         hashes: Iterable[str],
         pseudonymizer: Pseudonymizer,
         known: Iterable[str] = (),
-        tags: CheckTags | None = None,
     ) -> None:
         self._hashes = frozenset(hashes)
         self._pseudonymizer = pseudonymizer
@@ -187,13 +174,10 @@ class HashedUsers:
             import pyarrow as pa
 
             self._known_array = pa.array(sorted(self._known), pa.large_string())
-        usable = tags is not None and VECTORISED and not self._by_id and tags.covers == covering(self._hashes)
-        self._tags = tags if usable else None
         self._memos = threading.local()
 
     def __repr__(self) -> str:
-        tagged = f", {len(self._tags.tags)} tags" if self._tags is not None else ""
-        return f"HashedUsers({len(self._hashes)} hashes, {len(self._known)} known by id{tagged})"
+        return f"HashedUsers({len(self._hashes)} hashes, {len(self._known)} known by id)"
 
     def _memo(self) -> _Memo:
         memo: _Memo | None = getattr(self._memos, "memo", None)
@@ -223,17 +207,13 @@ class HashedUsers:
 
     def including(self, hashes: Iterable[str]) -> HashedUsers:
         """These users and the ids of these other hashes."""
-        return HashedUsers([*self._hashes, *hashes], self._pseudonymizer, self._known, self._tags)
+        return HashedUsers([*self._hashes, *hashes], self._pseudonymizer, self._known)
 
     def each_contained(self, user_ids: list[str]) -> list[bool]:
         """Whether each id is one of the users, in order: the ids of a batch of records checked at once. Known ids and
         ids this thread has seen before are answered from memory; the others are hashed together, each once."""
         if self._by_id:
             return list(map(self._known.__contains__, user_ids))
-        if self._tags is not None and len(user_ids) >= TAGGED_LIST_FROM:
-            tagged = self._tagged_text(user_ids)
-            if tagged is not None:
-                return tagged
         seen = self._memo().seen
         known = list(map(seen.get, user_ids))
         if None in known:
@@ -248,14 +228,9 @@ class HashedUsers:
         """Whether none of these ids (UTF-8 bytes: a list, or an Arrow binary array; an invalid sequence reads as
         U+FFFD, as a decoder would) is one of the users: the answer verification wants for a whole object's ids.
         Known users are looked up in C (an Arrow array without a step per id); other ids this thread has seen
-        before are answered by set operations; the others are hashed, each once (with tags, only those whose tag is
-        a requested one)."""
+        before are answered by set operations; the others are hashed, each once."""
         if self._by_id:
             return self._none_known(user_ids)
-        if self._tags is not None and len(user_ids) >= TAGGED_FROM:
-            candidates = self._tagged_bytes(user_ids)
-            if candidates is not None:
-                return self._hashes.isdisjoint(map(self._pseudonymizer.of_utf8, candidates))
         return self._none_hashed(user_ids)
 
     def _none_known(self, user_ids: Any) -> bool:
@@ -299,58 +274,6 @@ class HashedUsers:
             memo.clean.update(compress(unknown, map(operator.not_, owned)))
         memo.wanted.update(compress(unknown, owned))
         return True not in owned
-
-    def _tagged_bytes(self, user_ids: Any) -> list[bytes] | None:
-        """The ids (UTF-8 bytes: a list or an Arrow binary array) whose tag is a requested one: the only ones that can
-        be users. None when an id is not valid UTF-8 (it reads as its U+FFFD decoding, which has another tag)."""
-        import pyarrow as pa
-
-        assert self._tags is not None
-        ids = _binary_array(user_ids)
-        if ids is None:
-            return None
-        try:
-            ids.cast(pa.large_string() if pa.types.is_large_binary(ids.type) else pa.string())  # checks the UTF-8
-        except pa.ArrowInvalid:
-            return None
-        flagged = self._tags.flagged(ids)
-        return ids.filter(flagged).to_pylist() if flagged.true_count else []
-
-    def _tagged_text(self, user_ids: list[str]) -> list[bool] | None:
-        """each_contained by the tags: an id is hashed only if its tag is a requested one. None when an id has no
-        UTF-8 form (a lone surrogate)."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        assert self._tags is not None
-        try:
-            ids = pa.array(user_ids, pa.large_string()).cast(pa.large_binary())
-        except (pa.ArrowException, UnicodeEncodeError):
-            return None
-        if ids.null_count:
-            return None
-        flagged = self._tags.flagged(ids)
-        answers: list[bool] = flagged.to_pylist()
-        if flagged.true_count:
-            for at in pc.indices_nonzero(flagged).to_pylist():
-                answers[at] = self._pseudonymizer(user_ids[at]) in self._hashes
-        return answers
-
-
-def _binary_array(user_ids: Any) -> Any:
-    """UTF-8 ids (a list of bytes or an Arrow array) as one Arrow binary array without nulls, or None."""
-    import pyarrow as pa
-
-    if isinstance(user_ids, list):
-        try:
-            user_ids = pa.array(user_ids, pa.large_binary())
-        except (pa.ArrowException, TypeError):
-            return None
-    elif isinstance(user_ids, pa.ChunkedArray):
-        user_ids = user_ids.combine_chunks()
-    if user_ids.null_count or not (pa.types.is_binary(user_ids.type) or pa.types.is_large_binary(user_ids.type)):
-        return None
-    return user_ids
 
 
 def _utf8(user: str) -> bool:

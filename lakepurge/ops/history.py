@@ -116,8 +116,8 @@ def _operator_state(
             return "NOT_VERIFIED"
         return "NOTHING_FOUND" if report is not None and report.empty else "ERASED"
     results = layout.results_prefix(settings, request_id)
-    # The check tags are written before the job starts (a job that never started erased nothing); any other result
-    # is an intent or an outcome of the purge itself.
+    # The executors' sealed ids are written before the job starts (a job that never started erased nothing); any
+    # other result is an intent or an outcome of the purge itself.
     listed = s3.list_objects_v2(Bucket=results.bucket, Prefix=results.key, MaxKeys=2).get("Contents", [])
-    tags = layout.check_tags(results).key
-    return "INCOMPLETE" if any(found["Key"] != tags for found in listed) else PLANNED
+    sealed = layout.executor_ids(results).key
+    return "INCOMPLETE" if any(found["Key"] != sealed for found in listed) else PLANNED

@@ -26,8 +26,8 @@ from lakepurge.indexing.coverage import IndexIncomplete, dead_letter_count, of_i
 from lakepurge.indexing.returning import record_erasure, resolve_hashes
 from lakepurge.protection import shred
 from lakepurge.purge.certificate import PurgeResult
-from lakepurge.purge.job import purge_relational, run_purge, verify_everywhere
-from lakepurge.purge.launch import inline_fits, write_check_tags
+from lakepurge.purge.job import delete_sealed_ids, purge_relational, run_purge, verify_everywhere
+from lakepurge.purge.launch import inline_fits, write_sealed_ids
 from lakepurge.reports import kept, layout
 from lakepurge.reports.layout import load_report, write_report
 from lakepurge.reports.report import NOT_SEARCHED, Report, ReportObject, SafetyLimitExceeded, build_report
@@ -305,10 +305,14 @@ def purge_users(
         inline = report.empty or (engine == "inline") or (engine == "auto" and inline_fits(settings, report, s3))
         if inline:  # this process holds the ids: its check before each write looks them up instead of hashing
             result = run_purge(None, settings, report, key, relational, approved_by, digest, requested=users)
-        else:  # executors get keyed hashes and the request's check tags, never the ids
-            write_check_tags(s3, settings, report, users)
-            with spark_session("lakepurge-purge") as spark:
-                result = run_purge(spark, settings, report, key, relational, approved_by, digest)
+        else:  # executors open the ids sealed for them; the driver never holds them (lakepurge.core.executor_ids)
+            sealed = write_sealed_ids(s3, settings, report, users)
+            try:
+                with spark_session("lakepurge-purge") as spark:
+                    result = run_purge(spark, settings, report, key, relational, approved_by, digest)
+            finally:  # run_purge deletes them too; not if Spark never started
+                if sealed is not None:
+                    delete_sealed_ids(s3, layout.results_prefix(settings, request_id), request_id)
         if not result.failed:
             # Erased from every current object: on the suppression list even if old versions were left to a lifecycle
             # rule (the vacuum deletes those that hold suppressed users) and verification could not pass yet.

@@ -1,7 +1,8 @@
 """The purge as a Spark job: the report's objects on executors, verification, and the erasure certificate.
 
-Executors get the users as keyed hashes only (the report's), never raw ids; a purge run in this process (inline) is
-given the raw ids its caller holds, which make its check before each write a lookup instead of a hash per id. Each
+Task closures carry the users as keyed hashes only (the report's), never raw ids: executors open the ids their
+starter sealed for them (lakepurge.core.executor_ids), and a purge run in this process (inline) is given the raw ids
+its caller holds; either makes the check before each write a lookup instead of a hash per id. Each
 object's intent is recorded under
 the request's results prefix before its write, and finished outcomes in batches, so a job killed half-way and run
 again skips what was done, settles the rest from their intents, and ends in the same state, with the same
@@ -23,10 +24,10 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from lakepurge.core import aws, check_tags
-from lakepurge.core.check_tags import CheckTags
+from lakepurge.core import aws, executor_ids
 from lakepurge.core.config import Settings
 from lakepurge.core.config_identity import exempt_datasets
+from lakepurge.core.executor_ids import SealedIdsRef
 from lakepurge.core.logs import get_logger, object_ref
 from lakepurge.core.privacy import OBJECT_REFERENCE, HashedUsers, Pseudonymizer, object_reference
 from lakepurge.core.s3io import ever_versioned, head_object, head_version, list_noncurrent, list_objects
@@ -278,10 +279,10 @@ def _purge_partition(
     targets: Iterable[PurgeTarget],
     known: tuple[str, ...] = (),
     gaps: frozenset[str] = frozenset(),
-    tags: CheckTags | None = None,
+    sealed: SealedIdsRef | None = None,
 ) -> Iterator[dict[str, Any]]:
     apply_job_environment(env)
-    yield from _PartitionPurge(settings, key, user_hashes, prefix, intents, list(targets), known, gaps, tags).run()
+    yield from _PartitionPurge(settings, key, user_hashes, prefix, intents, list(targets), known, gaps, sealed).run()
 
 
 class _PartitionPurge:
@@ -291,8 +292,8 @@ class _PartitionPurge:
     outcomes are written together, RESULTS_PER_BATCH at a time and at the end: one request for many objects. A task
     killed before a batch is written loses nothing: its objects' intents are recorded, and the rerun settles each from
     the intent and the object as it finds it (_settle). Each object is verified right after its purge, by the task's
-    verifier threads (_verify); gaps: the datasets whose index coverage the report found incomplete; tags: the
-    request's check tags, if its starter wrote them (read_check_tags)."""
+    verifier threads (_verify); gaps: the datasets whose index coverage the report found incomplete; sealed: where
+    the request's ids are sealed for executors, if its starter wrote them (opened here: lakepurge.core.executor_ids)."""
 
     def __init__(
         self,
@@ -304,7 +305,7 @@ class _PartitionPurge:
         targets: list[PurgeTarget],
         known: tuple[str, ...] = (),
         gaps: frozenset[str] = frozenset(),
-        tags: CheckTags | None = None,
+        sealed: SealedIdsRef | None = None,
     ) -> None:
         self.settings = settings
         self.gaps = gaps
@@ -322,7 +323,7 @@ class _PartitionPurge:
             self.intents = {**intents, **{path: o for path, o in recorded.items() if not o.committed}}
             self.finished_before = {path: o for path, o in recorded.items() if o.committed}
         self.written = _found_its_write(self.s3)
-        self.users = HashedUsers(user_hashes, self.pseudonymizer, known, tags)
+        self.users = executor_ids.task_users(self.s3, sealed, key, user_hashes, known)
         self.versioned = _bucket_versioning(self.s3)
         self.datasets = {t.s3path: t.dataset for t in targets}
         self.journal = IntentJournal(self._write_intents, INTENTS_LINGER_SECONDS)
@@ -473,12 +474,12 @@ def _verify_partition(
     user_hashes: tuple[str, ...],
     items: Iterable[VerifyItem],
     known: tuple[str, ...] = (),
-    tags: CheckTags | None = None,
+    sealed: SealedIdsRef | None = None,
 ) -> Iterator[dict[str, Any]]:
     apply_job_environment(env)
     s3 = aws.client("s3")
     pseudonymizer = Pseudonymizer(key)
-    users = HashedUsers(user_hashes, pseudonymizer, known, tags)
+    users = executor_ids.task_users(s3, sealed, key, user_hashes, known)
     verify = partial(_verified, s3, settings, users, pseudonymizer, _bucket_versioning(s3))
     # HEADs and listings are round trips: a few at once, as the purge does.
     with ThreadPoolExecutor(settings.purge.threads_per_task) as pool:
@@ -544,33 +545,37 @@ def run_purge(
     env = job_environment(settings)
     hashes = report.user_hashes
     known = in_process_ids(spark, requested)
-    tags = None if known else read_check_tags(s3, prefix, report, pseudonymizer_key)
+    sealed = None if known else located_sealed_ids(s3, prefix, report)
     gaps = frozenset(g.dataset for g in report.gaps)
-    fresh = on_executors(
-        spark,
-        pending,
-        lambda items: _purge_partition(
-            settings, env, pseudonymizer_key, hashes, prefix, intents, items, known, gaps, tags
-        ),
-        label="objects purged and verified",
-    )
-    outcomes = {**done, **{d["outcome"]["s3path"]: ObjectOutcome(**d["outcome"]) for d in fresh}}
-    ordered = tuple(outcomes[t.s3path] for t in targets)
-    # Every version of every key the report names (current or noncurrent only) is checked: read again, or, with
-    # verify = "checksum", proven by what this purge verified and S3 confirms (engine.verify_object). The objects
-    # purged now were checked with their purge; those an earlier run finished are checked here. A reference that
-    # resolved to nothing has no version to check (the listing found none).
-    by_checksum = settings.purge.verify == "checksum"
-    checks: list[VerifyItem] = [
-        (t.s3path, t.dataset, verification_proof(done[t.s3path], t.dataset not in gaps) if by_checksum else None)
-        for t in targets
-        if t.s3path in done and not t.s3path.startswith(OBJECT_REFERENCE)
-    ]
-    remaining = [r for d in fresh for r in d["remaining"]]
-    remaining += _verify_on_executors(spark, settings, checks, pseudonymizer_key, hashes, known, tags=tags)
-    erased_tables = purge_tables(
-        spark, settings, report.tables, pseudonymizer_key, hashes, report.request_id, known, tags
-    )
+    try:
+        fresh = on_executors(
+            spark,
+            pending,
+            lambda items: _purge_partition(
+                settings, env, pseudonymizer_key, hashes, prefix, intents, items, known, gaps, sealed
+            ),
+            label="objects purged and verified",
+        )
+        outcomes = {**done, **{d["outcome"]["s3path"]: ObjectOutcome(**d["outcome"]) for d in fresh}}
+        ordered = tuple(outcomes[t.s3path] for t in targets)
+        # Every version of every key the report names (current or noncurrent only) is checked: read again, or, with
+        # verify = "checksum", proven by what this purge verified and S3 confirms (engine.verify_object). The objects
+        # purged now were checked with their purge; those an earlier run finished are checked here. A reference that
+        # resolved to nothing has no version to check (the listing found none).
+        by_checksum = settings.purge.verify == "checksum"
+        checks: list[VerifyItem] = [
+            (t.s3path, t.dataset, verification_proof(done[t.s3path], t.dataset not in gaps) if by_checksum else None)
+            for t in targets
+            if t.s3path in done and not t.s3path.startswith(OBJECT_REFERENCE)
+        ]
+        remaining = [r for d in fresh for r in d["remaining"]]
+        remaining += _verify_on_executors(spark, settings, checks, pseudonymizer_key, hashes, known, sealed=sealed)
+        erased_tables = purge_tables(
+            spark, settings, report.tables, pseudonymizer_key, hashes, report.request_id, known, sealed
+        )
+    finally:  # the executors are done with the sealed ids (lakepurge.core.executor_ids): none may outlive them
+        if spark is not None:
+            delete_sealed_ids(s3, prefix, report.request_id)
     tables = tuple(t.as_dict() for t in erased_tables)
     shred = None
     if report.shred is not None:
@@ -657,36 +662,51 @@ def _verify_on_executors(
     user_hashes: tuple[str, ...],
     known: tuple[str, ...] = (),
     sizes: dict[str, int] | None = None,
-    tags: CheckTags | None = None,
+    sealed: SealedIdsRef | None = None,
 ) -> list[dict[str, Any]]:
     env = job_environment(settings)
     return on_executors(
         spark,
         items,
-        lambda part: _verify_partition(settings, env, key, user_hashes, part, known, tags),
+        lambda part: _verify_partition(settings, env, key, user_hashes, part, known, sealed),
         label="objects verified",
         size=(lambda item: sizes.get(item[0], 0)) if sizes is not None else None,
     )
 
 
-def read_check_tags(s3: Any, prefix: S3Uri, report: Report, key: bytes) -> CheckTags | None:
-    """The request's check tags, as its starter wrote them (launch.write_check_tags), for executors that hold no
-    ids: each then hashes only the ids whose tag is a requested one. Without them (a starter from before the tags, or
-    one whose ids did not stand for every user of the report) every id read is hashed, as before. Logs counts only."""
-    tags = check_tags.read(s3, layout.check_tags(prefix), key, report.request_id)
-    if tags is None or tags.covers != check_tags.covering(report.user_hashes):
+def located_sealed_ids(s3: Any, prefix: S3Uri, report: Report) -> SealedIdsRef | None:
+    """Where the request's ids are sealed for executors, as its starter wrote them (launch.write_sealed_ids): its
+    location and ETag only, which task closures carry; this driver never reads the document. Without one (a starter
+    that held no ids, or from before them) executors hash every id they read. Logs counts only."""
+    try:
+        sealed = executor_ids.locate(s3, layout.executor_ids(prefix), report.request_id)
+    except Exception as exc:  # refused, unreachable: the executors hash, the purge goes on
+        log.warning("sealed ids not located", extra={"request_id": report.request_id, "error": type(exc).__name__})
+        sealed = None
+    if sealed is None:
         log.info(
-            "no check tags for this request: the check before each write hashes every id it reads",
+            "no sealed ids for this request's executors: they hash every id they read",
             extra={"request_id": report.request_id, "user_hashes": len(report.user_hashes)},
         )
-        return None
-    log.info("check tags read", extra={"request_id": report.request_id, "tags": len(tags.tags)})
-    return tags
+    return sealed
+
+
+def delete_sealed_ids(s3: Any, prefix: S3Uri, request_id: str) -> None:
+    """Delete every version of the request's sealed ids once its executors are done. A failure to delete is logged,
+    never a failed purge: ending the request deletes them again (workflow.store.RequestStore.shred), and the reports
+    bucket's lifecycle rule (ResultRetentionDays) removes what a driver killed before this left."""
+    try:
+        deleted = executor_ids.delete(s3, layout.executor_ids(prefix))
+    except Exception as exc:
+        log.warning("sealed ids not deleted", extra={"request_id": request_id, "error": type(exc).__name__})
+        return
+    if deleted:
+        log.info("sealed ids deleted", extra={"request_id": request_id, "versions": deleted})
 
 
 def in_process_ids(spark: Any, requested: Sequence[str]) -> tuple[str, ...]:
     """The raw ids the purge's own work may hold: those its caller holds when the work runs in this process, none
-    when it runs on Spark. Executors get the keyed hashes only: task closures are serialized, may be broadcast and
-    spilled to an executor's disk, and a failed task's error travels to the driver's log; raw ids in them would be
-    personal data in places lakepurge does not control."""
+    when it runs on Spark. Task closures carry no raw id: they are serialized, may be broadcast and spilled to an
+    executor's disk, and a failed task's error travels to the driver's log; raw ids in them would be personal data in
+    places lakepurge does not control. Executors open the ids sealed for them instead (located_sealed_ids)."""
     return tuple(requested) if spark is None else ()

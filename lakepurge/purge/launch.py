@@ -29,8 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import orjson
 
-from lakepurge.core import aws, check_tags
-from lakepurge.core.check_tags import CheckTags
+from lakepurge.core import aws, executor_ids
 from lakepurge.core.config import (
     ConfigError,
     EmrServerlessLauncherConfig,
@@ -39,7 +38,7 @@ from lakepurge.core.config import (
     WorkflowConfig,
 )
 from lakepurge.core.logs import get_logger
-from lakepurge.core.privacy import Pseudonymizer, hash_key
+from lakepurge.core.privacy import hash_key
 from lakepurge.core.s3io import ever_versioned, head_object, object_versions
 from lakepurge.core.s3uri import S3Uri
 from lakepurge.purge.certificate import PurgeResult
@@ -193,22 +192,18 @@ def run_inline(
     return result
 
 
-def write_check_tags(s3: S3Client, settings: Settings, report: Report, users: Sequence[str]) -> CheckTags | None:
+def write_sealed_ids(s3: S3Client, settings: Settings, report: Report, users: Sequence[str]) -> S3Uri | None:
     """Before a purge starts on Spark, from the raw ids its starter holds (StartPurge, the operator's CLI): the
-    request's check tags (lakepurge.core.check_tags) under its results prefix, where the job's driver reads them, so
-    that executors hash only the ids whose tag is a requested one. None written when the ids do not stand for every
-    user of the report (a resolution found identifiers known by hash only): the executors then hash every id."""
-    key = hash_key(settings.privacy)
-    tags = CheckTags.for_request(key, report.request_id, users, report.user_hashes, Pseudonymizer(key))
-    if tags is None:
-        log.info(
-            "no check tags: the ids held do not stand for every user of the report",
-            extra={"request_id": report.request_id, "user_hashes": len(report.user_hashes), "ids": len(users)},
-        )
+    requested ids sealed for the job's executors (lakepurge.core.executor_ids) under the request's results prefix, so
+    that each executor checks objects by the ids themselves instead of hashing every id it reads. The driver never
+    opens them, and deletes them when its executors are done. Where they were written, or None with no id to seal."""
+    ids = [user for user in dict.fromkeys(users) if user]
+    if not ids or not report.user_hashes:
         return None
-    check_tags.write(s3, layout.check_tags(layout.results_prefix(settings, report.request_id)), tags)
-    log.info("check tags written", extra={"request_id": report.request_id, "tags": len(tags.tags)})
-    return tags
+    where = layout.executor_ids(layout.results_prefix(settings, report.request_id))
+    executor_ids.write(s3, where, hash_key(settings.privacy), report.request_id, ids)
+    log.info("sealed ids written for the executors", extra={"request_id": report.request_id, "ids": len(ids)})
+    return where
 
 
 # -- local spark-submit -----------------------------------------------------------------------------------------------

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from lakepurge.core import aws
-from lakepurge.core.check_tags import CheckTags
+from lakepurge.core import aws, executor_ids
 from lakepurge.core.config import Settings
+from lakepurge.core.executor_ids import SealedIdsRef
 from lakepurge.core.logs import get_logger
-from lakepurge.core.privacy import HashedUsers, Pseudonymizer
+from lakepurge.core.privacy import HashedUsers
 from lakepurge.core.s3io import (
     ObjectChanged,
     ObjectHead,
@@ -64,13 +64,13 @@ def rewrite_partition(
     hashes: tuple[str, ...],
     items: Iterable[RewriteItem],
     known: tuple[str, ...] = (),
-    tags: CheckTags | None = None,
+    sealed: SealedIdsRef | None = None,
 ) -> Iterator[dict[str, Any]]:
     """known: the users' raw ids, given only when this runs in the process that holds them (an inline purge);
-    tags: the request's check tags, when its starter wrote them."""
+    sealed: where the request's ids are sealed for executors, when its starter wrote them (opened here)."""
     apply_job_environment(env)
     s3: S3Client = aws.client("s3")
-    users = HashedUsers(hashes, Pseudonymizer(key), known, tags)  # its memory of ids seen is per thread
+    users = executor_ids.task_users(s3, sealed, key, hashes, known)  # its memory of ids seen is per thread
 
     def rewrite(item: RewriteItem) -> dict[str, Any]:
         try:

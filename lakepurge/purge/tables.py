@@ -46,8 +46,8 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from lakepurge.core import aws
-from lakepurge.core.check_tags import CheckTags
 from lakepurge.core.config import DatasetConfig, Settings
+from lakepurge.core.executor_ids import SealedIdsRef
 from lakepurge.core.logs import get_logger
 from lakepurge.core.privacy import HashedUsers, Pseudonymizer
 from lakepurge.core.s3io import (
@@ -125,16 +125,16 @@ def purge_tables(
     hashes: tuple[str, ...],
     request_id: str,
     known: tuple[str, ...] = (),
-    tags: CheckTags | None = None,
+    sealed: SealedIdsRef | None = None,
 ) -> list[TableOutcome]:
     """Erase the users from every planned table; never raises for one table (a failed table is an outcome).
     known: the users' raw ids when this process holds them (lakepurge.purge.job.in_process_ids): files are then
-    checked by lookups instead of a keyed hash of each of their ids; never handed to Spark. tags: the request's check
-    tags (lakepurge.core.check_tags), which executors are given instead."""
+    checked by lookups instead of a keyed hash of each of their ids; never handed to Spark. sealed: where the ids are
+    sealed for the executors (lakepurge.core.executor_ids), which open them; this driver does not."""
     outcomes = []
     for plan in plans:
         try:
-            outcomes.append(_TablePurge(spark, settings, plan, key, hashes, request_id, known, tags).run())
+            outcomes.append(_TablePurge(spark, settings, plan, key, hashes, request_id, known, sealed).run())
         except Exception as exc:
             log.exception("erasure from a table failed", extra={"dataset": plan.dataset, "error": type(exc).__name__})
             # Messages of these name a table and what to do, never a record.
@@ -157,12 +157,12 @@ class _TablePurge:
         hashes: tuple[str, ...],
         request_id: str,
         known: tuple[str, ...] = (),
-        tags: CheckTags | None = None,
+        sealed: SealedIdsRef | None = None,
     ) -> None:
         self.spark = spark
-        # Raw ids stay in this process: a purge on Spark rewrites on executors, which get the hashes (and tags) only.
+        # Raw ids stay in this process: a purge on Spark rewrites on executors, which open the sealed ids themselves.
         self.known = known if spark is None else ()
-        self.tags = tags
+        self.sealed = sealed
         self.settings = settings
         self.plan = plan
         self.key = key
@@ -170,7 +170,7 @@ class _TablePurge:
         self.request_id = request_id
         self.s3: S3Client = aws.client("s3")
         self.dataset = settings.dataset_named(plan.dataset)
-        self.users = HashedUsers(hashes, Pseudonymizer(key), self.known, tags)
+        self.users = HashedUsers(hashes, Pseudonymizer(key), self.known)
         self._threads = threading.local()  # each reading thread's own HashedUsers (its memory is not thread-safe)
         self.outcome = TableOutcome(plan.dataset, "nothing-to-erase", plan.version)
         # Object versions known to hold none of the users: the files this erasure wrote (read before the write,
@@ -365,11 +365,11 @@ class _TablePurge:
 
     def _rewrite(self, items: list[RewriteItem]) -> list[dict[str, Any]]:
         env = job_environment(self.settings)
-        settings, key, hashes, known, tags = self.settings, self.key, self.hashes, self.known, self.tags
+        settings, key, hashes, known, sealed = self.settings, self.key, self.hashes, self.known, self.sealed
         results = on_executors(
             self.spark,
             sorted(items, key=lambda i: -i.file.size),
-            lambda part: rewrite_partition(settings, env, key, hashes, part, known, tags),
+            lambda part: rewrite_partition(settings, env, key, hashes, part, known, sealed),
             label="table files rewritten",
         )
         failed = [r for r in results if r.get("error")]
@@ -468,7 +468,7 @@ class _TablePurge:
         users: HashedUsers | None = getattr(self._threads, name, None)
         if users is None:
             hashes = self.metadata_hashes if metadata else self.hashes
-            users = HashedUsers(hashes, Pseudonymizer(self.key), self.known, self.tags)
+            users = HashedUsers(hashes, Pseudonymizer(self.key), self.known)
             setattr(self._threads, name, users)
         return users
 

@@ -131,13 +131,14 @@ def intents_batch(prefix: S3Uri, batch_id: str) -> S3Uri:
 
 RESULTS_BATCHES = "batches/"
 INTENTS_BATCHES = "intents/"
-CHECK_TAGS = "check-tags.json"
+EXECUTOR_IDS = "executor-ids.sealed"
 
 
-def check_tags(prefix: S3Uri) -> S3Uri:
-    """The request's check tags (lakepurge.core.check_tags), written by whoever started the purge holding the raw
-    ids, read by the job's driver: beside the intents, not in the approved report (its hash is what was signed)."""
-    return S3Uri(prefix.bucket, prefix.key + CHECK_TAGS)
+def executor_ids(prefix: S3Uri) -> S3Uri:
+    """The request's requested ids sealed for its Spark executors (lakepurge.core.executor_ids), written by whoever
+    started the purge holding the raw ids, opened by the executors only, deleted when they are done: beside the
+    intents, not in the approved report (its hash is what was signed)."""
+    return S3Uri(prefix.bucket, prefix.key + EXECUTOR_IDS)
 
 
 def requests_prefix(settings: Settings) -> S3Uri:

@@ -26,7 +26,7 @@ from lakepurge.indexing.coverage import DatasetCoverage, dead_letter_count, desc
 from lakepurge.indexing.returning import record_erasure
 from lakepurge.purge.engine import verify_object
 from lakepurge.purge.job import purge_relational, recorded_outcomes
-from lakepurge.purge.launch import JobState, PurgeJobSpec, inline_fits, launcher_for, run_inline, write_check_tags
+from lakepurge.purge.launch import JobState, PurgeJobSpec, inline_fits, launcher_for, run_inline, write_sealed_ids
 from lakepurge.reports import kept, layout
 from lakepurge.reports.report import OBJECT_REFERENCE, Report, ReportTampered, build_report, resolve_references
 from lakepurge.workflow.approval import open_approval
@@ -233,10 +233,10 @@ def _start_claimed(
             state="SUCCEEDED" if result.verified else "FAILED",
             poll_seconds=workflow.poll_seconds,
         )
-    # Executors get keyed hashes, never ids: this process, which may open the sealed ids, gives them the request's
-    # check tags instead, so that they hash only the ids whose tag is a requested one.
+    # Executors get no raw id from the driver: this process, which may open the sealed request, seals the ids for
+    # them under the request's results prefix (deleted when the job's executors are done, or the request ends).
     users, _ = requests.open(requests.get(request_id))
-    write_check_tags(clients.s3, settings, planned, users)
+    write_sealed_ids(clients.s3, settings, planned, users)
     launcher = launcher_for(settings)
     job_id = launcher.start(spec)
     started = claim.model_copy(update={"backend": launcher.backend, "job_id": job_id})

@@ -9,6 +9,7 @@ The state machine carries only the request id: raw ids never enter its input, ou
 Once the request ends (Notify records a final state), its sealed ids are shredded (:meth:`RequestStore.shred`):
 ``request.json`` is rewritten without the KMS-sealed data key and the ciphertext, and its earlier versions are
 deleted, so nobody can ever decrypt the raw ids again; the keyed hashes, the receipt time and the deadline stay.
+The ids sealed for a Spark purge's executors (lakepurge.core.executor_ids) are deleted then too, if still there.
 Every step that needs the raw ids (the report, the relational DELETEs, run by StartPurge before the purge) runs
 before the request ends; a request that ended unanswered (APPROVAL_TIMED_OUT, INDEX_INCOMPLETE) is filed again
 with its ids under a new request id.
@@ -26,6 +27,7 @@ import orjson
 from botocore.exceptions import ClientError
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from lakepurge.core import executor_ids
 from lakepurge.core.config import ConfigError, Settings, WorkflowConfig
 from lakepurge.core.privacy import Pseudonymizer
 from lakepurge.core.s3io import condition_failed
@@ -273,6 +275,8 @@ class RequestStore:
         else:
             raise RequestConflict(f"request {request_id}: {layout.REQUEST} kept changing while being shredded")
         self._delete_earlier_versions(where.bucket, where.key)
+        # The ids sealed for a Spark purge's executors, if its driver was killed before deleting them.
+        executor_ids.delete(self._s3, layout.executor_ids(layout.results_prefix(self._settings, request_id)))
         return removed
 
     def _delete_earlier_versions(self, bucket: str, key: str) -> None:

@@ -569,9 +569,9 @@ def test_report_changed_after_approval_is_refused_by_the_spark_job(
 def _wait_for_first_erasure(case: WorkflowCase, s3: Any, request_id: str, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
 
-    def erased() -> bool:  # an intent or an outcome (StartPurge wrote the check tags there before the job started)
+    def erased() -> bool:  # an intent or an outcome (StartPurge sealed the ids there before the job started)
         listed = s3.list_objects_v2(Bucket="lake-reports", Prefix=f"results/{request_id}/").get("Contents", [])
-        return any(not item["Key"].endswith(layout.CHECK_TAGS) for item in listed)
+        return any(not item["Key"].endswith(layout.EXECUTOR_IDS) for item in listed)
 
     while time.monotonic() < deadline:
         if erased():
@@ -595,9 +595,10 @@ def test_killed_spark_job_ends_as_job_failed_listing_what_was_already_erased(
     request_id = case.file(users, "req-job-fails")
     assert call_approval("POST", link_in(case.emails(request_id)[0]), "approve")["statusCode"] == 200
     job = _started_job(case, request_id)
-    # StartPurge, which may open the sealed ids, left the job their check tags (and no id in them)
-    tags = s3.get_object(Bucket="lake-reports", Key=f"results/{request_id}/{layout.CHECK_TAGS}")["Body"].read()
-    assert tags and not any(user.encode() in tags for user in users)
+    # StartPurge, which may open the sealed request, sealed the ids for the job's executors (no id readable in them)
+    sealed_key = f"results/{request_id}/{layout.EXECUTOR_IDS}"
+    sealed = s3.get_object(Bucket="lake-reports", Key=sealed_key)["Body"].read()
+    assert sealed and not any(user.encode() in sealed for user in users)
     launcher = launcher_for(case.settings)
     pid = launcher.pid(job["id"])  # type: ignore[attr-defined]
     assert pid is not None
@@ -612,6 +613,9 @@ def test_killed_spark_job_ends_as_job_failed_listing_what_was_already_erased(
     assert changed >= 1
     assert f"{changed} were erased before the failure ({changed} re-read now and verified clean)" in note["message"]
     assert "ERASED" not in note["subject"]
+    # Whether or not the killed driver reached its finally, the request's ending deletes them (Notify shreds).
+    listed = s3.list_object_versions(Bucket="lake-reports", Prefix=sealed_key)
+    assert listed.get("Versions", []) == [] and listed.get("DeleteMarkers", []) == []
 
 
 def test_an_inline_purge_whose_invocation_dies_half_way_ends_failed_counting_what_was_erased(

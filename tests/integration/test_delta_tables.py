@@ -376,7 +376,7 @@ def test_given_spark_when_backfilled_and_purged_then_files_are_read_and_rewritte
     from lakepurge.index import open_store
     from lakepurge.indexing.backfill import run_backfill
     from lakepurge.purge.job import run_purge
-    from lakepurge.purge.launch import write_check_tags
+    from lakepurge.purge.launch import write_sealed_ids
     from lakepurge.reports.report import build_report
     from tests.support.lakes import index_toml
 
@@ -393,8 +393,9 @@ def test_given_spark_when_backfilled_and_purged_then_files_are_read_and_rewritte
         store.close()
 
     # The caller holds the raw id (the operator's CLI may run the purge on Spark): only its own process uses it, and
-    # it writes the request's check tags for the executors, as the CLI does.
-    assert write_check_tags(aws.client("s3"), settings, report, [history.edge]) is not None
+    # it seals the ids for the executors, as the CLI does, and the driver deletes them when they are done.
+    sealed = write_sealed_ids(aws.client("s3"), settings, report, [history.edge])
+    assert sealed is not None
     shipped = record_shipped(monkeypatch)
     purged = run_purge(spark, settings, report, HASH_KEY.encode(), requested=[history.edge])
 
@@ -403,6 +404,7 @@ def test_given_spark_when_backfilled_and_purged_then_files_are_read_and_rewritte
     assert not any(history.edge.encode() in pickled for pickled in [*shipped["closures"], *shipped["items"]])
     assert D.current_rows() == [r for r in before if r["user_id"] != history.edge]
     assert D.holding(history.edge) == []
+    assert aws.client("s3").list_object_versions(Bucket=sealed.bucket, Prefix=sealed.key).get("Versions", []) == []
 
 
 def test_given_delta_tables_in_glue_when_imported_then_they_become_delta_datasets_the_index_reads(

@@ -35,9 +35,10 @@ def test_given_operator_purges_and_a_dry_run_when_listing_requests_then_each_sho
 
     _, done = cli(capsys, "purge", erased, "--yes", *args)
     _, dry = cli(capsys, "purge", planned, *args)
-    # A purge's starter writes the check tags before its Spark job; a job that then never started erased nothing.
-    tags = layout.check_tags(layout.results_prefix(case.settings, dry["request_id"]))
-    aws.client("s3").put_object(Bucket=tags.bucket, Key=tags.key, Body=b"{}")
+    # A purge's starter seals the ids for its Spark job's executors first; a job that then never started erased
+    # nothing.
+    sealed = layout.executor_ids(layout.results_prefix(case.settings, dry["request_id"]))
+    aws.client("s3").put_object(Bucket=sealed.bucket, Key=sealed.key, Body=b"\x01sealed")
     _, nothing = cli(capsys, "purge", "nobody-at-all", "--yes", *args)
     code = main(["requests", "--config", str(config)])
     table = capsys.readouterr().err.splitlines()

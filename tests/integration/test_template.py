@@ -482,8 +482,9 @@ DELETES: dict[str, set[tuple[str, str]]] = {
 # Object versions deleted outside the lake: only the earlier versions of a shredded request.json (they hold its
 # sealed ids), by Notify.
 VERSION_DELETES: dict[str, set[tuple[str, str]]] = {
-    "NotifyRole": {("ReportsBucket", "requests/*/request.json")},
+    "NotifyRole": {("ReportsBucket", "requests/*/request.json"), ("ReportsBucket", "results/*/executor-ids.sealed")},
     "ExportArchiveRole": {("ReportsBucket", "access-exports/*")},  # a failed run's archive, an expired one
+    "SparkJobRole": {("ReportsBucket", "results/*/executor-ids.sealed")},  # the executors' sealed ids, when done
 }
 
 

@@ -42,13 +42,17 @@ def events_lake(pg_dsn: str, prefix: str) -> tuple[Any, str, Settings]:
     s3 = aws.client("s3")
     s3.create_bucket(Bucket=bucket)
     s3.create_bucket(Bucket=f"{bucket}-reports")
-    toml = (
+    return s3, bucket, parse_settings(tomllib.loads(events_toml(bucket, pg_dsn)))
+
+
+def events_toml(bucket: str, pg_dsn: str) -> str:
+    """The configuration of :func:`events_lake`'s bucket (for a process of its own)."""
+    return (
         f'[index]\n{index_toml("postgres", pg_dsn)}\n\n[reports]\nlocation = "s3://{bucket}-reports/"\n\n'
         "[purge]\nmax_dataset_fraction = 1.0\nmax_object_fraction = 1.0\n\n"
         f'[[datasets]]\nname = "events"\nlocation = "s3://{bucket}/events/"\nformat = "jsonl"\n'
         'id_fields = ["user_id"]\n'
     )
-    return s3, bucket, parse_settings(tomllib.loads(toml))
 
 
 @dataclass
