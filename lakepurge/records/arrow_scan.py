@@ -35,6 +35,13 @@ def pieces_after(data: bytes, token: str) -> Any:
     return pc.list_flatten(pc.split_pattern(whole(data, 0), token)).slice(1)
 
 
+def count_matches(data: bytes, pattern: str) -> int:
+    """How many times the RE2 pattern matches in data, without overlaps (binary read as Latin-1)."""
+    _, pc = arrow()
+    counted: int = pc.count_substring_regex(whole(data), pattern)[0].as_py()
+    return counted
+
+
 class LineStarts:
     """Where each line of data[start:] begins, found in one pass: the line `n` lines after the one at `start`."""
 

@@ -35,6 +35,7 @@ lives as long as they do) and shared by its threads.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import threading
@@ -45,7 +46,7 @@ from typing import Any
 
 from lakepurge.records import re2_bytes
 from lakepurge.records.arrow_scan import arrow, pieces_after, whole
-from lakepurge.records.ids import PLAIN_FIELD
+from lakepurge.records.ids import PLAIN_FIELD, key_spellings
 
 # After the key: `:`, blanks, then the start of its value: a string (up to its first quote or the line's end: a
 # string with an escaped quote holds a backslash and is decoded in Python), an integer, or an array's bracket. A
@@ -92,10 +93,8 @@ class IdCandidates:
     def __init__(self, names: tuple[str, ...]) -> None:
         self._names = names
         self._tokens = tuple(json.dumps(name) for name in names)
-        # Each name as a key may spell it: every character as itself or as its \u00XX escape (hex digits in either
-        # case). One pattern for all the names: the object is read once, whatever its escapes.
-        spellings = ["".join(f"(?:{re.escape(char)}|{_escape_of(char)})" for char in name) for name in names]
-        self._keys = '"(?:' + "|".join(spellings) + ')"'
+        # One pattern for every spelling of all the names: the object is read once, whatever its escapes.
+        self._keys = key_spellings(names)
 
     def holds_none_of(self, data: bytes, known: WantedIds) -> bool:
         """True when no line of the stretch can hold any of the wanted ids (raw ids: the caller holds them), by one
@@ -106,8 +105,10 @@ class IdCandidates:
         return automaton is not None and automaton.matches(data) is False
 
     @classmethod
+    @functools.cache
     def of(cls, paths: tuple[tuple[str, ...], ...]) -> IdCandidates | None:
-        """For a dataset's id field paths, or None when a name is not plain (then every line is parsed)."""
+        """For a dataset's id field paths, or None when a name is not plain (then every line is parsed). Made once
+        for each (the check asks it for every object: its pattern took ~40 us to build)."""
         # Only the last names are looked for: a key on the way to them, however spelled, holds them as keys.
         names = tuple(sorted({path[-1] for path in paths}))
         if not names or not all(PLAIN_FIELD.fullmatch(name) for name in names):
@@ -277,12 +278,6 @@ def _literal(user: str) -> str:
 
 def _hex_escape(found: re.Match[str]) -> str:
     return f"\\x{ord(found.group()):02x}"
-
-
-def _escape_of(char: str) -> str:
-    """The pattern of a character's \\u00XX escape, its hex digits in either case."""
-    hex_digits = f"{ord(char):02x}"
-    return r"\\u00" + "".join(f"[{digit}{digit.upper()}]" if digit.isalpha() else digit for digit in hex_digits)
 
 
 def _strings(pieces: list[bytes]) -> list[str]:
