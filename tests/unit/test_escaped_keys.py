@@ -84,7 +84,7 @@ PAD = json.dumps({"pad": "\u00e9" * 12_000})  # a line holding no key, long enou
 
 
 @given(st.lists(st.lists(st.tuples(st.sampled_from(KEYS), VALUES), max_size=4), min_size=1, max_size=6))
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=60, deadline=None)
 def test_given_any_lines_when_none_is_said_to_repeat_the_key_then_the_bulk_read_of_each_is_the_indexers(objects):
     # What Ownership.json_lines and the check rely on: when repeated_among says no, each line's one top-level value
     # (orjson's, which keeps a repeated key's last value) is every id the indexer's reader (parse_record) gives it.

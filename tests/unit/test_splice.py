@@ -172,7 +172,7 @@ def test_given_a_chunk_with_many_targets_when_spliced_then_it_goes_on_as_one_pie
 
 
 @given(st.binary(max_size=200).map(lambda b: b.replace(b"\x0b", b"\n")), st.integers(0, 200))
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 def test_given_any_bytes_when_their_line_starts_are_found_in_one_pass_then_each_is_a_newline_counted_by_hand(data, at):
     # LineStarts finds them by RE2's split (binary read as Latin-1: no byte, valid UTF-8 or not, hides a '\n')
     start = min(at, len(data))
