@@ -66,11 +66,12 @@ KNOWN_IDS_MAX = 10_000
 KNOWN_ID_CHARS = 64_000
 # More ids (up to RENTED_IDS_MAX of RENTED_ID_CHARS characters) are worth an automaton only over many objects: at
 # 20,000 ids it took 18-24 ms to build (the pattern 6.5, RE2 12-18) and searched 3 MB objects in 1.5 -> 0.8 ms over
-# 40 objects (0.9 on average, the same at a max_mem of 64, 256 or 1,024 MiB), against ~1.6 by the split: over the 10
-# objects of a quick bench it cost 1.6-1.9x the splice against 0.9-1.0x. So the split answers first, and the automaton
-# is compiled once the split has cost this purge's threads as much CPU as the compile is expected to
-# (COMPILE_NS_AN_ID a wanted id): a purge of a few objects pays at most what the split costs, a long one (an inline
-# purge of 10% of a lake's users touches most of its objects) about the automaton's cost.
+# 40 objects (0.9 on average, the same at a max_mem of 64, 256 or 1,024 MiB; 50,000 ids: 41 ms, 1.2 -> 0.7; 100,000:
+# 68 ms, 0.34), against ~1.6 by the split: over the 10 objects of a quick bench it cost 1.6-1.9x the splice against
+# 0.9-1.0x. So the split answers first, and the automaton is compiled once the split has cost this purge's threads
+# as much CPU as the compile is expected to (COMPILE_NS_AN_ID a wanted id): a purge of a few objects pays at most
+# what the split costs, a long one (an inline purge of 10% of a lake's users touches most of its objects) about the
+# automaton's cost. ("the same" above: the DFA's states of these ids fit in 64 MiB.)
 RENTED_IDS_MAX = 200_000
 RENTED_ID_CHARS = 4_000_000
 COMPILE_NS_AN_ID = 1_000
