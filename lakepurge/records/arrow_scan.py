@@ -35,12 +35,21 @@ def pieces_after(data: bytes, token: str) -> Any:
     return pc.list_flatten(pc.split_pattern(whole(data, 0), token)).slice(1)
 
 
+def count_matches(data: bytes, pattern: str) -> int:
+    """How many times the RE2 pattern matches in data, without overlaps (binary read as Latin-1)."""
+    _, pc = arrow()
+    counted: int = pc.count_substring_regex(whole(data), pattern)[0].as_py()
+    return counted
+
+
 class LineStarts:
     """Where each line of data[start:] begins, found in one pass: the line `n` lines after the one at `start`."""
 
     def __init__(self, data: bytes, start: int) -> None:
         pa, pc = arrow()
-        lines = pc.split_pattern(whole(data, start), "\n").values  # the lines, without their '\n'
+        # The lines, without their '\n'. (Split by RE2, which finds a single byte with memchr: 0.50 ms over a 3 MB
+        # object of 5,000 lines, against 0.63 by the plain split's byte-by-byte search.)
+        lines = pc.split_pattern_regex(whole(data, start), "\n").values
         # Line k starts at start + offsets[k] + k (the k newlines before it are not in the lines' bytes).
         self._offsets = pa.Array.from_buffers(pa.int64(), len(lines) + 1, [None, lines.buffers()[1]], 0, lines.offset)
         self._start = start

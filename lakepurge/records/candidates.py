@@ -35,6 +35,7 @@ lives as long as they do) and shared by its threads.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import threading
@@ -45,7 +46,7 @@ from typing import Any
 
 from lakepurge.records import re2_bytes
 from lakepurge.records.arrow_scan import arrow, pieces_after, whole
-from lakepurge.records.ids import PLAIN_FIELD
+from lakepurge.records.ids import PLAIN_FIELD, key_spellings
 
 # After the key: `:`, blanks, then the start of its value: a string (up to its first quote or the line's end: a
 # string with an escaped quote holds a backslash and is decoded in Python), an integer, or an array's bracket. A
@@ -55,15 +56,25 @@ _VALUE = r'^[ \t\r]*:[ \t\r]*(?:"(?P<string>[^"\n]*)|(?P<integer>-?[0-9]+)|(?P<a
 _BARE = r"^[ \t\r]*:[ \t\r]*$"
 _DECODER = json.JSONDecoder()
 _BRACKET = b"["
-# holds_none_of's automaton is made of at most KNOWN_IDS_MAX ids of KNOWN_ID_CHARS characters in all (past either:
-# found's split). It is compiled once a purge (2,000 ids of 8 characters: 1.7 ms; 5,000: 3.4; 20,000: 12) and its DFA
-# builds a state the first time the bytes reach it, so it warms over the objects: on 3 MB objects of the hard lake, of
-# ids close to the wanted ones, 1.5 -> 0.6 ms over 12 objects at 2,000 ids, 1.9 -> 0.8 at 5,000, 2.3 -> 1.4 at 10,000,
-# 2.5 -> 1.0 over 80 at 20,000 (2,000 e-mail addresses, 62,000 characters: 1.6 -> 0.75), where the split, its values
-# and their lookup take ~1.6 ms. At 20,000 ids (10% of the bench's users) 10 objects' check took 1.6-1.9x the splice
-# against 0.9-1.0x by the split. (The count is asked first: summing 20,000 ids' lengths took 1 ms.)
+# holds_none_of's automaton is made of at most KNOWN_IDS_MAX ids of KNOWN_ID_CHARS characters in all, compiled when a
+# stretch first asks. It is compiled once a purge (2,000 ids of 8 characters: 1.7 ms; 5,000: 3.4; 20,000: 12) and its
+# DFA builds a state the first time the bytes reach it, so it warms over the objects: on 3 MB objects of the hard lake,
+# of ids close to the wanted ones, 1.5 -> 0.6 ms over 12 objects at 2,000 ids, 1.9 -> 0.8 at 5,000, 2.3 -> 1.4 at
+# 10,000 (2,000 e-mail addresses, 62,000 characters: 1.6 -> 0.75), where the split, its values and their lookup take
+# ~1.6 ms. (The count is asked first: summing 20,000 ids' lengths took 1 ms.)
 KNOWN_IDS_MAX = 10_000
 KNOWN_ID_CHARS = 64_000
+# More ids (up to RENTED_IDS_MAX of RENTED_ID_CHARS characters) are worth an automaton only over many objects: at
+# 20,000 ids it took 18-24 ms to build (the pattern 6.5, RE2 12-18) and searched 3 MB objects in 1.5 -> 0.8 ms over
+# 40 objects (0.9 on average, the same at a max_mem of 64, 256 or 1,024 MiB; 50,000 ids: 41 ms, 1.2 -> 0.7; 100,000:
+# 68 ms, 0.34), against ~1.6 by the split: over the 10 objects of a quick bench it cost 1.6-1.9x the splice against
+# 0.9-1.0x. So the split answers first, and the automaton is compiled once the split has cost this purge's threads
+# as much CPU as the compile is expected to (COMPILE_NS_AN_ID a wanted id): a purge of a few objects pays at most
+# what the split costs, a long one (an inline purge of 10% of a lake's users touches most of its objects) about the
+# automaton's cost. ("the same" above: the DFA's states of these ids fit in 64 MiB.)
+RENTED_IDS_MAX = 200_000
+RENTED_ID_CHARS = 4_000_000
+COMPILE_NS_AN_ID = 1_000
 # RE2's memory for the compiled program and its DFA's states (built as the bytes reach them, so only what a purge
 # needs is taken; freed with the WantedIds). A DFA that runs out falls back to the NFA, ~100 times slower: the
 # sorted alternation of 20,000 8-character ids needed more than 32 MiB to stay in the DFA, 2,000 e-mail addresses
@@ -92,22 +103,27 @@ class IdCandidates:
     def __init__(self, names: tuple[str, ...]) -> None:
         self._names = names
         self._tokens = tuple(json.dumps(name) for name in names)
-        # Each name as a key may spell it: every character as itself or as its \u00XX escape (hex digits in either
-        # case). One pattern for all the names: the object is read once, whatever its escapes.
-        spellings = ["".join(f"(?:{re.escape(char)}|{_escape_of(char)})" for char in name) for name in names]
-        self._keys = '"(?:' + "|".join(spellings) + ')"'
+        # One pattern for every spelling of all the names: the object is read once, whatever its escapes.
+        self._keys = key_spellings(names)
 
     def holds_none_of(self, data: bytes, known: WantedIds) -> bool:
         """True when no line of the stretch can hold any of the wanted ids (raw ids: the caller holds them), by one
         automaton over the bytes (module docstring); False when that cannot be told so: some key's value is one of
-        them, or holds an escape or an array, or there is no automaton for these ids (more than KNOWN_IDS_MAX or
-        KNOWN_ID_CHARS, or turned off for being slow: then use found)."""
+        them, or holds an escape or an array, or there is no automaton for these ids (too many, not yet worth its
+        compile, or turned off for being slow: then use found, and tell split_paid what it cost)."""
         automaton = known.automaton(self._keys)
         return automaton is not None and automaton.matches(data) is False
 
+    def split_paid(self, known: WantedIds, thread_ns: int) -> None:
+        """What found's split cost this thread (CPU) in place of the automaton of these ids: their compile waits
+        for it (WantedIds.automaton)."""
+        known.rent(self._keys, thread_ns)
+
     @classmethod
+    @functools.cache
     def of(cls, paths: tuple[tuple[str, ...], ...]) -> IdCandidates | None:
-        """For a dataset's id field paths, or None when a name is not plain (then every line is parsed)."""
+        """For a dataset's id field paths, or None when a name is not plain (then every line is parsed). Made once
+        for each (the check asks it for every object: its pattern took ~40 us to build)."""
         # Only the last names are looked for: a key on the way to them, however spelled, holds them as keys.
         names = tuple(sorted({path[-1] for path in paths}))
         if not names or not all(PLAIN_FIELD.fullmatch(name) for name in names):
@@ -188,11 +204,12 @@ class WantedIds(Collection[str]):
     as long as this object, which holds the ids anyway; nothing else keeps them (a module's cache would keep the raw
     ids past the purge). ``repr`` shows a count, never an id."""
 
-    __slots__ = ("__weakref__", "_automata", "_ids", "_lock")
+    __slots__ = ("__weakref__", "_automata", "_ids", "_lock", "_rent")
 
     def __init__(self, ids: Iterable[str]) -> None:
         self._ids = frozenset(ids)
         self._automata: dict[str, _Automaton | None] = {}
+        self._rent: dict[str, int] = {}  # the split's CPU (ns) so far, for each automaton not yet compiled
         self._lock = threading.Lock()
 
     def __contains__(self, user: object) -> bool:
@@ -208,11 +225,20 @@ class WantedIds(Collection[str]):
         return f"WantedIds({len(self._ids)} ids)"
 
     def automaton(self, keys: str) -> _Automaton | None:
-        """The automaton of these ids after these keys (IdCandidates._keys), or None when there is none."""
+        """The automaton of these ids after these keys (IdCandidates._keys), or None when there is none (yet: more
+        than KNOWN_IDS_MAX ids are compiled once the split has paid for it, see rent)."""
         with self._lock:  # (the threads that ask while it compiles wait for it: it is compiled once)
             if keys not in self._automata:
+                if len(self._ids) > KNOWN_IDS_MAX and self._rent.get(keys, 0) < COMPILE_NS_AN_ID * len(self._ids):
+                    return None
                 self._automata[keys] = _Automaton.of(keys, self._ids)
             return self._automata[keys]
+
+    def rent(self, keys: str, thread_ns: int) -> None:
+        """Adds what a split cost in place of the automaton after these keys, while it is not compiled."""
+        with self._lock:
+            if keys not in self._automata:
+                self._rent[keys] = self._rent.get(keys, 0) + thread_ns
 
 
 class _Automaton:
@@ -226,7 +252,9 @@ class _Automaton:
 
     @classmethod
     def of(cls, keys: str, ids: frozenset[str]) -> _Automaton | None:
-        if not ids or len(ids) > KNOWN_IDS_MAX or sum(map(len, ids)) > KNOWN_ID_CHARS:
+        if not ids or len(ids) > RENTED_IDS_MAX:
+            return None
+        if sum(map(len, ids)) > (KNOWN_ID_CHARS if len(ids) <= KNOWN_IDS_MAX else RENTED_ID_CHARS):
             return None
         pattern = _known_pattern(keys, ids)
         if pattern is None:
@@ -277,12 +305,6 @@ def _literal(user: str) -> str:
 
 def _hex_escape(found: re.Match[str]) -> str:
     return f"\\x{ord(found.group()):02x}"
-
-
-def _escape_of(char: str) -> str:
-    """The pattern of a character's \\u00XX escape, its hex digits in either case."""
-    hex_digits = f"{ord(char):02x}"
-    return r"\\u00" + "".join(f"[{digit}{digit.upper()}]" if digit.isalpha() else digit for digit in hex_digits)
 
 
 def _strings(pieces: list[bytes]) -> list[str]:

@@ -115,6 +115,15 @@ def lakes(draw: st.DrawFn) -> tuple[str, bytes, str]:
     return shape, b"\n".join(lines) + draw(st.sampled_from([b"\n", b""])), style
 
 
+def _read_for_ids(lake: tuple[str, bytes, str]) -> tuple[bytes, tuple[str, ...], IdCandidates]:
+    """A drawn lake's bytes, its id fields and their bulk reader."""
+    shape, data, _ = lake
+    fields = tuple(".".join(path) for path in PATHS[shape])
+    candidates = IdCandidates.of(parse_paths(fields))
+    assert candidates is not None
+    return data, fields, candidates
+
+
 def read_by_the_indexer(data: bytes, paths: tuple[str, ...], wanted: set[str]) -> list[int]:
     return [
         item.line
@@ -229,10 +238,7 @@ def test_given_lines_of_any_writer_when_searched_by_the_wanted_ids_themselves_th
     # The ids drawn as the lines' are (wanted, others, any text, integers), so most sets are absent from the lines
     # and the automaton answers: its "none" must be the indexer's, whatever the writer's escapes, spacing, nesting,
     # arrays, integers and repeated keys.
-    shape, data, _ = lake
-    fields = tuple(".".join(path) for path in PATHS[shape])
-    candidates = IdCandidates.of(parse_paths(fields))
-    assert candidates is not None
+    data, fields, candidates = _read_for_ids(lake)
 
     clear = candidates.holds_none_of(data, WantedIds(wanted))
 
@@ -304,6 +310,60 @@ def test_given_more_ids_than_the_automaton_takes_when_searched_then_the_split_an
     assert candidates is not None
     assert not candidates.holds_none_of(data, WantedIds(many))
     assert checked(data, ("user_id",), many) == []
+
+
+# More ids than an automaton is compiled for at once (KNOWN_IDS_MAX): ids no generated line holds (longer than
+# st.text's six characters), with the ids the lines are drawn from.
+FILLERS = frozenset(f"filler-{n:05d}" for n in range(KNOWN_IDS_MAX + 500))
+_RENTED: dict[str, WantedIds] = {}
+
+
+def _rented() -> WantedIds:
+    """One WantedIds of WANTED and FILLERS for the module (its automata compiled once, ~10 ms each)."""
+    if not _RENTED:
+        _RENTED["ids"] = WantedIds(FILLERS | set(WANTED))
+    return _RENTED["ids"]
+
+
+def test_given_more_ids_than_compiled_at_once_when_the_split_has_cost_the_purge_the_compile_then_it_is_compiled():
+    data = b"\n".join(HARD_LINES) + b"\n"
+    wanted = WantedIds(FILLERS | {"u0000042"})
+    candidates_ = IdCandidates.of((("user_id",),))
+    assert candidates_ is not None
+    candidates_.found(data)  # (Arrow imported and its pattern compiled first: a split's own cost is what is paid)
+    compiled = mock.patch.object(candidates._Automaton, "of", wraps=candidates._Automaton.of)
+    with compiled as compile_calls:
+        assert checked(data, ("user_id",), wanted) == [42]  # by the split, which pays part of the compile
+        assert compile_calls.call_count == 0
+        assert not candidates_.holds_none_of(data, wanted)  # (the split has not paid it all: no automaton yet)
+        candidates_.split_paid(wanted, candidates.COMPILE_NS_AN_ID * len(wanted))
+        assert checked(data, ("user_id",), wanted) == [42]  # the automaton finds u0000042, the split reads it
+        assert compile_calls.call_count == 1
+        clean = b"\n".join(line for line in HARD_LINES if b'"u0000042"' not in line) + b"\n"
+        assert candidates_.holds_none_of(clean, wanted)  # cleared by the automaton alone
+        assert checked(clean, ("user_id",), wanted) == []
+        candidates_.split_paid(wanted, 10**12)  # the split's cost is no more counted once compiled
+        assert compile_calls.call_count == 1
+
+
+@settings(max_examples=30, deadline=None)
+@given(lake=lakes())
+def test_given_lines_of_any_writer_when_an_automaton_of_more_than_compiled_at_once_clears_them_then_the_indexer_does(
+    lake,
+) -> None:
+    # An automaton of KNOWN_IDS_MAX + 510 ids (compiled once the split paid for it) clears a stretch only when the
+    # indexer's reader finds none of them in it, whatever the writer's escapes, spacing, nesting, arrays, integers,
+    # and exactly when the automaton of the ids the lines may hold (WANTED: no line holds a filler) clears it.
+    data, fields, candidates_ = _read_for_ids(lake)
+    many = _rented()
+    candidates_.split_paid(many, candidates.COMPILE_NS_AN_ID * len(many))
+
+    clear = candidates_.holds_none_of(data, many)
+
+    assert many.automaton(candidates_._keys) is not None
+    expected = read_by_the_indexer(data, fields, set(WANTED))
+    assert clear is (expected == [] and candidates_.holds_none_of(data, WantedIds(WANTED)))
+    assert checked(data, fields, many) == expected
 
 
 @pytest.mark.parametrize(("wanted", "expected"), [({"u0000200", "r5"}, []), ({"u0000200", "u0000042"}, [42])])

@@ -8,6 +8,7 @@ import io
 import json
 import re
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -59,11 +60,45 @@ def test_given_any_text_when_searched_for_an_escaped_key_by_re2_or_by_re_then_bo
     assert by_re2 is by_re
 
 
-def test_given_the_target_lines_of_a_chunk_when_one_spells_the_key_with_an_escape_then_they_are_read_line_by_line():
-    # A chunk's target lines joined (well past 32 KB): an escaped spelling far into the text is still found.
+def test_given_the_target_lines_of_a_chunk_when_one_writes_the_key_twice_once_escaped_then_they_are_read_line_by_line():
+    # A chunk's target lines joined (past COUNTED_FROM: every spelling counted by one RE2 pass): a second spelling
+    # far into the text is still found; a key spelled only with an escape is one occurrence like any other.
     lines = [json.dumps({"user_id": f"u{n}", "body": "café " * 20}).encode() for n in range(1_000)]
-    lines[-1] = lines[-1].replace(b'"user_id"', b'"user\\u005fid"')
     keys = IdKeys.of(parse_paths(["user_id"]))
-    assert len(b"\n".join(lines)) > 32 * 1024
-    assert keys.repeated_among(lines, len(lines))
-    assert not keys.repeated_among(lines[:-1], len(lines) - 1)
+    twice = [*lines[:-1], lines[-1].replace(b"}", b', "user\\u005fid": "u0"}')]
+    once = [*lines[:-1], lines[-1].replace(b'"user_id"', b'"user\\u005fid"')]
+    assert len(b"\n".join(lines)) > ids.COUNTED_FROM
+    assert keys.repeated_among(twice, len(lines))
+    assert not keys.repeated_among(once, len(lines))
+    assert keys.repeated_among(lines, len(lines) - 1)  # one line more holds the key than the reader said
+
+
+# Keys a generated line may write: the id field's in every spelling, at the top or nested, and others.
+KEYS = ["user_id", "user\\u005fid", "\\u0075ser_id", "user\\u005Fid", "USER_ID", "body", "user"]
+VALUES = st.one_of(
+    st.sampled_from(["u1", "u2", "café", '"user_id"', "user_id", "\\u0075ser_id"]),
+    st.integers(-3, 3),
+    st.sampled_from([{"user_id": "u3"}, ["u4"], None]),
+)
+PAD = json.dumps({"pad": "\u00e9" * 12_000})  # a line holding no key, long enough for the one-pass count
+
+
+@given(st.lists(st.lists(st.tuples(st.sampled_from(KEYS), VALUES), max_size=4), min_size=1, max_size=6))
+@settings(max_examples=60, deadline=None)
+def test_given_any_lines_when_none_is_said_to_repeat_the_key_then_the_bulk_read_of_each_is_the_indexers(objects):
+    # What Ownership.json_lines and the check rely on: when repeated_among says no, each line's one top-level value
+    # (orjson's, which keeps a repeated key's last value) is every id the indexer's reader (parse_record) gives it.
+    lines = [
+        ("{" + ", ".join(f'"{key}": {json.dumps(value, ensure_ascii=True)}' for key, value in pairs) + "}").encode()
+        for pairs in objects
+    ] + [PAD.encode()]
+    keys = IdKeys.of(parse_paths(["user_id"]))
+    values = [orjson.loads(line).get("user_id") for line in lines]
+    holding = sum(value is not None for value in values)
+    assert len(b"\n".join(lines)) >= ids.COUNTED_FROM
+    if keys.repeated_among(lines, holding):
+        return
+    for line, value in zip(lines, values, strict=True):
+        record = ids.parse_record(line, keys)
+        every = record["user_id"] if type(record.get("user_id")) is ids._Repeated else [record.get("user_id")]
+        assert every == [value]

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from lakepurge.purge import splice
 from lakepurge.purge.splice import DROP, splice_lines
+from lakepurge.records.arrow_scan import LineStarts
 from lakepurge.records.lines import CHUNK_BYTES
 
 pytestmark = pytest.mark.unit
@@ -168,3 +169,17 @@ def test_given_a_chunk_with_many_targets_when_spliced_then_it_goes_on_as_one_pie
     pieces = list(splice_lines([data], targets, lambda n, line: b"{}"))
     assert len(pieces) == 1
     assert pieces[0] == expected_after(data, dict.fromkeys(targets, "blank"))
+
+
+@given(st.binary(max_size=200).map(lambda b: b.replace(b"\x0b", b"\n")), st.integers(0, 200))
+@settings(max_examples=100, deadline=None)
+def test_given_any_bytes_when_their_line_starts_are_found_in_one_pass_then_each_is_a_newline_counted_by_hand(data, at):
+    # LineStarts finds them by RE2's split (binary read as Latin-1: no byte, valid UTF-8 or not, hides a '\n')
+    start = min(at, len(data))
+    found = LineStarts(data, start)
+    by_hand = [start] + [position + 1 for position in range(start, len(data)) if data[position] == ord("\n")]
+    assert found.newlines == len(by_hand) - 1
+    assert [found.start_of(lines_on) for lines_on in range(found.newlines + 1)] == by_hand
+    starts, ends = found.spans(list(range(found.newlines)))
+    assert starts == by_hand[:-1]
+    assert ends == [each - 1 for each in by_hand[1:]]
