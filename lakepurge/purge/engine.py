@@ -90,6 +90,9 @@ class ObjectOutcome:
     # versions this purge read and found holding none of them (a version's bytes never change).
     after_checksum: str = ""
     clean_versions: list[str] = field(default_factory=list)
+    # The write's ETag is the MD5 of the bytes S3 received (s3write.Written.etag_is_md5): in a bucket without
+    # versioning, a listing that names it for the key proves the object is still that write (purge.listed_proof).
+    after_etag_md5: bool = False
     # False while the outcome is only an intent: recorded just before the write, so a run killed between the write
     # and its record can tell, when started again, that the erasure it finds done was its own.
     committed: bool = True
@@ -348,6 +351,7 @@ class _PurgeStep:
         finally:
             staged.close()
         outcome.after_checksum = written.checksum
+        outcome.after_etag_md5 = written.etag_is_md5
         return written
 
     def _intend(self, staged: Staged, outcome: ObjectOutcome) -> Callable[[], None]:

@@ -36,6 +36,7 @@ from lakepurge.index.base import IndexStore
 from lakepurge.purge.certificate import PurgeResult, purge_targets, verification_proof, write_certificate
 from lakepurge.purge.engine import ObjectOutcome, PurgeTarget, purge_object, verify_object
 from lakepurge.purge.intents import INTENTS_LINGER_SECONDS, IntentJournal
+from lakepurge.purge.listed_proof import listable, listed_etags, proven_by_listing
 from lakepurge.purge.placeholders import recorded_from
 from lakepurge.purge.placeholders import write_batch as write_placeholder_batch
 from lakepurge.purge.shredding import shred_persons
@@ -240,12 +241,19 @@ class _PartitionPurge:
                 ThreadPoolExecutor(-(-threads // PURGE_THREADS_PER_VERIFIER), thread_name_prefix="verify") as verifier,
             ):
 
-                def purge(target: PurgeTarget) -> tuple[dict[str, Any], Future[list[dict[str, Any]]]]:
+                def purge(target: PurgeTarget) -> tuple[dict[str, Any], Future[list[dict[str, Any]]] | None]:
                     outcome = self._purge_one(target)
+                    if self._listable(target, outcome):
+                        return outcome, None  # verified with the task's others like it by one listing, at the end
                     return outcome, verifier.submit(self._verify, target, outcome)
 
-                for outcome, verified in pool.map(purge, self.targets):
-                    yield {"outcome": outcome, "remaining": verified.result()}
+                listed: list[tuple[PurgeTarget, dict[str, Any]]] = []
+                for target, (outcome, verified) in zip(self.targets, pool.map(purge, self.targets), strict=True):
+                    if verified is None:
+                        listed.append((target, outcome))
+                    else:
+                        yield {"outcome": outcome, "remaining": verified.result()}
+                yield from self._verify_listed(listed, verifier)
         finally:
             self._flush(self._finished)
             for opened in self._stores:
@@ -264,6 +272,40 @@ class _PartitionPurge:
             proof = verification_proof(ObjectOutcome(**outcome), target.dataset not in self.gaps)
         check = (target.s3path, target.dataset, proof)
         return _verified(self.s3, self.settings, self.users, self.pseudonymizer, self.versioned, check)
+
+    def _listable(self, target: PurgeTarget, outcome: dict[str, Any]) -> bool:
+        """Whether the object's verification is a listing's (purge.listed_proof) rather than its own HEAD."""
+        if self.settings.purge.verify != "checksum" or target.s3path.startswith(OBJECT_REFERENCE):
+            return False
+        dataset = self.settings.dataset_named(target.dataset)
+        return listable(ObjectOutcome(**outcome), dataset, self.versioned(target.s3path))
+
+    def _verify_listed(
+        self, listed: list[tuple[PurgeTarget, dict[str, Any]]], verifier: ThreadPoolExecutor
+    ) -> Iterator[dict[str, Any]]:
+        """The task's listable objects, verified after its purges: one listing a bucket names their ETags (one
+        request for many objects instead of a HEAD each); those it does not show to be the purge's own write (an
+        overwrite since, a key the listing did not reach, a listing that failed) are verified one by one (_verify)."""
+        keys: dict[str, list[str]] = {}
+        for target, _ in listed:
+            uri = S3Uri.parse(target.s3path)
+            keys.setdefault(uri.bucket, []).append(uri.key)
+        etags: dict[str, dict[str, str]] = {}
+        for bucket, in_bucket in keys.items():
+            try:
+                etags[bucket] = listed_etags(self.s3, bucket, in_bucket)
+            except Exception as exc:  # each object is then verified on its own, as without a listing
+                log.warning("verification's listing failed; verifying each object", extra={"error": type(exc).__name__})
+                etags[bucket] = {}
+        pending = []
+        for target, outcome in listed:
+            uri = S3Uri.parse(target.s3path)
+            if proven_by_listing(ObjectOutcome(**outcome), etags[uri.bucket], uri.key):
+                yield {"outcome": outcome, "remaining": []}
+            else:
+                pending.append((outcome, verifier.submit(self._verify, target, outcome)))
+        for outcome, verified in pending:
+            yield {"outcome": outcome, "remaining": verified.result()}
 
     def _purge_one(self, target: PurgeTarget) -> dict[str, Any]:
         if target.s3path in self.finished_before:

@@ -40,6 +40,10 @@ class Written:
     etag: str
     version_id: str | None
     checksum: str  # CRC64NVME (base64) of the bytes written, as S3 stated it back
+    # The ETag is the MD5 of the bytes S3 received: one PutObject, unencrypted or SSE-S3 (S3's documented ETag; not a
+    # multipart upload's, nor SSE-KMS's or SSE-C's). A listing's ETag equal to it names these bytes
+    # (lakepurge.purge.listed_proof).
+    etag_is_md5: bool = False
 
 
 def preserved_attributes(s3: S3Client, head: ObjectHead) -> dict[str, Any]:
@@ -123,7 +127,14 @@ def write_in_place(
             abort_upload(s3, head, upload_id)
         raise
     version = response.get("VersionId")
-    written = Written(response["ETag"], None if version in (None, "null") else version, staged.checksum)
+    etag = response["ETag"]
+    md5 = (
+        staged.size <= PART_BYTES
+        and "-" not in etag
+        and response.get("ServerSideEncryption", "AES256") == "AES256"
+        and not response.get("SSECustomerAlgorithm")
+    )
+    written = Written(etag, None if version in (None, "null") else version, staged.checksum, md5)
     # S3 answers the checksum it validated (a multipart completion may not: verification's HEAD confirms it then).
     stated = response.get("ChecksumCRC64NVME")
     if stated is not None and stated != staged.checksum:
