@@ -21,6 +21,7 @@ from lakepurge.purge.engine import ObjectOutcome
 # A listing page (up to 1,000 keys) is asked for each this many of the objects it is to confirm, at most: a task
 # whose objects lie far apart in a large prefix goes back to a HEAD each for those the pages did not reach.
 OBJECTS_PER_PAGE = 10
+PAGE_KEYS = 1000  # S3's most keys a listing page holds
 
 
 def listable(outcome: ObjectOutcome, dataset: DatasetConfig, versioned: bool) -> bool:
@@ -47,7 +48,7 @@ def listed_etags(s3: Any, bucket: str, keys: Iterable[str]) -> dict[str, str]:
     pages = max(1, len(wanted) // OBJECTS_PER_PAGE)
     first, last = wanted[0], wanted[-1]  # the keys sorted: what they all start with, the first and last share
     shared = next((n for n, (a, b) in enumerate(zip(first, last, strict=False)) if a != b), min(len(first), len(last)))
-    args: dict[str, Any] = {"Bucket": bucket, "Prefix": first[:shared]}
+    args: dict[str, Any] = {"Bucket": bucket, "Prefix": first[:shared], "MaxKeys": PAGE_KEYS}
     if len(first) > 1:
         args["StartAfter"] = first[:-1]  # before the first key, and after nearly every key before it
     found: dict[str, str] = {}

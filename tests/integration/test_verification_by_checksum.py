@@ -20,7 +20,7 @@ from lakepurge.core.privacy import Pseudonymizer
 from lakepurge.index import open_store
 from lakepurge.indexing.backfill import run_reconcile
 from lakepurge.indexing.indexer import index_object
-from lakepurge.purge import engine, job
+from lakepurge.purge import engine, job, listed_proof
 from lakepurge.reports.report import build_report
 from tests.support.lakes import index_toml
 from tests.support.purging import HASH_KEY
@@ -159,6 +159,22 @@ def test_given_a_bucket_without_versioning_when_verified_by_checksum_then_one_li
     listings = [prefix for name, prefix in made if name == "ListObjectsV2" and prefix.startswith("events/")]
     assert heads == []  # neither object's version was asked for on its own
     assert listings == ["events/"]  # one listing named both ETags
+
+
+@pytest.mark.parametrize("lake", [False], ids=["unversioned"], indirect=True)
+def test_given_objects_the_listing_does_not_reach_when_verified_then_each_is_proven_by_its_own_head(lake, monkeypatch):
+    # Pages of one key and a key between the two objects: the one page the two objects are worth names a.jsonl only;
+    # b.jsonl, not reached, is asked for on its own, as it was before the listing.
+    s3, cfg, store, bucket = lake
+    s3.put_object(Bucket=bucket, Key="events/a2.txt", Body=b"not a dataset object")
+    monkeypatch.setattr(listed_proof, "PAGE_KEYS", 1)
+
+    with requests_made(s3) as made:
+        result, reads = purge_with(cfg, store)
+
+    assert result.verified, result.remaining
+    assert reads == []
+    assert [key for name, key in made if name == "HeadObject" and key.startswith("events/")] == ["events/b.jsonl"]
 
 
 @pytest.mark.parametrize("lake", [True], ids=["versioned"], indirect=True)
