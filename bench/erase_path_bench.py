@@ -61,9 +61,12 @@ import random
 import re
 import statistics
 import sys
+import threading
 import time
 import zlib
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -545,7 +548,8 @@ def part_two(
                     gc.collect()
                     cpu_before = time.process_time() + pb.process_cpu(moto.process.pid)
                     start = time.perf_counter()
-                    run = purge_users(settings, wanted, dry_run=False, force=True, say=quiet, engine="inline")
+                    with counted_requests() as requests:
+                        run = purge_users(settings, wanted, dry_run=False, force=True, say=quiet, engine="inline")
                     path_s = time.perf_counter() - start
                     path_cpu = time.process_time() + pb.process_cpu(moto.process.pid) - cpu_before
                     result = run.result
@@ -567,6 +571,7 @@ def part_two(
                             "path_cpu_s": path_cpu,
                             "lines": expected,
                             "load_average": round(load, 2),
+                            "requests": dict(sorted(requests.items())),
                         }
                     )
                 out.setdefault("part2", []).append(
@@ -586,6 +591,9 @@ def part_two(
                     f"  path/copy wall {wall.summary()}  CPU {cpu.summary()}"
                     f"  load {', '.join(str(d['load_average']) for d in detail)}"
                 )
+                per_object = {kind: n / detail[-1]["objects"] for kind, n in detail[-1]["requests"].items()}
+                each = ", ".join(f"{kind} {n:.2f}" for kind, n in per_object.items())
+                pb.progress(f"    requests per object (last run): {each}")
     finally:
         moto.stop()
         postgres.stop()
@@ -593,6 +601,51 @@ def part_two(
 
 def quiet(_: str) -> None:
     return None
+
+
+@contextmanager
+def counted_requests() -> Iterator[Counter[str]]:
+    """The S3 requests (by operation; PUTs of the lake's objects apart from those of the results: intents, outcome
+    batches, placeholder records, the certificate) and the index's statements (psycopg) made inside, on any thread."""
+    import botocore.client
+    import psycopg
+
+    counts: Counter[str] = Counter()
+    lock = threading.Lock()
+    api_call = botocore.client.BaseClient._make_api_call
+    executes = {name: getattr(psycopg.Cursor, name) for name in ("execute", "executemany", "copy")}
+
+    def count(kind: str) -> None:
+        with lock:
+            counts[kind] += 1
+
+    def make_api_call(client: Any, operation: str, params: dict[str, Any]) -> Any:
+        kind = operation
+        if operation == "PutObject" and params.get("Bucket") != pb.BUCKET:
+            key = str(params.get("Key", ""))
+            kind += next((f" {part}" for part in RESULT_PARTS if part in key), " other")
+        count(kind)
+        return api_call(client, operation, params)
+
+    def statement(original: Callable[..., Any]) -> Callable[..., Any]:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            count("index statement")
+            return original(*args, **kwargs)
+
+        return counted
+
+    botocore.client.BaseClient._make_api_call = make_api_call  # type: ignore[method-assign]
+    for name, original in executes.items():
+        setattr(psycopg.Cursor, name, statement(original))
+    try:
+        yield counts
+    finally:
+        botocore.client.BaseClient._make_api_call = api_call  # type: ignore[method-assign]
+        for name, original in executes.items():
+            setattr(psycopg.Cursor, name, original)
+
+
+RESULT_PARTS = ("placeholders", "intents", "batches", "certificates", "reports")  # the first a key holds names it
 
 
 def settings_for(dsn: str, threads: int = 4) -> Any:
@@ -668,7 +721,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--skip-s3", action="store_true", help="part 1 only")
     parser.add_argument("--skip-local", action="store_true", help="part 2 only")
     sets = ",".join(s.name for s in USER_SETS)
-    parser.add_argument("--sets", default=sets, help=f"part 2's user sets (default: all, {sets})")
+    parser.add_argument("--sets", default=sets, help=f"part 2's user sets (default: all, {sets})".replace("%", "%%"))
     parser.add_argument("--layouts", default=",".join(LAYOUTS), help="part 2's layouts (default: both)")
     args = parser.parse_args(argv)
     specs = lakes(args.quick, args.reps)

@@ -59,8 +59,9 @@ class PurgeResult:
 
 VERSIONS_CHECKED = {
     "checksum": "every current and noncurrent version of each object: those this purge wrote by their CRC64NVME and"
-    " version id (the bytes were read for the users before the write), those it read by version id, the others"
-    " read again",
+    " version id (the bytes were read for the users before the write; asked by HEAD or named by the listing of the"
+    " versions) or, in a bucket without versioning, by a listing's ETag equal to the write's MD5 ETag, those it read"
+    " by version id, the others read again",
     "full": "every current and noncurrent version of each object, read again",
 }
 

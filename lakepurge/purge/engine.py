@@ -90,6 +90,12 @@ class ObjectOutcome:
     # versions this purge read and found holding none of them (a version's bytes never change).
     after_checksum: str = ""
     clean_versions: list[str] = field(default_factory=list)
+    # The write's ETag is the MD5 of the bytes S3 received (s3write.Written.etag_is_md5): in a bucket without
+    # versioning, a listing that names it for the key proves the object is still that write (purge.listed_proof).
+    after_etag_md5: bool = False
+    # S3 stated after_checksum back for after_version (s3write.Written.checksum_stated): in a versioned bucket, a
+    # listing naming that version as the current one proves it without a HEAD.
+    after_checksum_stated: bool = False
     # False while the outcome is only an intent: recorded just before the write, so a run killed between the write
     # and its record can tell, when started again, that the erasure it finds done was its own.
     committed: bool = True
@@ -348,6 +354,8 @@ class _PurgeStep:
         finally:
             staged.close()
         outcome.after_checksum = written.checksum
+        outcome.after_etag_md5 = written.etag_is_md5
+        outcome.after_checksum_stated = written.checksum_stated
         return written
 
     def _intend(self, staged: Staged, outcome: ObjectOutcome) -> Callable[[], None]:
@@ -543,11 +551,18 @@ def _verify_versions(
 ) -> list[Remaining]:
     uri = S3Uri.parse(s3path)
     proven = proof is not None and bool(proof.after_checksum)
-    heads = [h for h in [head_object(s3, uri.bucket, uri.key, checksum=proven)] if h is not None]
     # Every noncurrent version too, whether or not the purge deletes them: a version left to a lifecycle rule still
     # holds the data, and "verified" means nothing of the users is left. A bucket that never had versioning has none.
-    if versioned:
-        heads.extend(noncurrent_versions(s3, uri))
+    listed = [v for v in object_versions(s3, uri.bucket, uri.key) if v["Key"] == uri.key] if versioned else []
+    latest = next((v for v in listed if v["IsLatest"]), None)
+    heads = [_listed_head(uri, v) for v in listed if not v["IsLatest"]]
+    if latest is None or proof is None or not _the_stated_write(latest, proof):
+        # The current version asked on its own (its checksum with it), and the one listed as current, if another.
+        current = head_object(s3, uri.bucket, uri.key, checksum=proven)
+        asked = [current] if current is not None else []
+        if latest is not None and latest["VersionId"] not in [h.version_id for h in asked]:
+            asked.append(_listed_head(uri, latest))  # replaced between the listing and the HEAD: both are checked
+        heads = asked + heads
     remaining = []
     for head in heads:
         if proof is not None and _proven_clean(s3, dataset, head, proof):
@@ -565,6 +580,25 @@ def _verify_versions(
     for sidecar in sidecar_versions_naming(s3, dataset, uri, users):
         remaining.append(Remaining(sidecar.s3path, sidecar.version_id, 1))
     return remaining
+
+
+def _listed_head(uri: S3Uri, version: Any) -> ObjectHead:
+    return ObjectHead(
+        uri.bucket, uri.key, version["ETag"], version["VersionId"], version["LastModified"], version["Size"]
+    )
+
+
+def _the_stated_write(version: Any, proof: ObjectOutcome) -> bool:
+    """Whether a listed version is the purge's own write whose checksum S3 stated back: a version id names one
+    immutable write, whose bytes were read for the users before it and whose CRC64NVME S3 validated on receipt, so it
+    is proven without a HEAD (a concurrent writer's version has another id)."""
+    return (
+        bool(proof.after_checksum)
+        and proof.after_checksum_stated
+        and proof.after_version is not None
+        and version["VersionId"] == proof.after_version
+        and version["ETag"] == proof.after_etag
+    )
 
 
 def _proven_clean(s3: Any, dataset: DatasetConfig, head: ObjectHead, proof: ObjectOutcome) -> bool:

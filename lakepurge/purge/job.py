@@ -16,7 +16,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
 from functools import partial
@@ -37,6 +36,8 @@ from lakepurge.index import open_store, relational_dsn
 from lakepurge.index.base import IndexStore
 from lakepurge.purge.certificate import PurgeResult, purge_targets, verification_proof, write_certificate
 from lakepurge.purge.engine import ObjectOutcome, PurgeTarget, purge_object, verify_object
+from lakepurge.purge.intents import INTENTS_LINGER_SECONDS, IntentJournal
+from lakepurge.purge.listed_proof import listable, listed_etags, proven_by_listing
 from lakepurge.purge.placeholders import recorded_from
 from lakepurge.purge.placeholders import write_batch as write_placeholder_batch
 from lakepurge.purge.shredding import shred_persons
@@ -59,17 +60,9 @@ UNRESOLVED = (
 )
 
 
-# The longest the first of a task's threads to reach a write waits for the other objects in progress to reach theirs,
-# to write their intents in one request: about the time the threads, sharing one interpreter lock, take to bring
-# their objects there (4 threads, 1.3 MB objects: with 20 ms two intents shared a request, with 100 ms nearly four).
-INTENTS_LINGER_SECONDS = 0.1
 # A verifying HEAD takes about a tenth of an object's purge (1.2 of 14.5 thread-seconds on bench/README's hard lake):
 # one verifier thread keeps up with four purge threads, and a task of up to 64 of them has one per four.
 PURGE_THREADS_PER_VERIFIER = 4
-# How long the intents' writer thread waits for a next intent before it ends: a task's objects reach their writes far
-# more often, so it is started once, not on the first intent after each batch (starting a thread makes the announcing
-# object's thread wait until the new one holds the interpreter lock).
-WRITER_IDLE_SECONDS = 1.0
 
 
 def recorded_outcomes(
@@ -176,99 +169,6 @@ def _task_attempt() -> int:
     return context.attemptNumber() if context is not None else 0
 
 
-class _IntentBatch:
-    """The intents one request writes; its threads wait on `written` (set after the request, failed or not)."""
-
-    def __init__(self) -> None:
-        self.intents: list[ObjectOutcome] = []
-        self.written = threading.Event()
-        self.failure: Exception | None = None
-
-
-class IntentJournal:
-    """Intents, each durable before its object's write, written together (group commit) by a writer thread of their
-    own. announce queues an intent and returns at once with what waits for it to be written: the object's thread
-    checks its produced bytes meanwhile, so the intent's request overlaps that work instead of following it. While
-    a batch is being written, the intents announced queue for the next one; before taking a batch the writer waits,
-    up to `linger` seconds, for the objects in progress (working) that have not announced yet. Each batch wakes only
-    its own threads."""
-
-    def __init__(self, write: Callable[[list[ObjectOutcome]], None], linger: float = 0.0) -> None:
-        self._write = write
-        self._linger = linger
-        self._turn = threading.Condition()  # only the writer waits on it
-        self._next = _IntentBatch()  # the batch the intents announced now go with
-        self._unannounced = 0  # objects in progress that have not announced an intent yet
-        self._object = threading.local()  # whether this thread's object has announced
-        self._writing = False  # the writer thread is running (it ends WRITER_IDLE_SECONDS after its last batch)
-
-    @contextmanager
-    def working(self) -> Iterator[None]:
-        """Around the work on one object (its intents, if any, are announced inside, on this thread)."""
-        with self._turn:
-            self._unannounced += 1
-        self._object.announced = False
-        try:
-            yield
-        finally:
-            with self._turn:
-                if not self._object.announced:
-                    self._unannounced -= 1
-                    self._wake_writer()
-
-    def announce(self, intent: ObjectOutcome) -> Callable[[], None]:
-        """Queue the intent; the returned call returns once it is written (or raises why it was not). Nothing may be
-        written for the object before that call returns."""
-        with self._turn:
-            batch = self._next
-            batch.intents.append(intent)
-            if getattr(self._object, "announced", True) is False:
-                self._object.announced = True
-                self._unannounced -= 1
-            if not self._writing:
-                self._writing = True
-                threading.Thread(target=self._write_batches, name="intents", daemon=True).start()
-            self._wake_writer()
-
-        def durable() -> None:
-            batch.written.wait()
-            if batch.failure is not None:  # every object of the batch fails: none of them may be written
-                raise batch.failure
-
-        return durable
-
-    def record(self, intent: ObjectOutcome) -> None:
-        """Announce the intent and wait until it is written."""
-        self.announce(intent)()
-
-    def _wake_writer(self) -> None:
-        """Wake the writer only when what it waits for may have come: the first intent of a batch, or the last object
-        in progress announcing (or ending without an intent). Each wake makes it take the interpreter lock from the
-        purge threads, to find, most of the time, that it must go on waiting."""
-        if len(self._next.intents) == 1 or self._unannounced == 0:
-            self._turn.notify()
-
-    def _queued(self) -> bool:
-        return bool(self._next.intents)
-
-    def _write_batches(self) -> None:
-        with self._turn:
-            while self._queued() or self._turn.wait_for(self._queued, WRITER_IDLE_SECONDS):
-                deadline = time.monotonic() + self._linger
-                while self._unannounced > 0 and (left := deadline - time.monotonic()) > 0:
-                    self._turn.wait(left)
-                batch, self._next = self._next, _IntentBatch()
-                self._turn.release()
-                try:
-                    self._write(batch.intents)
-                except Exception as exc:  # every thread of the batch raises it
-                    batch.failure = exc
-                finally:
-                    batch.written.set()
-                    self._turn.acquire()
-            self._writing = False
-
-
 def _purge_partition(
     settings: Settings,
     env: dict[str, str],
@@ -342,12 +242,19 @@ class _PartitionPurge:
                 ThreadPoolExecutor(-(-threads // PURGE_THREADS_PER_VERIFIER), thread_name_prefix="verify") as verifier,
             ):
 
-                def purge(target: PurgeTarget) -> tuple[dict[str, Any], Future[list[dict[str, Any]]]]:
+                def purge(target: PurgeTarget) -> tuple[dict[str, Any], Future[list[dict[str, Any]]] | None]:
                     outcome = self._purge_one(target)
+                    if self._listable(target, outcome):
+                        return outcome, None  # verified with the task's others like it by one listing, at the end
                     return outcome, verifier.submit(self._verify, target, outcome)
 
-                for outcome, verified in pool.map(purge, self.targets):
-                    yield {"outcome": outcome, "remaining": verified.result()}
+                listed: list[tuple[PurgeTarget, dict[str, Any]]] = []
+                for target, (outcome, verified) in zip(self.targets, pool.map(purge, self.targets), strict=True):
+                    if verified is None:
+                        listed.append((target, outcome))
+                    else:
+                        yield {"outcome": outcome, "remaining": verified.result()}
+                yield from self._verify_listed(listed, verifier)
         finally:
             self._flush(self._finished)
             for opened in self._stores:
@@ -366,6 +273,40 @@ class _PartitionPurge:
             proof = verification_proof(ObjectOutcome(**outcome), target.dataset not in self.gaps)
         check = (target.s3path, target.dataset, proof)
         return _verified(self.s3, self.settings, self.users, self.pseudonymizer, self.versioned, check)
+
+    def _listable(self, target: PurgeTarget, outcome: dict[str, Any]) -> bool:
+        """Whether the object's verification is a listing's (purge.listed_proof) rather than its own HEAD."""
+        if self.settings.purge.verify != "checksum" or target.s3path.startswith(OBJECT_REFERENCE):
+            return False
+        dataset = self.settings.dataset_named(target.dataset)
+        return listable(ObjectOutcome(**outcome), dataset, self.versioned(target.s3path))
+
+    def _verify_listed(
+        self, listed: list[tuple[PurgeTarget, dict[str, Any]]], verifier: ThreadPoolExecutor
+    ) -> Iterator[dict[str, Any]]:
+        """The task's listable objects, verified after its purges: one listing a bucket names their ETags (one
+        request for many objects instead of a HEAD each); those it does not show to be the purge's own write (an
+        overwrite since, a key the listing did not reach, a listing that failed) are verified one by one (_verify)."""
+        keys: dict[str, list[str]] = {}
+        for target, _ in listed:
+            uri = S3Uri.parse(target.s3path)
+            keys.setdefault(uri.bucket, []).append(uri.key)
+        etags: dict[str, dict[str, str]] = {}
+        for bucket, in_bucket in keys.items():
+            try:
+                etags[bucket] = listed_etags(self.s3, bucket, in_bucket)
+            except Exception as exc:  # each object is then verified on its own, as without a listing
+                log.warning("verification's listing failed; verifying each object", extra={"error": type(exc).__name__})
+                etags[bucket] = {}
+        pending = []
+        for target, outcome in listed:
+            uri = S3Uri.parse(target.s3path)
+            if proven_by_listing(ObjectOutcome(**outcome), etags[uri.bucket], uri.key):
+                yield {"outcome": outcome, "remaining": []}
+            else:
+                pending.append((outcome, verifier.submit(self._verify, target, outcome)))
+        for outcome, verified in pending:
+            yield {"outcome": outcome, "remaining": verified.result()}
 
     def _purge_one(self, target: PurgeTarget) -> dict[str, Any]:
         if target.s3path in self.finished_before:

@@ -40,6 +40,13 @@ class Written:
     etag: str
     version_id: str | None
     checksum: str  # CRC64NVME (base64) of the bytes written, as S3 stated it back
+    # The ETag is the MD5 of the bytes S3 received: one PutObject, unencrypted or SSE-S3 (S3's documented ETag; not a
+    # multipart upload's, nor SSE-KMS's or SSE-C's). A listing's ETag equal to it names these bytes
+    # (lakepurge.purge.listed_proof).
+    etag_is_md5: bool = False
+    # S3 stated the checksum back for this version (the write's answer, or the HEAD that found a lost answer's write):
+    # the version id alone then names bytes whose CRC64NVME S3 validated (engine.verify_object needs no HEAD).
+    checksum_stated: bool = False
 
 
 def preserved_attributes(s3: S3Client, head: ObjectHead) -> dict[str, Any]:
@@ -123,12 +130,18 @@ def write_in_place(
             abort_upload(s3, head, upload_id)
         raise
     version = response.get("VersionId")
-    written = Written(response["ETag"], None if version in (None, "null") else version, staged.checksum)
+    etag = response["ETag"]
+    md5 = (
+        staged.size <= PART_BYTES
+        and "-" not in etag
+        and response.get("ServerSideEncryption", "AES256") == "AES256"
+        and not response.get("SSECustomerAlgorithm")
+    )
     # S3 answers the checksum it validated (a multipart completion may not: verification's HEAD confirms it then).
     stated = response.get("ChecksumCRC64NVME")
     if stated is not None and stated != staged.checksum:
         raise ChecksumMismatch(f"{head.s3path}: S3 states checksum {stated} for the bytes written, not theirs")
-    return written
+    return Written(etag, None if version in (None, "null") else version, staged.checksum, md5, stated is not None)
 
 
 def refuse_if_changed(s3: S3Client, head: ObjectHead) -> None:
@@ -180,7 +193,7 @@ def own_write(s3: S3Client, head: ObjectHead, checksum: str) -> Written | None:
                 return None
     except (ClientError, BotoCoreError):
         return None
-    return Written(current.etag, current.version_id, checksum)
+    return Written(current.etag, current.version_id, checksum, checksum_stated=True)
 
 
 def _upload_parts(

@@ -20,7 +20,7 @@ from lakepurge.core.privacy import Pseudonymizer
 from lakepurge.index import open_store
 from lakepurge.indexing.backfill import run_reconcile
 from lakepurge.indexing.indexer import index_object
-from lakepurge.purge import engine, job
+from lakepurge.purge import engine, job, listed_proof
 from lakepurge.reports.report import build_report
 from tests.support.lakes import index_toml
 from tests.support.purging import HASH_KEY
@@ -36,6 +36,7 @@ def jsonl(*users: str) -> bytes:
 
 
 ORIGINAL = jsonl("bob", USER, "carol", USER, "dave")
+KMS_KEY = "arn:aws:kms:us-east-1:123456789012:key/7d2c5d9e-synthetic"
 
 
 @pytest.fixture(params=[False, True], ids=["unversioned", "versioned"])
@@ -65,7 +66,8 @@ def lake(request, aws, pg_dsn, monkeypatch):
 
 def purge_with(cfg, store, between_write_and_check=None):
     """run_purge (no Spark: the inline path), with something done to each object (given its key) after its purge
-    wrote it and before its verification; returns the result and the keys verification read again."""
+    wrote it and before its verification (its own, or the listing of the task's objects: listed_proof); returns the
+    result and the keys verification read again."""
     report = build_report(store, cfg, [USER], f"req-{uuid.uuid4().hex[:8]}", Pseudonymizer(KEY), force=True)
     reads: list[str] = []
     verify, scan = job.verify_object, engine.find_user_lines
@@ -85,11 +87,18 @@ def purge_with(cfg, store, between_write_and_check=None):
         finally:
             verifying.now = False
 
-    job.verify_object, engine.find_user_lines = verify_after, counting_scan
+    def list_after(s3, bucket, keys):
+        keys = list(keys)
+        for key in keys if between_write_and_check is not None else ():
+            between_write_and_check(key)
+        return listed(s3, bucket, keys)
+
+    listed = job.listed_etags
+    job.verify_object, engine.find_user_lines, job.listed_etags = verify_after, counting_scan, list_after
     try:
         return job.run_purge(None, cfg, report, KEY), reads
     finally:
-        job.verify_object, engine.find_user_lines = verify, scan
+        job.verify_object, engine.find_user_lines, job.listed_etags = verify, scan, listed
 
 
 def test_given_a_purge_when_verified_by_checksum_then_no_rewritten_object_is_read_again_and_it_is_certified(lake):
@@ -114,6 +123,83 @@ def test_given_a_purge_when_verified_by_checksum_then_no_rewritten_object_is_rea
     assert "CRC64NVME" in certificate["verification"]["versions_checked"]
 
 
+def requests_made(s3):
+    """The keys of the HEADs and the prefixes of the listings made through the purge's client (aws.client's, shared)
+    while the block runs."""
+    made: list[tuple[str, str]] = []
+
+    def note(params, model, **_):
+        made.append((model.name, params.get("Key", params.get("Prefix", ""))))
+
+    class Requests:
+        def __enter__(self):
+            s3.meta.events.register("provide-client-params.s3.*", note, unique_id="verification-requests")
+            return made
+
+        def __exit__(self, *_):
+            s3.meta.events.unregister("provide-client-params.s3.*", unique_id="verification-requests")
+
+    return Requests()
+
+
+def purge_counting_requests(s3, cfg, store):
+    """purge_with, and the HEADs (their keys) and listings (their prefixes) of the lake's objects it made."""
+    with requests_made(s3) as made:
+        result, reads = purge_with(cfg, store)
+    heads = [key for name, key in made if name == "HeadObject" and key.startswith("events/")]
+    listings = [prefix for name, prefix in made if name == "ListObjectsV2" and prefix.startswith("events/")]
+    return result, reads, heads, listings
+
+
+@pytest.mark.parametrize("lake", [False], ids=["unversioned"], indirect=True)
+def test_given_a_bucket_without_versioning_when_verified_by_checksum_then_one_listing_proves_the_writes_not_a_head_each(
+    lake,
+):
+    s3, cfg, store, _ = lake
+
+    result, reads, heads, listings = purge_counting_requests(s3, cfg, store)
+
+    assert result.verified, result.remaining
+    assert [o.status for o in result.outcomes] == ["erased", "erased"]
+    assert all(o.after_etag_md5 for o in result.outcomes)
+    assert reads == []
+    assert heads == []  # neither object's version was asked for on its own
+    assert listings == ["events/"]  # one listing named both ETags
+
+
+@pytest.mark.parametrize("lake", [False], ids=["unversioned"], indirect=True)
+def test_given_objects_the_listing_does_not_reach_when_verified_then_each_is_proven_by_its_own_head(lake, monkeypatch):
+    # Pages of one key and a key between the two objects: the one page the two objects are worth names a.jsonl only;
+    # b.jsonl, not reached, is asked for on its own, as it was before the listing.
+    s3, cfg, store, bucket = lake
+    s3.put_object(Bucket=bucket, Key="events/a2.txt", Body=b"not a dataset object")
+    monkeypatch.setattr(listed_proof, "PAGE_KEYS", 1)
+
+    result, reads, heads, _ = purge_counting_requests(s3, cfg, store)
+
+    assert result.verified, result.remaining
+    assert reads == []
+    assert heads == ["events/b.jsonl"]
+
+
+@pytest.mark.parametrize("lake", [True], ids=["versioned"], indirect=True)
+def test_given_a_versioned_bucket_when_verified_by_checksum_then_the_versions_listing_proves_the_write_without_a_head(
+    lake,
+):
+    # The listing of the key's versions (which verification makes anyway, for the noncurrent ones) names the purge's
+    # own write as the current version: its version id and the checksum S3 stated back for it are the proof.
+    s3, cfg, store, _ = lake
+
+    result, reads, heads, _ = purge_counting_requests(s3, cfg, store)
+
+    assert result.verified, result.remaining
+    assert all(o.after_checksum_stated and o.after_version for o in result.outcomes)
+    assert reads == []
+    assert heads == []
+
+
+# Versioned only: in a bucket without versioning the objects are verified by one listing after the purges.
+@pytest.mark.parametrize("lake", [True], ids=["versioned"], indirect=True)
 def test_given_a_purge_of_several_objects_when_an_objects_verification_is_slow_then_the_next_purge_does_not_wait_for_it(
     lake,
 ):
@@ -181,7 +267,12 @@ def test_given_a_concurrent_overwrite_between_the_write_and_the_check_when_verif
 @pytest.mark.parametrize("lake", [False], ids=["unversioned"], indirect=True)
 def test_given_a_stored_checksum_that_differs_from_the_verified_bytes_when_verified_then_it_fails(lake, caplog):
     # Same bytes, same ETag, but S3 states a checksum other than the purge's: the version is not taken as proven.
+    # SSE-KMS objects, whose ETag S3 does not make the MD5 of their bytes: a listing's ETag proves nothing of them, and
+    # each is verified by its own HEAD (the stored checksum), which this test is about.
     s3, cfg, store, bucket = lake
+    for key in ("events/a.jsonl", "events/b.jsonl"):
+        s3.put_object(Bucket=bucket, Key=key, Body=ORIGINAL, ServerSideEncryption="aws:kms", SSEKMSKeyId=KMS_KEY)
+        index_object(s3, store, cfg, bucket, key)
 
     def rewrite_same_bytes_with_another_checksum(key):
         if key != "events/a.jsonl":
@@ -197,6 +288,7 @@ def test_given_a_stored_checksum_that_differs_from_the_verified_bytes_when_verif
     with caplog.at_level(logging.WARNING):
         result, reads = purge_with(cfg, store, rewrite_same_bytes_with_another_checksum)
 
+    assert not any(o.after_etag_md5 for o in result.outcomes)  # written SSE-KMS, as they were
     # Not taken as proven: read again, and the read itself refuses bytes that do not match the stated checksum.
     assert reads == ["events/a.jsonl"]
     assert not result.verified

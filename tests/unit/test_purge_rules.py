@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from lakepurge.core.config import DatasetConfig
 from lakepurge.purge.engine import ObjectOutcome
-from lakepurge.purge.job import IntentJournal, _settle
+from lakepurge.purge.intents import IntentJournal
+from lakepurge.purge.job import _settle
 from lakepurge.purge.ownership import Ownership
 from lakepurge.purge.rewrite import rewrite_csv, rewrite_jsonl, rewrite_parquet
 from lakepurge.purge.streams import LastByte
