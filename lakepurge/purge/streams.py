@@ -46,23 +46,31 @@ def gzip_staged(chunks: Iterable[bytes | memoryview]) -> Staged:
 
 
 class Plaintext:
-    """The bytes a gzip rewrite fed its deflater, kept while there are at most IN_MEMORY_BYTES of them (the bound the
-    check before the write holds them to when it inflates them: past it they are dropped, and the check inflates the
-    member as it is written). One zlib pass fewer for every object that fits."""
+    """The bytes a gzip rewrite fed its deflater, kept while they hold at most IN_MEMORY_BYTES in memory (the bound
+    the check before the write holds them to when it inflates them: past it they are dropped, and the check inflates
+    the member as it is written). One zlib pass fewer for every object that fits.
+
+    A piece that is a memoryview keeps the whole chunk it views alive: the memory counted is each chunk's once (a
+    drop that removes most of a large object must not pin all of its chunks for a small output)."""
 
     def __init__(self) -> None:
         self._pieces: list[bytes | memoryview] = []
-        self.size = 0
+        self._held = 0
+        self._last_chunk: object = None
         self.kept = True
 
     def add(self, piece: bytes | memoryview) -> None:
-        self.size += len(piece)
         if not self.kept:
             return
+        if type(piece) is memoryview:
+            if piece.obj is not self._last_chunk:
+                self._last_chunk = piece.obj
+                self._held += memoryview(piece.obj).nbytes
+        else:
+            self._held += len(piece)
         self._pieces.append(piece)
-        if self.size > IN_MEMORY_BYTES:
-            self.kept = False
-            self._pieces.clear()
+        if self._held > IN_MEMORY_BYTES:
+            self.clear()
 
     def joined(self) -> bytes:
         """The kept bytes in one piece (joined once: the pieces are memoryviews of the source's chunks)."""

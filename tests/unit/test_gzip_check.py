@@ -50,6 +50,22 @@ def test_given_a_stale_plan_that_missed_a_users_line_when_a_gzip_rewrite_is_chec
         staged.close()
 
 
+def test_given_a_source_of_several_members_when_rewritten_and_checked_then_one_member_holds_the_checked_lines() -> None:
+    plain = reviews()
+    cut = plain.index(b"\n", len(plain) // 2) + 1
+    source = gzip.compress(plain[:cut]) + gzip.compress(plain[cut:])
+    alices = [n for n in range(40) if n % 4 == 0]
+    staged = rewrite_jsonl(io.BytesIO(source), True, alices[1:], Ownership(REVIEWS, ALICE), drop=False)
+    try:
+        assert still_holding(staged, "r/x.jsonl.gz", REVIEWS, INDEXING, ALICE) == [0]
+        written = staged.body()
+        inflate = zlib.decompressobj(wbits=31)
+        assert inflate.decompress(written) == staged.plaintext.joined()  # type: ignore[union-attr]
+        assert inflate.eof and inflate.unused_data == b""  # one member, nothing after it
+    finally:
+        staged.close()
+
+
 def test_given_a_gzip_rewrite_when_checked_then_the_member_is_not_inflated_again(monkeypatch) -> None:
     inflated: list[int] = []
 
@@ -186,3 +202,22 @@ def test_given_a_gzip_rewrite_when_staged_then_its_trailer_is_zlibs_crc_and_size
         assert staged.last_bytes(8) == zlib.crc32(out).to_bytes(4, "little") + len(out).to_bytes(4, "little")
     finally:
         staged.close()
+
+
+def test_given_a_drop_that_keeps_a_little_of_each_large_chunk_when_staged_then_the_chunks_are_not_held_past_the_bound(
+    monkeypatch,
+) -> None:
+    # Each kept piece views a chunk of the source: the memory held is the chunks', not the pieces' few bytes.
+    monkeypatch.setattr(streams, "IN_MEMORY_BYTES", 10_000)
+    chunks = [bytes(4_000) for _ in range(4)]
+    staged = gzip_staged(memoryview(chunk)[:10] for chunk in chunks)
+    try:
+        assert staged.plaintext is not None and not staged.plaintext.kept
+        assert gzip.decompress(staged.body()) == bytes(40)
+    finally:
+        staged.close()
+    within = gzip_staged(memoryview(chunk)[:10] for chunk in chunks[:2])
+    try:
+        assert within.plaintext is not None and within.plaintext.joined() == bytes(20)
+    finally:
+        within.close()
