@@ -4,6 +4,7 @@ is refused, and a user the index missed is still found in what would be written.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import zlib
@@ -221,3 +222,18 @@ def test_given_a_drop_that_keeps_a_little_of_each_large_chunk_when_staged_then_t
         assert within.plaintext is not None and within.plaintext.joined() == bytes(20)
     finally:
         within.close()
+
+
+@pytest.mark.parametrize("size", [1, 1000, records_lines.CHUNK_BYTES, 8 * records_lines.CHUNK_BYTES])
+def test_given_reads_of_any_size_when_inflating_then_every_byte_comes_once_and_a_break_after_them(size) -> None:
+    # Reads of a whole step are handed zlib's own bytes: the same stream, byte for byte, as reads into a buffer.
+    plain = bytes(range(256)) * 9000 + reviews(2000)
+    whole = gzip.compress(plain[:500_000]) + gzip.compress(plain[500_000:])
+    for data, expected in ((whole, plain), (whole[: len(whole) - 20], None)):
+        reader = records_lines.GzipReader(io.BytesIO(data))
+        out = bytearray()
+        with pytest.raises(EOFError) if expected is None else contextlib.nullcontext():
+            while piece := reader.read(size):
+                out += piece
+        assert bytes(out) == (expected if expected is not None else plain[: len(out)])
+        assert expected is not None or len(out) > 500_000
