@@ -127,12 +127,15 @@ def still_holding(
     IN_MEMORY_BYTES), tied to the member by its trailer's CRC-32 and size (tie_to_member: NotTheCheckedBytes when
     they differ): no second inflate. Past that size the member is inflated as it will be written."""
     assert dataset.id_fields is not None
-    source, read_as = staged.reader(), key
+    source: IO[bytes]
     plaintext = staged.plaintext
     if plaintext is not None and plaintext.kept:
         checked = plaintext.joined()
+        plaintext.release()  # (not held through the write: the check's is the last read of it)
         tie_to_member(staged, checked)
         source, read_as = io.BytesIO(checked), key.removesuffix(".gz")
+    else:
+        source, read_as = staged.reader(), key
     each_contained = getattr(users, "each_contained", None)
     wanted = each_contained or (lambda ids: [user in users for user in ids])
     none_of = getattr(users, "none_of", None)

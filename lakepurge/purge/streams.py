@@ -70,7 +70,7 @@ class Plaintext:
             self._held += len(piece)
         self._pieces.append(piece)
         if self._held > IN_MEMORY_BYTES:
-            self.clear()
+            self.release()
 
     def joined(self) -> bytes:
         """The kept bytes in one piece (joined once: the pieces are memoryviews of the source's chunks)."""
@@ -79,7 +79,8 @@ class Plaintext:
             self._pieces = [b"".join(self._pieces)]
         return self._pieces[0]  # type: ignore[return-value]
 
-    def clear(self) -> None:
+    def release(self) -> None:
+        """Hold the bytes no longer (a later check inflates the member instead)."""
         self._pieces.clear()
         self.kept = False
 
@@ -238,7 +239,7 @@ class Staged:
 
     def close(self) -> None:
         if self.plaintext is not None:
-            self.plaintext.clear()
+            self.plaintext.release()
         self._pieces.clear()
         self._joined = None
         if self._file is not None:
