@@ -653,7 +653,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--skip-s3", action="store_true", help="part 1 only")
     parser.add_argument("--skip-local", action="store_true", help="part 2 only")
     sets = ",".join(s.name for s in USER_SETS)
-    parser.add_argument("--sets", default=sets, help=f"part 2's user sets (default: all, {sets.replace('%', '%%')})")
+    parser.add_argument("--sets", default=sets, help=f"part 2's user sets (default: all, {sets})")
     parser.add_argument("--layouts", default=",".join(LAYOUTS), help="part 2's layouts (default: both)")
     args = parser.parse_args(argv)
     specs = lakes(args.quick, args.reps)
