@@ -13,6 +13,7 @@ For each object named by the report:
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Callable, Collection, Container, Sequence
 from dataclasses import dataclass, field, replace
@@ -45,7 +46,7 @@ from lakepurge.purge.ownership import Ownership
 from lakepurge.purge.rewrite import rewrite_csv, rewrite_jsonl, rewrite_parquet
 from lakepurge.purge.s3write import WriteConflict, Written, delete_in_place, preserved_attributes, write_in_place
 from lakepurge.purge.spliced_write import NotWorthSplicing
-from lakepurge.purge.streams import Staged
+from lakepurge.purge.streams import Staged, tie_to_member
 from lakepurge.records.ids import IdKeys, extract_ids, parse_paths, parse_record
 from lakepurge.records.lines import InflationLimitExceeded
 from lakepurge.records.search import lines_holding
@@ -126,8 +127,21 @@ class OutputNotClean(Exception):
 def still_holding(
     staged: Staged, key: str, dataset: DatasetConfig, indexing: IndexingConfig, users: Container[str]
 ) -> list[int]:
-    """The lines of produced bytes that hold one of the users, read with the indexer's grammar."""
+    """The lines of produced bytes that hold one of the users, read with the indexer's grammar.
+
+    A gzip member is read as the plaintext its deflater was fed, when the rewrite kept it (Staged.plaintext, up to
+    IN_MEMORY_BYTES), tied to the member by its trailer's CRC-32 and size (tie_to_member: NotTheCheckedBytes when
+    they differ): no second inflate. Past that size the member is inflated as it will be written."""
     assert dataset.id_fields is not None
+    source: IO[bytes]
+    plaintext = staged.plaintext
+    if plaintext is not None and plaintext.kept:
+        checked = plaintext.joined()
+        plaintext.release()  # (not held through the write: the check's is the last read of it)
+        tie_to_member(staged, checked)
+        source, read_as = io.BytesIO(checked), key.removesuffix(".gz")
+    else:
+        source, read_as = staged.reader(), key
     each_contained = getattr(users, "each_contained", None)
     wanted = each_contained or (lambda ids: [user in users for user in ids])
     none_of = getattr(users, "none_of", None)
@@ -135,7 +149,7 @@ def still_holding(
     fields = dataset.id_fields
     rules = id_rules(dataset)
     known = _raw_ids(users)
-    return lines_holding(staged.reader(), key, dataset.format, fields, *limits, wanted, none_of, rules, known)
+    return lines_holding(source, read_as, dataset.format, fields, *limits, wanted, none_of, rules, known)
 
 
 def _raw_ids(users: Container[str]) -> Collection[str] | None:

@@ -19,7 +19,7 @@ from lakepurge.core.config import DatasetConfig
 from lakepurge.core.config_identity import id_rules
 from lakepurge.purge.ownership import Ownership, owned_rows
 from lakepurge.purge.splice import DROP, skip_lines, splice_batches
-from lakepurge.purge.streams import LastByte, LinesLost, Staged, gzip_chunks, read_chunks, to_the_end
+from lakepurge.purge.streams import LastByte, LinesLost, Staged, gzip_staged, read_chunks, to_the_end
 from lakepurge.records.csv_records import (
     UNTERMINATED_AT_END,
     CsvRecord,
@@ -50,7 +50,7 @@ def rewrite_jsonl(
 
     source: IO[bytes] = GzipReader(raw, inflation) if gz else raw  # type: ignore[assignment]
     pieces = to_the_end(source, splice_batches(read_chunks(source), lines, decide))
-    return Staged.of(gzip_chunks(pieces) if gz else pieces)
+    return gzip_staged(pieces) if gz else Staged.of(pieces)
 
 
 def _chosen(choices: tuple[None, bytes], owned: list[bool]) -> list[bytes | None]:
@@ -84,7 +84,7 @@ def rewrite_csv(
     if len(data) > IN_MEMORY_BYTES:
         chunks = itertools.chain((data,), read_chunks(source))
         streamed = to_the_end(source, _csv_streamed(chunks, set(lines), owner, drop, max_bytes))
-        return Staged.of(gzip_chunks(streamed) if gz else streamed)
+        return gzip_staged(streamed) if gz else Staged.of(streamed)
     pieces = (
         _csv_without_quotes(data, lines, owner, drop, max_bytes)
         if b'"' not in data
@@ -93,7 +93,7 @@ def rewrite_csv(
     if drop and not data.endswith(b"\n"):
         pieces = _unterminated(pieces)
     pieces = to_the_end(source, pieces)
-    return Staged.of(gzip_chunks(pieces) if gz else pieces)
+    return gzip_staged(pieces) if gz else Staged.of(pieces)
 
 
 def _unterminated(pieces: Iterable[bytes | memoryview]) -> Iterator[bytes | memoryview]:

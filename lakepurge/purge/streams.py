@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import base64
 import io
+import struct
 import tempfile
+import zlib
 from collections.abc import Iterable, Iterator
 from typing import IO, Any, TypeVar
 
@@ -23,14 +25,81 @@ def read_chunks(stream: IO[bytes]) -> Iterator[bytes]:
         yield chunk
 
 
-def gzip_chunks(chunks: Iterable[bytes | memoryview]) -> Iterator[bytes]:
-    import zlib
-
+def gzip_chunks(chunks: Iterable[bytes | memoryview], fed: Plaintext | None = None) -> Iterator[bytes]:
+    """One gzip member of the chunks (level 6). fed, if given, is told every chunk as it goes into the deflater."""
     deflate = zlib.compressobj(6, zlib.DEFLATED, 31)
     for chunk in chunks:
+        if fed is not None:
+            fed.add(chunk)
         if out := deflate.compress(chunk):
             yield out
     yield deflate.flush()
+
+
+def gzip_staged(chunks: Iterable[bytes | memoryview]) -> Staged:
+    """The chunks staged as one gzip member, with the plaintext fed to its deflater (Staged.plaintext): what the
+    check before the write reads instead of inflating the member again (lakepurge.purge.engine.still_holding)."""
+    fed = Plaintext()
+    staged = Staged.of(gzip_chunks(chunks, fed))
+    staged.plaintext = fed
+    return staged
+
+
+class Plaintext:
+    """The bytes a gzip rewrite fed its deflater, kept while they hold at most IN_MEMORY_BYTES in memory (the bound
+    the check before the write holds them to when it inflates them: past it they are dropped, and the check inflates
+    the member as it is written). One zlib pass fewer for every object that fits.
+
+    A piece that is a memoryview keeps the whole chunk it views alive: the memory counted is each chunk's once (a
+    drop that removes most of a large object must not pin all of its chunks for a small output)."""
+
+    def __init__(self) -> None:
+        self._pieces: list[bytes | memoryview] = []
+        self._held = 0
+        self._last_chunk: object = None
+        self.kept = True
+
+    def add(self, piece: bytes | memoryview) -> None:
+        if not self.kept:
+            return
+        if type(piece) is memoryview:
+            if piece.obj is not self._last_chunk:
+                self._last_chunk = piece.obj
+                self._held += memoryview(piece.obj).nbytes
+        else:
+            self._held += len(piece)
+        self._pieces.append(piece)
+        if self._held > IN_MEMORY_BYTES:
+            self.release()
+
+    def joined(self) -> bytes:
+        """The kept bytes in one piece (joined once: the pieces are memoryviews of the source's chunks)."""
+        assert self.kept, "the plaintext was past IN_MEMORY_BYTES and was not kept"
+        if len(self._pieces) != 1 or type(self._pieces[0]) is not bytes:
+            self._pieces = [b"".join(self._pieces)]
+        return self._pieces[0]  # type: ignore[return-value]
+
+    def release(self) -> None:
+        """Hold the bytes no longer (a later check inflates the member instead)."""
+        self._pieces.clear()
+        self.kept = False
+
+
+class NotTheCheckedBytes(Exception):
+    """A gzip member's trailer (CRC-32 and size of what it inflates to) is not that of the plaintext checked: the
+    bytes to be written are not those verified, and nothing is written."""
+
+
+def tie_to_member(staged: Staged, checked: bytes) -> None:
+    """Proof that the gzip member staged inflates to exactly the bytes checked, without inflating it: the member's
+    trailer states the CRC-32 and the size (mod 2**32) of its plaintext, computed by zlib over what it was fed while
+    it deflated; those of the bytes checked must be the same (NotTheCheckedBytes otherwise). Given a deflate stream
+    zlib produced (gzip_staged: one member, one compressor), its plaintext is what it was fed, and the CRC64NVME the
+    write states binds what S3 stores to the member."""
+    trailer = staged.last_bytes(8)
+    crc, size = struct.unpack("<II", trailer) if len(trailer) == 8 else (None, None)
+    if crc != zlib.crc32(checked) or size != len(checked) & 0xFFFFFFFF:
+        raise NotTheCheckedBytes("the gzip member to be written does not hold the bytes checked")
 
 
 class LastByte(io.RawIOBase):
@@ -89,6 +158,8 @@ class Staged:
         self._file: IO[bytes] | None = None
         self._crc: int | None = None
         self.size = 0
+        # A gzip member's plaintext as fed to its deflater (gzip_staged), for the check before the write.
+        self.plaintext: Plaintext | None = None
 
     @classmethod
     def of(cls, pieces: Iterable[bytes | memoryview]) -> Staged:
@@ -149,7 +220,26 @@ class Staged:
         while part := reader.read(part_bytes):
             yield part
 
+    def last_bytes(self, count: int) -> bytes:
+        """The last count bytes (fewer if there are fewer), without reading the rest."""
+        if count <= 0:
+            return b""
+        if self._file is None:
+            tail: list[bytes] = []
+            needed = count
+            for piece in reversed(self._pieces):
+                tail.append(bytes(piece[-needed:]))
+                needed -= len(tail[-1])
+                if needed <= 0:
+                    break
+            return b"".join(reversed(tail))
+        self._file.flush()
+        self._file.seek(-min(count, self.size), io.SEEK_END)
+        return self._file.read(count)
+
     def close(self) -> None:
+        if self.plaintext is not None:
+            self.plaintext.release()
         self._pieces.clear()
         self._joined = None
         if self._file is not None:

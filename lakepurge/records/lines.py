@@ -147,6 +147,17 @@ class GzipReader(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
+    def read(self, size: int | None = -1) -> bytes:
+        """As readinto hands them out; a read that asks for at least the whole step inflated is given zlib's bytes
+        as they are (no copy into a buffer and out again: the rewrite reads 8 MiB at a time)."""
+        if size is not None and size > 0:
+            while self._offset >= len(self._pending) and not self._done:
+                self._fill()
+            if self._offset == 0 and 0 < len(self._pending) <= size:
+                self._offset = len(self._pending)
+                return self._pending
+        return super().read(-1 if size is None else size)
+
     def readinto(self, buffer: Any) -> int:
         while self._offset >= len(self._pending) and not self._done:
             self._fill()
