@@ -332,6 +332,9 @@ def run_engine(
     """CPU seconds of the engine over the objects, one at a time: its rewrite, then its check of what it produced
     (each staged object closed before the next, as the purge does). keep: the produced bytes, to compare."""
     done = EnginePass()
+    expect = getattr(users, "expect", None)  # (HashedUsers before it: none)
+    if expect is not None:  # the objects of the pass, as a task tells its users how many it will check
+        expect(len(work))
     for key, lines in work:
         start = time.process_time()
         staged, count = engine_rewrite(fmt, bodies[key], lines, users, dataset, settings)

@@ -275,6 +275,13 @@ class HashedUsers:
         memo.wanted.update(compress(unknown, owned))
         return True not in owned
 
+    def expect(self, objects: int) -> None:
+        """Tells the check before a write that this many more objects will be checked for these users (a purge task's
+        objects): with the ids held, their automaton is compiled before the first when it will pay over them
+        (records.candidates.WantedIds.expect)."""
+        if self._held is not None:
+            self._held.expect(objects)
+
 
 def _utf8(user: str) -> bool:
     try:

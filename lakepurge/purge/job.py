@@ -224,6 +224,9 @@ class _PartitionPurge:
             self.finished_before = {path: o for path, o in recorded.items() if o.committed}
         self.written = _found_its_write(self.s3)
         self.users = executor_ids.task_users(self.s3, sealed, key, user_hashes, known)
+        # The JSON Lines objects this task will check before writing them: the check's automaton of the ids is then
+        # compiled before the first, when they will pay for it (HashedUsers.expect), not after the split paid for it.
+        self.users.expect(sum(map(self._checked_by_ids, targets)))
         self.versioned = _bucket_versioning(self.s3)
         self.datasets = {t.s3path: t.dataset for t in targets}
         self.journal = IntentJournal(self._write_intents, INTENTS_LINGER_SECONDS)
@@ -233,6 +236,11 @@ class _PartitionPurge:
         self._finished_lock = threading.Lock()
         self._with_maps: set[str] | None = None
         self._with_maps_lock = threading.Lock()
+
+    def _checked_by_ids(self, target: PurgeTarget) -> bool:
+        """Whether this task's purge of the target will check JSON Lines before writing them."""
+        pending = target.s3path not in self.finished_before and not target.s3path.startswith(OBJECT_REFERENCE)
+        return pending and self.settings.dataset_named(target.dataset).format == "jsonl"
 
     def run(self) -> Iterator[dict[str, Any]]:
         threads = self.settings.purge.threads_per_task

@@ -346,6 +346,28 @@ def test_given_more_ids_than_compiled_at_once_when_the_split_has_cost_the_purge_
         assert compile_calls.call_count == 1
 
 
+@pytest.mark.parametrize(("expected", "compiled_at_once"), [(0, False), (1, False), (10**6, True)])
+def test_given_the_objects_a_purge_will_check_when_they_pay_for_the_automaton_then_it_is_compiled_before_the_first(
+    expected, compiled_at_once
+) -> None:
+    # A task tells its users how many objects it will check (HashedUsers.expect): many objects of this size save more
+    # than the compile of KNOWN_IDS_MAX + 1 ids, so the first object is searched by the automaton; one object does
+    # not, and without a word (0) the split answers until it has paid for the compile, as before.
+    data = b"\n".join(line for line in HARD_LINES if b'"u0000042"' not in line) + b"\n"
+    ids = FILLERS | {"u0000042"}
+    users = HashedUsers(map(HASHER, ids), HASHER, known=ids)
+    users.expect(expected)
+    held = users.ids_held()
+    candidates_ = IdCandidates.of((("user_id",),))
+    assert held is not None and candidates_ is not None
+    compiled = mock.patch.object(candidates._Automaton, "of", wraps=candidates._Automaton.of)
+    with compiled as compile_calls:
+        assert candidates_.holds_none_of(data, held) is compiled_at_once  # the first object: cleared by it alone
+        assert compile_calls.call_count == int(compiled_at_once)
+        assert checked(data, ("user_id",), users) == []
+        assert checked(data.replace(b'"u0000041"', b'"u0000042"'), ("user_id",), users) == [41]
+
+
 @settings(max_examples=30, deadline=None)
 @given(lake=lakes())
 def test_given_lines_of_any_writer_when_an_automaton_of_more_than_compiled_at_once_clears_them_then_the_indexer_does(
