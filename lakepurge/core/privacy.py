@@ -163,9 +163,28 @@ class HashedUsers:
         self._hashes = frozenset(hashes)
         self._pseudonymizer = pseudonymizer
         held = {user: self._pseudonymizer(user) for user in dict.fromkeys(known) if _utf8(user)}
-        self._known = frozenset(user for user, hashed in held.items() if hashed in self._hashes)
         # Every user is known by id: answered by lookups alone (a hash covered by no id would need hashing).
-        self._by_id = bool(self._hashes) and self._hashes <= set(held.values())
+        by_id = bool(self._hashes) and self._hashes <= set(held.values())
+        self._hold(frozenset(user for user, hashed in held.items() if hashed in self._hashes), by_id)
+
+    @classmethod
+    def of_proven_ids(cls, hashes: Iterable[str], pseudonymizer: Pseudonymizer, ids: Iterable[str]) -> HashedUsers:
+        """The users by ids already proven to be exactly these hashes' (each id's keyed hash one of ``hashes``, each
+        hash some id's), so that no id is hashed here: a Spark executor's, from a sealed document whose binding to
+        these hashes it checked (lakepurge.core.executor_ids). Only for ids so proven: an id given here is a user.
+        """
+        wanted, known = frozenset(hashes), frozenset(ids)
+        if not wanted or len(known) < len(wanted):  # cannot be every hash's: each id is hashed, as for ``known``
+            return cls(wanted, pseudonymizer, known)
+        users = cls.__new__(cls)
+        users._hashes = wanted
+        users._pseudonymizer = pseudonymizer
+        users._hold(known, True)
+        return users
+
+    def _hold(self, known: frozenset[str], by_id: bool) -> None:
+        self._known = known
+        self._by_id = by_id
         self._known_array: Any = None
         # The ids again with the automata the check before a write searches for them, compiled once for this purge
         # and shared by its threads; they go when this object goes (records.candidates.WantedIds).
