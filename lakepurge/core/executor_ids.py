@@ -51,8 +51,9 @@ _BINDING_BYTES = 32
 
 
 def binding(hashes: Iterable[str]) -> bytes:
-    """The digest a document's ids are bound to: SHA-256 of their distinct keyed hashes, sorted, one per line."""
-    return hashlib.sha256("\n".join(sorted(set(hashes))).encode()).digest()
+    """The digest a document's ids are bound to: SHA-256 of their distinct keyed hashes, sorted, one per line. (Sorted
+    before they are made distinct: a report's hashes come sorted, and sorting them again costs nearly nothing.)"""
+    return hashlib.sha256("\n".join(dict.fromkeys(sorted(hashes))).encode()).digest()
 
 
 def sealing_key(hash_key: bytes, request_id: str) -> bytes:
@@ -70,10 +71,11 @@ class OpenedIds:
 
 def seal(hash_key: bytes, request_id: str, ids: Iterable[str]) -> bytes:
     """The stored form: a version byte, the binding (:func:`binding` of the keyed hashes of exactly these ids,
-    computed here under the hash key), the nonce, and the AES-GCM ciphertext of the ids (a JSON list), with the
-    request id, version and binding as associated data: an executor whose hashes have this binding has the hashes of
-    exactly these ids, and builds its users from them without hashing one (:func:`task_users`)."""
-    unique = list(dict.fromkeys(ids))
+    computed here under the hash key), the nonce, and the AES-GCM ciphertext of the ids (a JSON list, each once,
+    sorted: an executor sorts them for its Arrow array, at no cost once they are), with the request id, version and
+    binding as associated data: an executor whose hashes have this binding has the hashes of exactly these ids, and
+    builds its users from them without hashing one (:func:`task_users`)."""
+    unique = sorted(set(ids))
     header = _VERSION + binding(Pseudonymizer(hash_key).each(unique))
     nonce = os.urandom(_NONCE_BYTES)
     sealed = AESGCM(sealing_key(hash_key, request_id)).encrypt(nonce, orjson.dumps(unique), _aad(request_id, header))
@@ -216,7 +218,8 @@ def task_users(
 ) -> HashedUsers:
     """The users as a task checks them: by ``known`` (the raw ids of a process that holds them: an inline purge),
     else by the ids sealed for the executors, else (none, or not usable) by their keyed hashes alone."""
-    wanted = frozenset(hashes)
+    ordered = tuple(hashes)  # (as given: a report's come sorted, which makes their binding cheap)
+    wanted = frozenset(ordered)
     if known or where is None:
         return HashedUsers(wanted, Pseudonymizer(hash_key), known)
     with _opened_lock:
@@ -226,7 +229,7 @@ def task_users(
     found = _opened_here(s3, where, hash_key)
     if found is None:
         return HashedUsers(wanted, Pseudonymizer(hash_key))
-    built = users_of(found, wanted, hash_key)
+    built = users_of(found, ordered, hash_key)
     with _opened_lock:
         for other in [k for k in _built if k[0] != where]:
             del _built[other]
@@ -234,11 +237,12 @@ def task_users(
     return built
 
 
-def users_of(found: OpenedIds, hashes: frozenset[str], hash_key: bytes) -> HashedUsers:
+def users_of(found: OpenedIds, hashes: Iterable[str], hash_key: bytes) -> HashedUsers:
     """The users from opened ids. Sealed bound to exactly these hashes (the sealer hashed each id: each is one of
     them, and each of them some id's), no id is hashed again; otherwise (a version 1 document, or other hashes: a
     table's with its metadata forms, a resolution that added some) each id is hashed and kept only if its hash is one
     of these (1-4 ms per 1,000 ids)."""
+    hashes = tuple(hashes)
     if found.bound_to is not None and hmac.compare_digest(found.bound_to, binding(hashes)):
         return HashedUsers.of_proven_ids(hashes, Pseudonymizer(hash_key), found.ids)
     return HashedUsers(hashes, Pseudonymizer(hash_key), found.ids)

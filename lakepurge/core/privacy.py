@@ -173,16 +173,17 @@ class HashedUsers:
         hash some id's), so that no id is hashed here: a Spark executor's, from a sealed document whose binding to
         these hashes it checked (lakepurge.core.executor_ids). Only for ids so proven: an id given here is a user.
         """
-        wanted, known = frozenset(hashes), frozenset(ids)
+        ordered = sorted(ids)  # (nearly free for ids sealed sorted, as executor_ids seals them)
+        wanted, known = frozenset(hashes), frozenset(ordered)
         if not wanted or len(known) < len(wanted):  # cannot be every hash's: each id is hashed, as for ``known``
             return cls(wanted, pseudonymizer, known)
         users = cls.__new__(cls)
         users._hashes = wanted
         users._pseudonymizer = pseudonymizer
-        users._hold(known, True)
+        users._hold(known, True, ordered)
         return users
 
-    def _hold(self, known: frozenset[str], by_id: bool) -> None:
+    def _hold(self, known: frozenset[str], by_id: bool, ordered: list[str] | None = None) -> None:
         self._known = known
         self._by_id = by_id
         self._known_array: Any = None
@@ -192,7 +193,7 @@ class HashedUsers:
         if self._by_id:
             import pyarrow as pa
 
-            self._known_array = pa.array(sorted(self._known), pa.large_string())
+            self._known_array = pa.array(sorted(self._known) if ordered is None else ordered, pa.large_string())
         self._memos = threading.local()
 
     def __repr__(self) -> str:
