@@ -149,9 +149,10 @@ class HashedUsers:
     StartPurge, which opens the sealed request; a Spark executor, which opens the ids sealed for it:
     lakepurge.core.executor_ids) passes them as ``known``: each is kept only if its hash is one of the
     hashes, and when they stand for every hash an id is answered by a set lookup, never hashed (the check before a
-    write reads every id of an object). They are kept in memory only, never logged or written (``repr`` shows
-    counts). Each thread answers from its own memory of ids (a purge task's threads share one HashedUsers), so
-    nothing mutable is shared between threads.
+    write reads every id of an object). Ids already proven to be exactly the hashes' (sealed bound to them) are given
+    to :meth:`of_proven_ids` instead, which does not hash them again. They are kept in memory only, never logged or
+    written (``repr`` shows counts). Each thread answers from its own memory of ids (a purge task's threads share one
+    HashedUsers), so nothing mutable is shared between threads.
     """
 
     def __init__(
