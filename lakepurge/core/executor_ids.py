@@ -2,12 +2,16 @@
 
 Whoever starts a purge on Spark holding the raw ids (the workflow's StartPurge, the operator's CLI) writes them under
 the request's results prefix (layout.executor_ids) as AES-256-GCM under a key derived from the hash key and the
-request id (HMAC-SHA256(hash key, "lakepurge executor ids v1|" + request id)), the request id as associated data, a
-fresh nonce. The job's driver never opens it: task closures carry its S3 location and ETag (:class:`SealedIdsRef`),
-and each executor Python worker GETs and opens it once per request (:func:`opened`), to check each object by the ids
-themselves (privacy.HashedUsers(known=...), built once per worker process and request: :func:`task_users`) rather
-than by a keyed hash of every id it reads. The driver deletes it
-(every version) when the executors are done; ending a request deletes it too (workflow.store.RequestStore.shred).
+request id (HMAC-SHA256(hash key, "lakepurge executor ids v1|" + request id)), a fresh nonce, and as associated data
+the request id and the document's binding: a digest of the keyed hashes of exactly the ids sealed, computed as they
+are sealed (the starter seals only ids whose hash is one of the report's: :func:`covering`). The job's driver never
+opens it: task closures carry its S3 location and ETag (:class:`SealedIdsRef`), and each executor Python worker GETs
+and opens it once per request (:func:`opened`), to check each object by the ids themselves (privacy.HashedUsers,
+built once per worker process and request: :func:`task_users`) rather than by a keyed hash of every id it reads.
+When the binding is that of the hashes the executor was given, the ids are exactly those hashes' and none is hashed
+again (HashedUsers.of_proven_ids); otherwise (a document from before bindings, other hashes) each is hashed and kept
+only if its hash is one of them. The driver deletes it (every version) when the executors are done; ending a request
+deletes it too (workflow.store.RequestStore.shred).
 
 A document that is absent, changed, or sealed for another request or key is not used: the executors then hash every
 id they read (slower, never wrong).
@@ -39,9 +43,17 @@ if TYPE_CHECKING:
 
 log = get_logger()
 
-_LABEL = b"lakepurge executor ids v1|"
-_VERSION = b"\x01"
+_LABEL = b"lakepurge executor ids v1|"  # (the sealing key's, for both versions of the document)
+_VERSION_1 = b"\x01"
+_VERSION = b"\x02"
 _NONCE_BYTES = 12
+_BINDING_BYTES = 32
+
+
+def binding(hashes: Iterable[str]) -> bytes:
+    """The digest a document's ids are bound to: SHA-256 of their distinct keyed hashes, sorted, one per line. (Sorted
+    before they are made distinct: a report's hashes come sorted, and sorting them again costs nearly nothing.)"""
+    return hashlib.sha256("\n".join(dict.fromkeys(sorted(hashes))).encode()).digest()
 
 
 def sealing_key(hash_key: bytes, request_id: str) -> bytes:
@@ -49,27 +61,70 @@ def sealing_key(hash_key: bytes, request_id: str) -> bytes:
     return hmac.new(hash_key, _LABEL + request_id.encode(), hashlib.sha256).digest()
 
 
+@dataclass(frozen=True)
+class OpenedIds:
+    """A document's ids and the binding they were sealed with (None: a version 1 document, bound to nothing)."""
+
+    ids: tuple[str, ...]
+    bound_to: bytes | None
+
+
 def seal(hash_key: bytes, request_id: str, ids: Iterable[str]) -> bytes:
-    """The stored form: a version byte, the nonce, and the AES-GCM ciphertext of the ids (a JSON list)."""
+    """The stored form: a version byte, the binding (:func:`binding` of the keyed hashes of exactly these ids,
+    computed here under the hash key), the nonce, and the AES-GCM ciphertext of the ids (a JSON list, each once,
+    sorted: an executor sorts them for its Arrow array, at no cost once they are), with the request id, version and
+    binding as associated data: an executor whose hashes have this binding has the hashes of exactly these ids, and
+    builds its users from them without hashing one (:func:`task_users`)."""
+    unique = sorted(set(ids))
+    header = _VERSION + binding(Pseudonymizer(hash_key).each(unique))
     nonce = os.urandom(_NONCE_BYTES)
-    plaintext = orjson.dumps(list(dict.fromkeys(ids)))
-    return _VERSION + nonce + AESGCM(sealing_key(hash_key, request_id)).encrypt(nonce, plaintext, request_id.encode())
+    sealed = AESGCM(sealing_key(hash_key, request_id)).encrypt(nonce, orjson.dumps(unique), _aad(request_id, header))
+    return header + nonce + sealed
+
+
+def _aad(request_id: str, header: bytes) -> bytes:
+    return request_id.encode() + b"|" + header
 
 
 def unseal(body: bytes, hash_key: bytes, request_id: str) -> tuple[str, ...] | None:
     """The ids sealed in ``body``, or None when it is of another version, changed, or sealed for another request or
     under another key."""
-    if len(body) <= 1 + _NONCE_BYTES or body[:1] != _VERSION:
+    opened = unseal_bound(body, hash_key, request_id)
+    return None if opened is None else opened.ids
+
+
+def unseal_bound(body: bytes, hash_key: bytes, request_id: str) -> OpenedIds | None:
+    """:func:`unseal`, with the binding the ids were sealed with (a version 1 document, from before bindings: None)."""
+    if body[:1] == _VERSION:
+        header, aad = body[: 1 + _BINDING_BYTES], _aad(request_id, body[: 1 + _BINDING_BYTES])
+    elif body[:1] == _VERSION_1:
+        header, aad = body[:1], request_id.encode()
+    else:
         return None
-    nonce, ciphertext = body[1 : 1 + _NONCE_BYTES], body[1 + _NONCE_BYTES :]
+    rest = body[len(header) :]
+    if len(rest) <= _NONCE_BYTES:
+        return None
+    nonce, ciphertext = rest[:_NONCE_BYTES], rest[_NONCE_BYTES:]
     try:
-        plaintext = AESGCM(sealing_key(hash_key, request_id)).decrypt(nonce, ciphertext, request_id.encode())
-        ids = orjson.loads(plaintext)
+        ids = orjson.loads(AESGCM(sealing_key(hash_key, request_id)).decrypt(nonce, ciphertext, aad))
     except (InvalidTag, ValueError):  # (orjson's errors are ValueErrors)
         return None
     if not isinstance(ids, list) or not all(isinstance(user, str) for user in ids):
         return None
-    return tuple(ids)
+    return OpenedIds(tuple(ids), header[1:] or None)
+
+
+def covering(hash_key: bytes, hashes: Iterable[str], ids: Iterable[str]) -> list[str]:
+    """The ids (each once, in order) whose keyed hash is one of ``hashes``: the only ones a starter seals, so that no
+    id but the request's users' reaches executors. An id that is not valid UTF-8 has no hash and is dropped."""
+    wanted, pseudonymizer, kept = frozenset(hashes), Pseudonymizer(hash_key), []
+    for user in dict.fromkeys(ids):
+        try:
+            if pseudonymizer(user) in wanted:
+                kept.append(user)
+        except UnicodeEncodeError:
+            continue
+    return kept
 
 
 @dataclass(frozen=True)
@@ -114,15 +169,20 @@ def delete(s3: Any, where: S3Uri) -> int:
 
 # The ids this worker process opened, for one request at a time (its tasks open them once): in memory only. The
 # next request's ids replace them; the process's end drops them.
-_opened: dict[SealedIdsRef, tuple[str, ...]] = {}
+_opened: dict[SealedIdsRef, OpenedIds] = {}
 _opened_lock = threading.Lock()
 
 
 def opened(s3: Any, where: SealedIdsRef | None, hash_key: bytes) -> tuple[str, ...]:
     """The sealed ids, opened here (an executor), or () when there are none to use: the caller then hashes every id.
     A document gone, changed since the driver saw it, or that fails authentication is logged by counts only."""
+    found = _opened_here(s3, where, hash_key)
+    return () if found is None else found.ids
+
+
+def _opened_here(s3: Any, where: SealedIdsRef | None, hash_key: bytes) -> OpenedIds | None:
     if where is None:
-        return ()
+        return None
     with _opened_lock:
         if where in _opened:
             return _opened[where]
@@ -133,23 +193,23 @@ def opened(s3: Any, where: SealedIdsRef | None, hash_key: bytes) -> tuple[str, .
             log.warning(
                 "sealed ids not read: every id read is hashed", extra={"request_id": where.request_id, "error": code}
             )
-            return ()
-        ids = unseal(body, hash_key, where.request_id)
-        if ids is None:
+            return None
+        found = unseal_bound(body, hash_key, where.request_id)
+        if found is None:
             log.warning(
                 "sealed ids failed authentication: every id read is hashed",
                 extra={"request_id": where.request_id, "bytes": len(body)},
             )
-            return ()
+            return None
         _opened.clear()
         _built.clear()
-        _opened[where] = ids
-        return ids
+        _opened[where] = found
+        return found
 
 
 # The users built from the opened ids, by the hashes they stand for (a purge's, a table's with its metadata forms):
-# building one (a hash of each id, their set and Arrow array) costs 1-4 ms per 1,000 ids, once per worker process
-# and request instead of once per task. Dropped with the ids when another request's are opened.
+# built once per worker process and request instead of once per task. Dropped with the ids when another request's
+# are opened.
 _built: dict[tuple[SealedIdsRef, frozenset[str]], HashedUsers] = {}
 
 
@@ -158,18 +218,31 @@ def task_users(
 ) -> HashedUsers:
     """The users as a task checks them: by ``known`` (the raw ids of a process that holds them: an inline purge),
     else by the ids sealed for the executors, else (none, or not usable) by their keyed hashes alone."""
-    wanted = frozenset(hashes)
+    ordered = tuple(hashes)  # (as given: a report's come sorted, which makes their binding cheap)
+    wanted = frozenset(ordered)
     if known or where is None:
         return HashedUsers(wanted, Pseudonymizer(hash_key), known)
     with _opened_lock:
         built = _built.get((where, wanted))
     if built is not None:
         return built
-    ids = opened(s3, where, hash_key)
-    built = HashedUsers(wanted, Pseudonymizer(hash_key), ids)
-    if ids:
-        with _opened_lock:
-            for other in [k for k in _built if k[0] != where]:
-                del _built[other]
-            _built[(where, wanted)] = built
+    found = _opened_here(s3, where, hash_key)
+    if found is None:
+        return HashedUsers(wanted, Pseudonymizer(hash_key))
+    built = users_of(found, ordered, hash_key)
+    with _opened_lock:
+        for other in [k for k in _built if k[0] != where]:
+            del _built[other]
+        _built[(where, wanted)] = built
     return built
+
+
+def users_of(found: OpenedIds, hashes: Iterable[str], hash_key: bytes) -> HashedUsers:
+    """The users from opened ids. Sealed bound to exactly these hashes (the sealer hashed each id: each is one of
+    them, and each of them some id's), no id is hashed again; otherwise (a version 1 document, or other hashes: a
+    table's with its metadata forms, a resolution that added some) each id is hashed and kept only if its hash is one
+    of these (1-4 ms per 1,000 ids)."""
+    hashes = tuple(hashes)
+    if found.bound_to is not None and hmac.compare_digest(found.bound_to, binding(hashes)):
+        return HashedUsers.of_proven_ids(hashes, Pseudonymizer(hash_key), found.ids)
+    return HashedUsers(hashes, Pseudonymizer(hash_key), found.ids)

@@ -149,9 +149,10 @@ class HashedUsers:
     StartPurge, which opens the sealed request; a Spark executor, which opens the ids sealed for it:
     lakepurge.core.executor_ids) passes them as ``known``: each is kept only if its hash is one of the
     hashes, and when they stand for every hash an id is answered by a set lookup, never hashed (the check before a
-    write reads every id of an object). They are kept in memory only, never logged or written (``repr`` shows
-    counts). Each thread answers from its own memory of ids (a purge task's threads share one HashedUsers), so
-    nothing mutable is shared between threads.
+    write reads every id of an object). Ids already proven to be exactly the hashes' (sealed bound to them) are given
+    to :meth:`of_proven_ids` instead, which does not hash them again. They are kept in memory only, never logged or
+    written (``repr`` shows counts). Each thread answers from its own memory of ids (a purge task's threads share one
+    HashedUsers), so nothing mutable is shared between threads.
     """
 
     def __init__(
@@ -163,9 +164,29 @@ class HashedUsers:
         self._hashes = frozenset(hashes)
         self._pseudonymizer = pseudonymizer
         held = {user: self._pseudonymizer(user) for user in dict.fromkeys(known) if _utf8(user)}
-        self._known = frozenset(user for user, hashed in held.items() if hashed in self._hashes)
         # Every user is known by id: answered by lookups alone (a hash covered by no id would need hashing).
-        self._by_id = bool(self._hashes) and self._hashes <= set(held.values())
+        by_id = bool(self._hashes) and self._hashes <= set(held.values())
+        self._hold(frozenset(user for user, hashed in held.items() if hashed in self._hashes), by_id)
+
+    @classmethod
+    def of_proven_ids(cls, hashes: Iterable[str], pseudonymizer: Pseudonymizer, ids: Iterable[str]) -> HashedUsers:
+        """The users by ids already proven to be exactly these hashes' (each id's keyed hash one of ``hashes``, each
+        hash some id's), so that no id is hashed here: a Spark executor's, from a sealed document whose binding to
+        these hashes it checked (lakepurge.core.executor_ids). Only for ids so proven: an id given here is a user.
+        """
+        ordered = sorted(ids)  # (nearly free for ids sealed sorted, as executor_ids seals them)
+        wanted, known = frozenset(hashes), frozenset(ordered)
+        if not wanted or len(known) < len(wanted):  # cannot be every hash's: each id is hashed, as for ``known``
+            return cls(wanted, pseudonymizer, known)
+        users = cls.__new__(cls)
+        users._hashes = wanted
+        users._pseudonymizer = pseudonymizer
+        users._hold(known, True, ordered)
+        return users
+
+    def _hold(self, known: frozenset[str], by_id: bool, ordered: list[str] | None = None) -> None:
+        self._known = known
+        self._by_id = by_id
         self._known_array: Any = None
         # The ids again with the automata the check before a write searches for them, compiled once for this purge
         # and shared by its threads; they go when this object goes (records.candidates.WantedIds).
@@ -173,7 +194,7 @@ class HashedUsers:
         if self._by_id:
             import pyarrow as pa
 
-            self._known_array = pa.array(sorted(self._known), pa.large_string())
+            self._known_array = pa.array(sorted(self._known) if ordered is None else ordered, pa.large_string())
         self._memos = threading.local()
 
     def __repr__(self) -> str:

@@ -196,12 +196,15 @@ def write_sealed_ids(s3: S3Client, settings: Settings, report: Report, users: Se
     """Before a purge starts on Spark, from the raw ids its starter holds (StartPurge, the operator's CLI): the
     requested ids sealed for the job's executors (lakepurge.core.executor_ids) under the request's results prefix, so
     that each executor checks objects by the ids themselves instead of hashing every id it reads. The driver never
-    opens them, and deletes them when its executors are done. Where they were written, or None with no id to seal."""
-    ids = [user for user in dict.fromkeys(users) if user]
-    if not ids or not report.user_hashes:
+    opens them, and deletes them when its executors are done. Only ids whose keyed hash is one of the report's are
+    sealed (an id the report holds no hash of never reaches executors). Where they were written, or None with no id
+    to seal."""
+    key = hash_key(settings.privacy)
+    ids = executor_ids.covering(key, report.user_hashes, [user for user in users if user])
+    if not ids:
         return None
     where = layout.executor_ids(layout.results_prefix(settings, report.request_id))
-    executor_ids.write(s3, where, hash_key(settings.privacy), report.request_id, ids)
+    executor_ids.write(s3, where, key, report.request_id, ids)
     log.info("sealed ids written for the executors", extra={"request_id": report.request_id, "ids": len(ids)})
     return where
 

@@ -13,7 +13,9 @@ from lakepurge.core import aws, executor_ids
 from lakepurge.core.config import Settings
 from lakepurge.core.privacy import Pseudonymizer
 from lakepurge.core.s3uri import S3Uri
+from lakepurge.purge.launch import write_sealed_ids
 from lakepurge.reports import layout
+from lakepurge.reports.report import Report
 from lakepurge.workflow.store import RequestStore
 
 pytestmark = pytest.mark.integration
@@ -138,3 +140,25 @@ def test_given_sealed_ids_when_a_workers_tasks_ask_for_their_users_then_they_are
     assert "someone-else" in with_more
     hashed_only = executor_ids.task_users(s3, None, HASH_KEY, hashes)
     assert hashed_only.ids_held() is None and IDS[0] in hashed_only
+
+
+def test_given_a_starter_holding_an_id_the_report_has_no_hash_of_when_it_seals_then_executors_never_get_it(
+    versioned: S3Uri, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s3 = aws_s3()
+    monkeypatch.setenv("LAKEPURGE_HASH_KEY", HASH_KEY.decode())
+    settings = Settings.model_validate(
+        {"index": {"backend": "dynamodb", "table": "unused"}, "reports": {"location": "s3://ids-reports/"}}
+    )
+    hashes = tuple(Pseudonymizer(HASH_KEY).many([IDS[0]]))  # the report holds the first user only
+    report = Report("req-ids", "2026-01-01T00:00:00Z", hashes, 1, ())
+
+    written = write_sealed_ids(s3, settings, report, [IDS[1], IDS[0], ""])
+    where = executor_ids.locate(s3, versioned, "req-ids")
+
+    assert written == versioned and where is not None
+    body = s3.get_object(Bucket=versioned.bucket, Key=versioned.key)["Body"].read()
+    assert executor_ids.unseal(body, HASH_KEY, "req-ids") == (IDS[0],)
+    users = executor_ids.task_users(s3, where, HASH_KEY, hashes)
+    assert users.ids_held() is not None and IDS[0] in users and IDS[1] not in users
+    assert write_sealed_ids(s3, settings, report, [IDS[1]]) is None  # none of the report's: nothing sealed
