@@ -182,7 +182,10 @@ def _purge_partition(
     sealed: SealedIdsRef | None = None,
 ) -> Iterator[dict[str, Any]]:
     apply_job_environment(env)
-    yield from _PartitionPurge(settings, key, user_hashes, prefix, intents, list(targets), known, gaps, sealed).run()
+    task = _PartitionPurge(settings, key, user_hashes, prefix, intents, list(targets), known, gaps, sealed)
+    by_ids = task.users.ids_held() is not None  # (the driver counts them: a worker's fallback is logged there only)
+    for found in task.run():
+        yield {**found, "by_ids": by_ids}
 
 
 class _PartitionPurge:
@@ -505,6 +508,9 @@ def run_purge(
             ),
             label="objects purged and verified",
         )
+        if sealed is not None:  # counts only: how many objects' checks the sealed ids served (the rest hashed)
+            by_ids = sum(1 for d in fresh if d["by_ids"])
+            log.info("objects checked by the sealed ids", extra={"objects": len(fresh), "checked_by_ids": by_ids})
         outcomes = {**done, **{d["outcome"]["s3path"]: ObjectOutcome(**d["outcome"]) for d in fresh}}
         ordered = tuple(outcomes[t.s3path] for t in targets)
         # Every version of every key the report names (current or noncurrent only) is checked: read again, or, with

@@ -69,19 +69,6 @@ def _recording_seals(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
     return sealed
 
 
-def _opened_on_workers(spark: Any) -> set[str]:
-    """The request ids whose sealed ids the session's Python workers hold opened (reused workers: the ones that ran
-    the purge's tasks)."""
-
-    def opened(_: Any) -> list[str]:
-        from lakepurge.core import executor_ids as on_worker
-
-        return [where.request_id for where in on_worker._opened]
-
-    parallelism = spark.sparkContext.defaultParallelism
-    return set(spark.sparkContext.parallelize(range(parallelism), parallelism).mapPartitions(opened).collect())
-
-
 def test_given_a_spark_purge_and_a_stale_index_when_executors_open_the_sealed_ids_then_the_line_goes_and_no_id_leaks(
     aws: object, pg_dsn: str, spark: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -99,12 +86,13 @@ def test_given_a_spark_purge_and_a_stale_index_when_executors_open_the_sealed_id
     assert [line for n, line in enumerate(written) if n not in (10, 20, 300)] == [
         orjson.dumps({"user_id": user, "n": n}) for n, user in enumerate(owners) if n not in (10, 20, 300)
     ]
-    # The starter sealed exactly the ids, for this request and key; the executors opened them (their workers hold
-    # them: the documented cost), the driver never did and shipped only where they are.
+    # The starter sealed exactly the ids, for this request and key; the executors checked by them (the tasks' count,
+    # as the driver logs it), the driver never opened them and shipped only where they are.
     assert len(sealed) == 1
     assert executor_ids.unseal(sealed[0], KEY.encode(), run.request_id) == (ALICE, BOB)
     assert executor_ids.unseal(sealed[0], KEY.encode(), "another-request") is None
-    assert run.request_id in _opened_on_workers(spark)
+    counted = [r for r in caplog.records if r.getMessage() == "objects checked by the sealed ids"]
+    assert [(r.objects, r.checked_by_ids) for r in counted] == [(1, 1)]  # type: ignore[attr-defined]
     where = layout.executor_ids(layout.results_prefix(settings, run.request_id))
     assert any(where.key.encode() in pickled for pickled in shipped["closures"])  # the search finds what is there
     assert not any(sealed[0][13:] in pickled for pickled in [*shipped["closures"], *shipped["items"]])
