@@ -80,8 +80,9 @@ class Plaintext:
         return self._pieces[0]  # type: ignore[return-value]
 
     def release(self) -> None:
-        """Hold the bytes no longer (a later check inflates the member instead)."""
+        """Hold the bytes no longer (a later check inflates the member instead), nor the chunk the last piece viewed."""
         self._pieces.clear()
+        self._last_chunk = None
         self.kept = False
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import io
+import weakref
 import zlib
 
 import pytest
@@ -248,3 +249,21 @@ def test_given_a_gzip_rewrite_when_checked_then_its_plaintext_is_not_held_throug
         assert still_holding(staged, "r/x.jsonl.gz", REVIEWS, INDEXING, ALICE) == []
     finally:
         staged.close()
+
+
+def test_given_pieces_viewing_one_chunk_when_the_plaintext_is_released_then_the_chunk_is_not_held() -> None:
+    # A gzip CSV of a few MiB is kept as views of its whole inflated body: released, nothing may keep that body alive
+    # through the write.
+    class Chunk(bytearray):
+        pass
+
+    chunk = Chunk(b"a,b\n" * 1000)
+    alive = weakref.ref(chunk)
+    plaintext = streams.Plaintext()
+    plaintext.add(memoryview(chunk)[:8])
+    plaintext.add(memoryview(chunk)[12:40])
+
+    plaintext.release()
+    del chunk
+
+    assert alive() is None
