@@ -43,8 +43,7 @@ if TYPE_CHECKING:
 
 log = get_logger()
 
-_LABEL = b"lakepurge executor ids v1|"  # (the sealing key's, for both versions of the document)
-_VERSION_1 = b"\x01"
+_LABEL = b"lakepurge executor ids v1|"  # (the sealing key's label)
 _VERSION = b"\x02"
 _NONCE_BYTES = 12
 _BINDING_BYTES = 32
@@ -63,10 +62,10 @@ def sealing_key(hash_key: bytes, request_id: str) -> bytes:
 
 @dataclass(frozen=True)
 class OpenedIds:
-    """A document's ids and the binding they were sealed with (None: a version 1 document, bound to nothing)."""
+    """A document's ids and the binding they were sealed with."""
 
     ids: tuple[str, ...]
-    bound_to: bytes | None
+    bound_to: bytes
 
 
 def seal(hash_key: bytes, request_id: str, ids: Iterable[str]) -> bytes:
@@ -94,13 +93,11 @@ def unseal(body: bytes, hash_key: bytes, request_id: str) -> tuple[str, ...] | N
 
 
 def unseal_bound(body: bytes, hash_key: bytes, request_id: str) -> OpenedIds | None:
-    """:func:`unseal`, with the binding the ids were sealed with (a version 1 document, from before bindings: None)."""
-    if body[:1] == _VERSION:
-        header, aad = body[: 1 + _BINDING_BYTES], _aad(request_id, body[: 1 + _BINDING_BYTES])
-    elif body[:1] == _VERSION_1:
-        header, aad = body[:1], request_id.encode()
-    else:
+    """:func:`unseal`, with the binding the ids were sealed with."""
+    if body[:1] != _VERSION:
         return None
+    header = body[: 1 + _BINDING_BYTES]
+    aad = _aad(request_id, header)
     rest = body[len(header) :]
     if len(rest) <= _NONCE_BYTES:
         return None
@@ -111,7 +108,7 @@ def unseal_bound(body: bytes, hash_key: bytes, request_id: str) -> OpenedIds | N
         return None
     if not isinstance(ids, list) or not all(isinstance(user, str) for user in ids):
         return None
-    return OpenedIds(tuple(ids), header[1:] or None)
+    return OpenedIds(tuple(ids), header[1:])
 
 
 def covering(hash_key: bytes, hashes: Iterable[str], ids: Iterable[str]) -> list[str]:
@@ -239,10 +236,10 @@ def task_users(
 
 def users_of(found: OpenedIds, hashes: Iterable[str], hash_key: bytes) -> HashedUsers:
     """The users from opened ids. Sealed bound to exactly these hashes (the sealer hashed each id: each is one of
-    them, and each of them some id's), no id is hashed again; otherwise (a version 1 document, or other hashes: a
-    table's with its metadata forms, a resolution that added some) each id is hashed and kept only if its hash is one
-    of these (1-4 ms per 1,000 ids)."""
+    them, and each of them some id's), no id is hashed again; otherwise (other hashes: a table's
+    with its metadata forms, a resolution that added some) each id is hashed and kept only if its hash is one of these
+    (1-4 ms per 1,000 ids)."""
     hashes = tuple(hashes)
-    if found.bound_to is not None and hmac.compare_digest(found.bound_to, binding(hashes)):
+    if hmac.compare_digest(found.bound_to, binding(hashes)):
         return HashedUsers.of_proven_ids(hashes, Pseudonymizer(hash_key), found.ids)
     return HashedUsers(hashes, Pseudonymizer(hash_key), found.ids)

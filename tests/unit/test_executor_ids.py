@@ -3,9 +3,7 @@ for the request they were sealed for, unchanged; anything else reads as no ids (
 
 from __future__ import annotations
 
-import orjson
 import pytest
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from lakepurge.core import executor_ids
 from lakepurge.core.executor_ids import binding, covering, seal, sealing_key, unseal, unseal_bound, users_of
@@ -92,18 +90,6 @@ def test_given_a_sealed_binding_changed_when_opened_then_the_document_does_not_o
     body[5] ^= 1  # a byte of the binding, which is associated data: no one can bind the ids to other hashes
 
     assert unseal_bound(bytes(body), HASH_KEY, "req-8") is None
-
-
-def test_given_a_version_1_document_when_opened_then_its_ids_are_bound_to_nothing_and_each_is_hashed() -> None:
-    nonce = b"\x00" * 12
-    plaintext = orjson.dumps(["mallory@example.com", *IDS])
-    body = b"\x01" + nonce + AESGCM(sealing_key(HASH_KEY, "req-9")).encrypt(nonce, plaintext, b"req-9")
-
-    opened = unseal_bound(body, HASH_KEY, "req-9")
-
-    assert opened is not None and opened.bound_to is None and unseal(body, HASH_KEY, "req-9") == opened.ids
-    users = users_of(opened, _hashes(IDS), HASH_KEY)
-    assert users.ids_held() is not None and "mallory@example.com" not in users and IDS[2] in users
 
 
 def test_given_ids_and_a_reports_hashes_when_a_starter_picks_the_ids_to_seal_then_only_the_reports_users_are() -> None:
