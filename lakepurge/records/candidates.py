@@ -206,8 +206,9 @@ class WantedIds(Collection[str]):
     """The wanted users' raw ids as a process that holds them has them (an inline purge: HashedUsers.ids_held), with
     the automata holds_none_of searches for them, one for each set of id fields' names: each compiled once, when a
     stretch first asks, and shared by the purge's threads (RE2 matches from many threads at once). They live exactly
-    as long as this object, which holds the ids anyway; nothing else keeps them (a module's cache would keep the raw
-    ids past the purge). ``repr`` shows a count, never an id."""
+    as long as this object, which holds the ids anyway; nothing else keeps them. (A Spark worker keeps its users, and
+    so this object, for one request at a time, lakepurge.core.executor_ids: the cost docs/LIMITS.md states.) ``repr``
+    shows a count, never an id."""
 
     __slots__ = ("__weakref__", "_automata", "_expected", "_ids", "_lock", "_rent", "_split")
 
