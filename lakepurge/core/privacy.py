@@ -190,11 +190,13 @@ class HashedUsers:
         self._known_array: Any = None
         # The ids again with the automata the check before a write searches for them, compiled once for this purge
         # and shared by its threads; they go when this object goes (records.candidates.WantedIds).
-        self._held = WantedIds(self._known) if self._by_id else None
+        self._held: WantedIds | None = None
         if self._by_id:
             import pyarrow as pa
 
-            self._known_array = pa.array(sorted(self._known) if ordered is None else ordered, pa.large_string())
+            ordered = sorted(self._known) if ordered is None else ordered
+            self._known_array = pa.array(ordered, pa.large_string())
+            self._held = WantedIds(self._known, ordered)  # (sorted once, for both)
         self._memos = threading.local()
 
     def __repr__(self) -> str:

@@ -520,3 +520,36 @@ def test_given_an_automaton_slower_than_the_split_when_searched_then_it_turns_it
 
     assert answers == [read_by_the_indexer(data, ("user_id",), wanted) for data in objects]
     assert asked == set(range(len(objects)))  # the first search was too slow: the split answered every object
+
+
+def _pattern_escaping_each_id(keys: str, ids: frozenset[str]) -> str | None:
+    """The automaton's pattern as built before one check for all ids: every id escaped by its own substitution, every
+    id tried as an integer (the oracle the faster builder must match byte for byte)."""
+    try:
+        strings = "|".join(candidates._NOT_LITERAL.sub(lambda m: f"\\x{ord(m.group()):02x}", u) for u in sorted(ids))
+        strings.encode()
+    except UnicodeEncodeError:
+        return None
+    integers = [u for u in ids if re.fullmatch(r"-?(?:0|[1-9][0-9]*)", u)] + (["-0"] if "0" in ids else [])
+    values = [f'"(?:{strings})"', candidates._ANY_ESCAPED_OR_ARRAY]
+    values += ["(?:" + "|".join(integers) + ")(?:[^0-9]|$)"] if integers else []
+    return keys + r"[ \t\r]*:[ \t\r]*(?:" + "|".join(values) + ")"
+
+
+pattern_ids = st.one_of(
+    st.text(st.sampled_from("abcXYZ019"), max_size=8),  # most lakes' ids: nothing to escape
+    st.text(st.sampled_from("ab09-.|()[]*+?^$\\{}\"' \t/:@`~_é東👍"), max_size=6),
+    st.sampled_from(["", "0", "-0", "-5", "007", "12", "-", "a\ud800", "user_id", "²"]),
+    st.text(max_size=4),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.frozensets(pattern_ids, max_size=40), st.sampled_from(['"user_id"', '"(?:user_id|uid)"']))
+def test_given_any_ids_when_their_automatons_pattern_is_built_then_it_is_the_pattern_of_each_id_escaped_alone(
+    wanted, keys
+) -> None:
+    expected = _pattern_escaping_each_id(keys, wanted)
+    assert candidates._known_pattern(keys, wanted) == expected
+    # (the ids already sorted by their holder, HashedUsers: not sorted again, the same pattern)
+    assert candidates._known_pattern(keys, wanted, sorted(wanted)) == expected

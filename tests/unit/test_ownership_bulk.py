@@ -125,6 +125,10 @@ def users_as(mode: str, wanted: set[str]) -> Any:
 @example(chunk=[b'{"user\\u005fid": "alice", "user_id": "bob"}', b'{"user_id": "x"}'], wanted={"alice"}, mode="hashes")
 @example(chunk=[b'{"user_id": 42}', b'{"user_id": "42"}', b'{"user_id": "4\\u0032"}'], wanted={"42"}, mode="hashes")
 @example(chunk=[b'{"user_id": "alice"}', b'{"user_id": "alice"'], wanted={"alice"}, mode="ids in memory")
+# (lines that are JSON only when joined by commas, into as many values as lines: a string or an array runs from one
+# into the next; each alone is no JSON and nobody's, which a parse of the lines joined would not see)
+@example(chunk=[b'{"user_id": "bob", "t": "a', b'b"}, {"user_id": "alice"}'], wanted={"alice"}, mode="ids in memory")
+@example(chunk=[b'{"user_id": "bob", "a": [1', b'2]}, {"user_id": "alice"}'], wanted={"alice"}, mode="hashes")
 @settings(max_examples=400, deadline=None)
 def test_given_any_target_lines_when_decided_together_then_each_answer_is_the_indexers_for_that_line(
     chunk, wanted, mode
