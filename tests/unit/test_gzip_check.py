@@ -225,7 +225,7 @@ def test_given_a_drop_that_keeps_a_little_of_each_large_chunk_when_staged_then_t
         within.close()
 
 
-@pytest.mark.parametrize("size", [1, 1000, records_lines.CHUNK_BYTES, 8 * records_lines.CHUNK_BYTES])
+@pytest.mark.parametrize("size", [61, 1000, records_lines.CHUNK_BYTES, 8 * records_lines.CHUNK_BYTES])
 def test_given_reads_of_any_size_when_inflating_then_every_byte_comes_once_and_a_break_after_them(size) -> None:
     # Reads of a whole step are handed zlib's own bytes: the same stream, byte for byte, as reads into a buffer.
     plain = bytes(range(256)) * 9000 + reviews(2000)
