@@ -60,6 +60,7 @@ from lakepurge.core import aws
 from lakepurge.core.config import Settings
 from lakepurge.core.logs import get_logger, object_ref
 from lakepurge.core.privacy import Pseudonymizer
+from lakepurge.core.s3io import delete_key_versions
 from lakepurge.core.s3uri import S3Uri
 from lakepurge.index import open_existing
 from lakepurge.index.base import Hits, ObjectHits
@@ -227,10 +228,7 @@ def _delete_other_versions(s3: S3Client, uri: S3Uri, keep: str | None) -> None:
     users' records too. (An unversioned bucket has only the one the last PUT replaced.)"""
     if keep is None or keep == "null":
         return
-    for page in s3.get_paginator("list_object_versions").paginate(Bucket=uri.bucket, Prefix=uri.key):
-        for version in [*page.get("Versions", []), *page.get("DeleteMarkers", [])]:
-            if version["Key"] == uri.key and version["VersionId"] != keep:
-                s3.delete_object(Bucket=uri.bucket, Key=uri.key, VersionId=version["VersionId"])
+    delete_key_versions(s3, uri, keep=lambda version: version["VersionId"] == keep)
 
 
 def presigned_link(uri: S3Uri, seconds: int, not_after: datetime | None = None, now: datetime | None = None) -> Link:

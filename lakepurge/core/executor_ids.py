@@ -9,9 +9,9 @@ opens it: task closures carry its S3 location and ETag (:class:`SealedIdsRef`), 
 and opens it once per request (:func:`opened`), to check each object by the ids themselves (privacy.HashedUsers,
 built once per worker process and request: :func:`task_users`) rather than by a keyed hash of every id it reads.
 When the binding is that of the hashes the executor was given, the ids are exactly those hashes' and none is hashed
-again (HashedUsers.of_proven_ids); otherwise (a document from before bindings, other hashes) each is hashed and kept
-only if its hash is one of them. The driver deletes it (every version) when the executors are done; ending a request
-deletes it too (workflow.store.RequestStore.shred).
+again (HashedUsers.of_proven_ids); otherwise (other hashes: a table's with its metadata forms, a resolution's extra
+identifiers) each is hashed and kept only if its hash is one of them. The driver deletes it (every version) when
+the executors are done; ending a request deletes it too (workflow.store.RequestStore.shred).
 
 A document that is absent, changed, or sealed for another request or key is not used: the executors then hash every
 id they read (slower, never wrong).
@@ -34,7 +34,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from lakepurge.core.logs import get_logger
 from lakepurge.core.privacy import HashedUsers, Pseudonymizer
-from lakepurge.core.s3io import error_code
+from lakepurge.core.s3io import delete_key_versions, error_code
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -155,13 +155,7 @@ def locate(s3: Any, where: S3Uri, request_id: str) -> SealedIdsRef | None:
 def delete(s3: Any, where: S3Uri) -> int:
     """Delete the document and every version of it (and its delete markers: a versioned bucket keeps the others).
     Returns how many versions were deleted; idempotent."""
-    deleted = 0
-    for page in s3.get_paginator("list_object_versions").paginate(Bucket=where.bucket, Prefix=where.key):
-        for version in [*page.get("Versions", []), *page.get("DeleteMarkers", [])]:
-            if version["Key"] == where.key:
-                s3.delete_object(Bucket=where.bucket, Key=where.key, VersionId=version["VersionId"])
-                deleted += 1
-    return deleted
+    return delete_key_versions(s3, where)
 
 
 # The ids this worker process opened, for one request at a time (its tasks open them once): in memory only. The

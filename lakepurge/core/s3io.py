@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import IO, TYPE_CHECKING, Any, cast
@@ -257,6 +257,18 @@ def noncurrent_versions(s3: S3Client, uri: S3Uri) -> Iterator[ObjectHead]:
                 last_modified=version["LastModified"],
                 size=version["Size"],
             )
+
+
+def delete_key_versions(s3: Any, uri: S3Uri, keep: Callable[[Mapping[str, Any]], bool] = lambda _version: False) -> int:
+    """Delete every version and delete marker of exactly this key (not of the keys it is a prefix of) but those
+    ``keep`` names; returns how many were deleted. Idempotent."""
+    deleted = 0
+    for page in s3.get_paginator("list_object_versions").paginate(Bucket=uri.bucket, Prefix=uri.key):
+        for version in [*page.get("Versions", []), *page.get("DeleteMarkers", [])]:
+            if version["Key"] == uri.key and not keep(version):
+                s3.delete_object(Bucket=uri.bucket, Key=uri.key, VersionId=version["VersionId"])
+                deleted += 1
+    return deleted
 
 
 def object_versions(s3: S3Client, bucket: str, prefix: str) -> Iterator[ObjectVersionTypeDef]:

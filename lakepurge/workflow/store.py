@@ -30,7 +30,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from lakepurge.core import executor_ids
 from lakepurge.core.config import ConfigError, Settings, WorkflowConfig
 from lakepurge.core.privacy import Pseudonymizer
-from lakepurge.core.s3io import condition_failed
+from lakepurge.core.s3io import condition_failed, delete_key_versions
+from lakepurge.core.s3uri import S3Uri
 from lakepurge.reports import layout
 from lakepurge.workflow.events import Outcome
 
@@ -281,12 +282,7 @@ class RequestStore:
 
     def _delete_earlier_versions(self, bucket: str, key: str) -> None:
         """Every version of one key but the current one (and its delete markers): none may keep the sealed ids."""
-        paginator = self._s3.get_paginator("list_object_versions")
-        for page in paginator.paginate(Bucket=bucket, Prefix=key):
-            for version in [*page.get("Versions", []), *page.get("DeleteMarkers", [])]:
-                if version["Key"] != key or version.get("IsLatest"):
-                    continue
-                self._s3.delete_object(Bucket=bucket, Key=key, VersionId=version["VersionId"])
+        delete_key_versions(self._s3, S3Uri(bucket, key), keep=lambda version: bool(version.get("IsLatest")))
 
     def set_state(
         self, request_id: str, state: str, *, only_from: tuple[str, ...] | None = None, **detail: Any
