@@ -249,14 +249,19 @@ def noncurrent_versions(s3: S3Client, uri: S3Uri) -> Iterator[ObjectHead]:
     """Every noncurrent version of exactly this key (delete markers hold no data)."""
     for version in object_versions(s3, uri.bucket, uri.key):
         if version["Key"] == uri.key and not version["IsLatest"]:
-            yield ObjectHead(
-                bucket=uri.bucket,
-                key=uri.key,
-                etag=version["ETag"],
-                version_id=version["VersionId"],
-                last_modified=version["LastModified"],
-                size=version["Size"],
-            )
+            yield listed_head(uri, version)
+
+
+def listed_head(uri: S3Uri, version: Mapping[str, Any]) -> ObjectHead:
+    """One version of the key as ListObjectVersions describes it."""
+    return ObjectHead(
+        bucket=uri.bucket,
+        key=uri.key,
+        etag=version["ETag"],
+        version_id=version["VersionId"],
+        last_modified=version["LastModified"],
+        size=version["Size"],
+    )
 
 
 def delete_key_versions(s3: Any, uri: S3Uri, keep: Callable[[Mapping[str, Any]], bool] = lambda _version: False) -> int:

@@ -33,6 +33,7 @@ from lakepurge.core.s3io import (
     get_current,
     head_object,
     head_version,
+    listed_head,
     noncurrent_versions,
     object_versions,
     open_body,
@@ -569,13 +570,13 @@ def _verify_versions(
     # holds the data, and "verified" means nothing of the users is left. A bucket that never had versioning has none.
     listed = [v for v in object_versions(s3, uri.bucket, uri.key) if v["Key"] == uri.key] if versioned else []
     latest = next((v for v in listed if v["IsLatest"]), None)
-    heads = [_listed_head(uri, v) for v in listed if not v["IsLatest"]]
+    heads = [listed_head(uri, v) for v in listed if not v["IsLatest"]]
     if latest is None or proof is None or not _the_stated_write(latest, proof):
         # The current version asked on its own (its checksum with it), and the one listed as current, if another.
         current = head_object(s3, uri.bucket, uri.key, checksum=proven)
         asked = [current] if current is not None else []
         if latest is not None and latest["VersionId"] not in [h.version_id for h in asked]:
-            asked.append(_listed_head(uri, latest))  # replaced between the listing and the HEAD: both are checked
+            asked.append(listed_head(uri, latest))  # replaced between the listing and the HEAD: both are checked
         heads = asked + heads
     remaining = []
     for head in heads:
@@ -594,12 +595,6 @@ def _verify_versions(
     for sidecar in sidecar_versions_naming(s3, dataset, uri, users):
         remaining.append(Remaining(sidecar.s3path, sidecar.version_id, 1))
     return remaining
-
-
-def _listed_head(uri: S3Uri, version: Any) -> ObjectHead:
-    return ObjectHead(
-        uri.bucket, uri.key, version["ETag"], version["VersionId"], version["LastModified"], version["Size"]
-    )
 
 
 def _the_stated_write(version: Any, proof: ObjectOutcome) -> bool:
