@@ -12,12 +12,14 @@ line); a section's is its class docstring.
 from __future__ import annotations
 
 import argparse
+import functools
 import inspect
 import json
 import re
 import sys
 import types
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
@@ -131,10 +133,12 @@ MEANINGS: dict[tuple[type[BaseModel], str], str] = {
 }
 
 
-def field_comments(model: type[BaseModel]) -> dict[str, str]:
+@functools.cache
+def field_comments(model: type[BaseModel]) -> Mapping[str, str]:
     """Each field's comment in the model's source: the comment lines right above it, then the one after it.
     A field without either that follows a commented one, with no blank line between, shares its comment (one
-    comment above a group of keys: "see `first key`")."""
+    comment above a group of keys: "see `first key`"). Read once a model (inspect.getsource reads and searches the
+    whole module's source: once a key, it made the reference take ~0.5 s)."""
     comments: dict[str, str] = {}
     above: list[str] = []
     group: str | None = None  # the first key of the commented group the previous line belongs to
@@ -156,7 +160,7 @@ def field_comments(model: type[BaseModel]) -> dict[str, str]:
         elif not line.startswith("        ") and not stripped.startswith(")"):
             group = None  # a blank line or another statement ends the group
         above = []
-    return comments
+    return types.MappingProxyType(comments)
 
 
 def _strip(annotation: Any) -> tuple[Any, list[Any], bool]:
