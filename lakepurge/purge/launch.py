@@ -198,13 +198,22 @@ def write_sealed_ids(s3: S3Client, settings: Settings, report: Report, users: Se
     that each executor checks objects by the ids themselves instead of hashing every id it reads. The driver never
     opens them, and deletes them when its executors are done. Only ids whose keyed hash is one of the report's are
     sealed (an id the report holds no hash of never reaches executors). Where they were written, or None with no id
-    to seal."""
+    to seal, or when they could not be written: they spare executors the hashing, nothing more, so the purge starts
+    without them, as its driver goes on without them (purge.job.located_sealed_ids); a write S3 applied although
+    its answer failed is found by the driver, and deleted by it and when the request ends."""
     key = hash_key(settings.privacy)
     ids = executor_ids.covering(key, report.user_hashes, [user for user in users if user])
     if not ids:
         return None
     where = layout.executor_ids(layout.results_prefix(settings, report.request_id))
-    executor_ids.write(s3, where, key, report.request_id, ids)
+    try:
+        executor_ids.write(s3, where, key, report.request_id, ids)
+    except Exception as exc:  # (botocore's errors, past its own retries) the error's class only: never a body
+        log.warning(
+            "sealed ids not written: the executors will hash every id they read",
+            extra={"request_id": report.request_id, "ids": len(ids), "error": type(exc).__name__},
+        )
+        return None
     log.info("sealed ids written for the executors", extra={"request_id": report.request_id, "ids": len(ids)})
     return where
 

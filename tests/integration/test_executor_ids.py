@@ -7,7 +7,9 @@ from __future__ import annotations
 import logging
 from datetime import UTC, datetime
 
+import boto3
 import pytest
+from botocore.config import Config
 
 from lakepurge.core import aws, executor_ids
 from lakepurge.core.config import Settings
@@ -17,6 +19,7 @@ from lakepurge.purge.launch import write_sealed_ids
 from lakepurge.reports import layout
 from lakepurge.reports.report import Report
 from lakepurge.workflow.store import RequestStore
+from tests.support.faults import FaultProxy, Rule
 
 pytestmark = pytest.mark.integration
 
@@ -53,6 +56,34 @@ def test_given_sealed_ids_in_s3_when_an_executor_opens_them_then_it_reads_them_o
     assert executor_ids.opened(s3, where, HASH_KEY) == IDS  # one GET per process and request: from memory now
     assert executor_ids.opened(s3, None, HASH_KEY) == ()
     assert executor_ids.locate(s3, versioned, "req-ids") is None
+
+
+def test_given_s3_failing_every_write_of_the_sealed_ids_when_a_starter_seals_them_then_it_starts_without_them(
+    versioned: S3Uri, moto_server: object, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # They spare executors the hashing, nothing more: a starter that cannot write them starts the purge without them
+    # (the driver finds none, and its executors hash every id), and its log names the error, never an id.
+    monkeypatch.setenv("LAKEPURGE_HASH_KEY", HASH_KEY.decode())
+    settings = Settings.model_validate(
+        {"index": {"backend": "dynamodb", "table": "unused"}, "reports": {"location": "s3://ids-reports/"}}
+    )
+    report = Report("req-ids", "2026-01-01T00:00:00Z", tuple(Pseudonymizer(HASH_KEY).many(IDS)), 2, ())
+    proxy = FaultProxy(moto_server.endpoint)  # type: ignore[attr-defined]
+    try:
+        proxy.set_rules([Rule("error500", "PUT", layout.EXECUTOR_IDS)])  # every attempt
+        # (one attempt: lakepurge's clients retry for half a minute first, which is not what this test is about)
+        once = boto3.client("s3", endpoint_url=proxy.endpoint, config=Config(retries={"max_attempts": 1}))
+        with caplog.at_level(logging.INFO):
+            written = write_sealed_ids(once, settings, report, list(IDS))
+        fired = proxy.fired_kinds()
+    finally:
+        proxy.stop()
+
+    assert written is None and "error500" in fired
+    assert executor_ids.locate(aws_s3(), versioned, "req-ids") is None
+    (warning,) = [r for r in caplog.records if r.getMessage().startswith("sealed ids not written")]
+    assert (warning.levelname, warning.error, warning.ids) == ("WARNING", "ClientError", 2)  # type: ignore[attr-defined]
+    assert not any(user in caplog.text for user in IDS)
 
 
 def test_given_sealed_ids_changed_or_for_another_request_when_opened_then_none_are_used_and_counts_are_logged(
