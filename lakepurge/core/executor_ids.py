@@ -52,7 +52,11 @@ _BINDING_BYTES = 32
 def binding(hashes: Iterable[str]) -> bytes:
     """The digest a document's ids are bound to: SHA-256 of their distinct keyed hashes, sorted, one per line. (Sorted
     before they are made distinct: a report's hashes come sorted, and sorting them again costs nearly nothing.)"""
-    return hashlib.sha256("\n".join(dict.fromkeys(sorted(hashes))).encode()).digest()
+    return _digest(tuple(dict.fromkeys(sorted(hashes))))
+
+
+def _digest(hashes: tuple[str, ...]) -> bytes:
+    return hashlib.sha256("\n".join(hashes).encode()).digest()
 
 
 def sealing_key(hash_key: bytes, request_id: str) -> bytes:
@@ -234,6 +238,11 @@ def users_of(found: OpenedIds, hashes: Iterable[str], hash_key: bytes) -> Hashed
     with its metadata forms, a resolution that added some) each id is hashed and kept only if its hash is one of these
     (1-4 ms per 1,000 ids)."""
     hashes = tuple(hashes)
-    if hmac.compare_digest(found.bound_to, binding(hashes)):
-        return HashedUsers.of_proven_ids(hashes, Pseudonymizer(hash_key), found.ids)
-    return HashedUsers(hashes, Pseudonymizer(hash_key), found.ids)
+    # Hashes as binding takes them (sorted, each once: a report's, as a driver gives them to its tasks) are digested as
+    # they come: sorting 20,000 strings and making them distinct took ~2.5 ms of a new worker's opening, its memory
+    # cold. Others are taken so first (the same users), then digested.
+    if not hmac.compare_digest(found.bound_to, _digest(hashes)):
+        hashes = tuple(dict.fromkeys(sorted(hashes)))
+        if not hmac.compare_digest(found.bound_to, _digest(hashes)):
+            return HashedUsers(hashes, Pseudonymizer(hash_key), found.ids)
+    return HashedUsers.of_proven_ids(hashes, Pseudonymizer(hash_key), found.ids)

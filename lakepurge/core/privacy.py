@@ -155,13 +155,16 @@ class HashedUsers:
     HashedUsers), so nothing mutable is shared between threads.
     """
 
+    _given: tuple[str, ...]  # (of_proven_ids: the hashes as given, for _hashes)
+
     def __init__(
         self,
         hashes: Iterable[str],
         pseudonymizer: Pseudonymizer,
         known: Iterable[str] = (),
     ) -> None:
-        self._hashes = frozenset(hashes)
+        self._hashes = frozenset(hashes)  # (set here: the cached property below is not used)
+        self._count = len(self._hashes)
         self._pseudonymizer = pseudonymizer
         held = {user: self._pseudonymizer(user) for user in dict.fromkeys(known) if _utf8(user)}
         # Every user is known by id: answered by lookups alone (a hash covered by no id would need hashing).
@@ -175,14 +178,22 @@ class HashedUsers:
         these hashes it checked (lakepurge.core.executor_ids). Only for ids so proven: an id given here is a user.
         """
         ordered = sorted(ids)  # (nearly free for ids sealed sorted, as executor_ids seals them)
-        wanted, known = frozenset(hashes), frozenset(ordered)
-        if not wanted or len(known) < len(wanted):  # cannot be every hash's: each id is hashed, as for ``known``
-            return cls(wanted, pseudonymizer, known)
+        given, known = tuple(hashes), frozenset(ordered)
+        # (hashes given more than once count more than once here: such users are then only slower to build)
+        if not given or len(known) < len(given):  # cannot be every hash's: each id is hashed, as for ``known``
+            return cls(given, pseudonymizer, known)
         users = cls.__new__(cls)
-        users._hashes = wanted
+        users._given = given  # their set is made when first asked for (_hashes): answers by id never need it
+        users._count = len(known)  # (one id a hash: proven)
         users._pseudonymizer = pseudonymizer
         users._hold(known, True, ordered)
         return users
+
+    @functools.cached_property
+    def _hashes(self) -> frozenset[str]:
+        """The users' hashes as a set; of_proven_ids makes it only when first needed (hashing 20,000 hashes' strings
+        into a set took ~1.5 ms of a new worker's opening, and its checks by id never ask)."""
+        return frozenset(self._given)
 
     def _hold(self, known: frozenset[str], by_id: bool, ordered: list[str] | None = None) -> None:
         self._known = known
@@ -192,15 +203,21 @@ class HashedUsers:
         # and shared by its threads; they go when this object goes (records.candidates.WantedIds).
         self._held: WantedIds | None = None
         if self._by_id:
-            import pyarrow as pa
-
-            ordered = sorted(self._known) if ordered is None else ordered
-            self._known_array = pa.array(ordered, pa.large_string())
-            self._held = WantedIds(self._known, ordered)  # (sorted once, for both)
+            self._held = WantedIds(self._known, sorted(self._known) if ordered is None else ordered)
         self._memos = threading.local()
 
+    def _known_as_array(self) -> Any:
+        """The known ids as an Arrow array, made when none_of first needs it: the check before a write asks the
+        automaton first (WantedIds), and an executor's opening of 20,000 ids no longer pays ~0.5 ms for an array its
+        tasks may never use. (Threads that ask at once may each make it: the same array.)"""
+        if self._known_array is None:
+            import pyarrow as pa
+
+            self._known_array = pa.array(list(self._known), pa.large_string())
+        return self._known_array
+
     def __repr__(self) -> str:
-        return f"HashedUsers({len(self._hashes)} hashes, {len(self._known)} known by id)"
+        return f"HashedUsers({self._count} hashes, {len(self._known)} known by id)"
 
     def _memo(self) -> _Memo:
         memo: _Memo | None = getattr(self._memos, "memo", None)
@@ -216,7 +233,7 @@ class HashedUsers:
         return self.each_contained([user_id])[0]
 
     def __len__(self) -> int:
-        return len(self._hashes)
+        return self._count
 
     def ids_held(self) -> WantedIds | None:
         """Every user's raw id when this process was given them all (``known``), else None: for a search of bytes by
@@ -267,7 +284,7 @@ class HashedUsers:
             except pa.ArrowInvalid:
                 user_ids = user_ids.to_pylist()
             else:  # (Arrow hashes the value set on every call: the smaller side is hashed)
-                probe, table = sorted((valid, self._known_array), key=len, reverse=True)
+                probe, table = sorted((valid, self._known_as_array()), key=len, reverse=True)
                 return not pc.any(pc.is_in(probe, value_set=table)).as_py()
         # Decoded together, invalid UTF-8 as U+FFFD; split back on the newlines that joined them, unless an id
         # holds one itself (a decoded JSON "\n"), which is then decoded on its own.

@@ -72,6 +72,27 @@ def test_given_ids_sealed_when_opened_for_exactly_their_hashes_then_users_are_bu
     assert "mallory@example.com" not in users and _CountingPseudonymizer.hashed == 0  # answered by lookup
 
 
+def test_given_hashes_sorted_as_a_report_gives_them_or_in_any_order_or_repeated_when_opened_then_the_users_agree(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A report's hashes (sorted, each once) are bound as they come; any other order, or a hash given twice, after
+    # they are sorted and made distinct: the same users, no id hashed either way.
+    opened = unseal_bound(seal(HASH_KEY, "req-9", IDS), HASH_KEY, "req-9")
+    assert opened is not None
+    reported = sorted(_hashes(IDS))
+    monkeypatch.setattr(executor_ids, "Pseudonymizer", _CountingPseudonymizer)
+    mallory = "mallory@example.com"
+
+    for given in (reported, reported[::-1], [*reported, reported[0]]):
+        _CountingPseudonymizer.hashed = 0
+        users = users_of(opened, given, HASH_KEY)
+        assert _CountingPseudonymizer.hashed == 0
+        assert users.ids_held() is not None and len(users) == len(IDS) and repr(users).startswith("HashedUsers(3 ")
+        assert all(user in users for user in IDS) and mallory not in users
+        widened = users.including(_hashes([mallory]))  # (the set of their hashes, made when first asked for)
+        assert mallory in widened and all(user in widened for user in IDS) and len(widened) == len(IDS) + 1
+
+
 def test_given_ids_sealed_for_other_hashes_when_opened_then_an_id_that_is_not_a_users_is_never_one() -> None:
     mallory = "mallory@example.com"
     more = unseal_bound(seal(HASH_KEY, "req-7", [*IDS, mallory]), HASH_KEY, "req-7")
