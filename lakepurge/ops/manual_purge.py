@@ -306,13 +306,12 @@ def purge_users(
         if inline:  # this process holds the ids: its check before each write looks them up instead of hashing
             result = run_purge(None, settings, report, key, relational, approved_by, digest, requested=users)
         else:  # executors open the ids sealed for them; the driver never holds them (lakepurge.core.executor_ids)
-            sealed = write_sealed_ids(s3, settings, report, users)
+            write_sealed_ids(s3, settings, report, users)
             try:
                 with spark_session("lakepurge-purge") as spark:
                     result = run_purge(spark, settings, report, key, relational, approved_by, digest)
-            finally:  # run_purge deletes them too; not if Spark never started
-                if sealed is not None:
-                    delete_sealed_ids(s3, layout.results_prefix(settings, request_id), request_id)
+            finally:  # run_purge deletes them too; not if Spark never started (nor one whose PUT's answer was lost)
+                delete_sealed_ids(s3, layout.results_prefix(settings, request_id), request_id)
         if not result.failed:
             # Erased from every current object: on the suppression list even if old versions were left to a lifecycle
             # rule (the vacuum deletes those that hold suppressed users) and verification could not pass yet.

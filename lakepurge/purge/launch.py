@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import orjson
+from botocore.exceptions import BotoCoreError, ClientError
 
 from lakepurge.core import aws, executor_ids
 from lakepurge.core.config import (
@@ -200,7 +201,8 @@ def write_sealed_ids(s3: S3Client, settings: Settings, report: Report, users: Se
     sealed (an id the report holds no hash of never reaches executors). Where they were written, or None with no id
     to seal, or when they could not be written: they spare executors the hashing, nothing more, so the purge starts
     without them, as its driver goes on without them (purge.job.located_sealed_ids); a write S3 applied although
-    its answer failed is found by the driver, and deleted by it and when the request ends."""
+    its answer failed is found and used by the driver, and deleted by it, by the starter's own cleanup and when the
+    request ends."""
     key = hash_key(settings.privacy)
     ids = executor_ids.covering(key, report.user_hashes, [user for user in users if user])
     if not ids:
@@ -208,7 +210,7 @@ def write_sealed_ids(s3: S3Client, settings: Settings, report: Report, users: Se
     where = layout.executor_ids(layout.results_prefix(settings, report.request_id))
     try:
         executor_ids.write(s3, where, key, report.request_id, ids)
-    except Exception as exc:  # (botocore's errors, past its own retries) the error's class only: never a body
+    except (BotoCoreError, ClientError) as exc:  # (past botocore's retries) the error's class only, never a body
         log.warning(
             "sealed ids not written: the executors will hash every id they read",
             extra={"request_id": report.request_id, "ids": len(ids), "error": type(exc).__name__},
