@@ -310,7 +310,8 @@ def purge_users(
             try:
                 with spark_session("lakepurge-purge") as spark:
                     result = run_purge(spark, settings, report, key, relational, approved_by, digest)
-            finally:  # run_purge deletes them too; not if Spark never started (nor one whose PUT's answer was lost)
+            finally:  # run_purge deletes them too, unless Spark never started; here even when the start returned
+                # None (a PUT that S3 applied, its answer lost)
                 delete_sealed_ids(s3, layout.results_prefix(settings, request_id), request_id)
         if not result.failed:
             # Erased from every current object: on the suppression list even if old versions were left to a lifecycle
