@@ -168,14 +168,10 @@ _opened: dict[SealedIdsRef, OpenedIds] = {}
 _opened_lock = threading.Lock()
 
 
-def opened(s3: Any, where: SealedIdsRef | None, hash_key: bytes) -> tuple[str, ...]:
-    """The sealed ids, opened here (an executor), or () when there are none to use: the caller then hashes every id.
-    A document gone, changed since the driver saw it, or that fails authentication is logged by counts only."""
-    found = _opened_here(s3, where, hash_key)
-    return () if found is None else found.ids
-
-
-def _opened_here(s3: Any, where: SealedIdsRef | None, hash_key: bytes) -> OpenedIds | None:
+def opened(s3: Any, where: SealedIdsRef | None, hash_key: bytes) -> OpenedIds | None:
+    """The sealed ids, opened here (an executor) once per request, or None when there are none to use: the caller then
+    hashes every id. A document gone, changed since the driver saw it, or that fails authentication is logged by
+    counts only."""
     if where is None:
         return None
     with _opened_lock:
@@ -221,7 +217,7 @@ def task_users(
         built = _built.get((where, wanted))
     if built is not None:
         return built
-    found = _opened_here(s3, where, hash_key)
+    found = opened(s3, where, hash_key)
     if found is None:
         return HashedUsers(wanted, Pseudonymizer(hash_key))
     built = users_of(found, ordered, hash_key)

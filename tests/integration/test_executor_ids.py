@@ -51,10 +51,12 @@ def test_given_sealed_ids_in_s3_when_an_executor_opens_them_then_it_reads_them_o
     where = executor_ids.locate(s3, versioned, "req-ids")
     assert where is not None and where.key == versioned.key
 
-    assert executor_ids.opened(s3, where, HASH_KEY) == IDS
+    first = executor_ids.opened(s3, where, HASH_KEY)
+    assert first is not None and first.ids == IDS
     s3.delete_object(Bucket=versioned.bucket, Key=versioned.key)  # (the driver's deletion, while the cache holds it)
-    assert executor_ids.opened(s3, where, HASH_KEY) == IDS  # one GET per process and request: from memory now
-    assert executor_ids.opened(s3, None, HASH_KEY) == ()
+    again = executor_ids.opened(s3, where, HASH_KEY)  # one GET per process and request: from memory now
+    assert again is not None and again.ids == IDS
+    assert executor_ids.opened(s3, None, HASH_KEY) is None
     assert executor_ids.locate(s3, versioned, "req-ids") is None
 
 
@@ -96,9 +98,9 @@ def test_given_sealed_ids_changed_or_for_another_request_when_opened_then_none_a
     where = executor_ids.locate(s3, versioned, "req-ids")
     assert where is not None
 
-    assert executor_ids.opened(s3, where, HASH_KEY) == ()
+    assert executor_ids.opened(s3, where, HASH_KEY) is None
     s3.put_object(Bucket=versioned.bucket, Key=versioned.key, Body=executor_ids.seal(HASH_KEY, "req-ids", IDS))
-    assert executor_ids.opened(s3, where, HASH_KEY) == ()  # changed since the driver saw it (its ETag)
+    assert executor_ids.opened(s3, where, HASH_KEY) is None  # changed since the driver saw it (its ETag)
     logged = "\n".join(str(record.__dict__) for record in caplog.records)
     assert "sealed ids failed authentication: every id read is hashed" in caplog.messages
     assert "sealed ids not read: every id read is hashed" in caplog.messages
