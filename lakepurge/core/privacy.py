@@ -203,7 +203,7 @@ class HashedUsers:
         # and shared by its threads; they go when this object goes (records.candidates.WantedIds).
         self._held: WantedIds | None = None
         if self._by_id:
-            self._held = WantedIds(self._known, sorted(self._known) if ordered is None else ordered)
+            self._held = WantedIds(self._known, ordered)  # (without ordered ids, sorted when an automaton is built)
         self._memos = threading.local()
 
     def _known_as_array(self) -> Any:

@@ -214,8 +214,8 @@ class WantedIds(Collection[str]):
     __slots__ = ("__weakref__", "_automata", "_expected", "_ids", "_lock", "_ordered", "_rent", "_split")
 
     def __init__(self, ids: Iterable[str], ordered: Sequence[str] | None = None) -> None:
-        """ordered: the same ids sorted, when the caller has them so (HashedUsers sorts them for its Arrow array):
-        the automata's pattern is then built without sorting them again."""
+        """ordered: the same ids sorted, when the caller has them so (an executor's, sealed sorted): the automata's
+        pattern is then built without sorting them again."""
         self._ids = frozenset(ids)
         self._ordered = ordered if ordered is not None and len(ordered) == len(self._ids) else None
         self._automata: dict[str, _Automaton | None] = {}
