@@ -275,6 +275,10 @@ def read_csv(
     except IdFieldError as exc:  # a column named twice: which holds the id is not for lakepurge to guess
         yield Unindexable(0, f"{HEADER_PROBLEM}{exc}")
         return
+    # A header written with a byte order mark (as Excel's "CSV UTF-8" is) spells its first name after the mark: an id
+    # column it hides is said to be, not guessed at.
+    marked = bool(header.row) and header.row[0].startswith("\ufeff") and None in dict(positions).values()
+    hint = _MARKED_HEADER if marked else ""
     for record in records:
         if record.row is None:
             yield Unindexable(record.line, cast("str", record.problem))
@@ -283,10 +287,12 @@ def read_csv(
             continue
         ids, problem = csv_ids(record.row, positions, rules)
         if problem is not None:
-            yield Unindexable(record.line, problem)
+            yield Unindexable(record.line, problem + hint)
         else:
             yield Record(record.line, ids)
 
+
+_MARKED_HEADER = " (the header's first name starts with a UTF-8 byte order mark)"
 
 # The reason of an unindexable line 0 whose CSV header could not be read: it stands for the rest of its object (no
 # record after it was indexed).

@@ -25,9 +25,13 @@ from lakepurge.records.ids import (
 )
 from lakepurge.records.lines import iter_line_batches, too_long
 
+_BYTE_ORDER_MARK = b"\xef\xbb\xbf"
 
-def _json_reason(exc: orjson.JSONDecodeError) -> str:
+
+def _json_reason(exc: orjson.JSONDecodeError, line: bytes) -> str:
     # orjson's messages give positions, never the record's content.
+    if line.startswith(_BYTE_ORDER_MARK):  # valid UTF-8, which orjson's message would call invalid
+        return "starts with a UTF-8 byte order mark, which JSON does not allow"
     return "invalid UTF-8" if "utf-8" in str(exc).lower() else f"invalid JSON ({exc})"
 
 
@@ -54,7 +58,7 @@ def jsonl_items(
         except orjson.JSONDecodeError as exc:
             if not line.strip():
                 continue
-            yield Unindexable(number, _json_reason(exc))
+            yield Unindexable(number, _json_reason(exc, line))
             continue
         if type(record) is not dict:
             yield Unindexable(number, f"not a JSON object (a {type(record).__name__})")

@@ -109,6 +109,7 @@ def test_given_one_of_several_id_fields_present_when_reading_then_record_is_inde
     [
         (b'{"user_id": "a", broken', "invalid JSON"),
         (b'{"user_id": "caf\xe9"}', "invalid UTF-8"),
+        (b'\xef\xbb\xbf{"user_id": "x"}', "starts with a UTF-8 byte order mark"),  # valid UTF-8: not called invalid
         (b'{"name": "no id here"}', "id field 'user_id' missing"),
         (b'{"user_id": null}', "id field 'user_id' missing"),
         (b'{"user_id": ""}', "id field 'user_id' is empty"),
@@ -180,6 +181,16 @@ def test_given_csv_without_the_id_column_when_reading_then_every_row_is_reported
         (1, "id column 'customer_id' not in header"),
         (2, "id column 'customer_id' not in header"),
     ]
+
+
+def test_given_csv_whose_header_starts_with_a_byte_order_mark_when_reading_then_the_rows_say_why_it_is_missing():
+    data = "\ufeffcustomer_id,note\nA,x\n".encode()
+    assert problems(read(data, key="x.csv", fmt="csv", fields=("customer_id",))) == [
+        (1, "id column 'customer_id' not in header (the header's first name starts with a UTF-8 byte order mark)")
+    ]
+    # A mark before another column hides no id column: nothing to say, the rows are read.
+    marked_note = "\ufeffnote,customer_id\nx,A\n".encode()
+    assert records(read(marked_note, key="x.csv", fmt="csv", fields=("customer_id",))) == [(1, ("A",))]
 
 
 def test_given_csv_with_invalid_utf8_in_the_id_when_reading_then_it_is_reported():
