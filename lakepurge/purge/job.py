@@ -241,9 +241,10 @@ class _PartitionPurge:
         self._with_maps_lock = threading.Lock()
 
     def _checked_by_ids(self, target: PurgeTarget) -> bool:
-        """Whether this task's purge of the target will check JSON Lines before writing them."""
+        """Whether this task's purge of the target will check it by the users' ids before writing it (JSON Lines,
+        CSV: records.search)."""
         pending = target.s3path not in self.finished_before and not target.s3path.startswith(OBJECT_REFERENCE)
-        return pending and self.settings.dataset_named(target.dataset).format == "jsonl"
+        return pending and self.settings.dataset_named(target.dataset).format in ("jsonl", "csv")
 
     def run(self) -> Iterator[dict[str, Any]]:
         threads = self.settings.purge.threads_per_task

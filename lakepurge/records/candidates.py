@@ -93,6 +93,10 @@ KNOWN_TIMED_FROM = 256 << 10  # bytes: a shorter search is too quick to time
 # What follows a key's `:` that could be a wanted id whatever the ids are: a string holding a backslash before its
 # end (an escape, or an escaped quote), or an array. (Binary is read as Latin-1 by RE2: `[^"\n]` is any other byte.)
 _ANY_ESCAPED_OR_ARRAY = r'"[^"\n]*\\|\['
+# The keys of the automaton of the wanted ids on their own, anywhere (WantedIds.automaton(CSV_VALUES)): what a CSV
+# object's bytes must hold, once every '"' is taken out of them, for a field to be one of the ids (search.py,
+# _csv_values_hold_none_of). None for ids holding a '"', '\r' or '\n', whose bytes a field may not hold as they are.
+CSV_VALUES = ""
 _INTEGER = re.compile(r"-?(?:0|[1-9][0-9]*)")
 
 
@@ -317,6 +321,8 @@ def _known_pattern(keys: str, ids: Collection[str], ordered: Sequence[str] | Non
         strings.encode()
     except UnicodeEncodeError:
         return None
+    if keys == CSV_VALUES:
+        return None if '"' in every or "\r" in every or "\n" in every else f"(?:{strings})"
     # An integer starts with `-` or a digit: none among the ids sorted between them, no id to read (in the set's
     # order, as always: the same pattern).
     digits = bisect.bisect_left(ordered, ":") > bisect.bisect_left(ordered, "-")

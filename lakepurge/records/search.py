@@ -15,7 +15,7 @@ from typing import IO, Any
 
 import orjson
 
-from lakepurge.records.candidates import IdCandidates, WantedIds
+from lakepurge.records.candidates import CSV_VALUES, IdCandidates, WantedIds
 from lakepurge.records.csv_records import one_width_column, read_csv
 from lakepurge.records.formats import read_records
 from lakepurge.records.gc_pause import collector_paused
@@ -63,8 +63,9 @@ def lines_holding(
     needs; anything the bulk answer cannot clear is parsed line by line. rules: as the indexer reads the ids. A
     typed dataset (typed fields in rules) is read record by record, its ids read in their index forms: the bulk
     answers compare ids as read. known: the wanted users' raw ids, when the caller holds them (an inline purge):
-    the bulk answer is then first asked by the ids themselves (IdCandidates.holds_none_of: no split, no lookup); a
-    WantedIds (HashedUsers.ids_held) keeps its automaton for the next objects, other ids are compiled for this one."""
+    the bulk answer is then first asked by the ids themselves (IdCandidates.holds_none_of: no split, no lookup; a CSV
+    object, by the ids anywhere in its bytes: _csv_values_hold_none_of); a WantedIds (HashedUsers.ids_held) keeps its
+    automata for the next objects, other ids are compiled for this one."""
     if none_of is None:
         none_of = functools.partial(_none_of, wanted)
     paths = parse_paths(id_fields)
@@ -81,7 +82,10 @@ def lines_holding(
     if fmt == "csv" and len(id_fields) == 1 and rules.typing is None:  # (typed fields: read_records makes forms)
         try:
             whole, rows = _in_memory(open_decompressed(raw, key, inflation))
-            if whole is not None and _csv_none_wanted(whole, id_fields[0], none_of, rules.folded):
+            # (by the ids themselves first, when held: one automaton, where the split reads every row's id)
+            if whole is not None and (
+                _csv_values_hold_none_of(whole, known) or _csv_none_wanted(whole, id_fields[0], none_of, rules.folded)
+            ):
                 return found
             from_items(read_csv(rows, id_fields, max_bytes, rules=rules))  # type: ignore[arg-type]
         except TruncatedObject as exc:
@@ -196,6 +200,22 @@ def _csv_none_wanted(data: bytes, column_name: str, none_of: Callable[[list[byte
     if found is None:
         return False
     return none_of(found[1][1:])  # the header's own field is no id
+
+
+def _csv_values_hold_none_of(data: bytes, known: Collection[str] | None) -> bool:
+    """Whether a whole CSV object provably holds none of the wanted users (their raw ids, when the caller holds them)
+    in any field, by one automaton of the ids over its bytes with every '"' taken out; False when it cannot be told
+    so (the exact read follows).
+
+    csv_records gives a field whose value holds no '"' from bytes that are the value's UTF-8 with only quotes added:
+    around it (`"id"`), or closing a quoted part the reader continues (`"u1"23` is `u123` in Python's csv, not
+    strict). Take the quotes out and the value is there as it is; ids holding a '"', '\r' or '\n' get no automaton
+    (candidates.CSV_VALUES). A match anywhere, a header's name or a note's words as well, only means the exact read."""
+    if known is None:
+        return False
+    by_ids = known if isinstance(known, WantedIds) else WantedIds(known)
+    automaton = by_ids.automaton(CSV_VALUES, len(data))
+    return automaton is not None and automaton.matches(data.replace(b'"', b"")) is False
 
 
 class _Prefixed:
