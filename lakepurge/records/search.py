@@ -91,10 +91,9 @@ def lines_holding(
         except TruncatedObject as exc:
             raise ValueError(f"the object could not be read to its end: {exc.reason}") from None
         return found
-    if fmt == "parquet" and len(paths) == 1 and len(paths[0]) == 1 and rules.typing is None and not rules.folded:
-        if _parquet_none_wanted(raw, paths[0][0], none_of):
-            return found
-        raw.seek(0)  # (the exact read, from the start)
+    one_column = len(paths) == 1 and len(paths[0]) == 1 and rules.typing is None and not rules.folded
+    if fmt == "parquet" and one_column and _parquet_none_wanted(raw, paths[0][0], none_of):
+        return found
     if fmt != "jsonl":
         from_items(read_records(raw, key, fmt, id_fields, max_bytes, inflation, rules=rules))
         return found
@@ -226,7 +225,8 @@ def _parquet_none_wanted(raw: IO[bytes], name: str, none_of: Callable[[Any], boo
     """Whether a Parquet object provably holds none of the wanted users in its one top-level id column, when that
     column holds strings or integers: its values (an integer as its decimal digits, as extract_ids writes it; no
     null) asked at once, where the exact read makes a Python record of every row. False when it cannot be told so
-    (another type, a column the schema lacks or names twice: the exact read says what the indexer says)."""
+    (another type, a column the schema lacks or names twice: the exact read says what the indexer says), raw then
+    back at its start for it."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
@@ -234,17 +234,15 @@ def _parquet_none_wanted(raw: IO[bytes], name: str, none_of: Callable[[Any], boo
     if not raw.seekable():
         return False
     parquet = pq.ParquetFile(raw)
-    schema = parquet.schema_arrow
-    at = schema.get_field_index(name)  # (-1: absent, or named twice)
-    if at < 0:
-        return False
-    kind = schema.field(at).type
-    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_integer(kind)):
-        return False
-    values = pc.drop_null(parquet.read(columns=[name]).column(name).combine_chunks())
-    if pa.types.is_integer(kind):
-        values = values.cast(pa.string())
-    return none_of(values.cast(pa.large_binary()))
+    at = parquet.schema_arrow.get_field_index(name)  # (-1: absent, or named twice)
+    kind = parquet.schema_arrow.field(at).type if at >= 0 else pa.null()
+    clean = False
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_integer(kind):
+        values = pc.drop_null(parquet.read(columns=[name]).column(name).combine_chunks())
+        clean = none_of((values.cast(pa.string()) if pa.types.is_integer(kind) else values).cast(pa.large_binary()))
+    if not clean:
+        raw.seek(0)
+    return clean
 
 
 class _Prefixed:
