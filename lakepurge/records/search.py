@@ -160,10 +160,13 @@ def lines_holding(
 
 
 def _none_of(wanted: Callable[[list[str]], list[bool]], user_ids: Any) -> bool:
-    # Decoded together (no id read in bulk holds a newline): invalid UTF-8 becomes U+FFFD, which no id of a valid
-    # record holds.
+    # Decoded together, invalid UTF-8 as U+FFFD (which no id of a valid record holds), and split back on the newlines
+    # that joined them, unless an id holds one itself (a Parquet string may): each is then decoded on its own.
     listed: list[bytes] = user_ids if isinstance(user_ids, list) else user_ids.to_pylist()
-    return not listed or True not in wanted(b"\n".join(listed).decode("utf-8", "replace").split("\n"))
+    joined = b"\n".join(listed)
+    if joined.count(b"\n") == len(listed) - 1:
+        return not listed or True not in wanted(joined.decode("utf-8", "replace").split("\n"))
+    return True not in wanted([user.decode("utf-8", "replace") for user in listed])
 
 
 # A CSV object up to this size (decompressed) is rewritten and verified in memory; a JSON Lines one is verified so.

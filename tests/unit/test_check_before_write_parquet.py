@@ -10,7 +10,7 @@ from unittest import mock
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from lakepurge.core.privacy import HashedUsers, Pseudonymizer
@@ -64,8 +64,15 @@ def checked(data: bytes, users: Any) -> list[int]:
     )
 
 
+def _one_column(values: list[Any], kind: pa.DataType) -> bytes:
+    sink = io.BytesIO()
+    pq.write_table(pa.table({"user_id": pa.array(values, kind)}), sink)
+    return sink.getvalue()
+
+
 @settings(max_examples=120, deadline=None)
 @given(data=parquet_objects(), wanted=st.sets(st.sampled_from(WANTED), min_size=1, max_size=3))
+@example(data=_one_column(["a\nb"], pa.string()), wanted={"a\nb"})  # an id holding a newline: not split in two
 def test_given_an_id_column_of_any_type_when_checked_before_a_write_then_the_rows_are_those_the_indexer_reads(
     data: bytes, wanted: set[str]
 ) -> None:
