@@ -15,6 +15,7 @@ from typing import Any
 from lakepurge.core import aws
 from lakepurge.core.config import ConfigError, PrivacyConfig
 from lakepurge.records.candidates import WantedIds
+from lakepurge.records.ids import decoded_ids
 
 # Keys a Spark driver handed to this executor process with the task closure (lakepurge.core.sparkutil), by source: an
 # executor hashes with the driver's key and never asks Secrets Manager itself. Held in memory only.
@@ -286,12 +287,7 @@ class HashedUsers:
             else:  # (Arrow hashes the value set on every call: the smaller side is hashed)
                 probe, table = sorted((valid, self._known_as_array()), key=len, reverse=True)
                 return not pc.any(pc.is_in(probe, value_set=table)).as_py()
-        # Decoded together, invalid UTF-8 as U+FFFD; split back on the newlines that joined them, unless an id
-        # holds one itself (a decoded JSON "\n"), which is then decoded on its own.
-        joined = b"\n".join(user_ids)
-        if joined.count(b"\n") == len(user_ids) - 1:
-            return not user_ids or self._known.isdisjoint(joined.decode("utf-8", "replace").split("\n"))
-        return self._known.isdisjoint(user.decode("utf-8", "replace") for user in user_ids)
+        return self._known.isdisjoint(decoded_ids(user_ids))
 
     def _none_hashed(self, user_ids: Any) -> bool:
         """none_of by the hashes, with this thread's memory of ids."""

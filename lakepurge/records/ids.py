@@ -287,6 +287,16 @@ def parse_record(text: bytes, keys: IdKeys) -> Any:
     return record
 
 
+def decoded_ids(user_ids: Sequence[bytes]) -> list[str]:
+    """Ids given as UTF-8 bytes, decoded (invalid UTF-8 as U+FFFD, which no id of a valid record holds): together,
+    split back on the newlines that joined them, unless an id holds one itself (a decoded JSON "\\n", a Parquet
+    string), when each is decoded on its own."""
+    joined = b"\n".join(user_ids)
+    if joined.count(b"\n") == len(user_ids) - 1:
+        return joined.decode("utf-8", "replace").split("\n")
+    return [user.decode("utf-8", "replace") for user in user_ids]
+
+
 def plain_ids(values: Sequence[Any]) -> bool:
     """Whether every value is an id extract_ids takes as it is from a single top-level field (a non-empty string,
     short enough, without NUL), checked without a Python step per value."""

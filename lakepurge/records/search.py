@@ -26,6 +26,7 @@ from lakepurge.records.ids import (
     IdRules,
     Record,
     Unindexable,
+    decoded_ids,
     parse_paths,
     plain_ids,
     resolve_top,
@@ -79,12 +80,13 @@ def lines_holding(
             if any([next(owned) for _ in record.user_ids]):
                 found.append(record.line)
 
+    by_ids = known if isinstance(known, WantedIds) or known is None else WantedIds(known)
     if fmt == "csv" and len(id_fields) == 1 and rules.typing is None:  # (typed fields: read_records makes forms)
         try:
             whole, rows = _in_memory(open_decompressed(raw, key, inflation))
             # (by the ids themselves first, when held: one automaton, where the split reads every row's id)
             if whole is not None and (
-                _csv_values_hold_none_of(whole, known) or _csv_none_wanted(whole, id_fields[0], none_of, rules.folded)
+                _csv_values_hold_none_of(whole, by_ids) or _csv_none_wanted(whole, id_fields[0], none_of, rules.folded)
             ):
                 return found
             from_items(read_csv(rows, id_fields, max_bytes, rules=rules))  # type: ignore[arg-type]
@@ -102,7 +104,6 @@ def lines_holding(
     typed = rules.typing is not None
     # (numbers by value: a float is an id too, which the bulk answer does not read)
     candidates = None if rules.folded or typed or rules.numbers else IdCandidates.of(paths)
-    by_ids = known if isinstance(known, WantedIds) or known is None else WantedIds(known)
 
     def none_wanted(data: bytes) -> bool:
         if candidates is None:
@@ -160,13 +161,8 @@ def lines_holding(
 
 
 def _none_of(wanted: Callable[[list[str]], list[bool]], user_ids: Any) -> bool:
-    # Decoded together, invalid UTF-8 as U+FFFD (which no id of a valid record holds), and split back on the newlines
-    # that joined them, unless an id holds one itself (a Parquet string may): each is then decoded on its own.
     listed: list[bytes] = user_ids if isinstance(user_ids, list) else user_ids.to_pylist()
-    joined = b"\n".join(listed)
-    if joined.count(b"\n") == len(listed) - 1:
-        return not listed or True not in wanted(joined.decode("utf-8", "replace").split("\n"))
-    return True not in wanted([user.decode("utf-8", "replace") for user in listed])
+    return not listed or True not in wanted(decoded_ids(listed))
 
 
 # A CSV object up to this size (decompressed) is rewritten and verified in memory; a JSON Lines one is verified so.
@@ -208,7 +204,7 @@ def _csv_none_wanted(data: bytes, column_name: str, none_of: Callable[[list[byte
     return none_of(found[1][1:])  # the header's own field is no id
 
 
-def _csv_values_hold_none_of(data: bytes, known: Collection[str] | None) -> bool:
+def _csv_values_hold_none_of(data: bytes, by_ids: WantedIds | None) -> bool:
     """Whether a whole CSV object provably holds none of the wanted users (their raw ids, when the caller holds them)
     in any field, by one automaton of the ids over its bytes with every '"' taken out; False when it cannot be told
     so (the exact read follows).
@@ -217,9 +213,8 @@ def _csv_values_hold_none_of(data: bytes, known: Collection[str] | None) -> bool
     around it (`"id"`), or closing a quoted part the reader continues (`"u1"23` is `u123` in Python's csv, not
     strict). Take the quotes out and the value is there as it is; ids holding a '"', '\r' or '\n' get no automaton
     (candidates.CSV_VALUES). A match anywhere, a header's name or a note's words as well, only means the exact read."""
-    if known is None:
+    if by_ids is None:
         return False
-    by_ids = known if isinstance(known, WantedIds) else WantedIds(known)
     automaton = by_ids.automaton(CSV_VALUES, len(data))
     return automaton is not None and automaton.matches(data.replace(b'"', b"")) is False
 
